@@ -1,0 +1,186 @@
+-- The effect ledger: one row per logical action, and the append-only records
+-- around it. Every write goes through the functions of the later migrations;
+-- the tables carry the invariants that must hold whoever writes.
+
+create schema if not exists ledger;
+
+create table ledger.action_policies (
+    action                       text primary key,
+    -- How long a pending effect may wait for its answer before it is overdue.
+    pending_window               interval not null default interval '5 minutes',
+    -- While one effect of this action is open on a target, a new key for the
+    -- same target and action is held instead of dispatched.
+    exclusive_per_target         boolean  not null default true,
+    -- Compensations above this amount need a second operator's approval;
+    -- null means no four-eyes rule for this action.
+    compensation_approval_limit_minor bigint check (compensation_approval_limit_minor >= 0),
+    -- Whether a reconciliation that finds nothing at the provider may make the
+    -- effect retryable under the same key.
+    retry_when_absent            boolean  not null default true,
+    updated_at                   timestamptz not null default now(),
+    check (pending_window > interval '0')
+);
+
+create table ledger.effects (
+    id                bigint generated always as identity primary key,
+    op_key            text not null unique check (length(op_key) between 1 and 512),
+    action            text not null check (length(action) between 1 and 128),
+    target            text not null check (length(target) between 1 and 512),
+    params            jsonb not null default '{}'::jsonb check (jsonb_typeof(params) = 'object'),
+    params_hash       text not null,
+    amount_minor      bigint,
+    currency          text check (currency ~ '^[A-Z]{3}$'),
+    provider          text,
+    requested_by      text not null,
+    approval_ref      text,
+    approval_version  integer,
+    request_id        text,
+    state             text not null check (state in
+                        ('pending', 'held', 'unknown', 'succeeded', 'failed', 'compensated', 'cancelled')),
+    pending_window    interval not null,
+    deadline_at       timestamptz,
+    external_ref      text,
+    result            jsonb,
+    failure_reason    text,
+    retryable         boolean,
+    -- Set when a result arrived after the effect was settled another way.
+    late_result_at    timestamptz,
+    -- Set by a reconciliation that found a duplicate or a mismatch: a person
+    -- must escalate or compensate.
+    attention         text check (attention in ('duplicate', 'mismatch')),
+    version           bigint not null default 1,
+    created_at        timestamptz not null default now(),
+    dispatched_at     timestamptz,
+    dispatched_by     text,
+    updated_at        timestamptz not null default now(),
+    settled_at        timestamptz,
+    compensates       bigint references ledger.effects (id),
+    held_by           bigint references ledger.effects (id),
+    check ((amount_minor is null) = (currency is null)),
+    check (state <> 'held' or held_by is not null)
+);
+
+create index effects_target_idx on ledger.effects (target, action);
+create index effects_compensates_idx on ledger.effects (compensates) where compensates is not null;
+create index effects_updated_idx on ledger.effects (updated_at);
+
+-- Every call to the writer API for a key that already exists (and the first
+-- call that created it), so duplicates and mismatches can be seen and replayed.
+create table ledger.attempts (
+    id            bigint generated always as identity primary key,
+    effect_id     bigint not null references ledger.effects (id),
+    op_key        text not null,
+    kind          text not null check (kind in
+                    ('first', 'replay', 'in_flight', 'retry', 'stop', 'mismatch', 'held',
+                     'dispatch', 'dispatch_refused', 'completion', 'completion_repeat', 'late_result')),
+    requested_by  text,
+    request_id    text,
+    params_hash   text,
+    -- The params offered, kept only when they differ from the effect's own.
+    params        jsonb,
+    detail        jsonb,
+    flagged       boolean not null default false,
+    at            timestamptz not null default now()
+);
+
+create index attempts_effect_idx on ledger.attempts (effect_id, at);
+create index attempts_duplicate_idx on ledger.attempts (effect_id)
+    where kind in ('replay', 'in_flight', 'retry', 'stop', 'mismatch', 'held', 'late_result', 'dispatch_refused');
+
+-- History of every state change. Written by a trigger; never updated.
+create table ledger.effect_events (
+    id          bigint generated always as identity primary key,
+    effect_id   bigint not null references ledger.effects (id),
+    op_key      text not null,
+    from_state  text,
+    to_state    text not null,
+    actor       text not null,
+    db_role     text not null,
+    reason      text,
+    at          timestamptz not null default now()
+);
+
+create index effect_events_effect_idx on ledger.effect_events (effect_id, at);
+create index effect_events_at_idx on ledger.effect_events (at);
+
+-- Which effect holds which: one row per hold, closed when released or cancelled.
+create table ledger.holds (
+    id              bigint generated always as identity primary key,
+    effect_id       bigint not null references ledger.effects (id),
+    holder_id       bigint not null references ledger.effects (id),
+    target          text not null,
+    created_at      timestamptz not null default now(),
+    closed_at       timestamptz,
+    closed_how      text check (closed_how in ('released', 'cancelled')),
+    closed_by       text
+);
+
+create index holds_open_idx on ledger.holds (target, effect_id) where closed_at is null;
+
+create table ledger.reconciliations (
+    id              bigint generated always as identity primary key,
+    effect_id       bigint not null references ledger.effects (id),
+    op_key          text not null,
+    provider        text,
+    finding         text not null check (finding in
+                      ('exists_once', 'absent', 'duplicate', 'mismatch', 'indeterminate')),
+    external_refs   text[] not null default '{}',
+    evidence        jsonb not null default '{}'::jsonb,
+    duration_ms     integer,
+    state_before    text not null,
+    state_after     text not null,
+    requested_by    text not null,
+    at              timestamptz not null default now()
+);
+
+create index reconciliations_effect_idx on ledger.reconciliations (effect_id, at);
+
+create table ledger.escalations (
+    id               bigint generated always as identity primary key,
+    -- Delivery is keyed by this: a retried delivery never becomes a second page.
+    escalation_key   text not null unique,
+    effect_id        bigint not null references ledger.effects (id),
+    op_key           text not null,
+    sink             text not null,
+    decision_needed  text not null,
+    payload          jsonb not null,
+    state            text not null default 'open' check (state in
+                       ('open', 'delivered', 'failed', 'acknowledged', 'resolved')),
+    delivery_attempts integer not null default 0,
+    last_error       text,
+    next_attempt_at  timestamptz not null default now(),
+    created_by       text not null,
+    created_at       timestamptz not null default now(),
+    delivered_at     timestamptz,
+    acknowledged_at  timestamptz,
+    acknowledged_by  text,
+    resolved_at      timestamptz,
+    resolved_by      text,
+    updated_at       timestamptz not null default now()
+);
+
+create index escalations_open_idx on ledger.escalations (next_attempt_at)
+    where state in ('open', 'failed');
+create index escalations_unresolved_idx on ledger.escalations (created_at)
+    where state <> 'resolved';
+create index escalations_effect_idx on ledger.escalations (effect_id);
+
+-- Append-only and hash-chained: seq orders the chain, hash covers the entry
+-- and the previous hash, so an altered or removed entry breaks every later one.
+create table ledger.audit_log (
+    seq         bigint primary key,
+    at          timestamptz not null default now(),
+    operator    text not null,
+    db_role     text not null,
+    action      text not null,
+    effect_id   bigint references ledger.effects (id),
+    op_key      text,
+    reason      text,
+    before      jsonb,
+    after       jsonb,
+    prev_hash   text not null,
+    hash        text not null
+);
+
+create index audit_log_effect_idx on ledger.audit_log (effect_id, seq);
+create index audit_log_at_idx on ledger.audit_log (at);

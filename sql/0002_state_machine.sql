@@ -1,0 +1,125 @@
+-- The state machine lives in the database so that no writer — an agent, an
+-- operator function, or a superuser typing UPDATE by hand — can move an
+-- effect along a path DESIGN.md does not allow.
+
+-- Who is acting, as set by the ledger functions for the current transaction
+-- (falls back to the database role for hand-written statements).
+create function ledger.current_actor() returns text
+language sql stable as $$
+    select coalesce(nullif(current_setting('ledger.actor', true), ''), session_user::text)
+$$;
+
+create function ledger.transition_allowed(
+    from_state text, to_state text, was_dispatched boolean, was_retryable boolean
+) returns boolean
+language sql immutable as $$
+    select case from_state
+        when 'pending'   then to_state in ('succeeded', 'failed', 'unknown')
+                              or (to_state = 'cancelled' and not was_dispatched)
+        when 'held'      then to_state in ('pending', 'cancelled')
+        when 'unknown'   then to_state in ('succeeded', 'failed')
+        when 'succeeded' then to_state = 'compensated'
+        when 'failed'    then to_state = 'pending' and coalesce(was_retryable, false)
+        else false
+    end
+$$;
+
+create function ledger.effects_guard() returns trigger
+language plpgsql as $$
+begin
+    if tg_op = 'INSERT' then
+        if new.state not in ('pending', 'held') then
+            raise exception 'ledger: effect % cannot be created in state %', new.op_key, new.state
+                using errcode = 'check_violation';
+        end if;
+        return new;
+    end if;
+
+    if new.op_key is distinct from old.op_key
+       or new.action is distinct from old.action
+       or new.target is distinct from old.target
+       or new.params_hash is distinct from old.params_hash
+       or new.params is distinct from old.params
+       or new.created_at is distinct from old.created_at then
+        raise exception 'ledger: the identity of effect % (key, action, target, params) never changes', old.op_key
+            using errcode = 'check_violation',
+                  hint = 'a different intent needs a new operation key';
+    end if;
+
+    if new.state is distinct from old.state
+       and not ledger.transition_allowed(old.state, new.state,
+                                         old.dispatched_at is not null, old.retryable) then
+        raise exception 'ledger: invalid transition for effect %: % -> %', old.op_key, old.state, new.state
+            using errcode = 'check_violation',
+                  hint = case
+                      when old.state = 'pending' and new.state = 'cancelled'
+                          then 'a dispatched effect cannot be cancelled: reconcile it'
+                      when old.state = 'failed' and new.state = 'pending'
+                          then 'the failure is not retryable'
+                      else 'from ' || old.state || ' an effect may become: '
+                           || coalesce(nullif(array_to_string(array(
+                                  select s from unnest(array['pending', 'held', 'unknown', 'succeeded',
+                                                             'failed', 'compensated', 'cancelled']) s
+                                   where ledger.transition_allowed(old.state, s, old.dispatched_at is not null,
+                                                                  old.retryable)), ', '), ''),
+                                  'nothing (it is final)') end;
+    end if;
+
+    new.version := old.version + 1;
+    new.updated_at := now();
+    if new.state is distinct from old.state
+       and new.state in ('succeeded', 'failed', 'compensated', 'cancelled') then
+        new.settled_at := now();
+    elsif new.state in ('pending', 'held', 'unknown') then
+        new.settled_at := null;
+    end if;
+    return new;
+end
+$$;
+
+create trigger effects_guard
+    before insert or update on ledger.effects
+    for each row execute function ledger.effects_guard();
+
+create function ledger.effects_history() returns trigger
+language plpgsql as $$
+begin
+    if tg_op = 'INSERT' or new.state is distinct from old.state then
+        insert into ledger.effect_events (effect_id, op_key, from_state, to_state, actor, db_role, reason)
+        values (new.id, new.op_key,
+                case when tg_op = 'UPDATE' then old.state end,
+                new.state, ledger.current_actor(), session_user::text,
+                nullif(current_setting('ledger.reason', true), ''));
+    end if;
+    -- Consoles LISTEN on this channel to refresh before their next poll.
+    perform pg_notify('effectwatch_ledger',
+                      json_build_object('id', new.id, 'op_key', left(new.op_key, 200),
+                                        'state', new.state, 'version', new.version)::text);
+    return null;
+end
+$$;
+
+create trigger effects_history
+    after insert or update on ledger.effects
+    for each row execute function ledger.effects_history();
+
+create function ledger.reject_change() returns trigger
+language plpgsql as $$
+begin
+    raise exception 'ledger: % is append-only (% refused)', tg_table_schema || '.' || tg_table_name, tg_op
+        using errcode = 'insufficient_privilege';
+end
+$$;
+
+create trigger effect_events_append_only
+    before update or delete on ledger.effect_events
+    for each row execute function ledger.reject_change();
+create trigger effect_events_no_truncate
+    before truncate on ledger.effect_events
+    for each statement execute function ledger.reject_change();
+create trigger attempts_append_only
+    before update or delete on ledger.attempts
+    for each row execute function ledger.reject_change();
+create trigger attempts_no_truncate
+    before truncate on ledger.attempts
+    for each statement execute function ledger.reject_change();

@@ -1,0 +1,296 @@
+-- The writer API agents call before, during and after a side effect.
+-- Protocol: begin_effect -> (decision proceed|retry) -> mark_dispatched
+-- (claimed) -> call the provider with op_key as its idempotency key ->
+-- complete_effect. Only a caller that got claimed = true may call the provider.
+
+-- jsonb already stores objects with sorted keys and no insignificant
+-- whitespace, so its text form is the canonical form of the params.
+create function ledger.params_hash(params jsonb) returns text
+language sql immutable strict as $$
+    select encode(sha256(convert_to(params::text, 'UTF8')), 'hex')
+$$;
+
+create function ledger.policy_for(action text)
+returns ledger.action_policies
+language sql stable as $$
+    select coalesce(
+        (select p from ledger.action_policies p where p.action = policy_for.action),
+        row(policy_for.action, interval '5 minutes', true, null, true, now())::ledger.action_policies)
+$$;
+
+create function ledger.record_attempt(
+    effect ledger.effects, kind text, requested_by text, request_id text,
+    params_hash text, params jsonb default null, detail jsonb default null, flagged boolean default false
+) returns void
+language sql as $$
+    insert into ledger.attempts (effect_id, op_key, kind, requested_by, request_id, params_hash,
+                                 params, detail, flagged)
+    values ((effect).id, (effect).op_key, kind, requested_by, request_id, params_hash,
+            params, detail, flagged)
+$$;
+
+create function ledger.begin_effect(
+    op_key           text,
+    action           text,
+    target           text,
+    params           jsonb,
+    requested_by     text,
+    pending_window   interval default null,
+    amount_minor     bigint   default null,
+    currency         text     default null,
+    provider         text     default null,
+    approval_ref     text     default null,
+    approval_version integer  default null,
+    request_id       text     default null
+) returns table (decision text, effect_id bigint, state text, result jsonb)
+language plpgsql security definer
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    offered_params jsonb := coalesce(begin_effect.params, '{}'::jsonb);
+    offered_hash   text;
+    policy         ledger.action_policies;
+    existing       ledger.effects;
+    holder         ledger.effects;
+    created        ledger.effects;
+    window_length  interval;
+begin
+    if coalesce(begin_effect.op_key, '') = '' then
+        raise exception 'ledger: op_key is required' using errcode = 'invalid_parameter_value';
+    end if;
+    if coalesce(begin_effect.action, '') = '' or coalesce(begin_effect.target, '') = '' then
+        raise exception 'ledger: action and target are required (key %)', begin_effect.op_key
+            using errcode = 'invalid_parameter_value';
+    end if;
+    if coalesce(begin_effect.requested_by, '') = '' then
+        raise exception 'ledger: requested_by is required (key %)', begin_effect.op_key
+            using errcode = 'invalid_parameter_value';
+    end if;
+    if jsonb_typeof(offered_params) <> 'object' then
+        raise exception 'ledger: params must be a JSON object (key %)', begin_effect.op_key
+            using errcode = 'invalid_parameter_value';
+    end if;
+    offered_hash := ledger.params_hash(offered_params);
+    perform set_config('ledger.actor', begin_effect.requested_by, true);
+
+    -- One caller at a time per target: conflict detection and creation must
+    -- see each other, and callers of one key converge here without ever
+    -- surfacing a unique violation.
+    perform pg_advisory_xact_lock(hashtextextended('ledger.target:' || begin_effect.target, 0));
+
+    loop
+        select e.* into existing from ledger.effects e
+         where e.op_key = begin_effect.op_key
+         for update;
+
+        if found then
+            if existing.params_hash <> offered_hash
+               or existing.action <> begin_effect.action
+               or existing.target <> begin_effect.target then
+                perform ledger.record_attempt(existing, 'mismatch', begin_effect.requested_by,
+                    begin_effect.request_id, offered_hash, offered_params,
+                    jsonb_build_object('action', begin_effect.action, 'target', begin_effect.target),
+                    true);
+                return query select 'rejected'::text, existing.id, existing.state, null::jsonb;
+                return;
+            end if;
+
+            case existing.state
+            when 'succeeded' then
+                perform ledger.record_attempt(existing, 'replay', begin_effect.requested_by,
+                    begin_effect.request_id, offered_hash);
+                return query select 'replay'::text, existing.id, existing.state, existing.result;
+            when 'pending', 'unknown' then
+                perform ledger.record_attempt(existing, 'in_flight', begin_effect.requested_by,
+                    begin_effect.request_id, offered_hash);
+                return query select 'in_flight'::text, existing.id, existing.state, null::jsonb;
+            when 'held' then
+                perform ledger.record_attempt(existing, 'held', begin_effect.requested_by,
+                    begin_effect.request_id, offered_hash);
+                return query select 'held'::text, existing.id, existing.state, null::jsonb;
+            when 'failed' then
+                if coalesce(existing.retryable, false) then
+                    perform set_config('ledger.reason', 'retry under the same key', true);
+                    update ledger.effects e
+                       set state = 'pending', dispatched_at = null, dispatched_by = null,
+                           failure_reason = null, retryable = null,
+                           request_id = coalesce(begin_effect.request_id, e.request_id),
+                           deadline_at = now() + e.pending_window
+                     where e.id = existing.id;
+                    perform ledger.record_attempt(existing, 'retry', begin_effect.requested_by,
+                        begin_effect.request_id, offered_hash);
+                    return query select 'retry'::text, existing.id, 'pending'::text, null::jsonb;
+                else
+                    perform ledger.record_attempt(existing, 'stop', begin_effect.requested_by,
+                        begin_effect.request_id, offered_hash);
+                    return query select 'stop'::text, existing.id, existing.state, existing.result;
+                end if;
+            else
+                -- compensated or cancelled: the intent is closed for good.
+                perform ledger.record_attempt(existing, 'stop', begin_effect.requested_by,
+                    begin_effect.request_id, offered_hash);
+                return query select 'stop'::text, existing.id, existing.state, existing.result;
+            end case;
+            return;
+        end if;
+
+        policy := ledger.policy_for(begin_effect.action);
+        window_length := coalesce(begin_effect.pending_window, policy.pending_window);
+        holder := null;
+        if policy.exclusive_per_target then
+            select e.* into holder from ledger.effects e
+             where e.target = begin_effect.target
+               and e.action = begin_effect.action
+               and e.state in ('pending', 'unknown', 'held')
+             order by (e.state = 'held'), e.created_at
+             limit 1;
+        end if;
+
+        insert into ledger.effects as e (
+            op_key, action, target, params, params_hash, amount_minor, currency, provider,
+            requested_by, approval_ref, approval_version, request_id, state, pending_window,
+            deadline_at, held_by)
+        values (
+            begin_effect.op_key, begin_effect.action, begin_effect.target, offered_params, offered_hash,
+            begin_effect.amount_minor, upper(begin_effect.currency), begin_effect.provider,
+            begin_effect.requested_by, begin_effect.approval_ref, begin_effect.approval_version,
+            begin_effect.request_id,
+            case when holder.id is null then 'pending' else 'held' end,
+            window_length, now() + window_length,
+            -- A held effect points at the first open one, which is the one
+            -- actually in the way.
+            case when holder.id is null then null
+                 else coalesce(holder.held_by, holder.id) end)
+        on conflict on constraint effects_op_key_key do nothing
+        returning e.* into created;
+
+        if found then
+            perform ledger.record_attempt(created, 'first', begin_effect.requested_by,
+                begin_effect.request_id, offered_hash);
+            if created.state = 'held' then
+                insert into ledger.holds (effect_id, holder_id, target)
+                values (created.id, created.held_by, created.target);
+                return query select 'held'::text, created.id, created.state, null::jsonb;
+            else
+                return query select 'proceed'::text, created.id, created.state, null::jsonb;
+            end if;
+            return;
+        end if;
+        -- Lost a race with a caller of the same key under another target
+        -- lock: loop and treat the key as existing.
+    end loop;
+end
+$$;
+
+-- Claims a pending effect for dispatch. Exactly one caller gets claimed =
+-- true; everyone else must not call the provider.
+create function ledger.mark_dispatched(
+    op_key     text,
+    request_id text default null,
+    worker     text default null
+) returns table (claimed boolean, state text, deadline_at timestamptz)
+language plpgsql security definer
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    effect ledger.effects;
+begin
+    select e.* into effect from ledger.effects e
+     where e.op_key = mark_dispatched.op_key for update;
+    if not found then
+        raise exception 'ledger: no effect with key %', mark_dispatched.op_key
+            using errcode = 'no_data_found', hint = 'call ledger.begin_effect first';
+    end if;
+    perform set_config('ledger.actor', coalesce(mark_dispatched.worker, effect.requested_by), true);
+
+    if effect.state = 'pending' and effect.dispatched_at is null then
+        update ledger.effects e
+           set dispatched_at = now(), dispatched_by = mark_dispatched.worker,
+               request_id = coalesce(mark_dispatched.request_id, e.request_id),
+               deadline_at = now() + e.pending_window
+         where e.id = effect.id
+        returning e.* into effect;
+        perform ledger.record_attempt(effect, 'dispatch', mark_dispatched.worker,
+            mark_dispatched.request_id, null);
+        return query select true, effect.state, effect.deadline_at;
+    else
+        perform ledger.record_attempt(effect, 'dispatch_refused', mark_dispatched.worker,
+            mark_dispatched.request_id, null,
+            detail => jsonb_build_object('state', effect.state,
+                                         'already_dispatched_at', effect.dispatched_at));
+        return query select false, effect.state, effect.deadline_at;
+    end if;
+end
+$$;
+
+-- Records the outcome the worker saw. A result for an effect that was
+-- settled another way (reconciled, resolved, cancelled) is kept as a flagged
+-- late result and never applied over the settled state.
+create function ledger.complete_effect(
+    op_key       text,
+    outcome      text,
+    external_ref text    default null,
+    result       jsonb   default null,
+    retryable    boolean default null,
+    reason       text    default null,
+    request_id   text    default null,
+    worker       text    default null
+) returns table (applied boolean, state text, late boolean)
+language plpgsql security definer
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    effect ledger.effects;
+    evidence jsonb;
+begin
+    if complete_effect.outcome not in ('succeeded', 'failed', 'unknown') or complete_effect.outcome is null then
+        raise exception 'ledger: outcome must be succeeded, failed or unknown (got %)', complete_effect.outcome
+            using errcode = 'invalid_parameter_value';
+    end if;
+    select e.* into effect from ledger.effects e
+     where e.op_key = complete_effect.op_key for update;
+    if not found then
+        raise exception 'ledger: no effect with key %', complete_effect.op_key
+            using errcode = 'no_data_found', hint = 'call ledger.begin_effect first';
+    end if;
+    perform set_config('ledger.actor', coalesce(complete_effect.worker, effect.requested_by), true);
+    perform set_config('ledger.reason', coalesce(complete_effect.reason, 'worker reported ' || complete_effect.outcome), true);
+    evidence := jsonb_strip_nulls(jsonb_build_object(
+        'outcome', complete_effect.outcome, 'external_ref', complete_effect.external_ref,
+        'result', complete_effect.result, 'retryable', complete_effect.retryable,
+        'reason', complete_effect.reason));
+
+    if effect.state = 'pending'
+       or (effect.state = 'unknown' and complete_effect.outcome <> 'unknown') then
+        update ledger.effects e
+           set state = complete_effect.outcome,
+               external_ref = coalesce(complete_effect.external_ref, e.external_ref),
+               result = coalesce(complete_effect.result, e.result),
+               retryable = case when complete_effect.outcome = 'failed'
+                                then coalesce(complete_effect.retryable, false) end,
+               failure_reason = case when complete_effect.outcome <> 'succeeded'
+                                     then complete_effect.reason end
+         where e.id = effect.id
+        returning e.* into effect;
+        perform ledger.record_attempt(effect, 'completion', complete_effect.worker,
+            complete_effect.request_id, null, detail => evidence);
+        return query select true, effect.state, false;
+    elsif effect.state = complete_effect.outcome
+          and effect.external_ref is not distinct from coalesce(complete_effect.external_ref, effect.external_ref) then
+        -- The same answer delivered again (a retried completion): harmless.
+        perform ledger.record_attempt(effect, 'completion_repeat', complete_effect.worker,
+            complete_effect.request_id, null, detail => evidence);
+        return query select false, effect.state, false;
+    else
+        update ledger.effects e set late_result_at = now() where e.id = effect.id;
+        perform ledger.record_attempt(effect, 'late_result', complete_effect.worker,
+            complete_effect.request_id, null,
+            detail => evidence || jsonb_build_object('state_when_received', effect.state),
+            flagged => true);
+        return query select false, effect.state, true;
+    end if;
+end
+$$;

@@ -1,0 +1,243 @@
+-- Operator actions. Each is one call in one transaction that checks the
+-- version the operator saw, applies the change and appends its audit entry.
+-- They are SECURITY DEFINER: the operator role holds no write privilege on
+-- the tables, so these functions are its only way to change a row.
+--
+-- Errors an operator's tool must tell apart carry their own SQLSTATE:
+--   EW404  no effect with that key
+--   EW409  the effect changed since the operator looked (nothing written)
+--   EW422  the action does not apply to the effect as it is (nothing written)
+
+create function ledger.effect_snapshot(effect ledger.effects) returns jsonb
+language sql immutable as $$
+    select jsonb_strip_nulls(jsonb_build_object(
+        'state', (effect).state, 'version', (effect).version,
+        'external_ref', (effect).external_ref, 'retryable', (effect).retryable,
+        'failure_reason', (effect).failure_reason, 'attention', (effect).attention,
+        'held_by', (effect).held_by))
+$$;
+
+-- Locks the effect and checks the operator saw its current version.
+create function ledger.lock_for_operator(
+    op_key text, expected_version bigint, operator text, reason text, reason_required boolean
+) returns ledger.effects
+language plpgsql as $$
+declare
+    effect ledger.effects;
+begin
+    if coalesce(btrim(operator), '') = '' then
+        raise exception 'ledger: an operator name is required' using errcode = 'invalid_parameter_value';
+    end if;
+    if reason_required and coalesce(btrim(reason), '') = '' then
+        raise exception 'ledger: a reason is required for an action that changes state (key %)', op_key
+            using errcode = 'invalid_parameter_value';
+    end if;
+    select e.* into effect from ledger.effects e where e.op_key = lock_for_operator.op_key for update;
+    if not found then
+        raise exception 'ledger: no effect with key %', op_key using errcode = 'EW404';
+    end if;
+    if expected_version is not null and effect.version <> expected_version then
+        raise exception 'ledger: effect % changed since you looked (version % now, you saw %)',
+            op_key, effect.version, expected_version
+            using errcode = 'EW409', hint = 'refresh and decide again';
+    end if;
+    perform set_config('ledger.actor', operator, true);
+    perform set_config('ledger.reason', coalesce(reason, ''), true);
+    return effect;
+end
+$$;
+
+create function ledger.not_applicable(effect ledger.effects, what text) returns void
+language plpgsql as $$
+begin
+    raise exception 'ledger: cannot % effect % in state %', what, (effect).op_key, (effect).state
+        using errcode = 'EW422';
+end
+$$;
+
+-- Resolve by hand, with evidence: succeeded needs the provider's reference.
+create function ledger.op_resolve(
+    op_key text, expected_version bigint, operator text, reason text,
+    outcome text, external_ref text default null, retryable boolean default false
+) returns table (state text, version bigint, audit_seq bigint)
+language plpgsql security definer
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    effect ledger.effects;
+    before jsonb;
+    seq bigint;
+begin
+    effect := ledger.lock_for_operator(op_resolve.op_key, op_resolve.expected_version,
+                                       op_resolve.operator, op_resolve.reason, true);
+    if op_resolve.outcome not in ('succeeded', 'failed') or op_resolve.outcome is null then
+        raise exception 'ledger: resolve outcome must be succeeded or failed' using errcode = 'invalid_parameter_value';
+    end if;
+    if op_resolve.outcome = 'succeeded' and coalesce(btrim(op_resolve.external_ref), '') = '' then
+        raise exception 'ledger: resolving % as succeeded needs the provider''s external reference', op_resolve.op_key
+            using errcode = 'invalid_parameter_value';
+    end if;
+    if effect.state not in ('pending', 'unknown') then
+        perform ledger.not_applicable(effect, 'resolve');
+    end if;
+    before := ledger.effect_snapshot(effect);
+    update ledger.effects e
+       set state = op_resolve.outcome,
+           external_ref = coalesce(op_resolve.external_ref, e.external_ref),
+           retryable = case when op_resolve.outcome = 'failed' then coalesce(op_resolve.retryable, false) end,
+           failure_reason = case when op_resolve.outcome = 'failed' then op_resolve.reason end,
+           attention = null
+     where e.id = effect.id
+    returning e.* into effect;
+    seq := ledger.audit(op_resolve.operator, 'resolve', effect, op_resolve.reason,
+                        before, ledger.effect_snapshot(effect));
+    return query select effect.state, effect.version, seq;
+end
+$$;
+
+create function ledger.op_release(
+    op_key text, expected_version bigint, operator text, reason text
+) returns table (state text, version bigint, audit_seq bigint)
+language plpgsql security definer
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    effect ledger.effects;
+    before jsonb;
+    seq bigint;
+begin
+    effect := ledger.lock_for_operator(op_release.op_key, op_release.expected_version,
+                                       op_release.operator, op_release.reason, true);
+    if effect.state <> 'held' then
+        perform ledger.not_applicable(effect, 'release');
+    end if;
+    before := ledger.effect_snapshot(effect);
+    update ledger.effects e
+       set state = 'pending', held_by = null, deadline_at = now() + e.pending_window
+     where e.id = effect.id
+    returning e.* into effect;
+    update ledger.holds h set closed_at = now(), closed_how = 'released', closed_by = op_release.operator
+     where h.effect_id = effect.id and h.closed_at is null;
+    seq := ledger.audit(op_release.operator, 'release', effect, op_release.reason,
+                        before, ledger.effect_snapshot(effect));
+    return query select effect.state, effect.version, seq;
+end
+$$;
+
+create function ledger.op_cancel(
+    op_key text, expected_version bigint, operator text, reason text
+) returns table (state text, version bigint, audit_seq bigint)
+language plpgsql security definer
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    effect ledger.effects;
+    before jsonb;
+    seq bigint;
+begin
+    effect := ledger.lock_for_operator(op_cancel.op_key, op_cancel.expected_version,
+                                       op_cancel.operator, op_cancel.reason, true);
+    if not (effect.state = 'held' or (effect.state = 'pending' and effect.dispatched_at is null)) then
+        perform ledger.not_applicable(effect, 'cancel');
+    end if;
+    before := ledger.effect_snapshot(effect);
+    update ledger.effects e set state = 'cancelled' where e.id = effect.id
+    returning e.* into effect;
+    update ledger.holds h set closed_at = now(), closed_how = 'cancelled', closed_by = op_cancel.operator
+     where h.effect_id = effect.id and h.closed_at is null;
+    seq := ledger.audit(op_cancel.operator, 'cancel', effect, op_cancel.reason,
+                        before, ledger.effect_snapshot(effect));
+    return query select effect.state, effect.version, seq;
+end
+$$;
+
+-- A note on the record; changes no state, so the version check is only a
+-- guard against annotating something other than what the operator saw.
+create function ledger.op_annotate(
+    op_key text, expected_version bigint, operator text, note text
+) returns table (state text, version bigint, audit_seq bigint)
+language plpgsql security definer
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    effect ledger.effects;
+    seq bigint;
+begin
+    effect := ledger.lock_for_operator(op_annotate.op_key, op_annotate.expected_version,
+                                       op_annotate.operator, op_annotate.note, true);
+    seq := ledger.audit(op_annotate.operator, 'annotate', effect, op_annotate.note,
+                        ledger.effect_snapshot(effect), null);
+    return query select effect.state, effect.version, seq;
+end
+$$;
+
+-- Stores what the provider said and applies the state change it allows:
+-- exists_once -> succeeded with the reference; absent -> failed (retryable
+-- when the action's policy permits); duplicate / mismatch -> flagged for a
+-- person; indeterminate -> nothing changes.
+create function ledger.record_reconciliation(
+    op_key text, expected_version bigint, operator text, provider text, finding text,
+    external_refs text[] default '{}', evidence jsonb default '{}'::jsonb, duration_ms integer default null
+) returns table (state text, version bigint, reconciliation_id bigint, audit_seq bigint)
+language plpgsql security definer
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    effect ledger.effects;
+    before jsonb;
+    state_before text;
+    recon_id bigint;
+    seq bigint;
+    reason text;
+begin
+    if record_reconciliation.finding not in ('exists_once', 'absent', 'duplicate', 'mismatch', 'indeterminate')
+       or record_reconciliation.finding is null then
+        raise exception 'ledger: unknown reconciliation finding %', record_reconciliation.finding
+            using errcode = 'invalid_parameter_value';
+    end if;
+    reason := 'reconciliation with ' || coalesce(record_reconciliation.provider, 'the provider')
+              || ': ' || record_reconciliation.finding;
+    effect := ledger.lock_for_operator(record_reconciliation.op_key, record_reconciliation.expected_version,
+                                       record_reconciliation.operator, reason, false);
+    before := ledger.effect_snapshot(effect);
+    state_before := effect.state;
+
+    if effect.state in ('pending', 'unknown') then
+        if record_reconciliation.finding = 'exists_once' then
+            update ledger.effects e
+               set state = 'succeeded', external_ref = coalesce(record_reconciliation.external_refs[1], e.external_ref),
+                   attention = null
+             where e.id = effect.id returning e.* into effect;
+        elsif record_reconciliation.finding = 'absent' then
+            update ledger.effects e
+               set state = 'failed', retryable = (ledger.policy_for(e.action)).retry_when_absent,
+                   failure_reason = 'the provider has no such effect', attention = null
+             where e.id = effect.id returning e.* into effect;
+        elsif record_reconciliation.finding in ('duplicate', 'mismatch') then
+            update ledger.effects e set attention = record_reconciliation.finding
+             where e.id = effect.id returning e.* into effect;
+        end if;
+    elsif record_reconciliation.finding in ('duplicate', 'mismatch') then
+        -- A settled effect found twice at the provider still needs a person.
+        update ledger.effects e set attention = record_reconciliation.finding
+         where e.id = effect.id returning e.* into effect;
+    end if;
+
+    insert into ledger.reconciliations (effect_id, op_key, provider, finding, external_refs, evidence,
+                                        duration_ms, state_before, state_after, requested_by)
+    values (effect.id, effect.op_key, record_reconciliation.provider, record_reconciliation.finding,
+            coalesce(record_reconciliation.external_refs, '{}'), coalesce(record_reconciliation.evidence, '{}'),
+            record_reconciliation.duration_ms, state_before, effect.state, record_reconciliation.operator)
+    returning id into recon_id;
+    seq := ledger.audit(record_reconciliation.operator, 'reconcile', effect, reason,
+                        before, ledger.effect_snapshot(effect)
+                            || jsonb_build_object('finding', record_reconciliation.finding,
+                                                  'reconciliation_id', recon_id));
+    return query select effect.state, effect.version, recon_id, seq;
+end
+$$;

@@ -1,0 +1,51 @@
+-- Least privilege. Roles are cluster-wide, so they are created only if
+-- absent (several ledgers may share a cluster, and migrations of several
+-- databases may run at once); grants are per database.
+
+do $$
+declare
+    role_name text;
+begin
+    foreach role_name in array array['effect_agent', 'effect_operator', 'effect_readonly'] loop
+        if not exists (select 1 from pg_roles where rolname = role_name) then
+            begin
+                execute format('create role %I nologin', role_name);
+            exception when duplicate_object or unique_violation then
+                null; -- another migration created it a moment ago
+            end;
+        end if;
+    end loop;
+end
+$$;
+
+-- PostgreSQL lets PUBLIC execute every new function; the ledger's functions
+-- are granted one by one below.
+revoke all on schema ledger from public;
+revoke execute on all functions in schema ledger from public;
+revoke all on all tables in schema ledger from public;
+
+grant usage on schema ledger to effect_agent, effect_operator, effect_readonly;
+
+-- Agents: the writer API, and their own effects to read back.
+grant execute on function
+    ledger.begin_effect(text, text, text, jsonb, text, interval, bigint, text, text, text, integer, text),
+    ledger.mark_dispatched(text, text, text),
+    ledger.complete_effect(text, text, text, jsonb, boolean, text, text, text)
+    to effect_agent;
+grant select on ledger.effects, ledger.action_policies to effect_agent;
+
+-- Operators: read everything, change rows only through the operator functions.
+grant select on all tables in schema ledger to effect_operator, effect_readonly;
+grant execute on function
+    ledger.op_resolve(text, bigint, text, text, text, text, boolean),
+    ledger.op_release(text, bigint, text, text),
+    ledger.op_cancel(text, bigint, text, text),
+    ledger.op_annotate(text, bigint, text, text),
+    ledger.record_reconciliation(text, bigint, text, text, text, text[], jsonb, integer),
+    ledger.verify_audit_chain()
+    to effect_operator;
+grant execute on function ledger.verify_audit_chain() to effect_readonly;
+grant execute on function ledger.audit_entry_hash(text, bigint, timestamptz, text, text, text, bigint, text, text, jsonb, jsonb)
+    to effect_operator, effect_readonly;
+-- Views compute ages and call these helpers as the querying role.
+grant execute on function ledger.current_actor() to effect_agent, effect_operator, effect_readonly;

@@ -1,0 +1,74 @@
+//! The command line: one file per subcommand, one exit code per kind of failure.
+
+pub mod audit;
+pub mod exit;
+pub mod list;
+pub mod migrate;
+pub mod show;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::ledger::panes::Pane;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "effectwatch",
+    version,
+    about = "Watch and settle the side effects automated workers perform"
+)]
+pub struct Cli {
+    /// PostgreSQL URL of the effect ledger (postgres://user@host/db?sslmode=require).
+    #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
+    pub database_url: Option<String>,
+
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Install or upgrade the ledger schema (idempotent).
+    Migrate,
+    /// List the items of one pane.
+    List {
+        #[arg(value_parser = parse_pane)]
+        pane: Pane,
+        #[arg(long, value_enum, default_value_t = Format::Table)]
+        format: Format,
+        #[arg(long, default_value_t = 100)]
+        limit: i64,
+        /// Words that must match: plain text, or field:value with key, target, action, provider, requester.
+        #[arg(long)]
+        filter: Option<String>,
+    },
+    /// Show one effect with its attempts, events, reconciliations and audit entries.
+    Show {
+        op_key: String,
+        #[arg(long, value_enum, default_value_t = Format::Table)]
+        format: Format,
+    },
+    /// The audit trail.
+    Audit {
+        #[command(subcommand)]
+        command: AuditCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AuditCommand {
+    /// Check the whole hash chain; exits non-zero when it is broken.
+    Verify {
+        #[arg(long, value_enum, default_value_t = Format::Table)]
+        format: Format,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    Table,
+    Json,
+}
+
+fn parse_pane(text: &str) -> Result<Pane, String> {
+    text.parse()
+}

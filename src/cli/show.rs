@@ -1,0 +1,183 @@
+use chrono::{DateTime, Utc};
+use sqlx::PgPool;
+
+use super::Format;
+use super::exit::Failure;
+use crate::format::optional_money;
+use crate::ledger::history::{self, EffectHistory};
+use crate::text::{safe_json, sanitize, sanitize_line};
+
+pub async fn run(pool: &PgPool, op_key: &str, format: Format) -> Result<(), Failure> {
+    let history = history::load(pool, op_key).await?;
+    match format {
+        Format::Json => println!("{}", safe_json(&history)),
+        Format::Table => print!("{}", render(&history)),
+    }
+    Ok(())
+}
+
+/// One line of the merged timeline.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TimelineEntry {
+    pub at: DateTime<Utc>,
+    pub kind: &'static str,
+    pub text: String,
+}
+
+/// Attempts, state changes, reconciliations, escalations and audit entries
+/// in one time order: what an incident responder reads first.
+pub fn timeline(history: &EffectHistory) -> Vec<TimelineEntry> {
+    let mut entries = Vec::new();
+    for attempt in &history.attempts {
+        let who = attempt.requested_by.as_deref().unwrap_or("?");
+        let flag = if attempt.flagged { " ⚑" } else { "" };
+        entries.push(TimelineEntry {
+            at: attempt.at,
+            kind: "attempt",
+            text: format!("{}{flag} by {who}", attempt.kind),
+        });
+    }
+    for event in &history.events {
+        let from = event.from_state.as_deref().unwrap_or("∅");
+        let reason = event
+            .reason
+            .as_deref()
+            .map(|r| format!(" — {r}"))
+            .unwrap_or_default();
+        entries.push(TimelineEntry {
+            at: event.at,
+            kind: "state",
+            text: format!(
+                "{from} → {} by {} ({}){reason}",
+                event.to_state, event.actor, event.db_role
+            ),
+        });
+    }
+    for recon in &history.reconciliations {
+        entries.push(TimelineEntry {
+            at: recon.at,
+            kind: "reconcile",
+            text: format!(
+                "{} at {} ({} ms) refs [{}]: {} → {} by {}",
+                recon.finding,
+                recon.provider.as_deref().unwrap_or("?"),
+                recon.duration_ms.unwrap_or(0),
+                recon.external_refs.join(", "),
+                recon.state_before,
+                recon.state_after,
+                recon.requested_by
+            ),
+        });
+    }
+    for escalation in &history.escalations {
+        entries.push(TimelineEntry {
+            at: escalation.created_at,
+            kind: "escalate",
+            text: format!(
+                "to {} ({}): {} by {}",
+                escalation.sink,
+                escalation.state,
+                escalation.decision_needed,
+                escalation.created_by
+            ),
+        });
+    }
+    for entry in &history.audit {
+        let reason = entry.reason.as_deref().unwrap_or("");
+        entries.push(TimelineEntry {
+            at: entry.at,
+            kind: "audit",
+            text: format!(
+                "#{} {} by {} ({}): {reason}",
+                entry.seq, entry.action, entry.operator, entry.db_role
+            ),
+        });
+    }
+    entries.sort_by_key(|entry| entry.at);
+    entries
+}
+
+pub fn render(history: &EffectHistory) -> String {
+    let effect = &history.effect;
+    let mut out = String::new();
+    let mut field = |name: &str, value: String| {
+        out.push_str(&format!("{name:>14}  {}\n", sanitize_line(&value)));
+    };
+    field("key", effect.op_key.clone());
+    field("state", effect.state.to_string());
+    field("action", effect.action.clone());
+    field("target", effect.target.clone());
+    field(
+        "amount",
+        optional_money(effect.amount_minor, effect.currency.as_deref()),
+    );
+    field(
+        "provider",
+        effect.provider.clone().unwrap_or_else(|| "—".into()),
+    );
+    field("requested by", effect.requested_by.clone());
+    field("created", effect.created_at.to_rfc3339());
+    field(
+        "dispatched",
+        effect
+            .dispatched_at
+            .map(|t| t.to_rfc3339())
+            .unwrap_or_else(|| "not yet".into()),
+    );
+    field(
+        "deadline",
+        effect
+            .deadline_at
+            .map(|t| t.to_rfc3339())
+            .unwrap_or_else(|| "—".into()),
+    );
+    field(
+        "external ref",
+        effect.external_ref.clone().unwrap_or_else(|| "—".into()),
+    );
+    if let Some(reason) = &effect.failure_reason {
+        field(
+            "failure",
+            format!(
+                "{reason} (retryable: {})",
+                effect.retryable.unwrap_or(false)
+            ),
+        );
+    }
+    if let Some(at) = effect.late_result_at {
+        field("late result", format!("⚑ received {}", at.to_rfc3339()));
+    }
+    if let Some(attention) = &effect.attention {
+        field(
+            "attention",
+            format!("⚑ {attention}: escalate or compensate"),
+        );
+    }
+    field("version", effect.version.to_string());
+    let params = serde_json::to_string_pretty(&effect.params).unwrap_or_default();
+    out.push_str("        params\n");
+    for line in sanitize(&params).lines() {
+        out.push_str(&format!("                {line}\n"));
+    }
+    out.push_str("\ntimeline\n");
+    for entry in timeline(history) {
+        out.push_str(&format!(
+            "  {}  {:<9}  {}\n",
+            entry.at.format("%Y-%m-%d %H:%M:%S%.3f"),
+            entry.kind,
+            sanitize_line(&entry.text)
+        ));
+    }
+    if !history.related.is_empty() {
+        out.push_str("\nother effects on this target\n");
+        for related in &history.related {
+            out.push_str(&format!(
+                "  {:<11} {}  {}\n",
+                related.state.as_str(),
+                sanitize_line(&related.op_key),
+                optional_money(related.amount_minor, related.currency.as_deref())
+            ));
+        }
+    }
+    out
+}

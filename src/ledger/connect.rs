@@ -1,0 +1,74 @@
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{Connection, PgConnection, PgPool};
+
+use super::LedgerError;
+
+/// How a process connects to the ledger. Every connection names itself and
+/// bounds its statements, so a stuck query shows up in pg_stat_activity
+/// under our name and never hangs an operator.
+#[derive(Debug, Clone)]
+pub struct ConnectSettings {
+    pub url: String,
+    pub application_name: String,
+    pub statement_timeout: Duration,
+    pub connect_timeout: Duration,
+    pub max_connections: u32,
+}
+
+impl ConnectSettings {
+    pub fn new(url: impl Into<String>) -> Self {
+        ConnectSettings {
+            url: url.into(),
+            application_name: "effectwatch".to_string(),
+            statement_timeout: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(5),
+            max_connections: 4,
+        }
+    }
+
+    pub fn options(&self) -> Result<PgConnectOptions, LedgerError> {
+        let options = PgConnectOptions::from_str(&self.url)
+            .map_err(|error| LedgerError::BadUrl(first_line(&error.to_string())))?;
+        let timeout_ms = self.statement_timeout.as_millis().to_string();
+        Ok(options
+            .application_name(&self.application_name)
+            .options([("statement_timeout", timeout_ms.as_str())]))
+    }
+}
+
+/// Opens a pool and proves it works with one round trip, so a wrong URL or
+/// a down server is reported here, once, rather than at the first query.
+pub async fn connect(settings: &ConnectSettings) -> Result<PgPool, LedgerError> {
+    let options = settings.options()?;
+    // A direct first connection reports the real cause (refused, bad
+    // password, no such database); a pool would only say it timed out.
+    let probe = tokio::time::timeout(settings.connect_timeout, async {
+        let mut connection = PgConnection::connect_with(&options).await?;
+        sqlx::query_scalar::<_, i32>("select 1")
+            .fetch_one(&mut connection)
+            .await?;
+        connection.close().await
+    })
+    .await;
+    match probe {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => return Err(LedgerError::from_sqlx(error)),
+        Err(_) => {
+            return Err(LedgerError::Unreachable(format!(
+                "no answer within {} s",
+                settings.connect_timeout.as_secs()
+            )));
+        }
+    }
+    Ok(PgPoolOptions::new()
+        .max_connections(settings.max_connections)
+        .acquire_timeout(settings.connect_timeout)
+        .connect_lazy_with(options))
+}
+
+fn first_line(text: &str) -> String {
+    text.lines().next().unwrap_or_default().to_string()
+}

@@ -1,0 +1,79 @@
+use thiserror::Error;
+
+/// What went wrong talking to the ledger, phrased for the operator who
+/// must act on it. Variants map to distinct CLI exit codes.
+#[derive(Debug, Error)]
+pub enum LedgerError {
+    #[error("invalid database URL: {0}")]
+    BadUrl(String),
+    #[error("cannot reach the database: {0}")]
+    Unreachable(String),
+    #[error(
+        "the ledger schema is missing or incomplete in this database ({0}): run `effectwatch migrate`"
+    )]
+    SchemaMissing(String),
+    #[error("no effect with key {0}")]
+    NotFound(String),
+    #[error("{0}: nothing written; refresh and decide again")]
+    Changed(String),
+    #[error("{0}")]
+    NotApplicable(String),
+    #[error("refused: {0}")]
+    Refused(String),
+    #[error("{0}")]
+    Invalid(String),
+    #[error("database error: {0}")]
+    Database(String),
+}
+
+impl LedgerError {
+    /// Sorts a driver error by what the operator should do about it.
+    pub fn from_sqlx(error: sqlx::Error) -> Self {
+        match &error {
+            sqlx::Error::Database(db) => {
+                let message = db.message().to_string();
+                match db.code().as_deref() {
+                    Some("EW404") => LedgerError::NotFound(strip_prefix(&message)),
+                    Some("EW409") => LedgerError::Changed(strip_prefix(&message)),
+                    Some("EW422") => LedgerError::NotApplicable(strip_prefix(&message)),
+                    Some("42P01" | "3F000" | "42883") => LedgerError::SchemaMissing(message),
+                    Some("42501") => LedgerError::Refused(message),
+                    Some("22023" | "23514" | "22P02" | "23502") => {
+                        LedgerError::Invalid(strip_prefix(&message))
+                    }
+                    Some("28P01" | "28000" | "3D000") => LedgerError::Unreachable(message),
+                    _ => LedgerError::Database(message),
+                }
+            }
+            sqlx::Error::Configuration(inner) => LedgerError::BadUrl(inner.to_string()),
+            sqlx::Error::Io(_)
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::Protocol(_) => LedgerError::Unreachable(one_line(&error.to_string())),
+            _ => LedgerError::Database(one_line(&error.to_string())),
+        }
+    }
+
+    /// Whether the failure is about reaching the server rather than what was asked.
+    pub fn is_connection(&self) -> bool {
+        matches!(self, LedgerError::Unreachable(_))
+    }
+}
+
+impl From<sqlx::Error> for LedgerError {
+    fn from(error: sqlx::Error) -> Self {
+        LedgerError::from_sqlx(error)
+    }
+}
+
+fn strip_prefix(message: &str) -> String {
+    message
+        .strip_prefix("ledger: ")
+        .unwrap_or(message)
+        .to_string()
+}
+
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}

@@ -1,0 +1,19 @@
+//! The effect ledger as seen from Rust: connection, model, writer API,
+//! panes, operator actions and audit. No terminal code lives here.
+
+pub mod actions;
+pub mod audit;
+pub mod connect;
+pub mod error;
+pub mod history;
+pub mod migrate;
+pub mod model;
+pub mod panes;
+pub mod writer;
+
+pub use connect::{ConnectSettings, connect};
+pub use error::LedgerError;
+pub use model::{Decision, Effect, State};
+
+/// The channel every change to `ledger.effects` is announced on.
+pub const NOTIFY_CHANNEL: &str = "effectwatch_ledger";

@@ -1,0 +1,361 @@
+//! The four panes, read from their views. Each query is bounded by a limit
+//! and filtered in SQL, so a poll costs what is shown, not what is open.
+
+use std::fmt;
+use std::str::FromStr;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use sqlx::{PgExecutor, Postgres, QueryBuilder};
+
+use super::LedgerError;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Pane {
+    Overdue,
+    Unknown,
+    Duplicates,
+    Held,
+}
+
+impl Pane {
+    pub const ALL: [Pane; 4] = [Pane::Overdue, Pane::Unknown, Pane::Duplicates, Pane::Held];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Pane::Overdue => "overdue",
+            Pane::Unknown => "unknown",
+            Pane::Duplicates => "duplicates",
+            Pane::Held => "held",
+        }
+    }
+
+    pub fn title(self) -> &'static str {
+        match self {
+            Pane::Overdue => "Overdue pending",
+            Pane::Unknown => "Unknown outcomes",
+            Pane::Duplicates => "Duplicate attempts",
+            Pane::Held => "Held conflicts",
+        }
+    }
+
+    pub fn view(self) -> &'static str {
+        match self {
+            Pane::Overdue => "ledger.overdue_pending",
+            Pane::Unknown => "ledger.unknown_outcomes",
+            Pane::Duplicates => "ledger.duplicate_attempts",
+            Pane::Held => "ledger.held_conflicts",
+        }
+    }
+}
+
+impl fmt::Display for Pane {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Pane {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        Pane::ALL
+            .into_iter()
+            .find(|pane| pane.name() == text)
+            .ok_or_else(|| {
+                format!("unknown pane {text:?} (expected overdue, unknown, duplicates or held)")
+            })
+    }
+}
+
+/// The fields a filter may name; plain words match any of them.
+pub const FILTER_FIELDS: [&str; 5] = ["key", "target", "action", "provider", "requester"];
+
+/// An operator's filter: words, each plain (matches key, target, action,
+/// provider or requester) or `field:value`; all words must match.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Filter {
+    pub terms: Vec<(Option<String>, String)>,
+}
+
+impl Filter {
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let mut terms = Vec::new();
+        for word in text.split_whitespace() {
+            match word.split_once(':') {
+                Some((field, value)) if FILTER_FIELDS.contains(&field) => {
+                    terms.push((Some(field.to_string()), value.to_string()))
+                }
+                Some((field, _))
+                    if !field.is_empty() && field.chars().all(|c| c.is_ascii_alphabetic()) =>
+                {
+                    return Err(format!(
+                        "unknown filter field {field:?}: use one of {}",
+                        FILTER_FIELDS.join(", ")
+                    ));
+                }
+                _ => terms.push((None, word.to_string())),
+            }
+        }
+        Ok(Filter { terms })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.terms.is_empty()
+    }
+
+    /// Appends ` and (...)` clauses for a view aliased `v`; `columns` maps
+    /// filter fields to that view's columns (None: the view lacks it).
+    fn push_sql(&self, query: &mut QueryBuilder<Postgres>, columns: &[(&str, Option<&str>)]) {
+        for (field, value) in &self.terms {
+            let pattern = format!("%{}%", escape_like(value));
+            let matching: Vec<&str> = columns
+                .iter()
+                .filter(|(name, column)| {
+                    column.is_some() && field.as_deref().is_none_or(|f| f == *name)
+                })
+                .filter_map(|(_, column)| *column)
+                .collect();
+            if matching.is_empty() {
+                query.push(" and false");
+                continue;
+            }
+            query.push(" and (");
+            for (index, column) in matching.iter().enumerate() {
+                if index > 0 {
+                    query.push(" or ");
+                }
+                query.push(format!("{column} ilike "));
+                query.push_bind(pattern.clone());
+            }
+            query.push(")");
+        }
+    }
+}
+
+fn escape_like(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('%', "\\%")
+        .replace('_', "\\_")
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+pub struct OverdueRow {
+    pub op_key: String,
+    pub effect_id: i64,
+    pub action: String,
+    pub target: String,
+    pub amount_minor: Option<i64>,
+    pub currency: Option<String>,
+    pub provider: Option<String>,
+    pub requested_by: String,
+    pub created_at: DateTime<Utc>,
+    pub dispatched: bool,
+    pub deadline_at: Option<DateTime<Utc>>,
+    pub overdue_ms: i64,
+    pub age_ms: i64,
+    pub version: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+pub struct UnknownRow {
+    pub op_key: String,
+    pub effect_id: i64,
+    pub action: String,
+    pub target: String,
+    pub amount_minor: Option<i64>,
+    pub currency: Option<String>,
+    pub provider: Option<String>,
+    pub requested_by: String,
+    pub unknown_since: DateTime<Utc>,
+    pub unknown_ms: i64,
+    pub attempts: i64,
+    pub last_error: Option<String>,
+    pub reconciliations: i64,
+    pub last_finding: Option<String>,
+    pub findings: Vec<String>,
+    pub attention: Option<String>,
+    pub version: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+pub struct DuplicateRow {
+    pub op_key: String,
+    pub effect_id: i64,
+    pub action: String,
+    pub target: String,
+    pub state: String,
+    pub attempts: i64,
+    pub replays: i64,
+    pub in_flight: i64,
+    pub mismatches: i64,
+    pub late_results: i64,
+    pub first_seen: DateTime<Utc>,
+    pub last_seen: DateTime<Utc>,
+    pub requesters: Vec<String>,
+    pub has_mismatch: bool,
+    pub version: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+pub struct HeldRow {
+    pub op_key: String,
+    pub effect_id: i64,
+    pub target: String,
+    pub action: String,
+    pub amount_minor: Option<i64>,
+    pub currency: Option<String>,
+    pub requested_by: String,
+    pub held_since: DateTime<Utc>,
+    pub held_ms: i64,
+    pub holder_op_key: String,
+    pub holder_effect_id: i64,
+    pub holder_state: String,
+    pub holder_age_ms: i64,
+    pub holder_amount_minor: Option<i64>,
+    pub holder_currency: Option<String>,
+    pub version: i64,
+}
+
+/// Rows of one pane; each pane keeps its own shape.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum PaneRows {
+    Overdue(Vec<OverdueRow>),
+    Unknown(Vec<UnknownRow>),
+    Duplicates(Vec<DuplicateRow>),
+    Held(Vec<HeldRow>),
+}
+
+impl PaneRows {
+    pub fn len(&self) -> usize {
+        match self {
+            PaneRows::Overdue(rows) => rows.len(),
+            PaneRows::Unknown(rows) => rows.len(),
+            PaneRows::Duplicates(rows) => rows.len(),
+            PaneRows::Held(rows) => rows.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn op_keys(&self) -> Vec<&str> {
+        match self {
+            PaneRows::Overdue(rows) => rows.iter().map(|r| r.op_key.as_str()).collect(),
+            PaneRows::Unknown(rows) => rows.iter().map(|r| r.op_key.as_str()).collect(),
+            PaneRows::Duplicates(rows) => rows.iter().map(|r| r.op_key.as_str()).collect(),
+            PaneRows::Held(rows) => rows.iter().map(|r| r.op_key.as_str()).collect(),
+        }
+    }
+}
+
+/// Reads up to `limit` rows of a pane, most urgent first.
+pub async fn fetch<'c>(
+    executor: impl PgExecutor<'c>,
+    pane: Pane,
+    filter: &Filter,
+    limit: i64,
+) -> Result<PaneRows, LedgerError> {
+    let (select, columns, order) = pane_sql(pane);
+    let mut query = QueryBuilder::<Postgres>::new(select);
+    query.push(" where true");
+    filter.push_sql(&mut query, columns);
+    query.push(order);
+    query.push(" limit ");
+    query.push_bind(limit.max(0));
+    let rows = match pane {
+        Pane::Overdue => PaneRows::Overdue(query.build_query_as().fetch_all(executor).await?),
+        Pane::Unknown => PaneRows::Unknown(query.build_query_as().fetch_all(executor).await?),
+        Pane::Duplicates => PaneRows::Duplicates(query.build_query_as().fetch_all(executor).await?),
+        Pane::Held => PaneRows::Held(query.build_query_as().fetch_all(executor).await?),
+    };
+    Ok(rows)
+}
+
+type FilterColumns = &'static [(&'static str, Option<&'static str>)];
+
+fn pane_sql(pane: Pane) -> (&'static str, FilterColumns, &'static str) {
+    match pane {
+        Pane::Overdue => (
+            "select v.op_key, v.effect_id, v.action, v.target, v.amount_minor, v.currency, v.provider,
+                    v.requested_by, v.created_at, v.dispatched, v.deadline_at,
+                    (extract(epoch from v.overdue_by) * 1000)::bigint as overdue_ms,
+                    (extract(epoch from v.age) * 1000)::bigint as age_ms, v.version
+               from ledger.overdue_pending v",
+            &[
+                ("key", Some("v.op_key")),
+                ("target", Some("v.target")),
+                ("action", Some("v.action")),
+                ("provider", Some("v.provider")),
+                ("requester", Some("v.requested_by")),
+            ],
+            " order by v.deadline_at, v.effect_id",
+        ),
+        Pane::Unknown => (
+            "select v.op_key, v.effect_id, v.action, v.target, v.amount_minor, v.currency, v.provider,
+                    v.requested_by, v.unknown_since,
+                    (extract(epoch from v.unknown_for) * 1000)::bigint as unknown_ms,
+                    v.attempts, v.last_error, v.reconciliations, v.last_finding, v.findings,
+                    v.attention, v.version
+               from ledger.unknown_outcomes v",
+            &[
+                ("key", Some("v.op_key")),
+                ("target", Some("v.target")),
+                ("action", Some("v.action")),
+                ("provider", Some("v.provider")),
+                ("requester", Some("v.requested_by")),
+            ],
+            " order by v.unknown_since, v.effect_id",
+        ),
+        Pane::Duplicates => (
+            "select v.op_key, v.effect_id, v.action, v.target, v.state, v.attempts, v.replays,
+                    v.in_flight, v.mismatches, v.late_results, v.first_seen, v.last_seen,
+                    coalesce(v.requesters, '{}') as requesters, v.has_mismatch, v.version
+               from ledger.duplicate_attempts v",
+            &[
+                ("key", Some("v.op_key")),
+                ("target", Some("v.target")),
+                ("action", Some("v.action")),
+                ("provider", None),
+                ("requester", Some("array_to_string(v.requesters, ' ')")),
+            ],
+            " order by v.has_mismatch desc, v.last_seen desc, v.effect_id",
+        ),
+        Pane::Held => (
+            "select v.op_key, v.effect_id, v.target, v.action, v.amount_minor, v.currency,
+                    v.requested_by, v.held_since,
+                    (extract(epoch from v.held_for) * 1000)::bigint as held_ms,
+                    v.holder_op_key, v.holder_effect_id, v.holder_state,
+                    (extract(epoch from v.holder_age) * 1000)::bigint as holder_age_ms,
+                    v.holder_amount_minor, v.holder_currency, v.version
+               from ledger.held_conflicts v",
+            &[
+                ("key", Some("v.op_key")),
+                ("target", Some("v.target")),
+                ("action", Some("v.action")),
+                ("provider", None),
+                ("requester", Some("v.requested_by")),
+            ],
+            " order by v.target, v.held_since, v.effect_id",
+        ),
+    }
+}
+
+/// Items per pane, as `ledger.pane_counts` reports them.
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+pub struct PaneCount {
+    pub pane: String,
+    pub items: i64,
+    pub oldest_ms: Option<i64>,
+}
+
+pub async fn counts<'c>(executor: impl PgExecutor<'c>) -> Result<Vec<PaneCount>, LedgerError> {
+    Ok(sqlx::query_as::<_, PaneCount>(
+        "select pane, items, (extract(epoch from oldest) * 1000)::bigint as oldest_ms from ledger.pane_counts",
+    )
+    .fetch_all(executor)
+    .await?)
+}

@@ -1,0 +1,147 @@
+//! Rust callers of the writer API (the simulated agents, tests, benchmarks).
+//! Everything goes through the SQL functions, exactly as any other agent.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::PgExecutor;
+
+use super::{Decision, LedgerError, State};
+
+/// The intent an agent records before it acts.
+#[derive(Debug, Clone, Default)]
+pub struct Intent {
+    pub op_key: String,
+    pub action: String,
+    pub target: String,
+    pub params: Value,
+    pub requested_by: String,
+    pub pending_window_secs: Option<i64>,
+    pub amount_minor: Option<i64>,
+    pub currency: Option<String>,
+    pub provider: Option<String>,
+    pub approval_ref: Option<String>,
+    pub approval_version: Option<i32>,
+    pub request_id: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct Begun {
+    pub decision: Decision,
+    pub effect_id: i64,
+    pub state: State,
+    pub result: Option<Value>,
+}
+
+pub async fn begin_effect<'c>(
+    executor: impl PgExecutor<'c>,
+    intent: &Intent,
+) -> Result<Begun, LedgerError> {
+    let begun = sqlx::query_as::<_, Begun>(
+        "select decision, effect_id, state, result from ledger.begin_effect(
+            op_key => $1, action => $2, target => $3, params => $4, requested_by => $5,
+            pending_window => make_interval(secs => $6::bigint), amount_minor => $7, currency => $8,
+            provider => $9, approval_ref => $10, approval_version => $11, request_id => $12)",
+    )
+    .bind(&intent.op_key)
+    .bind(&intent.action)
+    .bind(&intent.target)
+    .bind(&intent.params)
+    .bind(&intent.requested_by)
+    .bind(intent.pending_window_secs)
+    .bind(intent.amount_minor)
+    .bind(&intent.currency)
+    .bind(&intent.provider)
+    .bind(&intent.approval_ref)
+    .bind(intent.approval_version)
+    .bind(&intent.request_id)
+    .fetch_one(executor)
+    .await?;
+    Ok(begun)
+}
+
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct Dispatch {
+    /// Only a caller that claimed the effect may call the provider.
+    pub claimed: bool,
+    pub state: State,
+    pub deadline_at: Option<DateTime<Utc>>,
+}
+
+pub async fn mark_dispatched<'c>(
+    executor: impl PgExecutor<'c>,
+    op_key: &str,
+    request_id: Option<&str>,
+    worker: &str,
+) -> Result<Dispatch, LedgerError> {
+    Ok(sqlx::query_as::<_, Dispatch>(
+        "select claimed, state, deadline_at from ledger.mark_dispatched(
+            op_key => $1, request_id => $2, worker => $3)",
+    )
+    .bind(op_key)
+    .bind(request_id)
+    .bind(worker)
+    .fetch_one(executor)
+    .await?)
+}
+
+/// The outcome a worker observed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Succeeded,
+    Failed { retryable: bool },
+    Unknown,
+}
+
+impl Outcome {
+    fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Succeeded => "succeeded",
+            Outcome::Failed { .. } => "failed",
+            Outcome::Unknown => "unknown",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Completion {
+    pub external_ref: Option<String>,
+    pub result: Option<Value>,
+    pub reason: Option<String>,
+    pub request_id: Option<String>,
+    pub worker: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct Completed {
+    pub applied: bool,
+    pub state: State,
+    /// The effect had been settled another way: recorded and flagged only.
+    pub late: bool,
+}
+
+pub async fn complete_effect<'c>(
+    executor: impl PgExecutor<'c>,
+    op_key: &str,
+    outcome: Outcome,
+    completion: &Completion,
+) -> Result<Completed, LedgerError> {
+    let retryable = match outcome {
+        Outcome::Failed { retryable } => Some(retryable),
+        _ => None,
+    };
+    Ok(sqlx::query_as::<_, Completed>(
+        "select applied, state, late from ledger.complete_effect(
+            op_key => $1, outcome => $2, external_ref => $3, result => $4, retryable => $5,
+            reason => $6, request_id => $7, worker => $8)",
+    )
+    .bind(op_key)
+    .bind(outcome.as_str())
+    .bind(&completion.external_ref)
+    .bind(&completion.result)
+    .bind(retryable)
+    .bind(&completion.reason)
+    .bind(&completion.request_id)
+    .bind(&completion.worker)
+    .fetch_one(executor)
+    .await?)
+}
