@@ -1,7 +1,11 @@
 //! effectwatch: a terminal console over a PostgreSQL effect ledger.
 
+pub mod adapters;
 pub mod cli;
+pub mod config;
+pub mod console;
 pub mod format;
 pub mod ledger;
 pub mod localpg;
+pub mod logging;
 pub mod text;

@@ -4,6 +4,7 @@ use clap::Parser;
 
 use effectwatch::cli::exit::{BAD_CONFIG, Failure};
 use effectwatch::cli::{self, AuditCommand, Cli, Command};
+use effectwatch::config::Config;
 use effectwatch::ledger::{self, ConnectSettings};
 
 fn main() -> ExitCode {
@@ -25,19 +26,32 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<(), Failure> {
-    let Some(command) = cli.command else {
-        let mut help = <Cli as clap::CommandFactory>::command();
-        help.print_help().ok();
-        return Ok(());
-    };
-    let url = cli.database_url.ok_or_else(|| {
-        Failure::new(
-            BAD_CONFIG,
-            "no database given: pass --database-url or set DATABASE_URL",
-        )
+    let (mut config, source) = Config::load(cli.config.as_deref())
+        .map_err(|error| Failure::new(BAD_CONFIG, error.to_string()))?;
+    if let Some(operator) = &cli.operator {
+        config.operator = operator.clone();
+    }
+    config.read_only |= cli.read_only;
+    let command = cli.command.unwrap_or(Command::Watch);
+    if let Command::Config = command {
+        return cli::config::run(&config, &source, cli.database_url.as_deref());
+    }
+    let url = cli.database_url.clone().or_else(|| config.database_url.clone()).ok_or_else(|| {
+        Failure::new(BAD_CONFIG, "no database given: pass --database-url, set DATABASE_URL, or set database_url in the config file")
     })?;
+    if let Command::Watch = command {
+        let args = cli::watch::WatchArgs {
+            database_url: url,
+            theme: cli.theme.clone(),
+            poll_interval: cli.poll_interval,
+            no_notify: cli.no_notify,
+        };
+        let performer = cli::watch::refusing_performer();
+        return cli::watch::run(&config, args, performer).await;
+    }
     let pool = ledger::connect(&ConnectSettings::new(url)).await?;
     match command {
+        Command::Watch | Command::Config => unreachable!("handled above"),
         Command::Migrate => cli::migrate::run(&pool).await,
         Command::List {
             pane,

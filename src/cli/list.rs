@@ -18,7 +18,7 @@ pub async fn run(
 ) -> Result<(), Failure> {
     let filter =
         Filter::parse(filter.unwrap_or_default()).map_err(|error| Failure::new(USAGE, error))?;
-    let rows = panes::fetch(pool, pane, &filter, limit).await?;
+    let rows = panes::fetch(pool, pane, &filter, limit, 0).await?;
     match format {
         Format::Json => println!("{}", safe_json(&rows)),
         Format::Table => {

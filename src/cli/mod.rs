@@ -1,10 +1,12 @@
 //! The command line: one file per subcommand, one exit code per kind of failure.
 
 pub mod audit;
+pub mod config;
 pub mod exit;
 pub mod list;
 pub mod migrate;
 pub mod show;
+pub mod watch;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
@@ -21,12 +23,40 @@ pub struct Cli {
     #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
     pub database_url: Option<String>,
 
+    /// Config file (TOML); default: the platform config dir's effectwatch/config.toml.
+    #[arg(long, global = true)]
+    pub config: Option<std::path::PathBuf>,
+
+    /// Name written in the audit trail for your actions (default: config, else the OS user).
+    #[arg(long, global = true)]
+    pub operator: Option<String>,
+
+    /// Refuse every action that writes to the ledger.
+    #[arg(long, global = true)]
+    pub read_only: bool,
+
+    /// Theme: dark, light, high-contrast, colour-blind, or a path to a .toml file.
+    #[arg(long, global = true)]
+    pub theme: Option<String>,
+
+    /// Seconds between polls (the console also wakes on NOTIFY).
+    #[arg(long, global = true)]
+    pub poll_interval: Option<f64>,
+
+    /// No desktop notifications.
+    #[arg(long, global = true)]
+    pub no_notify: bool,
+
     #[command(subcommand)]
     pub command: Option<Command>,
 }
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// The live console (also what runs without a subcommand).
+    Watch,
+    /// Print the config file read, the resolved settings (secrets masked) and the log file.
+    Config,
     /// Install or upgrade the ledger schema (idempotent).
     Migrate,
     /// List the items of one pane.

@@ -1,10 +1,9 @@
-use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 
 use super::Format;
 use super::exit::Failure;
 use crate::format::optional_money;
-use crate::ledger::history::{self, EffectHistory};
+use crate::ledger::history::{self, EffectHistory, timeline};
 use crate::text::{safe_json, sanitize, sanitize_line};
 
 pub async fn run(pool: &PgPool, op_key: &str, format: Format) -> Result<(), Failure> {
@@ -14,87 +13,6 @@ pub async fn run(pool: &PgPool, op_key: &str, format: Format) -> Result<(), Fail
         Format::Table => print!("{}", render(&history)),
     }
     Ok(())
-}
-
-/// One line of the merged timeline.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TimelineEntry {
-    pub at: DateTime<Utc>,
-    pub kind: &'static str,
-    pub text: String,
-}
-
-/// Attempts, state changes, reconciliations, escalations and audit entries
-/// in one time order: what an incident responder reads first.
-pub fn timeline(history: &EffectHistory) -> Vec<TimelineEntry> {
-    let mut entries = Vec::new();
-    for attempt in &history.attempts {
-        let who = attempt.requested_by.as_deref().unwrap_or("?");
-        let flag = if attempt.flagged { " ⚑" } else { "" };
-        entries.push(TimelineEntry {
-            at: attempt.at,
-            kind: "attempt",
-            text: format!("{}{flag} by {who}", attempt.kind),
-        });
-    }
-    for event in &history.events {
-        let from = event.from_state.as_deref().unwrap_or("∅");
-        let reason = event
-            .reason
-            .as_deref()
-            .map(|r| format!(" — {r}"))
-            .unwrap_or_default();
-        entries.push(TimelineEntry {
-            at: event.at,
-            kind: "state",
-            text: format!(
-                "{from} → {} by {} ({}){reason}",
-                event.to_state, event.actor, event.db_role
-            ),
-        });
-    }
-    for recon in &history.reconciliations {
-        entries.push(TimelineEntry {
-            at: recon.at,
-            kind: "reconcile",
-            text: format!(
-                "{} at {} ({} ms) refs [{}]: {} → {} by {}",
-                recon.finding,
-                recon.provider.as_deref().unwrap_or("?"),
-                recon.duration_ms.unwrap_or(0),
-                recon.external_refs.join(", "),
-                recon.state_before,
-                recon.state_after,
-                recon.requested_by
-            ),
-        });
-    }
-    for escalation in &history.escalations {
-        entries.push(TimelineEntry {
-            at: escalation.created_at,
-            kind: "escalate",
-            text: format!(
-                "to {} ({}): {} by {}",
-                escalation.sink,
-                escalation.state,
-                escalation.decision_needed,
-                escalation.created_by
-            ),
-        });
-    }
-    for entry in &history.audit {
-        let reason = entry.reason.as_deref().unwrap_or("");
-        entries.push(TimelineEntry {
-            at: entry.at,
-            kind: "audit",
-            text: format!(
-                "#{} {} by {} ({}): {reason}",
-                entry.seq, entry.action, entry.operator, entry.db_role
-            ),
-        });
-    }
-    entries.sort_by_key(|entry| entry.at);
-    entries
 }
 
 pub fn render(history: &EffectHistory) -> String {

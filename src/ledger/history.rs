@@ -1,6 +1,8 @@
 //! Everything the ledger knows about one effect, for `show` and the detail view.
 
+use chrono::{DateTime, Utc};
 use serde::Serialize;
+use serde_json::Value;
 use sqlx::PgPool;
 
 use super::LedgerError;
@@ -102,4 +104,154 @@ pub async fn load(pool: &PgPool, op_key: &str) -> Result<EffectHistory, LedgerEr
         audit,
         related,
     })
+}
+
+/// One line of the merged timeline.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TimelineEntry {
+    pub at: DateTime<Utc>,
+    pub kind: &'static str,
+    pub text: String,
+}
+
+/// Attempts, state changes, reconciliations, escalations and audit entries
+/// in one time order: what an incident responder reads first.
+pub fn timeline(history: &EffectHistory) -> Vec<TimelineEntry> {
+    let mut entries = Vec::new();
+    for attempt in &history.attempts {
+        let who = attempt.requested_by.as_deref().unwrap_or("?");
+        let flag = if attempt.flagged { " ⚑" } else { "" };
+        let mut text = format!("{}{flag} by {who}", attempt.kind);
+        if let Some(offered) = attempt
+            .params
+            .as_ref()
+            .filter(|_| attempt.kind == "mismatch")
+        {
+            let diff = params_diff(&history.effect.params, offered);
+            text.push_str(&format!(": params differ {}", diff.join("; ")));
+        }
+        entries.push(TimelineEntry {
+            at: attempt.at,
+            kind: "attempt",
+            text,
+        });
+    }
+    for event in &history.events {
+        let from = event.from_state.as_deref().unwrap_or("∅");
+        let reason = event
+            .reason
+            .as_deref()
+            .map(|r| format!(" — {r}"))
+            .unwrap_or_default();
+        entries.push(TimelineEntry {
+            at: event.at,
+            kind: "state",
+            text: format!(
+                "{from} → {} by {} ({}){reason}",
+                event.to_state, event.actor, event.db_role
+            ),
+        });
+    }
+    for recon in &history.reconciliations {
+        entries.push(TimelineEntry {
+            at: recon.at,
+            kind: "reconcile",
+            text: format!(
+                "{} at {} ({} ms) refs [{}]: {} → {} by {}",
+                recon.finding,
+                recon.provider.as_deref().unwrap_or("?"),
+                recon.duration_ms.unwrap_or(0),
+                recon.external_refs.join(", "),
+                recon.state_before,
+                recon.state_after,
+                recon.requested_by
+            ),
+        });
+    }
+    for escalation in &history.escalations {
+        entries.push(TimelineEntry {
+            at: escalation.created_at,
+            kind: "escalate",
+            text: format!(
+                "to {} ({}): {} by {}",
+                escalation.sink,
+                escalation.state,
+                escalation.decision_needed,
+                escalation.created_by
+            ),
+        });
+    }
+    for entry in &history.audit {
+        let reason = entry.reason.as_deref().unwrap_or("");
+        entries.push(TimelineEntry {
+            at: entry.at,
+            kind: "audit",
+            text: format!(
+                "#{} {} by {} ({}): {reason}",
+                entry.seq, entry.action, entry.operator, entry.db_role
+            ),
+        });
+    }
+    entries.sort_by_key(|entry| entry.at);
+    entries
+}
+
+/// Field-level differences between two params objects, as JSON pointers:
+/// `/amount_minor: 1500 → 1600`. What a finance reviewer needs to see of a
+/// key reused with other parameters.
+pub fn params_diff(original: &Value, offered: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    diff_into(&mut out, String::new(), original, offered);
+    out
+}
+
+fn diff_into(out: &mut Vec<String>, path: String, original: &Value, offered: &Value) {
+    match (original, offered) {
+        (Value::Object(a), Value::Object(b)) => {
+            let mut keys: Vec<&String> = a.keys().chain(b.keys()).collect();
+            keys.sort();
+            keys.dedup();
+            for key in keys {
+                let child = format!("{path}/{}", key.replace('~', "~0").replace('/', "~1"));
+                match (a.get(key), b.get(key)) {
+                    (Some(x), Some(y)) => diff_into(out, child, x, y),
+                    (Some(x), None) => out.push(format!("{child}: {x} → (absent)")),
+                    (None, Some(y)) => out.push(format!("{child}: (absent) → {y}")),
+                    (None, None) => {}
+                }
+            }
+        }
+        (a, b) if a != b => {
+            let path = if path.is_empty() {
+                "/".to_string()
+            } else {
+                path
+            };
+            out.push(format!("{path}: {a} → {b}"));
+        }
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn diff_names_each_changed_field() {
+        let diff = params_diff(
+            &json!({"amount_minor": 1500, "currency": "EUR", "meta": {"reason": "dup"}}),
+            &json!({"amount_minor": 1600, "currency": "EUR", "meta": {"reason": "late"}, "note": 1}),
+        );
+        assert_eq!(
+            diff,
+            vec![
+                "/amount_minor: 1500 → 1600".to_string(),
+                "/meta/reason: \"dup\" → \"late\"".to_string(),
+                "/note: (absent) → 1".to_string(),
+            ]
+        );
+        assert!(params_diff(&json!({"a": 1}), &json!({"a": 1})).is_empty());
+    }
 }

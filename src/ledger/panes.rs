@@ -252,12 +252,15 @@ impl PaneRows {
     }
 }
 
-/// Reads up to `limit` rows of a pane, most urgent first.
+/// Reads a window of up to `limit` rows of a pane, most urgent first,
+/// starting `offset` rows in: the console pages through a pane this way so
+/// memory and poll cost stay bounded however many items are open.
 pub async fn fetch<'c>(
     executor: impl PgExecutor<'c>,
     pane: Pane,
     filter: &Filter,
     limit: i64,
+    offset: i64,
 ) -> Result<PaneRows, LedgerError> {
     let (select, columns, order) = pane_sql(pane);
     let mut query = QueryBuilder::<Postgres>::new(select);
@@ -266,6 +269,8 @@ pub async fn fetch<'c>(
     query.push(order);
     query.push(" limit ");
     query.push_bind(limit.max(0));
+    query.push(" offset ");
+    query.push_bind(offset.max(0));
     let rows = match pane {
         Pane::Overdue => PaneRows::Overdue(query.build_query_as().fetch_all(executor).await?),
         Pane::Unknown => PaneRows::Unknown(query.build_query_as().fetch_all(executor).await?),
@@ -358,4 +363,17 @@ pub async fn counts<'c>(executor: impl PgExecutor<'c>) -> Result<Vec<PaneCount>,
     )
     .fetch_all(executor)
     .await?)
+}
+
+/// How many items of a pane match a filter (all of them when it is empty).
+pub async fn count<'c>(
+    executor: impl PgExecutor<'c>,
+    pane: Pane,
+    filter: &Filter,
+) -> Result<i64, LedgerError> {
+    let (_, columns, _) = pane_sql(pane);
+    let mut query =
+        QueryBuilder::<Postgres>::new(format!("select count(*) from {} v where true", pane.view()));
+    filter.push_sql(&mut query, columns);
+    Ok(query.build_query_scalar().fetch_one(executor).await?)
 }

@@ -1,0 +1,58 @@
+use super::exit::Failure;
+use crate::config::{Config, ConfigSource, mask_url};
+
+pub fn run(
+    config: &Config,
+    source: &ConfigSource,
+    database_url: Option<&str>,
+) -> Result<(), Failure> {
+    match source {
+        ConfigSource::File(path) => println!("config file:      {}", path.display()),
+        ConfigSource::Defaults(Some(path)) => println!(
+            "config file:      {} (absent: built-in defaults)",
+            path.display()
+        ),
+        ConfigSource::Defaults(None) => {
+            println!("config file:      none (no config dir on this platform)")
+        }
+    }
+    println!("log file:         {}", config.log_path().display());
+    let url = database_url
+        .or(config.database_url.as_deref())
+        .map(mask_url)
+        .unwrap_or_else(|| "(not set)".into());
+    println!("database_url:     {url}");
+    println!("operator:         {}", config.operator);
+    println!("poll interval:    {} s", config.poll_interval_secs);
+    println!("statement timeout:{} s", config.statement_timeout_secs);
+    println!("theme:            {}", config.theme);
+    println!("read_only:        {}", config.read_only);
+    println!(
+        "notifications:    {} (at most one per pane every {} s)",
+        if config.notifications.enabled {
+            "on"
+        } else {
+            "off"
+        },
+        config.notifications.min_interval_secs
+    );
+    let providers: Vec<&String> = config.providers.keys().collect();
+    let sinks: Vec<&String> = config.sinks.keys().collect();
+    println!(
+        "providers:        {}",
+        if providers.is_empty() {
+            "none".into()
+        } else {
+            format!("{providers:?}")
+        }
+    );
+    println!(
+        "sinks:            {}",
+        if sinks.is_empty() {
+            "none".into()
+        } else {
+            format!("{sinks:?}")
+        }
+    );
+    Ok(())
+}

@@ -1,0 +1,217 @@
+//! The config file: TOML, every field optional, defaults built in. Read from
+//! `--config`, else the platform config dir (`effectwatch/config.toml`).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use thiserror::Error;
+
+use crate::adapters::{ProviderConfig, SinkConfig};
+
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    #[error("cannot read config {path}: {message}")]
+    Read { path: PathBuf, message: String },
+    #[error("config {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub database_url: Option<String>,
+    /// Who the audit trail says acted; defaults to the OS user.
+    pub operator: String,
+    pub poll_interval_secs: f64,
+    pub statement_timeout_secs: u64,
+    pub theme: String,
+    pub read_only: bool,
+    pub mouse: bool,
+    pub notifications: NotificationConfig,
+    pub providers: BTreeMap<String, ProviderConfig>,
+    pub sinks: BTreeMap<String, SinkConfig>,
+    /// Where logs go; never the terminal the console owns.
+    pub log_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NotificationConfig {
+    pub enabled: bool,
+    /// At most one notification per pane within this many seconds.
+    pub min_interval_secs: u64,
+    pub timeout_ms: u64,
+}
+
+impl Default for NotificationConfig {
+    fn default() -> Self {
+        NotificationConfig {
+            enabled: true,
+            min_interval_secs: 30,
+            timeout_ms: 2000,
+        }
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            database_url: None,
+            operator: whoami::username().unwrap_or_else(|_| "operator".to_string()),
+            poll_interval_secs: 2.0,
+            statement_timeout_secs: 10,
+            theme: "dark".to_string(),
+            read_only: false,
+            mouse: false,
+            notifications: NotificationConfig::default(),
+            providers: BTreeMap::new(),
+            sinks: BTreeMap::new(),
+            log_file: None,
+        }
+    }
+}
+
+/// Where the settings came from, for `effectwatch config`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ConfigSource {
+    File(PathBuf),
+    /// The default path, which does not exist: built-in defaults apply.
+    Defaults(Option<PathBuf>),
+}
+
+impl Config {
+    pub fn default_path() -> Option<PathBuf> {
+        directories::ProjectDirs::from("", "", "effectwatch")
+            .map(|dirs| dirs.config_dir().join("config.toml"))
+    }
+
+    pub fn default_log_path() -> PathBuf {
+        directories::ProjectDirs::from("", "", "effectwatch")
+            .map(|dirs| dirs.cache_dir().join("effectwatch.log"))
+            .unwrap_or_else(|| std::env::temp_dir().join("effectwatch.log"))
+    }
+
+    /// An explicit path must exist; the default path may be absent.
+    pub fn load(explicit: Option<&Path>) -> Result<(Config, ConfigSource), ConfigError> {
+        match explicit {
+            Some(path) => Ok((
+                Self::from_file(path)?,
+                ConfigSource::File(path.to_path_buf()),
+            )),
+            None => match Self::default_path() {
+                Some(path) if path.exists() => {
+                    Ok((Self::from_file(&path)?, ConfigSource::File(path)))
+                }
+                other => Ok((Config::default(), ConfigSource::Defaults(other))),
+            },
+        }
+    }
+
+    pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
+            path: path.to_path_buf(),
+            message: error.to_string(),
+        })?;
+        Self::from_toml(&text).map_err(|message| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message,
+        })
+    }
+
+    /// Parses TOML; the error is one line naming the line, column and field.
+    pub fn from_toml(text: &str) -> Result<Config, String> {
+        let config: Config =
+            toml::from_str(text).map_err(|error| one_line_toml_error(text, &error))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        if !(0.1..=3600.0).contains(&self.poll_interval_secs) {
+            return Err(format!(
+                "poll_interval_secs must be between 0.1 and 3600 (got {})",
+                self.poll_interval_secs
+            ));
+        }
+        if self.operator.trim().is_empty() {
+            return Err("operator must not be empty".to_string());
+        }
+        Ok(())
+    }
+
+    pub fn poll_interval(&self) -> Duration {
+        Duration::from_secs_f64(self.poll_interval_secs)
+    }
+
+    pub fn log_path(&self) -> PathBuf {
+        self.log_file.clone().unwrap_or_else(Self::default_log_path)
+    }
+}
+
+/// toml's errors span several lines with a caret drawing; an operator
+/// needs `line N, column M: message`.
+pub fn one_line_toml_error(text: &str, error: &toml::de::Error) -> String {
+    let message = error.message().trim().replace('\n', " ");
+    match error.span() {
+        Some(span) => {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let column = before.len() - before.rfind('\n').map(|i| i + 1).unwrap_or(0) + 1;
+            format!("line {line}, column {column}: {message}")
+        }
+        None => message,
+    }
+}
+
+/// A URL with its password replaced, for printing.
+pub fn mask_url(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => match rest.split_once('@') {
+            Some((credentials, host)) => match credentials.split_once(':') {
+                Some((user, _)) => format!("{scheme}://{user}:****@{host}"),
+                None => url.to_string(),
+            },
+            None => url.to_string(),
+        },
+        None => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partial_config_keeps_defaults() {
+        let config =
+            Config::from_toml("theme = \"light\"\n[notifications]\nenabled = false\n").unwrap();
+        assert_eq!(config.theme, "light");
+        assert!(!config.notifications.enabled);
+        assert_eq!(config.notifications.min_interval_secs, 30);
+        assert_eq!(config.poll_interval_secs, 2.0);
+    }
+
+    #[test]
+    fn malformed_config_names_line_and_field() {
+        let error =
+            Config::from_toml("theme = \"dark\"\npoll_interval_secs = \"fast\"\n").unwrap_err();
+        assert!(error.starts_with("line 2,"), "{error}");
+        assert!(!error.contains('\n'));
+        let error = Config::from_toml("colour = 1\n").unwrap_err();
+        assert!(error.contains("colour"), "{error}");
+    }
+
+    #[test]
+    fn passwords_are_masked() {
+        assert_eq!(
+            mask_url("postgres://ops:s3cret@db:5432/ledger"),
+            "postgres://ops:****@db:5432/ledger"
+        );
+        assert_eq!(
+            mask_url("postgres://ops@db/ledger"),
+            "postgres://ops@db/ledger"
+        );
+    }
+}

@@ -1,0 +1,879 @@
+//! The console's state and its update function. Pure: it never touches the
+//! database or the terminal; it returns [`Command`]s for the runtime to carry
+//! out, and it is tested without either.
+
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+
+use super::action::{Action, Confirmation, Scope};
+use super::model::{self, EscalationRow, TableModel};
+use super::theme::Role;
+use crate::ledger::history::EffectHistory;
+use crate::ledger::model::AuditEntry;
+use crate::ledger::panes::{Filter, Pane, PaneRows};
+
+/// Rows fetched per pane and poll: memory and poll cost stay bounded however
+/// many items are open; moving past the window fetches the next one.
+pub const WINDOW: usize = 500;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum View {
+    Pane(Pane),
+    Escalations,
+    Audit,
+}
+
+pub const VIEWS: [View; 6] = [
+    View::Pane(Pane::Overdue),
+    View::Pane(Pane::Unknown),
+    View::Pane(Pane::Duplicates),
+    View::Pane(Pane::Held),
+    View::Escalations,
+    View::Audit,
+];
+
+impl View {
+    pub fn title(self) -> &'static str {
+        match self {
+            View::Pane(pane) => pane.title(),
+            View::Escalations => "Escalations",
+            View::Audit => "Audit log",
+        }
+    }
+}
+
+/// One poll's worth of data; the UI renders from the latest one.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Snapshot {
+    pub panes: Vec<(Pane, PaneRows)>,
+    /// Items per pane in the whole ledger (not only the fetched window).
+    pub counts: Vec<(Pane, i64)>,
+    pub escalations: Vec<EscalationRow>,
+    pub audit: Vec<AuditEntry>,
+    pub polled_at: DateTime<Utc>,
+    pub latency: Duration,
+    pub database: String,
+    pub role: String,
+    /// The window offsets these rows were fetched at.
+    pub offsets: [usize; 4],
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Connection {
+    Connecting,
+    Live,
+    /// The last poll failed; data shown is from `since`.
+    Stale {
+        since: Instant,
+        error: String,
+    },
+}
+
+/// What the runtime should do after an update.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Command {
+    Quit,
+    /// Poll settings (filter, interval, pause, window offsets) changed.
+    Repoll,
+    LoadDetail(String),
+    Perform(OperatorRequest),
+    Copy(String),
+}
+
+/// A writing action the operator confirmed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OperatorRequest {
+    pub action: Action,
+    /// For effects: (op_key, the version the operator saw).
+    pub targets: Vec<(String, i64)>,
+    pub escalation_key: Option<String>,
+    pub reason: String,
+    /// For resolve-as-succeeded: the provider's reference the operator typed.
+    pub external_ref: Option<String>,
+}
+
+/// Messages into the update function.
+#[derive(Debug, Clone)]
+pub enum Message {
+    Key(KeyEvent),
+    Snapshot(Box<Snapshot>),
+    PollFailed(String),
+    Detail(String, Result<Box<EffectHistory>, String>),
+    Performed(Result<String, String>),
+    Notice(String),
+    Tick,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ListState {
+    pub selected: usize,
+    /// The id the selection follows across refreshes.
+    pub selected_id: Option<String>,
+    pub sort: Option<(usize, bool)>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Detail {
+    pub op_key: String,
+    pub history: Option<Box<EffectHistory>>,
+    pub error: Option<String>,
+    pub scroll: u16,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DialogField {
+    Reason,
+    ExternalRef,
+    KeySuffix,
+    Buttons,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Dialog {
+    pub action: Action,
+    pub title: String,
+    /// What will happen, in a sentence.
+    pub summary: String,
+    pub targets: Vec<(String, i64)>,
+    pub escalation_key: Option<String>,
+    pub reason: String,
+    pub external_ref: String,
+    pub key_suffix: String,
+    /// What the operator must type to prove they read the key.
+    pub required_suffix: Option<String>,
+    pub focus: DialogField,
+    /// The default button is Cancel.
+    pub confirm_selected: bool,
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Status {
+    pub text: String,
+    pub role: Role,
+}
+
+pub struct App {
+    pub view: usize,
+    pub lists: [ListState; 6],
+    pub models: [TableModel; 6],
+    pub totals: [i64; 6],
+    pub offsets: [usize; 4],
+    pub snapshot: Option<Box<Snapshot>>,
+    pub connection: Connection,
+    pub detail: Option<Detail>,
+    pub filter_text: String,
+    pub filter: Filter,
+    pub editing_filter: bool,
+    pub paused: bool,
+    pub poll_interval: Duration,
+    pub read_only: bool,
+    pub operator: String,
+    pub show_help: bool,
+    pub dialog: Option<Dialog>,
+    pub status: Option<Status>,
+    /// When set, the console shows panes as they were at this instant.
+    pub at: Option<DateTime<Utc>>,
+    pub page_size: usize,
+    pending_jump_to_end: bool,
+}
+
+impl App {
+    pub fn new(operator: String, read_only: bool, poll_interval: Duration) -> App {
+        App {
+            view: 0,
+            lists: Default::default(),
+            models: Default::default(),
+            totals: [0; 6],
+            offsets: [0; 4],
+            snapshot: None,
+            connection: Connection::Connecting,
+            detail: None,
+            filter_text: String::new(),
+            filter: Filter::default(),
+            editing_filter: false,
+            paused: false,
+            poll_interval,
+            read_only,
+            operator,
+            show_help: false,
+            dialog: None,
+            status: None,
+            at: None,
+            page_size: 20,
+            pending_jump_to_end: false,
+        }
+    }
+
+    pub fn current_view(&self) -> View {
+        VIEWS[self.view]
+    }
+
+    pub fn model(&self) -> &TableModel {
+        &self.models[self.view]
+    }
+
+    fn pane_index(&self) -> Option<usize> {
+        match self.current_view() {
+            View::Pane(pane) => Pane::ALL.iter().position(|p| *p == pane),
+            _ => None,
+        }
+    }
+
+    pub fn selected_row(&self) -> Option<&model::Row> {
+        self.model().rows.get(self.lists[self.view].selected)
+    }
+
+    /// The effect an action would apply to: the open detail, else the selected row.
+    pub fn selected_effect(&self) -> Option<(String, i64)> {
+        if let Some(detail) = &self.detail {
+            let version = detail.history.as_ref().map(|h| h.effect.version)?;
+            return Some((detail.op_key.clone(), version));
+        }
+        let row = self.selected_row()?;
+        Some((row.op_key.clone()?, row.version?))
+    }
+
+    pub fn set_status(&mut self, text: impl Into<String>, role: Role) {
+        self.status = Some(Status {
+            text: text.into(),
+            role,
+        });
+    }
+
+    pub fn update(&mut self, message: Message) -> Vec<Command> {
+        match message {
+            Message::Key(key) => self.on_key(key),
+            Message::Snapshot(snapshot) => {
+                self.apply_snapshot(snapshot);
+                self.connection = Connection::Live;
+                self.refresh_detail()
+            }
+            Message::PollFailed(error) => {
+                if !matches!(self.connection, Connection::Stale { .. }) {
+                    self.connection = Connection::Stale {
+                        since: Instant::now(),
+                        error,
+                    };
+                } else if let Connection::Stale { error: last, .. } = &mut self.connection {
+                    *last = error;
+                }
+                Vec::new()
+            }
+            Message::Detail(op_key, result) => {
+                if let Some(detail) = &mut self.detail
+                    && detail.op_key == op_key
+                {
+                    match result {
+                        Ok(history) => {
+                            detail.history = Some(history);
+                            detail.error = None;
+                        }
+                        Err(error) => detail.error = Some(error),
+                    }
+                }
+                Vec::new()
+            }
+            Message::Performed(result) => {
+                match result {
+                    Ok(summary) => self.set_status(format!("✓ {summary}"), Role::Ok),
+                    Err(error) => self.set_status(format!("✗ {error}"), Role::Critical),
+                }
+                let mut commands = vec![Command::Repoll];
+                commands.extend(self.refresh_detail());
+                commands
+            }
+            Message::Notice(text) => {
+                self.set_status(text, Role::Warn);
+                Vec::new()
+            }
+            Message::Tick => Vec::new(),
+        }
+    }
+
+    fn refresh_detail(&self) -> Vec<Command> {
+        match &self.detail {
+            Some(detail) => vec![Command::LoadDetail(detail.op_key.clone())],
+            None => Vec::new(),
+        }
+    }
+
+    /// Replaces the data while keeping each selection on its item.
+    pub fn apply_snapshot(&mut self, snapshot: Box<Snapshot>) {
+        for (index, pane) in Pane::ALL.iter().enumerate() {
+            if let Some((_, rows)) = snapshot.panes.iter().find(|(p, _)| p == pane) {
+                self.models[index] = model::pane_model(rows);
+            }
+            self.totals[index] = snapshot
+                .counts
+                .iter()
+                .find(|(p, _)| p == pane)
+                .map(|(_, count)| *count)
+                .unwrap_or(self.models[index].rows.len() as i64);
+        }
+        let escalations = self.filtered_escalations(&snapshot.escalations);
+        self.models[4] = model::escalation_model(&escalations);
+        self.totals[4] = escalations.len() as i64;
+        let audit: Vec<AuditEntry> = snapshot
+            .audit
+            .iter()
+            .filter(|entry| {
+                self.matches_filter_text(&[
+                    entry.op_key.as_deref().unwrap_or(""),
+                    &entry.operator,
+                    &entry.action,
+                ])
+            })
+            .cloned()
+            .collect();
+        self.models[5] = model::audit_model(&audit);
+        self.totals[5] = audit.len() as i64;
+        self.offsets = snapshot.offsets;
+        self.snapshot = Some(snapshot);
+        for view in 0..VIEWS.len() {
+            if let Some((column, descending)) = self.lists[view].sort {
+                self.models[view].sort(column, descending);
+            }
+            self.reselect(view);
+        }
+        if self.pending_jump_to_end {
+            self.pending_jump_to_end = false;
+            let last = self.models[self.view].rows.len().saturating_sub(1);
+            self.select(self.view, last);
+        }
+    }
+
+    fn filtered_escalations(&self, rows: &[EscalationRow]) -> Vec<EscalationRow> {
+        rows.iter()
+            .filter(|row| {
+                self.matches_filter_text(&[
+                    &row.op_key,
+                    &row.sink,
+                    &row.created_by,
+                    &row.decision_needed,
+                ])
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// Client-side filtering for the small views (escalations, audit); the
+    /// panes are filtered in SQL by the poller.
+    fn matches_filter_text(&self, fields: &[&str]) -> bool {
+        self.filter.terms.iter().all(|(_, value)| {
+            let value = value.to_lowercase();
+            fields
+                .iter()
+                .any(|field| field.to_lowercase().contains(&value))
+        })
+    }
+
+    fn reselect(&mut self, view: usize) {
+        let list = &self.lists[view];
+        let model = &self.models[view];
+        let index = list
+            .selected_id
+            .as_deref()
+            .and_then(|id| model.position(id))
+            .unwrap_or_else(|| list.selected.min(model.rows.len().saturating_sub(1)));
+        self.select(view, index);
+    }
+
+    fn select(&mut self, view: usize, index: usize) {
+        let model = &self.models[view];
+        let index = index.min(model.rows.len().saturating_sub(1));
+        self.lists[view].selected = index;
+        self.lists[view].selected_id = model.rows.get(index).map(|row| row.id.clone());
+    }
+
+    fn on_key(&mut self, key: KeyEvent) -> Vec<Command> {
+        if self.dialog.is_some() {
+            return self.on_dialog_key(key);
+        }
+        if self.editing_filter {
+            return self.on_filter_key(key);
+        }
+        if self.show_help {
+            self.show_help = false;
+            return Vec::new();
+        }
+        match Action::from_key(key) {
+            Some(action) => self.perform(action),
+            None => Vec::new(),
+        }
+    }
+
+    /// The one dispatcher: read-only refusal happens here, for every view.
+    pub fn perform(&mut self, action: Action) -> Vec<Command> {
+        if !action.allowed(self.read_only) {
+            self.set_status(
+                format!("read-only: {} is not available", action.info().description),
+                Role::Warn,
+            );
+            return Vec::new();
+        }
+        if action.writes() {
+            return self.open_dialog(action);
+        }
+        let view = self.view;
+        let rows = self.models[view].rows.len();
+        match action {
+            Action::Quit => return vec![Command::Quit],
+            Action::Help => self.show_help = true,
+            Action::NextView => self.go_to_view((self.view + 1) % VIEWS.len()),
+            Action::PrevView => self.go_to_view((self.view + VIEWS.len() - 1) % VIEWS.len()),
+            Action::GoToView(index) => self.go_to_view(index.min(VIEWS.len() - 1)),
+            Action::Up if self.detail.is_some() => self.scroll_detail(-1),
+            Action::Down if self.detail.is_some() => self.scroll_detail(1),
+            Action::PageUp if self.detail.is_some() => self.scroll_detail(-(self.page_size as i32)),
+            Action::PageDown if self.detail.is_some() => self.scroll_detail(self.page_size as i32),
+            Action::Up => {
+                if self.lists[view].selected == 0 {
+                    return self.move_window(-1);
+                }
+                self.select(view, self.lists[view].selected.saturating_sub(1));
+            }
+            Action::Down => {
+                if self.lists[view].selected + 1 >= rows {
+                    return self.move_window(1);
+                }
+                self.select(view, self.lists[view].selected + 1);
+            }
+            Action::PageUp => self.select(
+                view,
+                self.lists[view].selected.saturating_sub(self.page_size),
+            ),
+            Action::PageDown => self.select(view, self.lists[view].selected + self.page_size),
+            Action::Home => {
+                self.select(view, 0);
+                if let Some(pane) = self.pane_index()
+                    && self.offsets[pane] > 0
+                {
+                    self.offsets[pane] = 0;
+                    self.lists[view].selected_id = None;
+                    return vec![Command::Repoll];
+                }
+            }
+            Action::End => {
+                self.select(view, rows.saturating_sub(1));
+                if let Some(pane) = self.pane_index() {
+                    let total = self.totals[view].max(0) as usize;
+                    let last_window = total.saturating_sub(WINDOW);
+                    if self.offsets[pane] < last_window {
+                        self.offsets[pane] = last_window;
+                        self.pending_jump_to_end = true;
+                        return vec![Command::Repoll];
+                    }
+                }
+            }
+            Action::Open => {
+                if let Some((op_key, _)) = self
+                    .selected_row()
+                    .and_then(|row| row.op_key.clone().map(|k| (k, ())))
+                {
+                    self.detail = Some(Detail {
+                        op_key: op_key.clone(),
+                        history: None,
+                        error: None,
+                        scroll: 0,
+                    });
+                    return vec![Command::LoadDetail(op_key)];
+                }
+            }
+            Action::Back => {
+                if self.detail.is_some() {
+                    self.detail = None;
+                } else if !self.filter_text.is_empty() {
+                    self.filter_text.clear();
+                    self.filter = Filter::default();
+                    self.offsets = [0; 4];
+                    return vec![Command::Repoll];
+                }
+            }
+            Action::Filter => {
+                self.editing_filter = true;
+            }
+            Action::SortNext => {
+                let columns = self.models[view].columns.len();
+                let next = match self.lists[view].sort {
+                    None => 0,
+                    Some((column, _)) if column + 1 < columns => column + 1,
+                    Some(_) => {
+                        self.lists[view].sort = None;
+                        self.set_status("sort: ledger order (most urgent first)", Role::Muted);
+                        return vec![Command::Repoll];
+                    }
+                };
+                self.lists[view].sort = Some((next, false));
+                self.sort_view(view);
+            }
+            Action::SortReverse => {
+                if let Some((column, descending)) = self.lists[view].sort {
+                    self.lists[view].sort = Some((column, !descending));
+                    self.sort_view(view);
+                }
+            }
+            Action::Pause => {
+                self.paused = !self.paused;
+                self.set_status(
+                    if self.paused {
+                        "⏸ polling paused (p resumes)"
+                    } else {
+                        "▶ polling resumed"
+                    },
+                    Role::Muted,
+                );
+                return vec![Command::Repoll];
+            }
+            Action::Copy => {
+                if let Some((op_key, _)) = self.selected_effect() {
+                    self.set_status(
+                        format!("copied {}", crate::text::sanitize_line(&op_key)),
+                        Role::Ok,
+                    );
+                    return vec![Command::Copy(op_key)];
+                }
+            }
+            Action::Faster | Action::Slower => {
+                let seconds = self.poll_interval.as_secs_f64();
+                let next = if action == Action::Faster {
+                    (seconds / 2.0).max(0.25)
+                } else {
+                    (seconds * 2.0).min(300.0)
+                };
+                self.poll_interval = Duration::from_secs_f64(next);
+                self.set_status(format!("polling every {next:.2} s"), Role::Muted);
+                return vec![Command::Repoll];
+            }
+            Action::Refresh => return vec![Command::Repoll],
+            _ => {}
+        }
+        Vec::new()
+    }
+
+    fn sort_view(&mut self, view: usize) {
+        if let Some((column, descending)) = self.lists[view].sort {
+            self.models[view].sort(column, descending);
+            let title = self.models[view]
+                .columns
+                .get(column)
+                .map(|c| c.title)
+                .unwrap_or("?");
+            let arrow = if descending { "↓" } else { "↑" };
+            self.set_status(
+                format!("sorted by {title} {arrow} (within the loaded rows)"),
+                Role::Muted,
+            );
+        }
+        self.reselect(view);
+    }
+
+    fn move_window(&mut self, direction: i64) -> Vec<Command> {
+        let Some(pane) = self.pane_index() else {
+            return Vec::new();
+        };
+        let total = self.totals[self.view].max(0) as usize;
+        let offset = self.offsets[pane];
+        let next = if direction > 0 {
+            let end = offset + self.models[self.view].rows.len();
+            if end >= total {
+                return Vec::new();
+            }
+            offset + WINDOW / 2
+        } else {
+            if offset == 0 {
+                return Vec::new();
+            }
+            offset.saturating_sub(WINDOW / 2)
+        };
+        self.offsets[pane] = next;
+        vec![Command::Repoll]
+    }
+
+    fn go_to_view(&mut self, index: usize) {
+        self.view = index;
+        self.detail = None;
+    }
+
+    fn scroll_detail(&mut self, delta: i32) {
+        if let Some(detail) = &mut self.detail {
+            detail.scroll = (detail.scroll as i32 + delta).max(0) as u16;
+        }
+    }
+
+    fn on_filter_key(&mut self, key: KeyEvent) -> Vec<Command> {
+        match key.code {
+            KeyCode::Enter => {
+                self.editing_filter = false;
+                self.apply_filter()
+            }
+            KeyCode::Esc => {
+                self.editing_filter = false;
+                self.filter_text.clear();
+                self.apply_filter()
+            }
+            KeyCode::Backspace => {
+                self.filter_text.pop();
+                Vec::new()
+            }
+            KeyCode::Char('u') if key.modifiers.contains(KeyModifiers::CONTROL) => {
+                self.filter_text.clear();
+                Vec::new()
+            }
+            KeyCode::Char(ch) if !ch.is_control() => {
+                self.filter_text.push(ch);
+                Vec::new()
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    fn apply_filter(&mut self) -> Vec<Command> {
+        match Filter::parse(&self.filter_text) {
+            Ok(filter) => {
+                self.filter = filter;
+                self.offsets = [0; 4];
+                if let Some(snapshot) = self.snapshot.clone() {
+                    self.apply_snapshot(snapshot);
+                }
+                vec![Command::Repoll]
+            }
+            Err(error) => {
+                self.set_status(format!("filter: {error}"), Role::Critical);
+                self.editing_filter = true;
+                Vec::new()
+            }
+        }
+    }
+
+    fn open_dialog(&mut self, action: Action) -> Vec<Command> {
+        let info = action.info();
+        let mut dialog = Dialog {
+            action,
+            title: info
+                .description
+                .split(':')
+                .next()
+                .unwrap_or(info.description)
+                .to_string(),
+            summary: String::new(),
+            targets: Vec::new(),
+            escalation_key: None,
+            reason: String::new(),
+            external_ref: String::new(),
+            key_suffix: String::new(),
+            required_suffix: None,
+            focus: DialogField::Reason,
+            confirm_selected: false,
+            error: None,
+        };
+        match (action, info.scope) {
+            (Action::ReconcileAll, _) => {
+                let targets: Vec<(String, i64)> = self.models[self.view]
+                    .rows
+                    .iter()
+                    .filter_map(|row| Some((row.op_key.clone()?, row.version?)))
+                    .collect();
+                if targets.is_empty() || self.detail.is_some() {
+                    self.set_status("nothing to reconcile in this view", Role::Muted);
+                    return Vec::new();
+                }
+                let filtered = if self.filter.is_empty() {
+                    String::new()
+                } else {
+                    format!(" matching {:?}", self.filter_text)
+                };
+                dialog.summary = format!(
+                    "Ask the provider about {} effects of {}{filtered}, one after the other.",
+                    targets.len(),
+                    self.current_view().title()
+                );
+                dialog.targets = targets;
+            }
+            (_, Scope::Escalation) => {
+                let Some(row) = self
+                    .selected_row()
+                    .filter(|_| self.current_view() == View::Escalations)
+                else {
+                    self.set_status("select an escalation first (view 5)", Role::Muted);
+                    return Vec::new();
+                };
+                dialog.summary = format!(
+                    "{} {}",
+                    info.description,
+                    crate::text::sanitize_line(&row.id)
+                );
+                dialog.escalation_key = Some(row.id.clone());
+            }
+            _ => {
+                let Some((op_key, version)) = self.selected_effect() else {
+                    self.set_status("select an effect first", Role::Muted);
+                    return Vec::new();
+                };
+                dialog.summary = format!(
+                    "{} — {}",
+                    info.description,
+                    crate::text::sanitize_line(&op_key)
+                );
+                if info.confirmation == Confirmation::ReasonAndKey {
+                    dialog.required_suffix = Some(key_suffix(&op_key));
+                }
+                dialog.targets = vec![(op_key, version)];
+            }
+        }
+        dialog.focus = match info.confirmation {
+            Confirmation::Confirm | Confirmation::None => DialogField::Buttons,
+            _ if action == Action::ResolveSucceeded => DialogField::ExternalRef,
+            _ => DialogField::Reason,
+        };
+        self.dialog = Some(dialog);
+        Vec::new()
+    }
+
+    fn on_dialog_key(&mut self, key: KeyEvent) -> Vec<Command> {
+        let Some(dialog) = &mut self.dialog else {
+            return Vec::new();
+        };
+        let info = dialog.action.info();
+        let fields = dialog_fields(dialog.action, info.confirmation);
+        match key.code {
+            KeyCode::Esc => {
+                self.dialog = None;
+                self.set_status("cancelled: nothing written", Role::Muted);
+                return Vec::new();
+            }
+            KeyCode::Tab | KeyCode::Down => {
+                let at = fields.iter().position(|f| *f == dialog.focus).unwrap_or(0);
+                dialog.focus = fields[(at + 1) % fields.len()];
+            }
+            KeyCode::BackTab | KeyCode::Up => {
+                let at = fields.iter().position(|f| *f == dialog.focus).unwrap_or(0);
+                dialog.focus = fields[(at + fields.len() - 1) % fields.len()];
+            }
+            KeyCode::Left | KeyCode::Right if dialog.focus == DialogField::Buttons => {
+                dialog.confirm_selected = !dialog.confirm_selected;
+            }
+            KeyCode::Enter => {
+                if dialog.focus != DialogField::Buttons {
+                    let at = fields.iter().position(|f| *f == dialog.focus).unwrap_or(0);
+                    dialog.focus = fields[(at + 1) % fields.len()];
+                    return Vec::new();
+                }
+                if !dialog.confirm_selected {
+                    self.dialog = None;
+                    self.set_status("cancelled: nothing written", Role::Muted);
+                    return Vec::new();
+                }
+                if let Err(problem) = validate_dialog(dialog) {
+                    dialog.error = Some(problem);
+                    return Vec::new();
+                }
+                let dialog = self.dialog.take().expect("dialog is open");
+                let count = dialog.targets.len();
+                let what = dialog
+                    .action
+                    .info()
+                    .description
+                    .split(':')
+                    .next()
+                    .unwrap_or("")
+                    .to_string();
+                self.set_status(
+                    if count > 1 {
+                        format!("… {what}: {count} effects")
+                    } else {
+                        format!("… {what}")
+                    },
+                    Role::Muted,
+                );
+                return vec![Command::Perform(OperatorRequest {
+                    action: dialog.action,
+                    targets: dialog.targets,
+                    escalation_key: dialog.escalation_key,
+                    reason: dialog.reason.trim().to_string(),
+                    external_ref: Some(dialog.external_ref.trim().to_string())
+                        .filter(|r| !r.is_empty()),
+                })];
+            }
+            KeyCode::Backspace => {
+                if let Some(text) = dialog_text(dialog) {
+                    text.pop();
+                }
+            }
+            KeyCode::Char(ch) if !ch.is_control() => {
+                if let Some(text) = dialog_text(dialog) {
+                    if text.chars().count() < 500 {
+                        text.push(ch);
+                    }
+                } else if dialog.focus == DialogField::Buttons {
+                    match ch {
+                        'y' | 'Y' => dialog.confirm_selected = true,
+                        'n' | 'N' => dialog.confirm_selected = false,
+                        _ => {}
+                    }
+                }
+            }
+            _ => {}
+        }
+        Vec::new()
+    }
+}
+
+fn dialog_fields(action: Action, confirmation: Confirmation) -> Vec<DialogField> {
+    let mut fields = Vec::new();
+    if action == Action::ResolveSucceeded {
+        fields.push(DialogField::ExternalRef);
+    }
+    if matches!(
+        confirmation,
+        Confirmation::Reason | Confirmation::ReasonAndKey
+    ) {
+        fields.push(DialogField::Reason);
+    }
+    if confirmation == Confirmation::ReasonAndKey {
+        fields.push(DialogField::KeySuffix);
+    }
+    fields.push(DialogField::Buttons);
+    fields
+}
+
+fn dialog_text(dialog: &mut Dialog) -> Option<&mut String> {
+    match dialog.focus {
+        DialogField::Reason => Some(&mut dialog.reason),
+        DialogField::ExternalRef => Some(&mut dialog.external_ref),
+        DialogField::KeySuffix => Some(&mut dialog.key_suffix),
+        DialogField::Buttons => None,
+    }
+}
+
+fn validate_dialog(dialog: &Dialog) -> Result<(), String> {
+    let confirmation = dialog.action.info().confirmation;
+    if matches!(
+        confirmation,
+        Confirmation::Reason | Confirmation::ReasonAndKey
+    ) && dialog.reason.trim().is_empty()
+    {
+        return Err("a reason is required".to_string());
+    }
+    if dialog.action == Action::ResolveSucceeded && dialog.external_ref.trim().is_empty() {
+        return Err("the provider's external reference is required".to_string());
+    }
+    if let Some(required) = &dialog.required_suffix
+        && dialog.key_suffix.trim() != required
+    {
+        return Err(format!(
+            "type the last {} characters of the key to confirm",
+            required.chars().count()
+        ));
+    }
+    Ok(())
+}
+
+/// The last characters of a key an operator types to confirm a money move.
+pub fn key_suffix(op_key: &str) -> String {
+    let clean: Vec<char> = crate::text::sanitize_line(op_key).chars().collect();
+    let take = clean.len().min(4);
+    clean[clean.len() - take..].iter().collect()
+}

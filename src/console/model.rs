@@ -1,0 +1,427 @@
+//! Table models: ledger rows turned into display cells once per poll, so a
+//! frame only lays out the rows it shows. All untrusted text is sanitised here.
+
+use std::cmp::Ordering;
+
+use chrono::{DateTime, Utc};
+
+use super::theme::Role;
+use crate::format::{duration_ms, optional_money};
+use crate::ledger::model::AuditEntry;
+use crate::ledger::panes::PaneRows;
+use crate::text::sanitize_line;
+
+/// What a column sorts by.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum SortValue {
+    Number(i64),
+    Text(String),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Cell {
+    pub text: String,
+    pub role: Role,
+    pub sort: SortValue,
+}
+
+impl Cell {
+    fn text(text: &str) -> Cell {
+        let text = sanitize_line(text);
+        Cell {
+            sort: SortValue::Text(text.to_lowercase()),
+            text,
+            role: Role::Text,
+        }
+    }
+
+    fn muted(text: &str) -> Cell {
+        Cell {
+            role: Role::Muted,
+            ..Cell::text(text)
+        }
+    }
+
+    fn number(value: i64, text: String, role: Role) -> Cell {
+        Cell {
+            text,
+            role,
+            sort: SortValue::Number(value),
+        }
+    }
+
+    fn with_role(mut self, role: Role) -> Cell {
+        self.role = role;
+        self
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    /// What the selection follows: the op_key, or the escalation key, or the audit seq.
+    pub id: String,
+    /// The effect's key (for actions and detail), if the row is about one effect.
+    pub op_key: Option<String>,
+    pub version: Option<i64>,
+    pub cells: Vec<Cell>,
+    /// The row deserves attention (a mismatch, a late result): drawn with its role.
+    pub flag: Option<Role>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Column {
+    pub title: &'static str,
+    /// Minimum width; columns marked flexible share what is left.
+    pub width: u16,
+    pub flexible: bool,
+}
+
+const fn col(title: &'static str, width: u16, flexible: bool) -> Column {
+    Column {
+        title,
+        width,
+        flexible,
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct TableModel {
+    pub columns: Vec<Column>,
+    pub rows: Vec<Row>,
+}
+
+impl TableModel {
+    pub fn position(&self, id: &str) -> Option<usize> {
+        self.rows.iter().position(|row| row.id == id)
+    }
+
+    pub fn sort(&mut self, column: usize, descending: bool) {
+        if column >= self.columns.len() {
+            return;
+        }
+        self.rows.sort_by(|a, b| {
+            let order = a.cells[column].sort.cmp(&b.cells[column].sort);
+            let order = if descending { order.reverse() } else { order };
+            if order == Ordering::Equal {
+                a.id.cmp(&b.id)
+            } else {
+                order
+            }
+        });
+    }
+}
+
+fn money_cell(amount: Option<i64>, currency: Option<&str>) -> Cell {
+    let text = sanitize_line(&optional_money(amount, currency));
+    Cell {
+        sort: SortValue::Number(amount.unwrap_or(i64::MIN)),
+        text,
+        role: Role::Text,
+    }
+}
+
+fn age_cell(ms: i64, role: Role) -> Cell {
+    Cell::number(ms, duration_ms(ms), role)
+}
+
+fn time_cell(at: DateTime<Utc>) -> Cell {
+    Cell::number(
+        at.timestamp_millis(),
+        at.format("%m-%d %H:%M:%S").to_string(),
+        Role::Muted,
+    )
+}
+
+/// How late an item is, as a role: the longer past its window, the louder.
+fn lateness(ms: i64) -> Role {
+    if ms > 15 * 60_000 {
+        Role::Critical
+    } else {
+        Role::Warn
+    }
+}
+
+pub fn pane_model(rows: &PaneRows) -> TableModel {
+    match rows {
+        PaneRows::Overdue(rows) => TableModel {
+            columns: vec![
+                col("key", 24, true),
+                col("action", 8, false),
+                col("target", 16, true),
+                col("amount", 12, false),
+                col("age", 7, false),
+                col("past window", 11, false),
+                col("dispatched", 12, false),
+                col("requester", 10, false),
+            ],
+            rows: rows
+                .iter()
+                .map(|row| Row {
+                    id: row.op_key.clone(),
+                    op_key: Some(row.op_key.clone()),
+                    version: Some(row.version),
+                    cells: vec![
+                        Cell::text(&row.op_key),
+                        Cell::text(&row.action),
+                        Cell::text(&row.target),
+                        money_cell(row.amount_minor, row.currency.as_deref()),
+                        age_cell(row.age_ms, Role::Text),
+                        age_cell(row.overdue_ms, lateness(row.overdue_ms)),
+                        if row.dispatched {
+                            Cell::text("▲ sent").with_role(Role::Warn)
+                        } else {
+                            Cell::muted("○ prepared")
+                        },
+                        Cell::text(&row.requested_by),
+                    ],
+                    flag: None,
+                })
+                .collect(),
+        },
+        PaneRows::Unknown(rows) => TableModel {
+            columns: vec![
+                col("key", 24, true),
+                col("action", 8, false),
+                col("target", 16, true),
+                col("amount", 12, false),
+                col("unknown for", 11, false),
+                col("tries", 5, false),
+                col("last error", 16, true),
+                col("reconciled", 16, false),
+            ],
+            rows: rows
+                .iter()
+                .map(|row| {
+                    let findings = match row.last_finding.as_deref() {
+                        None => "✗ never".to_string(),
+                        Some(last) => format!("{}× last {last}", row.reconciliations),
+                    };
+                    let attention = row.attention.as_deref().map(|what| format!("⚑ {what}"));
+                    Row {
+                        id: row.op_key.clone(),
+                        op_key: Some(row.op_key.clone()),
+                        version: Some(row.version),
+                        cells: vec![
+                            Cell::text(&row.op_key),
+                            Cell::text(&row.action),
+                            Cell::text(&row.target),
+                            money_cell(row.amount_minor, row.currency.as_deref()),
+                            age_cell(row.unknown_ms, lateness(row.unknown_ms)),
+                            Cell::number(row.attempts, row.attempts.to_string(), Role::Text),
+                            Cell::text(row.last_error.as_deref().unwrap_or("—")),
+                            Cell::text(attention.as_deref().unwrap_or(&findings)).with_role(
+                                if attention.is_some() {
+                                    Role::Critical
+                                } else {
+                                    Role::Muted
+                                },
+                            ),
+                        ],
+                        flag: attention.map(|_| Role::Critical),
+                    }
+                })
+                .collect(),
+        },
+        PaneRows::Duplicates(rows) => TableModel {
+            columns: vec![
+                col("key", 24, true),
+                col("state", 11, false),
+                col("tries", 5, false),
+                col("replays", 7, false),
+                col("in flight", 9, false),
+                col("mismatch", 9, false),
+                col("first seen", 14, false),
+                col("last seen", 14, false),
+                col("requesters", 14, true),
+            ],
+            rows: rows
+                .iter()
+                .map(|row| Row {
+                    id: row.op_key.clone(),
+                    op_key: Some(row.op_key.clone()),
+                    version: Some(row.version),
+                    cells: vec![
+                        Cell::text(&row.op_key),
+                        Cell::text(&row.state),
+                        Cell::number(row.attempts, row.attempts.to_string(), Role::Text),
+                        Cell::number(row.replays, row.replays.to_string(), Role::Text),
+                        Cell::number(row.in_flight, row.in_flight.to_string(), Role::Text),
+                        if row.has_mismatch {
+                            Cell::number(
+                                row.mismatches,
+                                format!("✗ {}", row.mismatches),
+                                Role::Critical,
+                            )
+                        } else {
+                            Cell::number(0, "✓ 0".into(), Role::Muted)
+                        },
+                        time_cell(row.first_seen),
+                        time_cell(row.last_seen),
+                        Cell::text(&row.requesters.join(", ")),
+                    ],
+                    flag: row.has_mismatch.then_some(Role::Critical),
+                })
+                .collect(),
+        },
+        PaneRows::Held(rows) => TableModel {
+            columns: vec![
+                col("target", 16, true),
+                col("held key", 22, true),
+                col("amount", 12, false),
+                col("held for", 9, false),
+                col("held by", 22, true),
+                col("holder", 10, false),
+                col("holder amount", 13, false),
+                col("holder age", 10, false),
+            ],
+            rows: rows
+                .iter()
+                .map(|row| Row {
+                    id: row.op_key.clone(),
+                    op_key: Some(row.op_key.clone()),
+                    version: Some(row.version),
+                    cells: vec![
+                        Cell::text(&row.target),
+                        Cell::text(&format!("⏸ {}", row.op_key)),
+                        money_cell(row.amount_minor, row.currency.as_deref()),
+                        age_cell(row.held_ms, Role::Warn),
+                        Cell::text(&format!("→ {}", row.holder_op_key)),
+                        Cell::text(&row.holder_state).with_role(state_role(&row.holder_state)),
+                        money_cell(row.holder_amount_minor, row.holder_currency.as_deref()),
+                        age_cell(row.holder_age_ms, Role::Text),
+                    ],
+                    flag: None,
+                })
+                .collect(),
+        },
+    }
+}
+
+/// An open escalation, as the console lists it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, sqlx::FromRow)]
+pub struct EscalationRow {
+    pub escalation_key: String,
+    pub op_key: String,
+    pub sink: String,
+    pub decision_needed: String,
+    pub state: String,
+    pub delivery_attempts: i32,
+    pub last_error: Option<String>,
+    pub created_by: String,
+    pub created_at: DateTime<Utc>,
+    pub age_ms: i64,
+}
+
+pub fn escalation_model(rows: &[EscalationRow]) -> TableModel {
+    TableModel {
+        columns: vec![
+            col("key", 24, true),
+            col("decision needed", 20, true),
+            col("sink", 10, false),
+            col("state", 13, false),
+            col("tries", 5, false),
+            col("age", 7, false),
+            col("by", 10, false),
+            col("last error", 16, true),
+        ],
+        rows: rows
+            .iter()
+            .map(|row| Row {
+                id: row.escalation_key.clone(),
+                op_key: Some(row.op_key.clone()),
+                version: None,
+                cells: vec![
+                    Cell::text(&row.op_key),
+                    Cell::text(&row.decision_needed),
+                    Cell::text(&row.sink),
+                    Cell::text(&escalation_state_label(&row.state))
+                        .with_role(escalation_role(&row.state)),
+                    Cell::number(
+                        row.delivery_attempts.into(),
+                        row.delivery_attempts.to_string(),
+                        Role::Text,
+                    ),
+                    age_cell(row.age_ms, Role::Text),
+                    Cell::text(&row.created_by),
+                    Cell::text(row.last_error.as_deref().unwrap_or("—")),
+                ],
+                flag: None,
+            })
+            .collect(),
+    }
+}
+
+fn escalation_state_label(state: &str) -> String {
+    let symbol = match state {
+        "open" => "…",
+        "delivered" => "✉",
+        "failed" => "✗",
+        "acknowledged" => "✓",
+        _ => "·",
+    };
+    format!("{symbol} {state}")
+}
+
+fn escalation_role(state: &str) -> Role {
+    match state {
+        "failed" => Role::Critical,
+        "open" => Role::Warn,
+        "delivered" => Role::Accent,
+        _ => Role::Ok,
+    }
+}
+
+pub fn audit_model(entries: &[AuditEntry]) -> TableModel {
+    TableModel {
+        columns: vec![
+            col("#", 6, false),
+            col("when", 14, false),
+            col("operator", 12, false),
+            col("role", 14, false),
+            col("action", 10, false),
+            col("key", 24, true),
+            col("reason", 24, true),
+        ],
+        rows: entries
+            .iter()
+            .map(|entry| Row {
+                id: entry.seq.to_string(),
+                op_key: entry.op_key.clone(),
+                version: None,
+                cells: vec![
+                    Cell::number(entry.seq, entry.seq.to_string(), Role::Muted),
+                    time_cell(entry.at),
+                    Cell::text(&entry.operator),
+                    Cell::muted(&entry.db_role),
+                    Cell::text(&entry.action).with_role(Role::Accent),
+                    Cell::text(entry.op_key.as_deref().unwrap_or("—")),
+                    Cell::text(entry.reason.as_deref().unwrap_or("")),
+                ],
+                flag: None,
+            })
+            .collect(),
+    }
+}
+
+/// The symbol and role of a state, so it reads without colour.
+pub fn state_symbol(state: &str) -> &'static str {
+    match state {
+        "pending" => "◷",
+        "held" => "⏸",
+        "unknown" => "?",
+        "succeeded" => "✓",
+        "failed" => "✗",
+        "compensated" => "↺",
+        "cancelled" => "⊘",
+        _ => "·",
+    }
+}
+
+pub fn state_role(state: &str) -> Role {
+    match state {
+        "succeeded" => Role::Ok,
+        "unknown" | "failed" => Role::Critical,
+        "pending" | "held" => Role::Warn,
+        _ => Role::Muted,
+    }
+}

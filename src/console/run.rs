@@ -1,0 +1,205 @@
+//! The console's runtime: owns the terminal, the input thread, the poller
+//! and the action tasks, and feeds their messages to the pure update.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use crossterm::event::{self, Event, KeyEventKind};
+use ratatui::DefaultTerminal;
+use tokio::sync::{Notify, mpsc, watch};
+
+use super::app::{App, Command, Message, OperatorRequest};
+use super::notify::{self, Tracker};
+use super::poller::{self, PollSettings};
+use super::theme::Theme;
+use super::{clipboard, views};
+use crate::ledger::{ConnectSettings, history};
+
+/// Carries out a confirmed operator request and says what happened, in one line.
+pub type Performer = Arc<
+    dyn Fn(OperatorRequest) -> Pin<Box<dyn Future<Output = Result<String, String>> + Send>>
+        + Send
+        + Sync,
+>;
+
+pub struct ConsoleOptions {
+    pub connect: ConnectSettings,
+    pub theme: Theme,
+    pub operator: String,
+    pub read_only: bool,
+    pub poll_interval: Duration,
+    pub notifications: Option<NotificationOptions>,
+    pub performer: Performer,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct NotificationOptions {
+    pub min_interval: Duration,
+    pub timeout: Duration,
+}
+
+/// Runs until the operator quits. The terminal is restored on every exit
+/// path, and by ratatui's panic hook on a panic.
+pub async fn run(options: ConsoleOptions) -> std::io::Result<()> {
+    let mut terminal = ratatui::try_init()?;
+    let result = event_loop(&mut terminal, options).await;
+    ratatui::try_restore()?;
+    result
+}
+
+async fn event_loop(
+    terminal: &mut DefaultTerminal,
+    options: ConsoleOptions,
+) -> std::io::Result<()> {
+    let (sender, mut messages) = mpsc::channel::<Message>(256);
+    let stop = Arc::new(AtomicBool::new(false));
+    let input = spawn_input_thread(sender.clone(), stop.clone());
+    let mut app = App::new(
+        options.operator.clone(),
+        options.read_only,
+        options.poll_interval,
+    );
+    let (settings_sender, settings) = watch::channel(poll_settings(&app));
+    let wake = Arc::new(Notify::new());
+    let poller = poller::spawn(
+        options.connect.clone(),
+        settings,
+        wake.clone(),
+        sender.clone(),
+    );
+    let ticker = {
+        let sender = sender.clone();
+        tokio::spawn(async move {
+            let mut interval = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                interval.tick().await;
+                if sender.send(Message::Tick).await.is_err() {
+                    return;
+                }
+            }
+        })
+    };
+    let mut tracker = options
+        .notifications
+        .map(|n| (Tracker::new(n.min_interval), n.timeout));
+    let notifications_failed = Arc::new(AtomicBool::new(false));
+    let mut detail_pool = None;
+
+    loop {
+        let size = terminal.size()?;
+        app.page_size = size.height.saturating_sub(7).max(1) as usize;
+        terminal.draw(|frame| views::draw(frame, &app, &options.theme))?;
+        let Some(message) = messages.recv().await else {
+            break;
+        };
+        if let (Message::Snapshot(snapshot), Some((tracker, timeout))) = (&message, &mut tracker)
+            && !notifications_failed.load(Ordering::Relaxed)
+        {
+            for batch in tracker.observe(&snapshot.panes, Instant::now()) {
+                let (sender, failed, timeout) =
+                    (sender.clone(), notifications_failed.clone(), *timeout);
+                tokio::spawn(async move {
+                    let title = format!("effectwatch: {}", batch.pane.title());
+                    if let Err(error) = notify::send(title, batch.summary(), timeout).await
+                        && !failed.swap(true, Ordering::Relaxed)
+                    {
+                        let notice = format!(
+                            "desktop notifications unavailable ({error}); carrying on without them"
+                        );
+                        let _ = sender.send(Message::Notice(notice)).await;
+                    }
+                });
+            }
+        }
+        for command in app.update(message) {
+            match command {
+                Command::Quit => {
+                    stop.store(true, Ordering::Relaxed);
+                    poller.abort();
+                    ticker.abort();
+                    let _ = input.join();
+                    return Ok(());
+                }
+                Command::Repoll => {
+                    let _ = settings_sender.send(poll_settings(&app));
+                    wake.notify_one();
+                }
+                Command::LoadDetail(op_key) => {
+                    if detail_pool.is_none() {
+                        detail_pool = options.connect.options().ok().map(|o| {
+                            sqlx::postgres::PgPoolOptions::new()
+                                .max_connections(2)
+                                .acquire_timeout(options.connect.connect_timeout)
+                                .connect_lazy_with(o)
+                        });
+                    }
+                    if let Some(pool) = detail_pool.clone() {
+                        let sender = sender.clone();
+                        tokio::spawn(async move {
+                            let result = history::load(&pool, &op_key)
+                                .await
+                                .map(Box::new)
+                                .map_err(|e| e.to_string());
+                            let _ = sender.send(Message::Detail(op_key, result)).await;
+                        });
+                    }
+                }
+                Command::Perform(request) => {
+                    let (sender, performer) = (sender.clone(), options.performer.clone());
+                    tokio::spawn(async move {
+                        let result = performer(request).await;
+                        let _ = sender.send(Message::Performed(result)).await;
+                    });
+                }
+                Command::Copy(text) => {
+                    if let Err(error) = clipboard::copy(&text) {
+                        app.set_status(
+                            format!("copy failed: {error}"),
+                            super::theme::Role::Critical,
+                        );
+                    }
+                }
+            }
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    Ok(())
+}
+
+fn poll_settings(app: &App) -> PollSettings {
+    PollSettings {
+        filter: app.filter.clone(),
+        interval: app.poll_interval,
+        paused: app.paused,
+        offsets: app.offsets,
+    }
+}
+
+/// crossterm's read blocks, so it gets a thread of its own; it checks the
+/// stop flag between short polls so quitting never waits on a key press.
+fn spawn_input_thread(
+    sender: mpsc::Sender<Message>,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        while !stop.load(Ordering::Relaxed) {
+            match event::poll(Duration::from_millis(100)) {
+                Ok(true) => {}
+                Ok(false) => continue,
+                Err(_) => return,
+            }
+            let message = match event::read() {
+                Ok(Event::Key(key)) if key.kind != KeyEventKind::Release => Message::Key(key),
+                Ok(Event::Resize(..)) => Message::Tick,
+                Ok(_) => continue,
+                Err(_) => return,
+            };
+            if sender.blocking_send(message).is_err() {
+                return;
+            }
+        }
+    })
+}

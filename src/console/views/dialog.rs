@@ -1,0 +1,110 @@
+use ratatui::Frame;
+use ratatui::layout::Rect;
+use ratatui::style::Modifier;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Borders, Clear, Paragraph, Wrap};
+
+use crate::console::action::{Action, Confirmation};
+use crate::console::app::{Dialog, DialogField};
+use crate::console::theme::{Role, Theme};
+use crate::text::sanitize_line;
+
+pub fn draw(frame: &mut Frame, area: Rect, dialog: &Dialog, theme: &Theme) {
+    let confirmation = dialog.action.info().confirmation;
+    let mut lines = vec![
+        Line::from(Span::styled(sanitize_line(&dialog.summary), theme.base())),
+        Line::default(),
+    ];
+    let input = |label: &str, value: &str, focused: bool| {
+        let cursor = if focused { "▏" } else { "" };
+        let style = if focused {
+            theme.role(Role::Accent)
+        } else {
+            theme.role(Role::Muted)
+        };
+        Line::from(vec![
+            Span::styled(format!("{label:>22}: "), style),
+            Span::styled(
+                format!("{}{cursor}", sanitize_line(value)),
+                theme.base().add_modifier(Modifier::UNDERLINED),
+            ),
+        ])
+    };
+    if dialog.action == Action::ResolveSucceeded {
+        lines.push(input(
+            "provider reference",
+            &dialog.external_ref,
+            dialog.focus == DialogField::ExternalRef,
+        ));
+    }
+    if matches!(
+        confirmation,
+        Confirmation::Reason | Confirmation::ReasonAndKey
+    ) {
+        lines.push(input(
+            "reason (required)",
+            &dialog.reason,
+            dialog.focus == DialogField::Reason,
+        ));
+    }
+    if let Some(required) = &dialog.required_suffix {
+        lines.push(input(
+            &format!("type last {} of key", required.chars().count()),
+            &dialog.key_suffix,
+            dialog.focus == DialogField::KeySuffix,
+        ));
+        lines.push(Line::from(Span::styled(
+            format!(
+                "{:>24}this moves money: the key ends in \"{}\"",
+                "",
+                sanitize_line(required)
+            ),
+            theme.role(Role::Warn),
+        )));
+    }
+    lines.push(Line::default());
+    let button = |label: &str, selected: bool, focused: bool| {
+        let style = if selected && focused {
+            theme.selection()
+        } else if selected {
+            theme.role(Role::Accent)
+        } else {
+            theme.role(Role::Muted)
+        };
+        Span::styled(format!("[ {label} ]"), style)
+    };
+    let on_buttons = dialog.focus == DialogField::Buttons;
+    lines.push(Line::from(vec![
+        Span::raw("          "),
+        button("Cancel", !dialog.confirm_selected, on_buttons),
+        Span::raw("   "),
+        button("Confirm", dialog.confirm_selected, on_buttons),
+    ]));
+    if let Some(error) = &dialog.error {
+        lines.push(Line::default());
+        lines.push(Line::from(Span::styled(
+            format!("✗ {}", sanitize_line(error)),
+            theme.role(Role::Critical),
+        )));
+    }
+    lines.push(Line::default());
+    lines.push(Line::from(Span::styled(
+        "Tab next field · ←→ choose · Enter · Esc cancels (nothing is written)",
+        theme.role(Role::Muted),
+    )));
+    let block = Block::default()
+        .borders(Borders::ALL)
+        .border_style(theme.role(Role::Warn))
+        .title(Span::styled(
+            format!(" {} ", dialog.title),
+            theme.role(Role::Warn).add_modifier(Modifier::BOLD),
+        ));
+    frame.render_widget(Clear, area);
+    frame.render_widget(
+        Paragraph::new(lines)
+            .block(block)
+            .style(theme.base())
+            .wrap(Wrap { trim: false }),
+        area,
+    );
+}

@@ -1,0 +1,146 @@
+use ratatui::Frame;
+use ratatui::layout::Rect;
+use ratatui::style::Modifier;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::Paragraph;
+
+use crate::console::action::{Scope, TABLE};
+use crate::console::app::{App, Connection, VIEWS, View};
+use crate::console::theme::{Role, Theme};
+use crate::format::duration_ms;
+use crate::text::sanitize_line;
+
+pub fn draw_header(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
+    let header = theme.header();
+    let mut spans = vec![Span::styled(
+        " effectwatch ",
+        header.add_modifier(Modifier::BOLD),
+    )];
+    if let Some(snapshot) = &app.snapshot {
+        spans.push(Span::styled(
+            format!(
+                "│ {}@{} ",
+                sanitize_line(&snapshot.role),
+                sanitize_line(&snapshot.database)
+            ),
+            header,
+        ));
+    }
+    let (connection, role) = match &app.connection {
+        Connection::Connecting => ("◌ connecting".to_string(), Role::Warn),
+        Connection::Live if app.paused => ("⏸ paused".to_string(), Role::Warn),
+        Connection::Live => ("● live".to_string(), Role::Ok),
+        Connection::Stale { since, .. } => (
+            format!(
+                "✗ stale for {} · reconnecting",
+                duration_ms(since.elapsed().as_millis() as i64)
+            ),
+            Role::Critical,
+        ),
+    };
+    spans.push(Span::styled("│ ", header));
+    spans.push(Span::styled(
+        format!("{connection} "),
+        header.fg(theme.role(role).fg.unwrap_or(theme.text)),
+    ));
+    if let Some(snapshot) = &app.snapshot {
+        spans.push(Span::styled(
+            format!(
+                "│ polled {} UTC ({} ms, every {:.1} s) ",
+                snapshot.polled_at.format("%H:%M:%S"),
+                snapshot.latency.as_millis(),
+                app.poll_interval.as_secs_f64()
+            ),
+            header,
+        ));
+    }
+    if let Some(at) = app.at {
+        spans.push(Span::styled(
+            format!("│ ⏲ AS OF {} ", at.format("%Y-%m-%d %H:%M:%S UTC")),
+            header.fg(theme.warn),
+        ));
+    }
+    spans.push(Span::styled(
+        format!("│ {} ", sanitize_line(&app.operator)),
+        header,
+    ));
+    if app.read_only {
+        spans.push(Span::styled(
+            " READ-ONLY ",
+            theme.selection().bg(theme.warn),
+        ));
+    }
+    frame.render_widget(Paragraph::new(Line::from(spans)).style(header), area);
+}
+
+pub fn draw_tabs(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
+    let mut spans = Vec::new();
+    for (index, view) in VIEWS.iter().enumerate() {
+        let count = app.totals[index];
+        let label = format!(" {} {} ({count}) ", index + 1, view.title());
+        let style = if index == app.view {
+            theme.selection()
+        } else if count > 0 && matches!(view, View::Pane(_)) {
+            theme.role(Role::Warn)
+        } else {
+            theme.role(Role::Muted)
+        };
+        spans.push(Span::styled(label, style));
+        spans.push(Span::raw(" "));
+    }
+    frame.render_widget(Paragraph::new(Line::from(spans)).style(theme.base()), area);
+}
+
+pub fn draw_status(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
+    let line = if app.editing_filter {
+        Line::from(vec![
+            Span::styled("/", theme.role(Role::Accent)),
+            Span::styled(sanitize_line(&app.filter_text), theme.base()),
+            Span::styled("▏", theme.role(Role::Accent)),
+            Span::styled(
+                "  Enter apply · Esc clear · key: target: action: provider: requester:",
+                theme.role(Role::Muted),
+            ),
+        ])
+    } else {
+        let mut spans = Vec::new();
+        if !app.filter_text.is_empty() {
+            spans.push(Span::styled(
+                format!("filter: {} │ ", sanitize_line(&app.filter_text)),
+                theme.role(Role::Accent),
+            ));
+        }
+        if let Some(status) = &app.status {
+            spans.push(Span::styled(
+                sanitize_line(&status.text),
+                theme.role(status.role),
+            ));
+        } else if let Connection::Stale { error, .. } = &app.connection {
+            spans.push(Span::styled(
+                format!("last poll failed: {}", sanitize_line(error)),
+                theme.role(Role::Critical),
+            ));
+        }
+        Line::from(spans)
+    };
+    frame.render_widget(Paragraph::new(line).style(theme.base()), area);
+}
+
+/// The one-line key bar, generated from the action table.
+pub fn draw_key_bar(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
+    let mut spans = Vec::new();
+    for entry in TABLE.iter().filter(|entry| entry.in_key_bar) {
+        if !entry.action.allowed(app.read_only) {
+            continue;
+        }
+        if entry.scope == Scope::Escalation && app.current_view() != View::Escalations {
+            continue;
+        }
+        spans.push(Span::styled(format!(" {} ", entry.keys), theme.selection()));
+        spans.push(Span::styled(
+            format!(" {} ", entry.label),
+            theme.role(Role::Muted),
+        ));
+    }
+    frame.render_widget(Paragraph::new(Line::from(spans)).style(theme.base()), area);
+}

@@ -1,0 +1,118 @@
+use ratatui::Frame;
+use ratatui::layout::{Constraint, Rect};
+use ratatui::style::Modifier;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Borders, Cell, Paragraph, Row, Table, TableState};
+
+use crate::console::app::{App, View};
+use crate::console::model::TableModel;
+use crate::console::theme::{Role, Theme};
+use crate::text::truncate;
+
+pub fn draw(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
+    let view = app.current_view();
+    let model = app.model();
+    let list = &app.lists[app.view];
+    let total = app.totals[app.view];
+    let offset = match view {
+        View::Pane(pane) => crate::ledger::panes::Pane::ALL
+            .iter()
+            .position(|p| *p == pane)
+            .map(|index| app.offsets[index])
+            .unwrap_or(0),
+        _ => 0,
+    };
+    let position = if model.rows.is_empty() {
+        String::new()
+    } else {
+        format!(" {} of {total} ", offset + list.selected + 1)
+    };
+    let block = Block::default()
+        .borders(Borders::TOP)
+        .border_style(theme.border())
+        .title(Span::styled(
+            format!(" {} ", view.title()),
+            theme.role(Role::Accent).add_modifier(Modifier::BOLD),
+        ))
+        .title_bottom(Line::from(position).right_aligned());
+
+    if model.rows.is_empty() {
+        let message = if app.snapshot.is_none() {
+            "waiting for the first poll…".to_string()
+        } else if app.filter.is_empty() {
+            format!("✓ nothing in {}", view.title().to_lowercase())
+        } else {
+            "nothing matches the filter (Esc clears it)".to_string()
+        };
+        frame.render_widget(
+            Paragraph::new(message)
+                .style(theme.role(Role::Muted))
+                .block(block),
+            area,
+        );
+        return;
+    }
+
+    let inner_height = area.height.saturating_sub(2) as usize;
+    let widths = column_widths(model, area.width);
+    // Only the rows that can be seen are laid out: a frame's cost follows
+    // the terminal's height, not the number of items loaded.
+    let first = first_visible(list.selected, inner_height, model.rows.len());
+    let last = (first + inner_height).min(model.rows.len());
+    let rows = model.rows[first..last].iter().map(|row| {
+        let cells = row.cells.iter().zip(&widths).map(|(cell, width)| {
+            Cell::from(truncate(&cell.text, *width as usize)).style(theme.role(cell.role))
+        });
+        let mut table_row = Row::new(cells);
+        if let Some(role) = row.flag {
+            table_row = table_row.style(theme.role(role));
+        }
+        table_row
+    });
+    let sort = list.sort;
+    let header = Row::new(model.columns.iter().enumerate().map(|(index, column)| {
+        let arrow = match sort {
+            Some((sorted, false)) if sorted == index => " ↑",
+            Some((sorted, true)) if sorted == index => " ↓",
+            _ => "",
+        };
+        Cell::from(format!("{}{arrow}", column.title))
+    }))
+    .style(theme.role(Role::Muted).add_modifier(Modifier::BOLD));
+    let table = Table::new(rows, widths.iter().map(|w| Constraint::Length(*w)))
+        .header(header)
+        .block(block)
+        .column_spacing(1)
+        .row_highlight_style(theme.selection())
+        .highlight_symbol("▶ ");
+    let mut state = TableState::default().with_selected(Some(list.selected - first));
+    frame.render_stateful_widget(table, area, &mut state);
+}
+
+/// Keeps the selection visible with the fewest jumps of the page.
+fn first_visible(selected: usize, height: usize, rows: usize) -> usize {
+    if height == 0 || rows <= height {
+        return 0;
+    }
+    let page = selected / height;
+    (page * height).min(rows - height)
+}
+
+/// Fixed columns get their width; flexible ones share what is left.
+fn column_widths(model: &TableModel, total_width: u16) -> Vec<u16> {
+    let spacing = model.columns.len() as u16;
+    let fixed: u16 = model.columns.iter().map(|c| c.width).sum::<u16>() + spacing + 2;
+    let flexible = model.columns.iter().filter(|c| c.flexible).count() as u16;
+    let spare = total_width.saturating_sub(fixed);
+    model
+        .columns
+        .iter()
+        .map(|column| {
+            if column.flexible && flexible > 0 {
+                column.width + spare / flexible
+            } else {
+                column.width
+            }
+        })
+        .collect()
+}
