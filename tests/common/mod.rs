@@ -1,0 +1,200 @@
+//! Test harness: every test gets a database of its own, with the migrations in `./sql` applied.
+//!
+//! Why it is built this way:
+//! - One server per test process, shared by all its tests: starting a cluster costs about a
+//!   second, a database a few tens of milliseconds. With `DATABASE_URL` set, that server is used
+//!   instead (CI with a service container, or a developer's own server) and nothing is started.
+//! - Only the server's URL lives in the static, never a pool: every `#[tokio::test]` has its own
+//!   runtime, and a pool's connections are tied to the runtime that opened them.
+//! - The local cluster sits in a static, which is never dropped, so a watchdog stops it and
+//!   removes its folder when the test process exits, however it exits.
+//! - A test's database is dropped when its `TestDb` is, on a thread of its own (`Drop` cannot
+//!   await, and the test's runtime may be the one being torn down); tests leave nothing behind on
+//!   a shared server, and a throwaway cluster does not fill the disk during long runs.
+#![allow(dead_code)] // each test file uses its own part of the harness
+
+use std::str::FromStr;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use effectwatch::localpg::{ClusterOptions, LocalCluster};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{AssertSqlSafe, Connection, PgConnection, PgPool};
+
+const APPLICATION_NAME: &str = "effectwatch-test";
+/// How long dropping a test database may hold up the end of a test.
+const DROP_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// A fresh database for one test; dropped (best effort) when this is dropped.
+pub struct TestDb {
+    pub pool: PgPool,
+    /// URL of this test's database.
+    pub url: String,
+    admin_url: String,
+    name: String,
+}
+
+/// Creates a uniquely named database, applies the migrations in `./sql` and returns a pool on it.
+pub async fn test_db() -> TestDb {
+    let server = server();
+    let name = unique_name();
+
+    let mut admin = PgConnection::connect_with(&options(&server.admin_url))
+        .await
+        .unwrap_or_else(|e| panic!("connecting to the test server: {e}"));
+    sqlx::query(AssertSqlSafe(format!("CREATE DATABASE \"{name}\"")))
+        .execute(&mut admin)
+        .await
+        .unwrap_or_else(|e| panic!("creating test database {name}: {e}"));
+    let _ = admin.close().await;
+
+    let url = url_with_database(&server.admin_url, &name);
+    let db = TestDb {
+        pool: PgPoolOptions::new()
+            .max_connections(10)
+            .connect_with(options(&url))
+            .await
+            .unwrap_or_else(|e| panic!("connecting to test database {name}: {e}")),
+        url,
+        admin_url: server.admin_url.clone(),
+        name,
+    };
+    sqlx::migrate!("./sql")
+        .run(&db.pool)
+        .await
+        .unwrap_or_else(|e| panic!("applying migrations to test database {}: {e}", db.name));
+    db
+}
+
+impl TestDb {
+    /// A connection of its own, outside the pool (e.g. for LISTEN or a held transaction).
+    pub async fn connect(&self) -> PgConnection {
+        PgConnection::connect_with(&options(&self.url))
+            .await
+            .unwrap_or_else(|e| panic!("connecting to test database {}: {e}", self.name))
+    }
+
+    /// Another pool on this database, with at most `max` connections.
+    pub async fn pool_with(&self, max: u32) -> PgPool {
+        PgPoolOptions::new()
+            .max_connections(max)
+            .connect_with(options(&self.url))
+            .await
+            .unwrap_or_else(|e| panic!("connecting to test database {}: {e}", self.name))
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        let admin_url = self.admin_url.clone();
+        let name = self.name.clone();
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let spawned = std::thread::Builder::new()
+            .name(format!("drop {name}"))
+            .spawn(move || {
+                let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                else {
+                    return;
+                };
+                let drop_db = async {
+                    let mut admin = PgConnection::connect_with(&options(&admin_url)).await?;
+                    // FORCE: the test's own pool may still hold connections.
+                    sqlx::query(AssertSqlSafe(format!(
+                        "DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"
+                    )))
+                    .execute(&mut admin)
+                    .await?;
+                    admin.close().await
+                };
+                let result =
+                    runtime.block_on(async { tokio::time::timeout(DROP_TIMEOUT, drop_db).await });
+                if let Ok(Err(e)) = result {
+                    eprintln!("note: could not drop test database {name}: {e}");
+                }
+                let _ = done_tx.send(());
+            });
+        if spawned.is_ok() {
+            let _ = done_rx.recv_timeout(DROP_TIMEOUT + Duration::from_secs(1));
+        }
+    }
+}
+
+struct Server {
+    /// URL of the server's `postgres` database, used to create and drop test databases.
+    admin_url: String,
+    /// Keeps the local cluster, if we started one, for the life of the process.
+    _cluster: Option<LocalCluster>,
+}
+
+/// The server of this test process, started on first use.
+fn server() -> &'static Server {
+    static SERVER: OnceLock<Result<Server, String>> = OnceLock::new();
+    let server = SERVER.get_or_init(|| {
+        if let Ok(url) = std::env::var("DATABASE_URL")
+            && !url.is_empty()
+        {
+            return Ok(Server {
+                admin_url: url_with_database(&url, "postgres"),
+                _cluster: None,
+            });
+        }
+        let cluster = LocalCluster::start(ClusterOptions {
+            fast_unsafe: true,
+            ..ClusterOptions::default()
+        })
+        .map_err(|e| format!("starting a local PostgreSQL for the tests: {e}"))?;
+        cluster
+            .stop_when_process_exits(std::process::id())
+            .map_err(|e| e.to_string())?;
+        Ok(Server {
+            admin_url: cluster.url("postgres"),
+            _cluster: Some(cluster),
+        })
+    });
+    match server {
+        Ok(server) => server,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+fn options(url: &str) -> PgConnectOptions {
+    PgConnectOptions::from_str(url)
+        .unwrap_or_else(|e| panic!("invalid database URL: {e}"))
+        .application_name(APPLICATION_NAME)
+}
+
+/// `url` with its database (path) replaced, keeping credentials, host and parameters.
+fn url_with_database(url: &str, database: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((base, query)) => (base, Some(query)),
+        None => (url, None),
+    };
+    let authority_start = base.find("://").map_or(0, |i| i + 3);
+    let authority_end = base[authority_start..]
+        .find('/')
+        .map_or(base.len(), |i| authority_start + i);
+    let mut result = format!("{}/{database}", &base[..authority_end]);
+    if let Some(query) = query {
+        result.push('?');
+        result.push_str(query);
+    }
+    result
+}
+
+/// `ew_test_<pid>_<counter>_<time>`: unique within the process, across processes sharing a
+/// server, and across runs that reuse a pid on a server that kept a leftover database.
+fn unique_name() -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!(
+        "ew_test_{:x}_{n}_{:x}",
+        std::process::id(),
+        nanos & 0xffff_ffff_ffff
+    )
+}
