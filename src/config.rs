@@ -141,6 +141,28 @@ impl Config {
         Ok(())
     }
 
+    /// Adds the providers and sinks of a TOML fragment (the demo wires its
+    /// own fake provider this way); names already configured are kept.
+    pub fn merge_toml(&mut self, fragment: &str) -> Result<(), String> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Adapters {
+            #[serde(default)]
+            providers: BTreeMap<String, ProviderConfig>,
+            #[serde(default)]
+            sinks: BTreeMap<String, SinkConfig>,
+        }
+        let adapters: Adapters =
+            toml::from_str(fragment).map_err(|error| one_line_toml_error(fragment, &error))?;
+        for (name, provider) in adapters.providers {
+            self.providers.entry(name).or_insert(provider);
+        }
+        for (name, sink) in adapters.sinks {
+            self.sinks.entry(name).or_insert(sink);
+        }
+        Ok(())
+    }
+
     pub fn poll_interval(&self) -> Duration {
         Duration::from_secs_f64(self.poll_interval_secs)
     }

@@ -45,9 +45,11 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             theme: cli.theme.clone(),
             poll_interval: cli.poll_interval,
             no_notify: cli.no_notify,
+            performer: cli::watch::refusing_performer(),
+            background_status: None,
+            housekeeping: None,
         };
-        let performer = cli::watch::refusing_performer();
-        return cli::watch::run(&config, args, performer).await;
+        return cli::watch::run(&config, args).await;
     }
     let pool = ledger::connect(&ConnectSettings::new(url)).await?;
     match command {

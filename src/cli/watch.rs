@@ -4,7 +4,7 @@ use std::time::Duration;
 use super::exit::{BAD_CONFIG, FAILURE, Failure};
 use crate::config::Config;
 use crate::console::app::OperatorRequest;
-use crate::console::run::{self, ConsoleOptions, NotificationOptions, Performer};
+use crate::console::run::{self, ConsoleOptions, Housekeeping, NotificationOptions, Performer};
 use crate::console::theme::Theme;
 use crate::ledger::ConnectSettings;
 
@@ -14,9 +14,12 @@ pub struct WatchArgs {
     pub theme: Option<String>,
     pub poll_interval: Option<f64>,
     pub no_notify: bool,
+    pub performer: Performer,
+    pub background_status: Option<Arc<dyn Fn() -> String + Send + Sync>>,
+    pub housekeeping: Option<Housekeeping>,
 }
 
-pub async fn run(config: &Config, args: WatchArgs, performer: Performer) -> Result<(), Failure> {
+pub async fn run(config: &Config, args: WatchArgs) -> Result<(), Failure> {
     let theme = Theme::load(args.theme.as_deref().unwrap_or(&config.theme))
         .map_err(|e| Failure::new(BAD_CONFIG, e))?;
     let poll_interval = match args.poll_interval {
@@ -47,7 +50,9 @@ pub async fn run(config: &Config, args: WatchArgs, performer: Performer) -> Resu
         read_only: config.read_only,
         poll_interval,
         notifications,
-        performer,
+        performer: args.performer,
+        background_status: args.background_status,
+        housekeeping: args.housekeeping,
     })
     .await
     .map_err(|error| Failure::new(FAILURE, format!("terminal error: {error}")))

@@ -177,6 +177,8 @@ pub struct App {
     /// When set, the console shows panes as they were at this instant.
     pub at: Option<DateTime<Utc>>,
     pub page_size: usize,
+    /// What runs beside the console (the demo's agents), shown when idle.
+    pub background: Option<String>,
     pending_jump_to_end: bool,
 }
 
@@ -203,6 +205,7 @@ impl App {
             status: None,
             at: None,
             page_size: 20,
+            background: None,
             pending_jump_to_end: false,
         }
     }
@@ -519,7 +522,7 @@ impl App {
                 self.paused = !self.paused;
                 self.set_status(
                     if self.paused {
-                        "⏸ polling paused (p resumes)"
+                        "‖ polling paused (p resumes)"
                     } else {
                         "▶ polling resumed"
                     },

@@ -5,6 +5,7 @@
 pub mod action;
 pub mod app;
 pub mod clipboard;
+pub mod fixtures;
 pub mod model;
 pub mod notify;
 pub mod poller;

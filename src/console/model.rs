@@ -282,7 +282,7 @@ pub fn pane_model(rows: &PaneRows) -> TableModel {
                     version: Some(row.version),
                     cells: vec![
                         Cell::text(&row.target),
-                        Cell::text(&format!("⏸ {}", row.op_key)),
+                        Cell::text(&format!("‖ {}", row.op_key)),
                         money_cell(row.amount_minor, row.currency.as_deref()),
                         age_cell(row.held_ms, Role::Warn),
                         Cell::text(&format!("→ {}", row.holder_op_key)),
@@ -407,7 +407,7 @@ pub fn audit_model(entries: &[AuditEntry]) -> TableModel {
 pub fn state_symbol(state: &str) -> &'static str {
     match state {
         "pending" => "◷",
-        "held" => "⏸",
+        "held" => "‖",
         "unknown" => "?",
         "succeeded" => "✓",
         "failed" => "✗",

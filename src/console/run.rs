@@ -33,7 +33,15 @@ pub struct ConsoleOptions {
     pub poll_interval: Duration,
     pub notifications: Option<NotificationOptions>,
     pub performer: Performer,
+    /// A line about work running beside the console (the demo's agents).
+    pub background_status: Option<Arc<dyn Fn() -> String + Send + Sync>>,
+    /// Work the console runs every few seconds while open (escalation delivery).
+    pub housekeeping: Option<Housekeeping>,
 }
+
+/// One pass of background work; its result, if any, goes to the status line.
+pub type Housekeeping =
+    Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Option<String>> + Send>> + Send + Sync>;
 
 #[derive(Debug, Clone, Copy)]
 pub struct NotificationOptions {
@@ -87,6 +95,20 @@ async fn event_loop(
         .map(|n| (Tracker::new(n.min_interval), n.timeout));
     let notifications_failed = Arc::new(AtomicBool::new(false));
     let mut detail_pool = None;
+    let housekeeping = options.housekeeping.clone().map(|work| {
+        let sender = sender.clone();
+        tokio::spawn(async move {
+            let mut interval = tokio::time::interval(Duration::from_secs(3));
+            loop {
+                interval.tick().await;
+                if let Some(line) = work().await
+                    && sender.send(Message::Notice(line)).await.is_err()
+                {
+                    return;
+                }
+            }
+        })
+    });
 
     loop {
         let size = terminal.size()?;
@@ -120,6 +142,9 @@ async fn event_loop(
                     stop.store(true, Ordering::Relaxed);
                     poller.abort();
                     ticker.abort();
+                    if let Some(task) = &housekeeping {
+                        task.abort();
+                    }
                     let _ = input.join();
                     return Ok(());
                 }

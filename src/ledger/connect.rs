@@ -30,6 +30,13 @@ impl ConnectSettings {
     }
 
     pub fn options(&self) -> Result<PgConnectOptions, LedgerError> {
+        // The driver ignores the scheme: `mysql://host/db` would reach a PostgreSQL on
+        // that host's default port instead of being refused as the wrong kind of URL.
+        if !has_postgres_scheme(&self.url) {
+            return Err(LedgerError::BadUrl(
+                "expected a URL starting with postgres:// or postgresql://".to_string(),
+            ));
+        }
         let options = PgConnectOptions::from_str(&self.url)
             .map_err(|error| LedgerError::BadUrl(first_line(&error.to_string())))?;
         let timeout_ms = self.statement_timeout.as_millis().to_string();
@@ -67,6 +74,12 @@ pub async fn connect(settings: &ConnectSettings) -> Result<PgPool, LedgerError> 
         .max_connections(settings.max_connections)
         .acquire_timeout(settings.connect_timeout)
         .connect_lazy_with(options))
+}
+
+fn has_postgres_scheme(url: &str) -> bool {
+    url.split_once("://").is_some_and(|(scheme, _)| {
+        scheme.eq_ignore_ascii_case("postgres") || scheme.eq_ignore_ascii_case("postgresql")
+    })
 }
 
 fn first_line(text: &str) -> String {

@@ -1,5 +1,5 @@
 use ratatui::Frame;
-use ratatui::layout::Rect;
+use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::Modifier;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Paragraph, Wrap};
@@ -148,28 +148,6 @@ pub fn draw(frame: &mut Frame, area: Rect, detail: &Detail, theme: &Theme) {
             theme.base(),
         )));
     }
-    lines.push(Line::default());
-    lines.push(Line::from(Span::styled(
-        "timeline",
-        theme.role(Role::Accent).add_modifier(Modifier::BOLD),
-    )));
-    for entry in timeline(history) {
-        let role = match entry.kind {
-            "state" => Role::Text,
-            "reconcile" | "audit" => Role::Accent,
-            "escalate" => Role::Warn,
-            _ if entry.text.contains('⚑') || entry.text.starts_with("mismatch") => Role::Critical,
-            _ => Role::Muted,
-        };
-        lines.push(Line::from(vec![
-            Span::styled(
-                format!("  {} ", entry.at.format("%m-%d %H:%M:%S%.3f")),
-                theme.role(Role::Muted),
-            ),
-            Span::styled(format!("{:<9} ", entry.kind), theme.role(Role::Muted)),
-            Span::styled(sanitize_line(&entry.text), theme.role(role)),
-        ]));
-    }
     if !history.related.is_empty() {
         lines.push(Line::default());
         lines.push(Line::from(Span::styled(
@@ -194,10 +172,45 @@ pub fn draw(frame: &mut Frame, area: Rect, detail: &Detail, theme: &Theme) {
             ]));
         }
     }
-    let paragraph = Paragraph::new(lines)
-        .block(block)
-        .style(theme.base())
-        .wrap(Wrap { trim: false })
-        .scroll((detail.scroll, 0));
-    frame.render_widget(paragraph, area);
+    let mut events: Vec<Line> = vec![Line::from(Span::styled(
+        "timeline",
+        theme.role(Role::Accent).add_modifier(Modifier::BOLD),
+    ))];
+    for entry in timeline(history) {
+        let role = match entry.kind {
+            "state" => Role::Text,
+            "reconcile" | "audit" => Role::Accent,
+            "escalate" => Role::Warn,
+            _ if entry.text.contains('⚑') || entry.text.starts_with("mismatch") => Role::Critical,
+            _ => Role::Muted,
+        };
+        events.push(Line::from(vec![
+            Span::styled(
+                format!("  {} ", entry.at.format("%m-%d %H:%M:%S%.3f")),
+                theme.role(Role::Muted),
+            ),
+            Span::styled(format!("{:<9} ", entry.kind), theme.role(Role::Muted)),
+            Span::styled(sanitize_line(&entry.text), theme.role(role)),
+        ]));
+    }
+    let inner = block.inner(area);
+    frame.render_widget(block, area);
+    // Wide terminals show the record and its timeline side by side: the
+    // timeline is what a responder reads, and it should not be below the fold.
+    let columns: Vec<(Rect, Vec<Line>)> = if inner.width >= 130 {
+        let [left, right] =
+            Layout::horizontal([Constraint::Length(62), Constraint::Min(40)]).areas(inner);
+        vec![(left, lines), (right, events)]
+    } else {
+        lines.push(Line::default());
+        lines.extend(events);
+        vec![(inner, lines)]
+    };
+    for (column, text) in columns {
+        let paragraph = Paragraph::new(text)
+            .style(theme.base())
+            .wrap(Wrap { trim: false })
+            .scroll((detail.scroll, 0));
+        frame.render_widget(paragraph, column);
+    }
 }

@@ -28,7 +28,7 @@ pub fn draw_header(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     }
     let (connection, role) = match &app.connection {
         Connection::Connecting => ("◌ connecting".to_string(), Role::Warn),
-        Connection::Live if app.paused => ("⏸ paused".to_string(), Role::Warn),
+        Connection::Live if app.paused => ("‖ paused".to_string(), Role::Warn),
         Connection::Live => ("● live".to_string(), Role::Ok),
         Connection::Stale { since, .. } => (
             format!(
@@ -119,6 +119,11 @@ pub fn draw_status(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             spans.push(Span::styled(
                 format!("last poll failed: {}", sanitize_line(error)),
                 theme.role(Role::Critical),
+            ));
+        } else if let Some(background) = &app.background {
+            spans.push(Span::styled(
+                sanitize_line(background),
+                theme.role(Role::Muted),
             ));
         }
         Line::from(spans)
