@@ -56,6 +56,7 @@ create table ledger.effects (
     settled_at        timestamptz,
     compensates       bigint references ledger.effects (id),
     held_by           bigint references ledger.effects (id),
+    check (pending_window > interval '0'),
     check ((amount_minor is null) = (currency is null)),
     check (state <> 'held' or held_by is not null)
 );

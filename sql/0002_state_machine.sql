@@ -65,6 +65,14 @@ begin
                                   'nothing (it is final)') end;
     end if;
 
+    -- Clearing dispatched_at would let mark_dispatched claim the effect a
+    -- second time: only a retry (failed -> pending) starts a new dispatch.
+    if old.dispatched_at is not null and new.dispatched_at is null
+       and not (old.state = 'failed' and new.state = 'pending') then
+        raise exception 'ledger: effect % was dispatched at %; that cannot be undone', old.op_key, old.dispatched_at
+            using errcode = 'check_violation';
+    end if;
+
     new.version := old.version + 1;
     new.updated_at := now();
     if new.state is distinct from old.state

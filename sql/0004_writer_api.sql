@@ -111,6 +111,20 @@ begin
                 return query select 'held'::text, existing.id, existing.state, null::jsonb;
             when 'failed' then
                 if coalesce(existing.retryable, false) then
+                    -- Another key may have proceeded on this target since the
+                    -- failure: retrying now would make two open effects on an
+                    -- exclusive target. Wait, as a new key would be held.
+                    if (ledger.policy_for(existing.action)).exclusive_per_target
+                       and exists (select 1 from ledger.effects e
+                                    where e.target = existing.target and e.action = existing.action
+                                      and e.id <> existing.id
+                                      and e.state in ('pending', 'unknown', 'held')) then
+                        perform ledger.record_attempt(existing, 'held', begin_effect.requested_by,
+                            begin_effect.request_id, offered_hash,
+                            detail => jsonb_build_object('retry_blocked_by_open_effect_on_target', true));
+                        return query select 'held'::text, existing.id, existing.state, null::jsonb;
+                        return;
+                    end if;
                     perform set_config('ledger.reason', 'retry under the same key', true);
                     update ledger.effects e
                        set state = 'pending', dispatched_at = null, dispatched_by = null,
@@ -158,10 +172,10 @@ begin
             begin_effect.request_id,
             case when holder.id is null then 'pending' else 'held' end,
             window_length, now() + window_length,
-            -- A held effect points at the first open one, which is the one
-            -- actually in the way.
-            case when holder.id is null then null
-                 else coalesce(holder.held_by, holder.id) end)
+            -- A held effect points at the open one actually in the way: the
+            -- oldest pending or unknown one, else the oldest held one (what
+            -- that one was held by may be settled by now).
+            holder.id)
         on conflict on constraint effects_op_key_key do nothing
         returning e.* into created;
 

@@ -2,7 +2,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use effectwatch::cli::exit::{BAD_CONFIG, Failure};
+use effectwatch::cli::exit::{BAD_CONFIG, Failure, USAGE};
 use effectwatch::cli::{self, AuditCommand, Cli, Command};
 use effectwatch::config::Config;
 use effectwatch::ledger::{self, ConnectSettings};
@@ -19,7 +19,10 @@ fn main() -> ExitCode {
     match runtime.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {
-            eprintln!("effectwatch: {}", failure.message);
+            eprintln!(
+                "effectwatch: {}",
+                effectwatch::text::sanitize_line(&failure.message)
+            );
             failure.exit_code()
         }
     }
@@ -31,10 +34,25 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     if let Some(operator) = &cli.operator {
         config.operator = operator.clone();
     }
-    config.read_only |= cli.read_only;
+    // Time travel shows the past: nothing may be acted on from it.
+    config.read_only |= cli.read_only || cli.at.is_some();
     let command = cli.command.unwrap_or(Command::Watch);
+    if cli.at.is_some() && !matches!(command, Command::Watch) {
+        return Err(Failure::new(
+            USAGE,
+            "--at is for the console (time travel); for a past range use `effectwatch report --since … --until …`",
+        ));
+    }
     if let Command::Config = command {
         return cli::config::run(&config, &source, cli.database_url.as_deref());
+    }
+    if let Command::Check(args) = command {
+        // Every failure of a check, a missing URL included, is "cannot tell".
+        let url = cli
+            .database_url
+            .clone()
+            .or_else(|| config.database_url.clone());
+        return cli::check::run(url, args).await;
     }
     let url = cli.database_url.clone().or_else(|| config.database_url.clone()).ok_or_else(|| {
         Failure::new(BAD_CONFIG, "no database given: pass --database-url, set DATABASE_URL, or set database_url in the config file")
@@ -65,5 +83,10 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Audit {
             command: AuditCommand::Verify { format },
         } => cli::audit::verify(&pool, format).await,
+        Command::Finance(args) => cli::finance::run(&pool, args).await,
+        Command::Report(args) => cli::report::run(&pool, args).await,
+        Command::Check(_) => unreachable!("handled above"),
+        Command::Prune(args) => cli::prune::run(&pool, &config, args).await,
+        Command::Settle(command) => cli::settle::run(&pool, &config, command).await,
     }
 }

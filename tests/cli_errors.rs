@@ -1,0 +1,391 @@
+//! The real binary, run as a script would: each kind of failure has its own exit code and one
+//! line on stderr, never a panic; output is safe for a terminal whatever the ledger holds.
+
+mod common;
+
+use std::process::Output;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use effectwatch::ledger::Decision;
+use effectwatch::ledger::actions::{self, SeenVersion};
+use effectwatch::ledger::writer::{Intent, begin_effect};
+use serde_json::{Value, json};
+use sqlx::{AssertSqlSafe, Connection, PgConnection};
+use tokio::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_effectwatch");
+
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stdout_bytes: Vec<u8>,
+    stderr: String,
+}
+
+/// Runs the binary with `--database-url url` and `args`, with no DATABASE_URL around it.
+async fn effectwatch(url: &str, args: &[&str]) -> Run {
+    let mut command = Command::new(BIN);
+    command
+        .arg("--database-url")
+        .arg(url)
+        .args(args)
+        .env_remove("DATABASE_URL")
+        .env("RUST_BACKTRACE", "1")
+        .env("NO_COLOR", "1")
+        .kill_on_drop(true);
+    let output: Output = tokio::time::timeout(Duration::from_secs(60), command.output())
+        .await
+        .unwrap_or_else(|_| panic!("effectwatch {args:?} did not finish within 60 s"))
+        .expect("run effectwatch");
+    let run = Run {
+        code: output.status.code(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stdout_bytes: output.stdout,
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    };
+    let lower = run.stderr.to_lowercase();
+    assert!(
+        !lower.contains("panicked") && !lower.contains("backtrace"),
+        "effectwatch {args:?} panicked:\n{}",
+        run.stderr
+    );
+    run
+}
+
+/// The one line a failure prints on stderr.
+fn one_line(run: &Run) -> &str {
+    let text = run.stderr.trim_end();
+    assert_eq!(
+        text.lines().count(),
+        1,
+        "expected one line on stderr, got:\n{}",
+        run.stderr
+    );
+    text
+}
+
+/// `url` with its database replaced.
+fn url_with_database(url: &str, database: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((base, query)) => (base, Some(query)),
+        None => (url, None),
+    };
+    let start = base.find("://").map_or(0, |i| i + 3);
+    let end = base[start..].find('/').map_or(base.len(), |i| start + i);
+    let mut out = format!("{}/{database}", &base[..end]);
+    if let Some(query) = query {
+        out.push('?');
+        out.push_str(query);
+    }
+    out
+}
+
+/// An empty database (no ledger schema) on the test server; dropped when this is dropped.
+struct EmptyDb {
+    url: String,
+    admin_url: String,
+    name: String,
+}
+
+impl EmptyDb {
+    async fn create(db: &common::TestDb) -> EmptyDb {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let name = format!(
+            "ew_cli_{:x}_{}_{:x}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed),
+            nanos & 0xffff_ffff_ffff
+        );
+        sqlx::query(AssertSqlSafe(format!("create database \"{name}\"")))
+            .execute(&db.pool)
+            .await
+            .unwrap();
+        EmptyDb {
+            url: url_with_database(&db.url, &name),
+            admin_url: db.url.clone(),
+            name,
+        }
+    }
+}
+
+impl Drop for EmptyDb {
+    fn drop(&mut self) {
+        let (url, name) = (self.admin_url.clone(), self.name.clone());
+        let _ = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .ok()?;
+            runtime.block_on(async {
+                let mut admin = PgConnection::connect(&url).await.ok()?;
+                sqlx::query(AssertSqlSafe(format!(
+                    "drop database if exists \"{name}\" with (force)"
+                )))
+                .execute(&mut admin)
+                .await
+                .ok()?;
+                admin.close().await.ok()
+            })
+        })
+        .join();
+    }
+}
+
+fn intent(op_key: &str, target: &str) -> Intent {
+    Intent {
+        op_key: op_key.to_string(),
+        action: "refund".to_string(),
+        target: target.to_string(),
+        params: json!({"amount_minor": 1200, "currency": "EUR"}),
+        requested_by: "agent-1".to_string(),
+        amount_minor: Some(1200),
+        currency: Some("EUR".into()),
+        ..Intent::default()
+    }
+}
+
+#[tokio::test]
+async fn migrate_installs_the_schema_once_then_changes_nothing() {
+    let db = common::test_db().await;
+    let empty = EmptyDb::create(&db).await;
+
+    let first = effectwatch(&empty.url, &["migrate"]).await;
+    assert_eq!(first.code, Some(0), "{}{}", first.stdout, first.stderr);
+    assert!(first.stdout.contains("applied"), "{}", first.stdout);
+    assert!(
+        first.stdout.contains("migrations applied"),
+        "{}",
+        first.stdout
+    );
+    assert!(
+        !first.stdout.contains("nothing changed"),
+        "{}",
+        first.stdout
+    );
+
+    let second = effectwatch(&empty.url, &["migrate"]).await;
+    assert_eq!(second.code, Some(0), "{}{}", second.stdout, second.stderr);
+    assert!(
+        second.stdout.contains("nothing changed"),
+        "{}",
+        second.stdout
+    );
+
+    let list = effectwatch(&empty.url, &["list", "overdue"]).await;
+    assert_eq!(list.code, Some(0), "{}", list.stderr);
+    assert!(list.stdout.contains("nothing open"), "{}", list.stdout);
+}
+
+#[tokio::test]
+async fn a_database_without_the_schema_exits_5_and_says_to_migrate() {
+    let db = common::test_db().await;
+    let empty = EmptyDb::create(&db).await;
+    for args in [
+        &["list", "overdue"][..],
+        &["list", "held", "--format", "json"],
+        &["show", "some-key"],
+        &["audit", "verify"],
+    ] {
+        let run = effectwatch(&empty.url, args).await;
+        assert_eq!(run.code, Some(5), "{args:?}: {}", run.stderr);
+        let line = one_line(&run);
+        assert!(line.contains("effectwatch migrate"), "{args:?}: {line}");
+        assert!(run.stdout.is_empty(), "{args:?}: {}", run.stdout);
+    }
+}
+
+#[tokio::test]
+async fn an_unreachable_server_exits_4_with_one_line() {
+    let run = effectwatch(
+        "postgres://postgres@127.0.0.1:1/postgres",
+        &["list", "overdue"],
+    )
+    .await;
+    assert_eq!(run.code, Some(4), "{}", run.stderr);
+    let line = one_line(&run);
+    assert!(line.starts_with("effectwatch: "), "{line}");
+}
+
+#[tokio::test]
+async fn a_malformed_url_exits_3_with_one_line() {
+    for url in [
+        "postgres://postgres@127.0.0.1:notaport/postgres",
+        "postgres://postgres@127.0.0.1:99999999/postgres",
+        "mysql://root@127.0.0.1/db",
+        "http://127.0.0.1:5432/postgres",
+        "not a url at all",
+    ] {
+        let run = effectwatch(url, &["list", "overdue"]).await;
+        assert_eq!(run.code, Some(3), "{url}: {}", run.stderr);
+        one_line(&run);
+    }
+}
+
+#[tokio::test]
+async fn an_unknown_key_exits_6() {
+    let db = common::test_db().await;
+    let run = effectwatch(&db.url, &["show", "no-such-key"]).await;
+    assert_eq!(run.code, Some(6), "{}", run.stderr);
+    let line = one_line(&run);
+    assert!(line.contains("no-such-key"), "{line}");
+    assert!(run.stdout.is_empty());
+
+    let run = effectwatch(&db.url, &["show", "no-such-key", "--format", "json"]).await;
+    assert_eq!(run.code, Some(6), "{}", run.stderr);
+}
+
+#[tokio::test]
+async fn list_held_as_json_is_json_with_the_held_key() {
+    let db = common::test_db().await;
+    begin_effect(&db.pool, &intent("refund:J:1", "invoice:J"))
+        .await
+        .unwrap();
+    assert_eq!(
+        begin_effect(&db.pool, &intent("refund:J:2", "invoice:J"))
+            .await
+            .unwrap()
+            .decision,
+        Decision::Held
+    );
+    let run = effectwatch(&db.url, &["list", "held", "--format", "json"]).await;
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let parsed: Value = serde_json::from_str(&run.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}):\n{}", run.stdout));
+    let rows = parsed.as_array().expect("an array of rows");
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0]["op_key"], "refund:J:2");
+    assert_eq!(rows[0]["holder_op_key"], "refund:J:1");
+
+    let empty = effectwatch(&db.url, &["list", "unknown", "--format", "json"]).await;
+    assert_eq!(empty.code, Some(0));
+    assert_eq!(
+        serde_json::from_str::<Value>(&empty.stdout).unwrap(),
+        json!([])
+    );
+}
+
+#[tokio::test]
+async fn hostile_keys_never_put_an_escape_on_the_terminal() {
+    let db = common::test_db().await;
+    let hostile_key = "evil\u{1b}]52;c;ZWNobyBwd25lZA==\u{7}\u{1b}[2J\u{1b}[31mkey";
+    let hostile_target = "invoice:\u{1b}[2J\u{9b}31m\u{202e}X";
+    begin_effect(&db.pool, &intent("refund:H:holder", hostile_target))
+        .await
+        .unwrap();
+    assert_eq!(
+        begin_effect(&db.pool, &intent(hostile_key, hostile_target))
+            .await
+            .unwrap()
+            .decision,
+        Decision::Held
+    );
+    // Also in the duplicates pane and the audit trail.
+    begin_effect(&db.pool, &intent(hostile_key, hostile_target))
+        .await
+        .unwrap();
+    actions::annotate(
+        &db.pool,
+        hostile_key,
+        SeenVersion(1),
+        "op\u{1b}[8m",
+        "note \u{1b}]0;title\u{7}",
+    )
+    .await
+    .unwrap();
+
+    for args in [
+        &["list", "held"][..],
+        &["list", "duplicates"],
+        &["list", "held", "--format", "json"],
+        &["show", hostile_key],
+        &["show", hostile_key, "--format", "json"],
+        &["audit", "verify"],
+    ] {
+        let run = effectwatch(&db.url, args).await;
+        assert_eq!(run.code, Some(0), "{args:?}: {}", run.stderr);
+        assert!(!run.stdout.is_empty());
+        for byte in [0x1b_u8, 0x07] {
+            assert!(
+                !run.stdout_bytes.contains(&byte),
+                "{args:?}: byte {byte:#04x} reached stdout:\n{:?}",
+                run.stdout
+            );
+        }
+        assert!(!run.stdout.contains('\u{9b}') && !run.stdout.contains('\u{202e}'));
+        assert!(!run.stderr.as_bytes().contains(&0x1b));
+    }
+    let table = effectwatch(&db.url, &["list", "held"]).await;
+    assert!(table.stdout.contains("evil"), "{}", table.stdout);
+    // JSON keeps the key exact for a program, escaped.
+    let json_run = effectwatch(&db.url, &["list", "held", "--format", "json"]).await;
+    let parsed: Value = serde_json::from_str(&json_run.stdout).unwrap();
+    assert_eq!(parsed[0]["op_key"], hostile_key);
+}
+
+#[tokio::test]
+async fn audit_verify_exits_0_when_intact_and_names_the_broken_entry() {
+    let db = common::test_db().await;
+    begin_effect(&db.pool, &intent("refund:AV:1", "invoice:AV"))
+        .await
+        .unwrap();
+    for i in 1..=3 {
+        actions::annotate(
+            &db.pool,
+            "refund:AV:1",
+            SeenVersion(1),
+            "alice",
+            &format!("note {i}"),
+        )
+        .await
+        .unwrap();
+    }
+    let intact = effectwatch(&db.url, &["audit", "verify"]).await;
+    assert_eq!(intact.code, Some(0), "{}", intact.stderr);
+    assert!(intact.stdout.contains("intact"), "{}", intact.stdout);
+    assert!(intact.stdout.contains('3'), "{}", intact.stdout);
+
+    let mut conn = db.connect().await;
+    for statement in [
+        "alter table ledger.audit_log disable trigger all",
+        "update ledger.audit_log set reason = 'x' where seq = 2",
+        "alter table ledger.audit_log enable trigger all",
+    ] {
+        sqlx::query(statement).execute(&mut conn).await.unwrap();
+    }
+    conn.close().await.unwrap();
+
+    let broken = effectwatch(&db.url, &["audit", "verify"]).await;
+    assert_ne!(broken.code, Some(0));
+    assert!(broken.code.is_some());
+    let line = one_line(&broken);
+    assert!(line.contains("entry 2"), "{line}");
+    assert!(!broken.stdout.contains("intact"), "{}", broken.stdout);
+
+    let json_run = effectwatch(&db.url, &["audit", "verify", "--format", "json"]).await;
+    assert_ne!(json_run.code, Some(0));
+    let report: Value = serde_json::from_str(&json_run.stdout).unwrap();
+    assert_eq!(report["first_broken_seq"], 2);
+}
+
+/// Errors quote what they are about (a key, a database message that names a key): stderr is a
+/// terminal too.
+#[tokio::test]
+async fn a_hostile_key_in_an_error_never_puts_an_escape_on_stderr() {
+    let db = common::test_db().await;
+    let run = effectwatch(
+        &db.url,
+        &["show", "missing\u{1b}]52;c;cHduZWQ=\u{7}\u{1b}[2J"],
+    )
+    .await;
+    assert_eq!(run.code, Some(6), "{}", run.stderr);
+    one_line(&run);
+    assert!(
+        !run.stderr.as_bytes().contains(&0x1b) && !run.stderr.as_bytes().contains(&0x07),
+        "an escape sequence reached stderr: {:?}",
+        run.stderr
+    );
+}

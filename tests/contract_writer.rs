@@ -1,0 +1,1055 @@
+//! The writer API contract (`ledger.begin_effect`, `mark_dispatched`, `complete_effect`) against
+//! a real PostgreSQL: replays, in-flight effects, webhook redeliveries, mismatched params,
+//! concurrent callers, conflicts per target, retries and late results.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use effectwatch::ledger::actions::{self, Finding, Resolution, SeenVersion};
+use effectwatch::ledger::history::find_effect;
+use effectwatch::ledger::writer::{
+    Begun, Completion, Intent, Outcome, begin_effect, complete_effect, mark_dispatched,
+};
+use effectwatch::ledger::{Decision, Effect, State};
+use serde_json::{Value, json};
+use sqlx::{PgConnection, PgPool, Row};
+use tokio::sync::Barrier;
+
+const CONCURRENCY: usize = 16;
+const ROUNDS: usize = 3;
+
+fn intent(op_key: &str, action: &str, target: &str, params: Value) -> Intent {
+    Intent {
+        op_key: op_key.to_string(),
+        action: action.to_string(),
+        target: target.to_string(),
+        params,
+        requested_by: "agent-7".to_string(),
+        ..Intent::default()
+    }
+}
+
+fn refund(op_key: &str, target: &str) -> Intent {
+    intent(
+        op_key,
+        "refund",
+        target,
+        json!({"amount_minor": 1500, "currency": "EUR"}),
+    )
+}
+
+async fn effect(pool: &PgPool, op_key: &str) -> Effect {
+    find_effect(pool, op_key)
+        .await
+        .expect("read the effect")
+        .unwrap_or_else(|| panic!("no effect with key {op_key}"))
+}
+
+async fn effect_rows(pool: &PgPool, op_key: &str) -> i64 {
+    sqlx::query_scalar("select count(*) from ledger.effects where op_key = $1")
+        .bind(op_key)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+/// The kinds of the attempts recorded for a key, in order.
+async fn attempt_kinds(pool: &PgPool, op_key: &str) -> Vec<String> {
+    sqlx::query_scalar("select kind from ledger.attempts where op_key = $1 order by id")
+        .bind(op_key)
+        .fetch_all(pool)
+        .await
+        .unwrap()
+}
+
+async fn attempts_of_kind(pool: &PgPool, op_key: &str, kind: &str) -> i64 {
+    sqlx::query_scalar("select count(*) from ledger.attempts where op_key = $1 and kind = $2")
+        .bind(op_key)
+        .bind(kind)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+fn done(external_ref: &str, result: Value) -> Completion {
+    Completion {
+        external_ref: Some(external_ref.to_string()),
+        result: Some(result),
+        worker: Some("worker-1".to_string()),
+        ..Completion::default()
+    }
+}
+
+/// begin -> claim -> complete, as a well-behaved agent does.
+async fn run_to(pool: &PgPool, intent: &Intent, outcome: Outcome, completion: &Completion) {
+    let begun = begin_effect(pool, intent).await.unwrap();
+    assert!(
+        begun.decision.may_dispatch(),
+        "{}: {:?}",
+        intent.op_key,
+        begun
+    );
+    let claim = mark_dispatched(pool, &intent.op_key, None, "worker-1")
+        .await
+        .unwrap();
+    assert!(claim.claimed);
+    let completed = complete_effect(pool, &intent.op_key, outcome, completion)
+        .await
+        .unwrap();
+    assert!(completed.applied, "{}: {:?}", intent.op_key, completed);
+}
+
+async fn connections(db: &common::TestDb, n: usize) -> Vec<PgConnection> {
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        out.push(db.connect().await);
+    }
+    out
+}
+
+/// Every connection calls begin_effect with its own intent at the same moment; returns the
+/// connections (for the next round) and what each call answered.
+async fn begin_all_at_once(
+    conns: Vec<PgConnection>,
+    intents: Vec<Intent>,
+) -> (Vec<PgConnection>, Vec<Begun>) {
+    assert_eq!(conns.len(), intents.len());
+    let barrier = Arc::new(Barrier::new(conns.len()));
+    let mut tasks = Vec::new();
+    for (mut conn, intent) in conns.into_iter().zip(intents) {
+        let barrier = barrier.clone();
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            let begun = begin_effect(&mut conn, &intent).await;
+            (conn, begun)
+        }));
+    }
+    let mut conns = Vec::new();
+    let mut answers = Vec::new();
+    for task in tasks {
+        let (conn, begun) = task.await.expect("task");
+        conns.push(conn);
+        answers
+            .push(begun.unwrap_or_else(|e| panic!("begin_effect failed under concurrency: {e}")));
+    }
+    (conns, answers)
+}
+
+fn count(answers: &[Begun], decision: Decision) -> usize {
+    answers.iter().filter(|b| b.decision == decision).count()
+}
+
+#[tokio::test]
+async fn the_same_request_twice_replays_the_stored_result() {
+    let db = common::test_db().await;
+    let pool = &db.pool;
+    let key = "refund:INV-402:AP-91:v1";
+    let request = refund(key, "invoice:INV-402");
+
+    let first = begin_effect(pool, &request).await.unwrap();
+    assert_eq!(first.decision, Decision::Proceed);
+    assert_eq!(first.state, State::Pending);
+    assert_eq!(first.result, None);
+    let stored = json!({"refund_id": "re_1", "status": "done", "amount_minor": 1500});
+    let claim = mark_dispatched(pool, key, Some("req-1"), "worker-1")
+        .await
+        .unwrap();
+    assert!(claim.claimed);
+    let completed = complete_effect(pool, key, Outcome::Succeeded, &done("re_1", stored.clone()))
+        .await
+        .unwrap();
+    assert!(completed.applied && !completed.late);
+    assert_eq!(completed.state, State::Succeeded);
+
+    let second = begin_effect(pool, &request).await.unwrap();
+    assert_eq!(second.decision, Decision::Replay);
+    assert_eq!(second.effect_id, first.effect_id);
+    assert_eq!(second.state, State::Succeeded);
+    assert_eq!(second.result, Some(stored.clone()));
+
+    assert_eq!(effect_rows(pool, key).await, 1);
+    assert_eq!(attempts_of_kind(pool, key, "replay").await, 1);
+    let row = effect(pool, key).await;
+    assert_eq!(row.external_ref.as_deref(), Some("re_1"));
+    assert_eq!(row.result, Some(stored.clone()));
+
+    // A psql-level caller with named arguments gets the same answer.
+    let sql = sqlx::query(
+        "select decision, effect_id, state, result from ledger.begin_effect(
+            op_key => $1, action => 'refund', target => 'invoice:INV-402',
+            params => '{\"amount_minor\": 1500, \"currency\": \"EUR\"}', requested_by => 'psql-user')",
+    )
+    .bind(key)
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    assert_eq!(sql.get::<String, _>("decision"), "replay");
+    assert_eq!(sql.get::<i64, _>("effect_id"), first.effect_id);
+    assert_eq!(sql.get::<Value, _>("result"), stored);
+    assert_eq!(effect_rows(pool, key).await, 1);
+    assert_eq!(attempts_of_kind(pool, key, "replay").await, 2);
+    assert_eq!(
+        attempt_kinds(pool, key).await,
+        ["first", "dispatch", "completion", "replay", "replay"]
+    );
+}
+
+#[tokio::test]
+async fn an_unknown_or_dispatched_effect_is_in_flight_never_proceed() {
+    let db = common::test_db().await;
+    let pool = &db.pool;
+
+    // Completed as unknown (a timeout): never dispatched again blindly.
+    let key = "booking:HOTEL-1:v1";
+    let request = intent(key, "booking", "hotel:1", json!({"nights": 2}));
+    assert_eq!(
+        begin_effect(pool, &request).await.unwrap().decision,
+        Decision::Proceed
+    );
+    assert!(mark_dispatched(pool, key, None, "w").await.unwrap().claimed);
+    let timeout = Completion {
+        reason: Some("timeout after 30 s".into()),
+        ..Completion::default()
+    };
+    let completed = complete_effect(pool, key, Outcome::Unknown, &timeout)
+        .await
+        .unwrap();
+    assert_eq!(completed.state, State::Unknown);
+    for _ in 0..3 {
+        let again = begin_effect(pool, &request).await.unwrap();
+        assert_eq!(again.decision, Decision::InFlight);
+        assert_eq!(again.state, State::Unknown);
+        let claim = mark_dispatched(pool, key, None, "w").await.unwrap();
+        assert!(
+            !claim.claimed,
+            "an unknown effect must not be claimed again"
+        );
+    }
+    assert_eq!(effect(pool, key).await.state, State::Unknown);
+    assert_eq!(attempts_of_kind(pool, key, "in_flight").await, 3);
+    assert_eq!(attempts_of_kind(pool, key, "proceed").await, 0);
+
+    // Pending and dispatched, no answer yet.
+    let key = "message:USER-9:welcome";
+    let request = intent(key, "message", "user:9", json!({"template": "welcome"}));
+    assert_eq!(
+        begin_effect(pool, &request).await.unwrap().decision,
+        Decision::Proceed
+    );
+    assert!(mark_dispatched(pool, key, None, "w").await.unwrap().claimed);
+    let again = begin_effect(pool, &request).await.unwrap();
+    assert_eq!(again.decision, Decision::InFlight);
+    assert_eq!(again.state, State::Pending);
+    assert!(
+        !mark_dispatched(pool, key, None, "w2")
+            .await
+            .unwrap()
+            .claimed
+    );
+
+    // Pending but not yet dispatched is in flight as well: another caller must not start it.
+    let key = "message:USER-10:welcome";
+    let request = intent(key, "message", "user:10", json!({"template": "welcome"}));
+    assert_eq!(
+        begin_effect(pool, &request).await.unwrap().decision,
+        Decision::Proceed
+    );
+    assert_eq!(
+        begin_effect(pool, &request).await.unwrap().decision,
+        Decision::InFlight
+    );
+}
+
+/// What a naive webhook handler does for one delivery: record the event under its id, try to
+/// claim it whatever the decision said, and do the work only when the claim succeeded.
+async fn deliver(pool: &PgPool, event_id: &str) -> (Decision, bool) {
+    let request = intent(
+        event_id,
+        "webhook",
+        "order:77",
+        json!({"event": "order.paid", "order": 77}),
+    );
+    let begun = begin_effect(pool, &request).await.unwrap();
+    let claim = mark_dispatched(pool, event_id, None, "webhook-worker")
+        .await
+        .unwrap();
+    (begun.decision, claim.claimed)
+}
+
+#[tokio::test]
+async fn a_webhook_delivered_several_times_does_its_work_once() {
+    let db = common::test_db().await;
+    let pool = &db.pool;
+    let work = AtomicUsize::new(0);
+    let event = "evt_1NZ2aXK9";
+
+    // Delivery 1 claims the event and starts the work.
+    let (decision, claimed) = deliver(pool, event).await;
+    assert_eq!(decision, Decision::Proceed);
+    assert!(claimed);
+    work.fetch_add(1, Ordering::SeqCst);
+
+    // Delivery 2 arrives while the work is still running.
+    let (decision, claimed) = deliver(pool, event).await;
+    assert_eq!(decision, Decision::InFlight);
+    assert!(!claimed, "a second delivery must not be able to claim");
+
+    complete_effect(
+        pool,
+        event,
+        Outcome::Succeeded,
+        &done("wh-1", json!({"ok": true})),
+    )
+    .await
+    .unwrap();
+
+    // Delivery 3 arrives after the work is done.
+    let (decision, claimed) = deliver(pool, event).await;
+    assert_eq!(decision, Decision::Replay);
+    assert!(!claimed);
+
+    assert_eq!(work.load(Ordering::SeqCst), 1);
+    assert_eq!(effect_rows(pool, event).await, 1);
+    assert_eq!(
+        attempt_kinds(pool, event).await,
+        [
+            "first",
+            "dispatch",
+            "in_flight",
+            "dispatch_refused",
+            "completion",
+            "replay",
+            "dispatch_refused"
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_webhook_deliveries_do_the_work_once() {
+    let db = common::test_db().await;
+    for deliveries in [2usize, 3] {
+        let event = format!("evt_concurrent_{deliveries}");
+        let work = Arc::new(AtomicUsize::new(0));
+        let barrier = Arc::new(Barrier::new(deliveries));
+        let mut tasks = Vec::new();
+        for _ in 0..deliveries {
+            let pool = db.pool.clone();
+            let (event, work, barrier) = (event.clone(), work.clone(), barrier.clone());
+            tasks.push(tokio::spawn(async move {
+                barrier.wait().await;
+                let (decision, claimed) = deliver(&pool, &event).await;
+                if claimed {
+                    work.fetch_add(1, Ordering::SeqCst);
+                    complete_effect(
+                        &pool,
+                        &event,
+                        Outcome::Succeeded,
+                        &done("wh", json!({"ok": true})),
+                    )
+                    .await
+                    .unwrap();
+                }
+                (decision, claimed)
+            }));
+        }
+        let mut answers = Vec::new();
+        for task in tasks {
+            answers.push(task.await.unwrap());
+        }
+        assert_eq!(work.load(Ordering::SeqCst), 1, "{answers:?}");
+        assert_eq!(answers.iter().filter(|(_, claimed)| *claimed).count(), 1);
+        assert_eq!(
+            answers
+                .iter()
+                .filter(|(d, _)| *d == Decision::Proceed)
+                .count(),
+            1,
+            "{answers:?}"
+        );
+        assert!(
+            answers.iter().all(|(d, _)| matches!(
+                d,
+                Decision::Proceed | Decision::InFlight | Decision::Replay
+            )),
+            "{answers:?}"
+        );
+        assert_eq!(effect_rows(&db.pool, &event).await, 1);
+        assert_eq!(attempts_of_kind(&db.pool, &event, "dispatch").await, 1);
+    }
+}
+
+#[tokio::test]
+async fn the_same_key_with_other_params_is_rejected_and_never_merged() {
+    let db = common::test_db().await;
+    let pool = &db.pool;
+    let key = "refund:INV-500:AP-1:v1";
+    let original = refund(key, "invoice:INV-500");
+    assert_eq!(
+        begin_effect(pool, &original).await.unwrap().decision,
+        Decision::Proceed
+    );
+    let before = effect(pool, key).await;
+
+    let mut other = original.clone();
+    other.params = json!({"amount_minor": 1600, "currency": "EUR"});
+    other.requested_by = "agent-8".into();
+    let rejected = begin_effect(pool, &other).await.unwrap();
+    assert_eq!(rejected.decision, Decision::Rejected);
+    assert_eq!(rejected.effect_id, before.id);
+    assert_eq!(rejected.result, None);
+
+    let after = effect(pool, key).await;
+    assert_eq!(after.params, before.params);
+    assert_eq!(after.params_hash, before.params_hash);
+    assert_eq!(after.version, before.version);
+    assert_eq!(after.state, State::Pending);
+    assert_eq!(
+        after.params,
+        json!({"amount_minor": 1500, "currency": "EUR"})
+    );
+
+    let mismatch = sqlx::query(
+        "select params, params_hash, requested_by, flagged from ledger.attempts
+          where op_key = $1 and kind = 'mismatch'",
+    )
+    .bind(key)
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    assert_eq!(mismatch.len(), 1);
+    assert_eq!(
+        mismatch[0].get::<Option<Value>, _>("params"),
+        Some(json!({"amount_minor": 1600, "currency": "EUR"}))
+    );
+    assert_ne!(
+        mismatch[0]
+            .get::<Option<String>, _>("params_hash")
+            .as_deref(),
+        Some(before.params_hash.as_str())
+    );
+    assert_eq!(
+        mismatch[0]
+            .get::<Option<String>, _>("requested_by")
+            .as_deref(),
+        Some("agent-8")
+    );
+    assert!(mismatch[0].get::<bool, _>("flagged"));
+
+    // Same key, same params, other action or target: also a different intent.
+    let mut other_action = original.clone();
+    other_action.action = "payout".into();
+    assert_eq!(
+        begin_effect(pool, &other_action).await.unwrap().decision,
+        Decision::Rejected
+    );
+    let mut other_target = original.clone();
+    other_target.target = "invoice:INV-501".into();
+    assert_eq!(
+        begin_effect(pool, &other_target).await.unwrap().decision,
+        Decision::Rejected
+    );
+    assert_eq!(attempts_of_kind(pool, key, "mismatch").await, 3);
+    assert_eq!(effect(pool, key).await.version, before.version);
+
+    // The same params written with keys in another order and other whitespace are the same
+    // intent, whether they come from a driver or as JSON text typed in SQL.
+    let reordered = |decision: &'static str| {
+        let pool = pool.clone();
+        async move {
+            let got: String = sqlx::query_scalar(
+                "select decision from ledger.begin_effect(
+                    op_key => $1, action => 'refund', target => 'invoice:INV-500',
+                    params => '{   \"currency\" :\"EUR\",
+                                   \"amount_minor\":    1500 }'::jsonb,
+                    requested_by => 'psql-user')",
+            )
+            .bind(key)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+            assert_eq!(got, decision);
+        }
+    };
+    reordered("in_flight").await;
+    let mut from_text = original.clone();
+    from_text.params =
+        serde_json::from_str("{\"currency\":\"EUR\",\n \"amount_minor\" : 1500}").unwrap();
+    assert_eq!(
+        begin_effect(pool, &from_text).await.unwrap().decision,
+        Decision::InFlight
+    );
+
+    assert!(mark_dispatched(pool, key, None, "w").await.unwrap().claimed);
+    complete_effect(
+        pool,
+        key,
+        Outcome::Succeeded,
+        &done("re_500", json!({"id": 1})),
+    )
+    .await
+    .unwrap();
+    reordered("replay").await;
+    assert_eq!(attempts_of_kind(pool, key, "mismatch").await, 3);
+    assert_eq!(effect_rows(pool, key).await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_callers_of_one_key_converge_on_one_proceed() {
+    let db = common::test_db().await;
+    let mut conns = connections(&db, CONCURRENCY).await;
+    for round in 0..ROUNDS {
+        let key = format!("refund:INV-C{round}:v1");
+        let intents = (0..CONCURRENCY)
+            .map(|i| {
+                let mut intent = refund(&key, &format!("invoice:C{round}"));
+                intent.requested_by = format!("agent-{i}");
+                intent
+            })
+            .collect();
+        let (back, answers) = begin_all_at_once(conns, intents).await;
+        conns = back;
+        assert_eq!(
+            count(&answers, Decision::Proceed),
+            1,
+            "round {round}: {answers:?}"
+        );
+        assert_eq!(
+            count(&answers, Decision::InFlight),
+            CONCURRENCY - 1,
+            "round {round}: {answers:?}"
+        );
+        let id = answers[0].effect_id;
+        assert!(answers.iter().all(|b| b.effect_id == id));
+        assert_eq!(effect_rows(&db.pool, &key).await, 1);
+        assert_eq!(attempts_of_kind(&db.pool, &key, "first").await, 1);
+        assert_eq!(
+            attempts_of_kind(&db.pool, &key, "in_flight").await,
+            (CONCURRENCY - 1) as i64
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_keys_on_one_exclusive_target_hold_all_but_one() {
+    let db = common::test_db().await;
+    let mut conns = connections(&db, CONCURRENCY).await;
+    for round in 0..ROUNDS {
+        let target = format!("invoice:T{round}");
+        let intents = (0..CONCURRENCY)
+            .map(|i| refund(&format!("refund:T{round}:AP-{i}"), &target))
+            .collect();
+        let (back, answers) = begin_all_at_once(conns, intents).await;
+        conns = back;
+        assert_eq!(
+            count(&answers, Decision::Proceed),
+            1,
+            "round {round}: {answers:?}"
+        );
+        assert_eq!(
+            count(&answers, Decision::Held),
+            CONCURRENCY - 1,
+            "round {round}: {answers:?}"
+        );
+        let proceeding = answers
+            .iter()
+            .find(|b| b.decision == Decision::Proceed)
+            .unwrap()
+            .effect_id;
+        let rows =
+            sqlx::query("select state, held_by from ledger.effects where target = $1 and id <> $2")
+                .bind(&target)
+                .bind(proceeding)
+                .fetch_all(&db.pool)
+                .await
+                .unwrap();
+        assert_eq!(rows.len(), CONCURRENCY - 1);
+        for row in rows {
+            assert_eq!(row.get::<String, _>("state"), "held");
+            assert_eq!(row.get::<Option<i64>, _>("held_by"), Some(proceeding));
+        }
+        let in_view: i64 = sqlx::query_scalar(
+            "select count(*) from ledger.held_conflicts where target = $1 and holder_effect_id = $2",
+        )
+        .bind(&target)
+        .bind(proceeding)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        assert_eq!(in_view, (CONCURRENCY - 1) as i64);
+    }
+}
+
+async fn version(pool: &PgPool, op_key: &str) -> SeenVersion {
+    SeenVersion(effect(pool, op_key).await.version)
+}
+
+async fn held_keys(pool: &PgPool) -> Vec<(String, String)> {
+    sqlx::query_as("select op_key, holder_op_key from ledger.held_conflicts order by op_key")
+        .fetch_all(pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_second_key_on_an_exclusive_target_is_held_until_released_or_cancelled() {
+    let db = common::test_db().await;
+    let pool = &db.pool;
+    let target = "invoice:INV-700";
+    let a = refund("refund:INV-700:A", target);
+    let b = refund("refund:INV-700:B", target);
+    let c = refund("refund:INV-700:C", target);
+
+    assert_eq!(
+        begin_effect(pool, &a).await.unwrap().decision,
+        Decision::Proceed
+    );
+    let held = begin_effect(pool, &b).await.unwrap();
+    assert_eq!(held.decision, Decision::Held);
+    assert_eq!(held.state, State::Held);
+    assert_eq!(
+        held_keys(pool).await,
+        [(
+            "refund:INV-700:B".to_string(),
+            "refund:INV-700:A".to_string()
+        )]
+    );
+    // Asking again does not change anything.
+    assert_eq!(
+        begin_effect(pool, &b).await.unwrap().decision,
+        Decision::Held
+    );
+    assert!(
+        !mark_dispatched(pool, &b.op_key, None, "w")
+            .await
+            .unwrap()
+            .claimed
+    );
+    assert_eq!(
+        begin_effect(pool, &c).await.unwrap().decision,
+        Decision::Held
+    );
+    assert_eq!(held_keys(pool).await.len(), 2);
+    // Another action on the same target is no conflict.
+    let note = intent("message:INV-700:1", "message", target, json!({}));
+    assert_eq!(
+        begin_effect(pool, &note).await.unwrap().decision,
+        Decision::Proceed
+    );
+
+    // Releasing the hold makes it pending, and it leaves the pane.
+    let released = actions::release(
+        pool,
+        &b.op_key,
+        version(pool, &b.op_key).await,
+        "alice",
+        "A was checked by hand",
+    )
+    .await
+    .unwrap();
+    assert_eq!(released.state, State::Pending);
+    let row = effect(pool, &b.op_key).await;
+    assert_eq!(row.state, State::Pending);
+    assert_eq!(row.held_by, None);
+    assert_eq!(
+        held_keys(pool).await,
+        [(
+            "refund:INV-700:C".to_string(),
+            "refund:INV-700:A".to_string()
+        )]
+    );
+    let closed: Vec<(String, String)> = sqlx::query_as(
+        "select e.op_key, h.closed_how from ledger.holds h join ledger.effects e on e.id = h.effect_id
+          where h.closed_at is not null order by e.op_key",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    assert_eq!(closed, [("refund:INV-700:B".into(), "released".into())]);
+    assert!(
+        mark_dispatched(pool, &b.op_key, None, "w")
+            .await
+            .unwrap()
+            .claimed
+    );
+
+    // Cancelling a hold makes it cancelled and it leaves the pane; the key is closed for good.
+    let cancelled = actions::cancel(
+        pool,
+        &c.op_key,
+        version(pool, &c.op_key).await,
+        "alice",
+        "duplicate of A",
+    )
+    .await
+    .unwrap();
+    assert_eq!(cancelled.state, State::Cancelled);
+    assert_eq!(effect(pool, &c.op_key).await.state, State::Cancelled);
+    assert!(held_keys(pool).await.is_empty());
+    assert_eq!(
+        begin_effect(pool, &c).await.unwrap().decision,
+        Decision::Stop
+    );
+    let open_holds: i64 =
+        sqlx::query_scalar("select count(*) from ledger.holds where closed_at is null")
+            .fetch_one(pool)
+            .await
+            .unwrap();
+    assert_eq!(open_holds, 0);
+}
+
+#[tokio::test]
+async fn a_policy_can_make_an_action_non_exclusive_per_target() {
+    let db = common::test_db().await;
+    let pool = &db.pool;
+    sqlx::query(
+        "insert into ledger.action_policies (action, exclusive_per_target) values ('message', false)",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+    let target = "user:42";
+    for i in 0..3 {
+        let m = intent(
+            &format!("message:42:{i}"),
+            "message",
+            target,
+            json!({"n": i}),
+        );
+        let begun = begin_effect(pool, &m).await.unwrap();
+        assert_eq!(begun.decision, Decision::Proceed, "message {i}");
+    }
+    // An action without such a policy stays exclusive on the same target.
+    let r1 = refund("refund:42:1", target);
+    let r2 = refund("refund:42:2", target);
+    assert_eq!(
+        begin_effect(pool, &r1).await.unwrap().decision,
+        Decision::Proceed
+    );
+    assert_eq!(
+        begin_effect(pool, &r2).await.unwrap().decision,
+        Decision::Held
+    );
+    assert_eq!(
+        held_keys(pool).await,
+        [("refund:42:2".to_string(), "refund:42:1".to_string())]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_retryable_failure_is_retried_by_exactly_one_caller() {
+    let db = common::test_db().await;
+    let pool = &db.pool;
+    let key = "refund:INV-800:v1";
+    let request = refund(key, "invoice:INV-800");
+    let failed = Completion {
+        reason: Some("provider said 429".into()),
+        ..Completion::default()
+    };
+    run_to(pool, &request, Outcome::Failed { retryable: true }, &failed).await;
+    let row = effect(pool, key).await;
+    assert_eq!(row.state, State::Failed);
+    assert_eq!(row.retryable, Some(true));
+    assert!(row.dispatched_at.is_some());
+
+    let retry = begin_effect(pool, &request).await.unwrap();
+    assert_eq!(retry.decision, Decision::Retry);
+    assert_eq!(retry.state, State::Pending);
+    let row = effect(pool, key).await;
+    assert_eq!(row.state, State::Pending);
+    assert_eq!(row.dispatched_at, None);
+    assert_eq!(row.retryable, None);
+    assert_eq!(row.failure_reason, None);
+    assert!(mark_dispatched(pool, key, None, "w").await.unwrap().claimed);
+    complete_effect(pool, key, Outcome::Failed { retryable: true }, &failed)
+        .await
+        .unwrap();
+
+    // Many retriers at once: exactly one gets to retry.
+    let conns = connections(&db, CONCURRENCY).await;
+    let (_conns, answers) =
+        begin_all_at_once(conns, (0..CONCURRENCY).map(|_| request.clone()).collect()).await;
+    assert_eq!(count(&answers, Decision::Retry), 1, "{answers:?}");
+    assert_eq!(
+        count(&answers, Decision::InFlight),
+        CONCURRENCY - 1,
+        "{answers:?}"
+    );
+    assert_eq!(attempts_of_kind(pool, key, "retry").await, 2);
+    assert_eq!(effect_rows(pool, key).await, 1);
+
+    // A failure that is not retryable stops every later caller.
+    assert!(mark_dispatched(pool, key, None, "w").await.unwrap().claimed);
+    complete_effect(
+        pool,
+        key,
+        Outcome::Failed { retryable: false },
+        &Completion {
+            reason: Some("card declined".into()),
+            ..Completion::default()
+        },
+    )
+    .await
+    .unwrap();
+    for _ in 0..2 {
+        let stop = begin_effect(pool, &request).await.unwrap();
+        assert_eq!(stop.decision, Decision::Stop);
+        assert_eq!(stop.state, State::Failed);
+    }
+    let row = effect(pool, key).await;
+    assert_eq!(row.state, State::Failed);
+    assert_eq!(row.retryable, Some(false));
+    assert_eq!(row.failure_reason.as_deref(), Some("card declined"));
+    assert!(!mark_dispatched(pool, key, None, "w").await.unwrap().claimed);
+}
+
+async fn assert_late(pool: &PgPool, key: &str, settled: State) {
+    let before = effect(pool, key).await;
+    assert_eq!(before.state, settled);
+    assert_eq!(before.late_result_at, None);
+    let late = complete_effect(
+        pool,
+        key,
+        Outcome::Succeeded,
+        &done("late-ref", json!({"late": true})),
+    )
+    .await
+    .unwrap();
+    assert!(!late.applied, "{key}: {late:?}");
+    assert!(late.late, "{key}: {late:?}");
+    assert_eq!(late.state, settled);
+
+    let after = effect(pool, key).await;
+    assert_eq!(after.state, settled);
+    assert_eq!(after.external_ref, before.external_ref);
+    assert_eq!(after.result, before.result);
+    assert!(after.late_result_at.is_some());
+    let (kind, flagged, detail): (String, bool, Value) = sqlx::query_as(
+        "select kind, flagged, detail from ledger.attempts where op_key = $1 order by id desc limit 1",
+    )
+    .bind(key)
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    assert_eq!(kind, "late_result");
+    assert!(flagged);
+    assert_eq!(detail["external_ref"], "late-ref");
+    assert_eq!(detail["state_when_received"], settled.as_str());
+}
+
+#[tokio::test]
+async fn a_late_result_after_settlement_is_flagged_never_applied() {
+    let db = common::test_db().await;
+    let pool = &db.pool;
+    let unknown = Completion {
+        reason: Some("connection reset".into()),
+        ..Completion::default()
+    };
+
+    // Reconciled as absent -> failed, then the worker's success arrives.
+    let key = "refund:LATE:1";
+    run_to(pool, &refund(key, "invoice:L1"), Outcome::Unknown, &unknown).await;
+    let finding = Finding {
+        provider: "stripe".into(),
+        finding: "absent".into(),
+        external_refs: vec![],
+        evidence: json!({"searched": key}),
+        duration_ms: 12,
+    };
+    let reconciled =
+        actions::record_reconciliation(pool, key, version(pool, key).await, "alice", &finding)
+            .await
+            .unwrap();
+    assert_eq!(reconciled.state, State::Failed);
+    assert_late(pool, key, State::Failed).await;
+
+    // Resolved by an operator as succeeded with another reference.
+    let key = "refund:LATE:2";
+    run_to(pool, &refund(key, "invoice:L2"), Outcome::Unknown, &unknown).await;
+    actions::resolve(
+        pool,
+        key,
+        version(pool, key).await,
+        "alice",
+        "seen in the provider dashboard",
+        &Resolution::Succeeded {
+            external_ref: "op-ref".into(),
+        },
+    )
+    .await
+    .unwrap();
+    assert_late(pool, key, State::Succeeded).await;
+
+    // Resolved by an operator as failed while still pending (dispatched, no answer).
+    let key = "refund:LATE:3";
+    let request = refund(key, "invoice:L3");
+    begin_effect(pool, &request).await.unwrap();
+    mark_dispatched(pool, key, None, "w").await.unwrap();
+    actions::resolve(
+        pool,
+        key,
+        version(pool, key).await,
+        "alice",
+        "provider confirmed it never arrived",
+        &Resolution::Failed { retryable: false },
+    )
+    .await
+    .unwrap();
+    assert_late(pool, key, State::Failed).await;
+
+    // The same answer delivered twice is a harmless repeat, not a late result.
+    let key = "refund:LATE:4";
+    let answer = done("re_4", json!({"id": 4}));
+    run_to(
+        pool,
+        &refund(key, "invoice:L4"),
+        Outcome::Succeeded,
+        &answer,
+    )
+    .await;
+    let repeat = complete_effect(pool, key, Outcome::Succeeded, &answer)
+        .await
+        .unwrap();
+    assert!(!repeat.applied);
+    assert!(!repeat.late);
+    assert_eq!(repeat.state, State::Succeeded);
+    let row = effect(pool, key).await;
+    assert_eq!(row.late_result_at, None);
+    let (kind, flagged): (String, bool) = sqlx::query_as(
+        "select kind, flagged from ledger.attempts where op_key = $1 order by id desc limit 1",
+    )
+    .bind(key)
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    assert_eq!((kind.as_str(), flagged), ("completion_repeat", false));
+    let flagged_count: i64 =
+        sqlx::query_scalar("select count(*) from ledger.attempts where op_key = $1 and flagged")
+            .bind(key)
+            .fetch_one(pool)
+            .await
+            .unwrap();
+    assert_eq!(flagged_count, 0);
+}
+
+#[tokio::test]
+async fn a_new_hold_points_at_the_open_effect_in_the_way_not_a_settled_one() {
+    let db = common::test_db().await;
+    let pool = &db.pool;
+    let target = "invoice:INV-900";
+    let a = refund("refund:INV-900:A", target);
+    let b = refund("refund:INV-900:B", target);
+    let c = refund("refund:INV-900:C", target);
+    assert_eq!(
+        begin_effect(pool, &a).await.unwrap().decision,
+        Decision::Proceed
+    );
+    assert_eq!(
+        begin_effect(pool, &b).await.unwrap().decision,
+        Decision::Held
+    );
+    // A settles; B stays held until a person decides, and is now what is in the way.
+    run_to_completion(pool, &a.op_key).await;
+    assert_eq!(
+        begin_effect(pool, &c).await.unwrap().decision,
+        Decision::Held
+    );
+
+    let holders: Vec<(String, String, String)> = sqlx::query_as(
+        "select op_key, holder_op_key, holder_state from ledger.held_conflicts order by op_key",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        holders,
+        [
+            (b.op_key.clone(), a.op_key.clone(), "succeeded".to_string()),
+            (c.op_key.clone(), b.op_key.clone(), "held".to_string()),
+        ],
+        "C must be shown held by the open effect B, not by the settled A"
+    );
+    let hold_holder: String = sqlx::query_scalar(
+        "select e.op_key from ledger.holds h join ledger.effects e on e.id = h.holder_id
+          join ledger.effects held on held.id = h.effect_id where held.op_key = $1",
+    )
+    .bind(&c.op_key)
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    assert_eq!(hold_holder, b.op_key);
+}
+
+async fn run_to_completion(pool: &PgPool, op_key: &str) {
+    assert!(
+        mark_dispatched(pool, op_key, None, "w")
+            .await
+            .unwrap()
+            .claimed
+    );
+    let done = complete_effect(pool, op_key, Outcome::Succeeded, &done("re", json!({})))
+        .await
+        .unwrap();
+    assert!(done.applied);
+}
+
+/// A retry must not open a second effect on an exclusive target: while
+/// another key is open there, the failed effect waits (decision `held`,
+/// state still failed) instead of going back to pending.
+#[tokio::test]
+async fn a_retry_waits_while_another_key_is_open_on_the_target() {
+    let db = common::test_db().await;
+    let pool = &db.pool;
+    let first = refund("refund:INV-9:a", "invoice:INV-9");
+    run_to(
+        pool,
+        &first,
+        Outcome::Failed { retryable: true },
+        &Completion::default(),
+    )
+    .await;
+    let second = refund("refund:INV-9:b", "invoice:INV-9");
+    assert_eq!(
+        begin_effect(pool, &second).await.unwrap().decision,
+        Decision::Proceed
+    );
+
+    let again = begin_effect(pool, &first).await.unwrap();
+    assert_eq!(again.decision, Decision::Held);
+    assert_eq!(effect(pool, "refund:INV-9:a").await.state, State::Failed);
+
+    run_to_completion(pool, "refund:INV-9:b").await;
+    assert_eq!(
+        begin_effect(pool, &first).await.unwrap().decision,
+        Decision::Retry
+    );
+}
+
+/// Clearing dispatched_at by hand would let a second worker claim the call.
+#[tokio::test]
+async fn a_dispatch_cannot_be_undone_by_hand() {
+    let db = common::test_db().await;
+    let pool = &db.pool;
+    let intent = refund("refund:INV-10:a", "invoice:INV-10");
+    begin_effect(pool, &intent).await.unwrap();
+    assert!(
+        mark_dispatched(pool, "refund:INV-10:a", None, "w1")
+            .await
+            .unwrap()
+            .claimed
+    );
+    let error = sqlx::query(
+        "update ledger.effects set dispatched_at = null where op_key = 'refund:INV-10:a'",
+    )
+    .execute(pool)
+    .await
+    .unwrap_err();
+    assert!(error.to_string().contains("cannot be undone"), "{error}");
+    assert!(
+        !mark_dispatched(pool, "refund:INV-10:a", None, "w2")
+            .await
+            .unwrap()
+            .claimed
+    );
+}
