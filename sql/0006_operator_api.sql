@@ -32,6 +32,11 @@ begin
         raise exception 'ledger: a reason is required for an action that changes state (key %)', op_key
             using errcode = 'invalid_parameter_value';
     end if;
+    -- The same lock order as begin_effect (target, then row): an operator
+    -- action that creates an effect on the target (a compensation) and an
+    -- agent calling begin_effect for this key can then never deadlock.
+    perform pg_advisory_xact_lock(hashtextextended('ledger.target:' || e.target, 0))
+       from ledger.effects e where e.op_key = lock_for_operator.op_key;
     select e.* into effect from ledger.effects e where e.op_key = lock_for_operator.op_key for update;
     if not found then
         raise exception 'ledger: no effect with key %', op_key using errcode = 'EW404';

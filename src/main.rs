@@ -1,14 +1,22 @@
 use std::process::ExitCode;
 
-use clap::Parser;
+use std::sync::Arc;
 
 use effectwatch::cli::exit::{BAD_CONFIG, Failure, USAGE};
 use effectwatch::cli::{self, AuditCommand, Cli, Command};
 use effectwatch::config::Config;
 use effectwatch::ledger::{self, ConnectSettings};
+use effectwatch::settle::Settler;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = <Cli as clap::CommandFactory>::command().get_matches();
+    // The demo must never use a database only because DATABASE_URL is set.
+    let explicit_url =
+        matches.value_source("database_url") == Some(clap::parser::ValueSource::CommandLine);
+    let cli = match <Cli as clap::FromArgMatches>::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(error) => error.exit(),
+    };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(error) => {
@@ -16,7 +24,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(cli)) {
+    match runtime.block_on(run(cli, explicit_url)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {
             eprintln!(
@@ -28,7 +36,7 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run(cli: Cli) -> Result<(), Failure> {
+async fn run(cli: Cli, explicit_url: bool) -> Result<(), Failure> {
     let (mut config, source) = Config::load(cli.config.as_deref())
         .map_err(|error| Failure::new(BAD_CONFIG, error.to_string()))?;
     if let Some(operator) = &cli.operator {
@@ -42,6 +50,32 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             USAGE,
             "--at is for the console (time travel); for a past range use `effectwatch report --since … --until …`",
         ));
+    }
+    if let Command::Demo {
+        fresh,
+        seed,
+        rate,
+        agents,
+        headless,
+        duration,
+        pending_window,
+        data_dir,
+    } = command
+    {
+        let args = cli::demo::DemoArgs {
+            database_url: cli.database_url.clone().filter(|_| explicit_url),
+            fresh,
+            seed,
+            rate,
+            agents,
+            headless,
+            duration,
+            pending_window,
+            data_dir,
+            theme: cli.theme.clone(),
+            no_notify: cli.no_notify,
+        };
+        return cli::demo::run(&config, args).await;
     }
     if let Command::Config = command {
         return cli::config::run(&config, &source, cli.database_url.as_deref());
@@ -66,12 +100,28 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             performer: cli::watch::refusing_performer(),
             background_status: None,
             housekeeping: None,
+            at: cli.at,
+        };
+        let args = if config.read_only {
+            args
+        } else {
+            let pool = ledger::connect_lazy(&ConnectSettings::new(args.database_url.clone()))?;
+            let settler = Arc::new(Settler::new(
+                pool,
+                Arc::new(config.clone()),
+                config.operator.clone(),
+                false,
+            ));
+            cli::watch::WatchArgs {
+                performer: cli::watch::settling_performer(settler),
+                ..args
+            }
         };
         return cli::watch::run(&config, args).await;
     }
     let pool = ledger::connect(&ConnectSettings::new(url)).await?;
     match command {
-        Command::Watch | Command::Config => unreachable!("handled above"),
+        Command::Watch | Command::Config | Command::Demo { .. } => unreachable!("handled above"),
         Command::Migrate => cli::migrate::run(&pool).await,
         Command::List {
             pane,

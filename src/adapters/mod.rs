@@ -20,7 +20,7 @@ use serde::Deserialize;
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum ProviderConfig {
-    Http(provider::http::HttpProviderConfig),
+    Http(Box<provider::http::HttpProviderConfig>),
     Command(provider::command::CommandProviderConfig),
 }
 
@@ -193,7 +193,10 @@ mod tests {
         "#;
         let both: Both = toml::from_str(text).unwrap();
         assert_eq!(both.providers["pay"].timeout(), Duration::from_millis(1500));
-        assert_eq!(both.providers["cli"].timeout(), Duration::from_millis(10_000));
+        assert_eq!(
+            both.providers["cli"].timeout(),
+            Duration::from_millis(10_000)
+        );
         assert!(matches!(both.sinks["pd"], SinkConfig::Pagerduty(_)));
         assert_eq!(both.sinks["desk"].timeout(), Duration::from_millis(2_000));
 
@@ -207,13 +210,22 @@ mod tests {
     #[test]
     fn literal_credentials_are_refused() {
         let mut headers = BTreeMap::new();
-        headers.insert("Authorization".to_string(), HeaderValueConfig::Literal("Bearer x".into()));
+        headers.insert(
+            "Authorization".to_string(),
+            HeaderValueConfig::Literal("Bearer x".into()),
+        );
         assert!(check_headers(&headers).unwrap_err().contains("env"));
         headers.clear();
-        headers.insert("X-Api-Key".to_string(), HeaderValueConfig::Literal("k".into()));
+        headers.insert(
+            "X-Api-Key".to_string(),
+            HeaderValueConfig::Literal("k".into()),
+        );
         assert!(check_headers(&headers).is_err());
         headers.clear();
-        headers.insert("Accept".to_string(), HeaderValueConfig::Literal("application/json".into()));
+        headers.insert(
+            "Accept".to_string(),
+            HeaderValueConfig::Literal("application/json".into()),
+        );
         assert!(check_headers(&headers).is_ok());
     }
 
@@ -233,7 +245,10 @@ mod tests {
 
     #[test]
     fn backoff_doubles_up_to_the_cap() {
-        let retry = RetryConfig { base_ms: 100, max_secs: 1 };
+        let retry = RetryConfig {
+            base_ms: 100,
+            max_secs: 1,
+        };
         assert_eq!(retry.backoff(1), Duration::from_millis(100));
         assert_eq!(retry.backoff(2), Duration::from_millis(200));
         assert_eq!(retry.backoff(5), Duration::from_millis(1000));

@@ -3,10 +3,13 @@ use std::time::Duration;
 
 use super::exit::{BAD_CONFIG, FAILURE, Failure};
 use crate::config::Config;
+use crate::console::action::Action;
 use crate::console::app::OperatorRequest;
 use crate::console::run::{self, ConsoleOptions, Housekeeping, NotificationOptions, Performer};
 use crate::console::theme::Theme;
 use crate::ledger::ConnectSettings;
+use crate::ledger::actions::Resolution;
+use crate::settle::{Request, Settler};
 
 /// What the command line adds to the config file.
 pub struct WatchArgs {
@@ -17,6 +20,8 @@ pub struct WatchArgs {
     pub performer: Performer,
     pub background_status: Option<Arc<dyn Fn() -> String + Send + Sync>>,
     pub housekeeping: Option<Housekeeping>,
+    /// Time travel: show the panes as they were at this instant (read-only).
+    pub at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 pub async fn run(config: &Config, args: WatchArgs) -> Result<(), Failure> {
@@ -53,6 +58,7 @@ pub async fn run(config: &Config, args: WatchArgs) -> Result<(), Failure> {
         performer: args.performer,
         background_status: args.background_status,
         housekeeping: args.housekeeping,
+        at: args.at,
     })
     .await
     .map_err(|error| Failure::new(FAILURE, format!("terminal error: {error}")))
@@ -63,4 +69,123 @@ pub fn refusing_performer() -> Performer {
     Arc::new(|request: OperatorRequest| {
         Box::pin(async move { Err(format!("read-only: {:?} refused", request.action)) })
     })
+}
+
+/// The console's writing actions, carried out by the same [`Settler`] the
+/// CLI uses: one code path for every way an operator acts.
+pub fn settling_performer(settler: Arc<Settler>) -> Performer {
+    Arc::new(move |request: OperatorRequest| {
+        let settler = settler.clone();
+        Box::pin(async move { perform(&settler, request).await })
+    })
+}
+
+async fn perform(settler: &Settler, request: OperatorRequest) -> Result<String, String> {
+    let reason = request.reason.clone();
+    if request.action == Action::ReconcileAll {
+        let items = settler
+            .reconcile_many(request.targets)
+            .await
+            .map_err(|e| e.to_string())?;
+        let total = items.len();
+        let failed = items.iter().filter(|item| item.result.is_err()).count();
+        let mut findings: Vec<String> = items
+            .iter()
+            .filter_map(|item| item.result.as_ref().ok())
+            .filter_map(|report| {
+                report
+                    .detail
+                    .get("finding")
+                    .and_then(|f| f.as_str())
+                    .map(str::to_string)
+            })
+            .collect();
+        findings.sort();
+        findings.dedup();
+        return Ok(format!(
+            "reconciled {} of {total} ({failed} failed): {}",
+            total - failed,
+            findings.join(", ")
+        ));
+    }
+    if let Some(escalation_key) = request.escalation_key {
+        let settle_request = match request.action {
+            Action::Acknowledge => Request::Acknowledge {
+                escalation_key,
+                reason,
+            },
+            _ => Request::ResolveEscalation {
+                escalation_key,
+                reason,
+            },
+        };
+        return settler
+            .perform(settle_request)
+            .await
+            .map(|r| r.summary)
+            .map_err(|e| e.to_string());
+    }
+    let Some((op_key, seen)) = request.targets.into_iter().next() else {
+        return Err("nothing selected".to_string());
+    };
+    let seen = Some(seen);
+    let settle_request = match request.action {
+        Action::Reconcile => Request::Reconcile { op_key, seen },
+        Action::Compensate => Request::Compensate {
+            op_key,
+            seen,
+            reason,
+        },
+        Action::Escalate => Request::Escalate {
+            op_key,
+            seen,
+            sink: None,
+            reason,
+        },
+        Action::ResolveSucceeded => Request::Resolve {
+            op_key,
+            seen,
+            reason,
+            resolution: Resolution::Succeeded {
+                external_ref: request.external_ref.unwrap_or_default(),
+            },
+        },
+        Action::ResolveFailed => Request::Resolve {
+            op_key,
+            seen,
+            reason,
+            resolution: Resolution::Failed { retryable: false },
+        },
+        Action::Release => Request::Release {
+            op_key,
+            seen,
+            reason,
+        },
+        Action::Cancel => Request::Cancel {
+            op_key,
+            seen,
+            reason,
+        },
+        Action::Annotate => Request::Annotate {
+            op_key,
+            seen,
+            note: reason,
+        },
+        Action::Approve => Request::Approve {
+            op_key,
+            seen,
+            reason,
+        },
+        Action::Reject => Request::Reject {
+            op_key,
+            seen,
+            reason,
+        },
+        other => return Err(format!("{other:?} does not write")),
+    };
+    settler
+        .perform(settle_request)
+        .await
+        .map(|report| report.summary)
+        .map_err(|error| error.to_string())
 }

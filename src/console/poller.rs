@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 use sqlx::postgres::PgListener;
 use tokio::sync::{Notify, mpsc, watch};
@@ -14,7 +14,7 @@ use tokio::task::JoinHandle;
 use super::app::{Message, Snapshot, WINDOW};
 use super::model::EscalationRow;
 use crate::ledger::panes::{self, Filter, Pane};
-use crate::ledger::{self, ConnectSettings, LedgerError, NOTIFY_CHANNEL, audit};
+use crate::ledger::{self, ConnectSettings, LedgerError, NOTIFY_CHANNEL, audit, timetravel};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct PollSettings {
@@ -22,6 +22,8 @@ pub struct PollSettings {
     pub interval: Duration,
     pub paused: bool,
     pub offsets: [usize; 4],
+    /// Time travel: read the panes as they were at this instant.
+    pub at: Option<DateTime<Utc>>,
 }
 
 const AUDIT_ROWS: i64 = 300;
@@ -123,20 +125,29 @@ pub async fn poll(pool: &PgPool, settings: &PollSettings) -> Result<Snapshot, Le
         .await?;
     let mut rows = Vec::with_capacity(4);
     let mut counts = Vec::with_capacity(4);
-    let all_counts = if settings.filter.is_empty() {
-        panes::counts(&mut *tx).await?
-    } else {
-        Vec::new()
+    let all_counts = match (settings.filter.is_empty(), settings.at) {
+        (false, _) => Vec::new(),
+        (true, None) => panes::counts(&mut *tx).await?,
+        (true, Some(at)) => timetravel::counts_at(&mut *tx, at).await?,
     };
     for (index, pane) in Pane::ALL.into_iter().enumerate() {
-        let offset = settings.offsets[index] as i64;
-        rows.push((
-            pane,
-            panes::fetch(&mut *tx, pane, &settings.filter, WINDOW as i64, offset).await?,
-        ));
-        let count = match all_counts.iter().find(|c| c.pane == pane.name()) {
-            Some(count) => count.items,
-            None => panes::count(&mut *tx, pane, &settings.filter).await?,
+        let (filter, offset, limit) = (
+            &settings.filter,
+            settings.offsets[index] as i64,
+            WINDOW as i64,
+        );
+        let pane_rows = match settings.at {
+            None => panes::fetch(&mut *tx, pane, filter, limit, offset).await?,
+            Some(at) => timetravel::fetch_at(&mut *tx, pane, at, filter, limit, offset).await?,
+        };
+        rows.push((pane, pane_rows));
+        let count = match (
+            all_counts.iter().find(|c| c.pane == pane.name()),
+            settings.at,
+        ) {
+            (Some(count), _) => count.items,
+            (None, None) => panes::count(&mut *tx, pane, filter).await?,
+            (None, Some(at)) => timetravel::count_at(&mut *tx, pane, at, filter).await?,
         };
         counts.push((pane, count));
     }

@@ -37,6 +37,8 @@ pub struct ConsoleOptions {
     pub background_status: Option<Arc<dyn Fn() -> String + Send + Sync>>,
     /// Work the console runs every few seconds while open (escalation delivery).
     pub housekeeping: Option<Housekeeping>,
+    /// Time travel: the panes as they were at this instant.
+    pub at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// One pass of background work; its result, if any, goes to the status line.
@@ -67,9 +69,10 @@ async fn event_loop(
     let input = spawn_input_thread(sender.clone(), stop.clone());
     let mut app = App::new(
         options.operator.clone(),
-        options.read_only,
+        options.read_only || options.at.is_some(),
         options.poll_interval,
     );
+    app.at = options.at;
     let (settings_sender, settings) = watch::channel(poll_settings(&app));
     let wake = Arc::new(Notify::new());
     let poller = poller::spawn(
@@ -200,6 +203,7 @@ fn poll_settings(app: &App) -> PollSettings {
         interval: app.poll_interval,
         paused: app.paused,
         offsets: app.offsets,
+        at: app.at,
     }
 }
 

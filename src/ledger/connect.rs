@@ -85,3 +85,12 @@ fn has_postgres_scheme(url: &str) -> bool {
 fn first_line(text: &str) -> String {
     text.lines().next().unwrap_or_default().to_string()
 }
+
+/// A pool that connects on first use: for a console that must open (and
+/// show the database as unreachable) even when the server is down.
+pub fn connect_lazy(settings: &ConnectSettings) -> Result<PgPool, LedgerError> {
+    Ok(PgPoolOptions::new()
+        .max_connections(settings.max_connections)
+        .acquire_timeout(settings.connect_timeout)
+        .connect_lazy_with(settings.options()?))
+}

@@ -3,15 +3,20 @@
 
 pub mod actions;
 pub mod audit;
+pub mod check;
 pub mod connect;
 pub mod error;
+pub mod finance;
 pub mod history;
 pub mod migrate;
 pub mod model;
 pub mod panes;
+pub mod report;
+pub mod retention;
+pub mod timetravel;
 pub mod writer;
 
-pub use connect::{ConnectSettings, connect};
+pub use connect::{ConnectSettings, connect, connect_lazy};
 pub use error::LedgerError;
 pub use model::{Decision, Effect, State};
 

@@ -198,8 +198,9 @@ pub fn draw(frame: &mut Frame, area: Rect, detail: &Detail, theme: &Theme) {
     // Wide terminals show the record and its timeline side by side: the
     // timeline is what a responder reads, and it should not be below the fold.
     let columns: Vec<(Rect, Vec<Line>)> = if inner.width >= 130 {
-        let [left, right] =
-            Layout::horizontal([Constraint::Length(62), Constraint::Min(40)]).areas(inner);
+        let [left, right] = Layout::horizontal([Constraint::Length(62), Constraint::Min(40)])
+            .spacing(2)
+            .areas(inner);
         vec![(left, lines), (right, events)]
     } else {
         lines.push(Line::default());

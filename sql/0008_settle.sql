@@ -1,0 +1,777 @@
+-- Settling effects: compensations (idempotent, four-eyes above a limit) and
+-- escalations (one per key, delivered with backoff). Every operator step is
+-- one call in one transaction with its audit entry, callable by
+-- effect_operator only. Errors use the SQLSTATEs of 0006 (EW404, EW409, EW422).
+--
+-- Compensation, step by step (the console does exactly what a psql user can):
+--   1. ledger.op_compensate(op_key, expected_version, operator, reason)
+--        Under a row lock on the original: returns the live compensation if
+--        there is one (status 'existing') or the request waiting for approval
+--        ('awaiting_approval'); else, when the amount is above the action's
+--        compensation_approval_limit_minor, records a request for a second
+--        operator ('awaiting_approval'); else creates the compensation
+--        effect ('created'), key compensate:<op_key>:<n>.
+--   2. ledger.op_approve_compensation / ledger.op_reject_compensation
+--        Another operator (never the requester: checked here) decides. The
+--        compensation effect is created only on approval; until then no
+--        effect exists, so no worker, no release of a hold, nothing can
+--        dispatch it.
+--   3. ledger.op_dispatch_compensation(compensation_key, operator)
+--        Claims it through ledger.mark_dispatched: exactly one caller gets
+--        claimed = true and may call the provider, with the compensation key
+--        as its Idempotency-Key.
+--   4. ledger.op_complete_compensation(compensation_key, operator, outcome, ...)
+--        Records the provider's answer. Whichever path makes a compensation
+--        succeeded (this, a reconciliation, a resolve by hand), the trigger
+--        below makes the original compensated, with an audit entry of its own.
+--
+-- Why a retried, repeated or concurrent compensation never reverses twice:
+-- step 1 serializes callers on the original's row lock, and the second one
+-- finds the first one's compensation; at most one compensation of an effect
+-- is live at a time; step 3 lets one caller dispatch; the provider sees the
+-- same key on every retry. A crash after step 3 leaves the compensation
+-- pending and dispatched: a rerun gets it back, is refused the claim, and
+-- reconciling it by its key settles it.
+
+-- A compensation is itself an effect. Compensations of different effects on
+-- one target must not hold each other: their uniqueness is per original,
+-- enforced here, not per target.
+insert into ledger.action_policies (action, exclusive_per_target)
+values ('compensate', false)
+on conflict (action) do nothing;
+
+create table ledger.compensation_requests (
+    id                   bigint generated always as identity primary key,
+    effect_id            bigint not null references ledger.effects (id),
+    op_key               text not null,
+    state                text not null check (state in ('awaiting_approval', 'created', 'rejected')),
+    amount_minor         bigint,
+    currency             text,
+    -- The limit in force when requested; null: no approval was needed.
+    approval_limit_minor bigint,
+    requested_by         text not null,
+    requested_role       text not null default session_user,
+    reason               text not null,
+    decided_by           text,
+    decided_role         text,
+    decided_at           timestamptz,
+    decision_reason      text,
+    compensation_id      bigint references ledger.effects (id),
+    compensation_key     text,
+    created_at           timestamptz not null default now(),
+    check ((state = 'created') = (compensation_id is not null))
+);
+
+-- At most one request per effect waits for approval.
+create unique index compensation_requests_awaiting_idx
+    on ledger.compensation_requests (effect_id) where state = 'awaiting_approval';
+create index compensation_requests_effect_idx on ledger.compensation_requests (effect_id, created_at);
+
+-- The pane of compensations waiting for a second operator.
+create view ledger.awaiting_approval as
+select r.op_key,
+       r.id as request_id,
+       r.effect_id,
+       e.action,
+       e.target,
+       r.amount_minor,
+       r.currency,
+       r.approval_limit_minor,
+       r.requested_by,
+       r.reason,
+       r.created_at as requested_at,
+       now() - r.created_at as waiting_for,
+       e.state,
+       e.version
+  from ledger.compensation_requests r
+  join ledger.effects e on e.id = r.effect_id
+ where r.state = 'awaiting_approval';
+
+-- Keys stay within the 512 characters an op_key may have.
+create function ledger.compensation_key(op_key text, n integer) returns text
+language sql immutable
+set search_path = pg_catalog, pg_temp
+as $$
+    select case when length(op_key) <= 480 then 'compensate:' || op_key || ':' || n
+                else 'compensate:sha256:' || encode(sha256(convert_to(op_key, 'UTF8')), 'hex') || ':' || n
+           end
+$$;
+
+-- The compensation of an effect that is still in play (open or succeeded);
+-- failed and cancelled ones are history, and a new one may follow them.
+create function ledger.live_compensation(original_id bigint) returns ledger.effects
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    select c.* from ledger.effects c
+     where c.compensates = original_id
+       and c.state in ('pending', 'held', 'unknown', 'succeeded')
+     order by c.id desc
+     limit 1
+$$;
+
+-- Creates the compensation effect through the writer API, so it is an
+-- effect like any other (attempts, events, panes), then links it. The
+-- caller holds the original's row lock.
+create function ledger.create_compensation(
+    original ledger.effects, requested_by text, operator text, approval_ref text
+) returns ledger.effects
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    n       integer;
+    key     text;
+    begun   record;
+    created ledger.effects;
+begin
+    select 1 + count(*) into n from ledger.effects c
+     where c.compensates = (original).id and c.state in ('failed', 'cancelled');
+    key := ledger.compensation_key((original).op_key, n);
+    select b.decision, b.effect_id into begun
+      from ledger.begin_effect(
+            op_key => key, action => 'compensate', target => (original).target,
+            params => jsonb_strip_nulls(jsonb_build_object(
+                'compensates', (original).op_key, 'action', (original).action,
+                'external_ref', (original).external_ref,
+                'amount_minor', (original).amount_minor, 'currency', (original).currency)),
+            requested_by => create_compensation.requested_by,
+            amount_minor => (original).amount_minor, currency => (original).currency,
+            provider => (original).provider,
+            approval_ref => create_compensation.approval_ref) b;
+    if begun.decision not in ('proceed', 'held') then
+        raise exception 'ledger: key % is already used by another effect (%): cannot compensate %',
+            key, begun.decision, (original).op_key
+            using errcode = 'EW422', hint = 'inspect that key with effectwatch show';
+    end if;
+    -- begin_effect acted as the requester; the rest of the call is the operator's.
+    perform set_config('ledger.actor', create_compensation.operator, true);
+    update ledger.effects e set compensates = (original).id
+     where e.id = begun.effect_id
+    returning e.* into created;
+    return created;
+end
+$$;
+
+create function ledger.op_compensate(
+    op_key text, expected_version bigint, operator text, reason text
+) returns table (status text, compensation_key text, compensation_state text, dispatched boolean,
+                 requested_by text, amount_minor bigint, currency text,
+                 approval_limit_minor bigint, audit_seq bigint)
+language plpgsql security definer
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    effect      ledger.effects;
+    existing    ledger.effects;
+    request     ledger.compensation_requests;
+    created     ledger.effects;
+    limit_minor bigint;
+    seq         bigint;
+begin
+    effect := ledger.lock_for_operator(op_compensate.op_key, op_compensate.expected_version,
+                                       op_compensate.operator, op_compensate.reason, true);
+    -- Callers of one effect queue on that lock; whoever comes second finds
+    -- the first one's compensation or request and gets it back.
+    existing := ledger.live_compensation(effect.id);
+    if existing.id is not null then
+        return query select 'existing'::text, existing.op_key, existing.state,
+                            existing.dispatched_at is not null, existing.requested_by,
+                            existing.amount_minor, existing.currency, null::bigint, null::bigint;
+        return;
+    end if;
+    select r.* into request from ledger.compensation_requests r
+     where r.effect_id = effect.id and r.state = 'awaiting_approval';
+    if found then
+        return query select 'awaiting_approval'::text, null::text, null::text, false, request.requested_by,
+                            request.amount_minor, request.currency, request.approval_limit_minor,
+                            null::bigint;
+        return;
+    end if;
+    if effect.compensates is not null then
+        raise exception 'ledger: % is itself a compensation and is not compensated in turn', effect.op_key
+            using errcode = 'EW422', hint = 'reconcile or resolve it instead';
+    end if;
+    if effect.state <> 'succeeded' then
+        perform ledger.not_applicable(effect, 'compensate');
+    end if;
+
+    limit_minor := (ledger.policy_for(effect.action)).compensation_approval_limit_minor;
+    if limit_minor is not null and coalesce(abs(effect.amount_minor), 0) > limit_minor then
+        insert into ledger.compensation_requests (effect_id, op_key, state, amount_minor, currency,
+                                                  approval_limit_minor, requested_by, reason)
+        values (effect.id, effect.op_key, 'awaiting_approval', effect.amount_minor, effect.currency,
+                limit_minor, op_compensate.operator, op_compensate.reason)
+        returning * into request;
+        seq := ledger.audit(op_compensate.operator, 'compensate_request', effect, op_compensate.reason,
+                            ledger.effect_snapshot(effect),
+                            ledger.effect_snapshot(effect) || jsonb_build_object(
+                                'compensation', 'awaiting_approval', 'request_id', request.id,
+                                'approval_limit_minor', limit_minor));
+        return query select 'awaiting_approval'::text, null::text, null::text, false, op_compensate.operator,
+                            effect.amount_minor, effect.currency, limit_minor, seq;
+        return;
+    end if;
+
+    created := ledger.create_compensation(effect, op_compensate.operator, op_compensate.operator, null);
+    insert into ledger.compensation_requests (effect_id, op_key, state, amount_minor, currency,
+                                              requested_by, reason, compensation_id, compensation_key)
+    values (effect.id, effect.op_key, 'created', effect.amount_minor, effect.currency,
+            op_compensate.operator, op_compensate.reason, created.id, created.op_key);
+    seq := ledger.audit(op_compensate.operator, 'compensate', effect, op_compensate.reason,
+                        ledger.effect_snapshot(effect),
+                        ledger.effect_snapshot(effect) || jsonb_build_object(
+                            'compensation_key', created.op_key, 'compensation_state', created.state));
+    return query select 'created'::text, created.op_key, created.state, false, op_compensate.operator,
+                        created.amount_minor, created.currency, null::bigint, seq;
+end
+$$;
+
+-- Four-eyes: a second operator approves, and only then the compensation
+-- effect exists. The names compared are the operator names the consoles
+-- assert; give each person a database role of their own to make them proof.
+create function ledger.op_approve_compensation(
+    op_key text, expected_version bigint, operator text, reason text
+) returns table (status text, compensation_key text, compensation_state text, requested_by text,
+                 audit_seq bigint)
+language plpgsql security definer
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    effect  ledger.effects;
+    request ledger.compensation_requests;
+    created ledger.effects;
+    seq     bigint;
+begin
+    effect := ledger.lock_for_operator(op_approve_compensation.op_key, op_approve_compensation.expected_version,
+                                       op_approve_compensation.operator, op_approve_compensation.reason, true);
+    select r.* into request from ledger.compensation_requests r
+     where r.effect_id = effect.id and r.state = 'awaiting_approval'
+       for update;
+    if not found then
+        raise exception 'ledger: no compensation of % is waiting for approval', effect.op_key
+            using errcode = 'EW422';
+    end if;
+    if lower(btrim(request.requested_by)) = lower(btrim(op_approve_compensation.operator)) then
+        raise exception 'ledger: % requested this compensation of % and cannot also approve it',
+            request.requested_by, effect.op_key
+            using errcode = 'EW422', hint = 'a second, different operator must approve';
+    end if;
+    if effect.state <> 'succeeded' then
+        raise exception 'ledger: cannot approve the compensation of % in state %: reject the request',
+            effect.op_key, effect.state
+            using errcode = 'EW422';
+    end if;
+    created := ledger.create_compensation(effect, request.requested_by, op_approve_compensation.operator,
+                                          'compensation_request:' || request.id);
+    update ledger.compensation_requests r
+       set state = 'created', decided_by = op_approve_compensation.operator, decided_role = session_user,
+           decided_at = now(), decision_reason = op_approve_compensation.reason,
+           compensation_id = created.id, compensation_key = created.op_key
+     where r.id = request.id;
+    seq := ledger.audit(op_approve_compensation.operator, 'approve', effect, op_approve_compensation.reason,
+                        ledger.effect_snapshot(effect),
+                        ledger.effect_snapshot(effect) || jsonb_build_object(
+                            'request_id', request.id, 'requested_by', request.requested_by,
+                            'compensation_key', created.op_key, 'compensation_state', created.state));
+    return query select 'created'::text, created.op_key, created.state, request.requested_by, seq;
+end
+$$;
+
+-- Turns a request down; the requester may withdraw their own.
+create function ledger.op_reject_compensation(
+    op_key text, expected_version bigint, operator text, reason text
+) returns table (status text, requested_by text, audit_seq bigint)
+language plpgsql security definer
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    effect  ledger.effects;
+    request ledger.compensation_requests;
+    seq     bigint;
+begin
+    effect := ledger.lock_for_operator(op_reject_compensation.op_key, op_reject_compensation.expected_version,
+                                       op_reject_compensation.operator, op_reject_compensation.reason, true);
+    select r.* into request from ledger.compensation_requests r
+     where r.effect_id = effect.id and r.state = 'awaiting_approval'
+       for update;
+    if not found then
+        raise exception 'ledger: no compensation of % is waiting for approval', effect.op_key
+            using errcode = 'EW422';
+    end if;
+    update ledger.compensation_requests r
+       set state = 'rejected', decided_by = op_reject_compensation.operator, decided_role = session_user,
+           decided_at = now(), decision_reason = op_reject_compensation.reason
+     where r.id = request.id;
+    seq := ledger.audit(op_reject_compensation.operator, 'reject', effect, op_reject_compensation.reason,
+                        ledger.effect_snapshot(effect),
+                        ledger.effect_snapshot(effect) || jsonb_build_object(
+                            'request_id', request.id, 'requested_by', request.requested_by,
+                            'compensation', 'rejected'));
+    return query select 'rejected'::text, request.requested_by, seq;
+end
+$$;
+
+-- Locks a compensation effect by key, refusing anything else: the operator
+-- role may dispatch and complete compensations, never agents' effects.
+create function ledger.lock_compensation(compensation_key text, operator text) returns ledger.effects
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    compensation ledger.effects;
+begin
+    if coalesce(btrim(operator), '') = '' then
+        raise exception 'ledger: an operator name is required' using errcode = 'invalid_parameter_value';
+    end if;
+    select e.* into compensation from ledger.effects e
+     where e.op_key = lock_compensation.compensation_key
+       for update;
+    if not found then
+        raise exception 'ledger: no effect with key %', compensation_key using errcode = 'EW404';
+    end if;
+    if compensation.compensates is null then
+        raise exception 'ledger: % is not a compensation', compensation_key using errcode = 'EW422';
+    end if;
+    return compensation;
+end
+$$;
+
+-- Step 3: only a caller that gets claimed = true may call the provider.
+create function ledger.op_dispatch_compensation(compensation_key text, operator text)
+returns table (claimed boolean, state text, dispatched_at timestamptz, audit_seq bigint)
+language plpgsql security definer
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    compensation ledger.effects;
+    before   jsonb;
+    dispatch record;
+    seq      bigint;
+begin
+    compensation := ledger.lock_compensation(op_dispatch_compensation.compensation_key,
+                                             op_dispatch_compensation.operator);
+    before := ledger.effect_snapshot(compensation);
+    select d.claimed into dispatch
+      from ledger.mark_dispatched(op_key => compensation.op_key,
+                                  worker => op_dispatch_compensation.operator) d;
+    select e.* into compensation from ledger.effects e where e.id = compensation.id;
+    if not dispatch.claimed then
+        return query select false, compensation.state, compensation.dispatched_at, null::bigint;
+        return;
+    end if;
+    perform set_config('ledger.actor', op_dispatch_compensation.operator, true);
+    seq := ledger.audit(op_dispatch_compensation.operator, 'dispatch_compensation', compensation,
+                        'sent to ' || coalesce(compensation.provider, 'the provider'),
+                        before, ledger.effect_snapshot(compensation));
+    return query select true, compensation.state, compensation.dispatched_at, seq;
+end
+$$;
+
+-- Step 4: what the provider answered to the dispatch. A second answer, or
+-- one after the compensation was settled another way, is kept as a repeat
+-- or a flagged late result by ledger.complete_effect.
+create function ledger.op_complete_compensation(
+    compensation_key text, operator text, outcome text,
+    external_ref text default null, result jsonb default null,
+    retryable boolean default null, reason text default null
+) returns table (applied boolean, state text, late boolean, original_state text, audit_seq bigint)
+language plpgsql security definer
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    compensation ledger.effects;
+    original     ledger.effects;
+    before       jsonb;
+    completed    record;
+    why          text;
+    seq          bigint;
+begin
+    compensation := ledger.lock_compensation(op_complete_compensation.compensation_key,
+                                             op_complete_compensation.operator);
+    before := ledger.effect_snapshot(compensation);
+    why := coalesce(nullif(btrim(op_complete_compensation.reason), ''),
+                    'provider answered ' || coalesce(op_complete_compensation.outcome, '?'));
+    select c.applied, c.late into completed
+      from ledger.complete_effect(op_key => compensation.op_key, outcome => op_complete_compensation.outcome,
+                                  external_ref => op_complete_compensation.external_ref,
+                                  result => op_complete_compensation.result,
+                                  retryable => op_complete_compensation.retryable,
+                                  reason => why, worker => op_complete_compensation.operator) c;
+    select e.* into compensation from ledger.effects e where e.id = compensation.id;
+    select e.* into original from ledger.effects e where e.id = compensation.compensates;
+    perform set_config('ledger.actor', op_complete_compensation.operator, true);
+    seq := ledger.audit(op_complete_compensation.operator, 'compensation_result', compensation, why,
+                        before, ledger.effect_snapshot(compensation) || jsonb_build_object(
+                            'applied', completed.applied, 'late', completed.late,
+                            'original_key', original.op_key, 'original_state', original.state));
+    return query select completed.applied, compensation.state, completed.late, original.state, seq;
+end
+$$;
+
+-- However a compensation becomes succeeded, the original becomes
+-- compensated in the same transaction, with an audit entry of its own.
+create function ledger.compensation_settles_original() returns trigger
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    original     ledger.effects;
+    before       jsonb;
+    saved_reason text;
+    why          text;
+begin
+    select e.* into original from ledger.effects e where e.id = new.compensates for update;
+    if not found or original.state <> 'succeeded' then
+        -- Already compensated another way, or never succeeded: nothing to reverse in the ledger.
+        return null;
+    end if;
+    why := 'compensated by ' || new.op_key;
+    saved_reason := current_setting('ledger.reason', true);
+    perform set_config('ledger.reason', why, true);
+    before := ledger.effect_snapshot(original);
+    update ledger.effects e set state = 'compensated' where e.id = original.id
+    returning e.* into original;
+    perform ledger.audit(ledger.current_actor(), 'compensated', original, why, before,
+                         ledger.effect_snapshot(original) || jsonb_build_object('compensation_key', new.op_key));
+    perform set_config('ledger.reason', coalesce(saved_reason, ''), true);
+    return null;
+end
+$$;
+
+-- Named to fire after effects_history, so the compensation's own state
+-- change is recorded before the original's.
+create trigger effects_settle_original
+    after update of state on ledger.effects
+    for each row
+    when (new.state = 'succeeded' and old.state is distinct from 'succeeded' and new.compensates is not null)
+    execute function ledger.compensation_settles_original();
+
+-- Escalations ----------------------------------------------------------------
+
+alter table ledger.escalations add column decision text;
+create index escalations_decision_idx on ledger.escalations (effect_id, decision);
+
+-- Every delivery attempt, for the console and a post-mortem. Append-only.
+create table ledger.escalation_deliveries (
+    id             bigint generated always as identity primary key,
+    escalation_id  bigint not null references ledger.escalations (id),
+    attempt        integer not null,
+    worker         text not null,
+    ok             boolean not null,
+    error          text,
+    duration_ms    integer,
+    at             timestamptz not null default now()
+);
+
+create index escalation_deliveries_idx on ledger.escalation_deliveries (escalation_id, at);
+create trigger escalation_deliveries_append_only
+    before update or delete on ledger.escalation_deliveries
+    for each row execute function ledger.reject_change();
+create trigger escalation_deliveries_no_truncate
+    before truncate on ledger.escalation_deliveries
+    for each statement execute function ledger.reject_change();
+
+-- The decision a person must take about an effect as it is now: a stable
+-- code (part of the escalation key) and the sentence a reviewer reads.
+create function ledger.decision_needed(effect ledger.effects, out code text, out description text)
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    if exists (select 1 from ledger.compensation_requests r
+                where r.effect_id = (effect).id and r.state = 'awaiting_approval') then
+        code := 'approve_compensation';
+        description := 'A compensation of this effect waits for a second operator: approve or reject it';
+    elsif (effect).attention = 'duplicate' then
+        code := 'duplicate';
+        description := 'The provider holds this effect more than once: compensate the extra one or accept it';
+    elsif (effect).attention = 'mismatch' then
+        code := 'mismatch';
+        description := 'The provider''s effect differs from the ledger''s: correct it, compensate or accept it';
+    elsif (effect).state = 'unknown' then
+        code := 'unknown_outcome';
+        description := 'Nobody can prove whether this effect happened: reconcile it or resolve it with evidence';
+    elsif (effect).state = 'pending' and (effect).deadline_at < now() then
+        code := 'overdue';
+        description := 'No answer past its deadline: reconcile it or resolve it with evidence';
+    elsif (effect).state = 'held' then
+        code := 'held';
+        description := 'Held behind another effect on the same target: release it or cancel it';
+    elsif (effect).late_result_at is not null then
+        code := 'late_result';
+        description := 'A result arrived after the effect was settled another way: check which one is true';
+    elsif (effect).state = 'failed' and coalesce((effect).retryable, false) then
+        code := 'failed_retryable';
+        description := 'Failed, and may be retried under the same key: let the agent retry, or close the matter';
+    elsif (effect).state = 'failed' then
+        code := 'failed';
+        description := 'Failed for good: decide whether the business action needs another way';
+    else
+        code := 'review';
+        description := 'Review this effect';
+    end if;
+end
+$$;
+
+-- An escalation carries the decision, the key, the ledger entry and the
+-- evidence (the latest reconciliations), never the raw log. One per key:
+-- escalate:<op_key>:<decision>, so escalating the same decision again
+-- returns the open one; once resolved, a new one gets :2, :3…
+create function ledger.op_escalate(
+    op_key text, expected_version bigint, operator text, reason text, sink text
+) returns table (status text, escalation_key text, state text, sink_name text, decision text,
+                 decision_needed text, audit_seq bigint)
+language plpgsql security definer
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    effect    ledger.effects;
+    existing  ledger.escalations;
+    needed    record;
+    n         integer;
+    key       text;
+    recent    jsonb;
+    body      jsonb;
+    created   ledger.escalations;
+    seq       bigint;
+begin
+    effect := ledger.lock_for_operator(op_escalate.op_key, op_escalate.expected_version,
+                                       op_escalate.operator, op_escalate.reason, true);
+    if coalesce(btrim(op_escalate.sink), '') = '' then
+        raise exception 'ledger: an escalation needs a sink to go to' using errcode = 'invalid_parameter_value';
+    end if;
+    select d.code, d.description into needed from ledger.decision_needed(effect) d;
+    select s.* into existing from ledger.escalations s
+     where s.effect_id = effect.id and s.decision = needed.code and s.state <> 'resolved'
+     order by s.id desc limit 1;
+    if found then
+        return query select 'existing'::text, existing.escalation_key, existing.state, existing.sink,
+                            existing.decision, existing.decision_needed, null::bigint;
+        return;
+    end if;
+    select 1 + count(*) into n from ledger.escalations s
+     where s.effect_id = effect.id and s.decision = needed.code;
+    key := 'escalate:' || effect.op_key || ':' || needed.code || case when n > 1 then ':' || n else '' end;
+
+    select coalesce(jsonb_agg(jsonb_strip_nulls(jsonb_build_object(
+               'at', r.at, 'provider', r.provider, 'finding', r.finding,
+               'external_refs', r.external_refs, 'evidence', r.evidence,
+               'state_before', r.state_before, 'state_after', r.state_after)) order by r.at desc), '[]'::jsonb)
+      into recent
+      from (select * from ledger.reconciliations r
+             where r.effect_id = effect.id order by r.at desc limit 3) r;
+    body := jsonb_build_object(
+        'escalation_key', key,
+        'decision', needed.code,
+        'decision_needed', needed.description,
+        'reason', op_escalate.reason,
+        'escalated_by', op_escalate.operator,
+        'escalated_at', now(),
+        'effect', jsonb_strip_nulls(jsonb_build_object(
+            'op_key', effect.op_key, 'action', effect.action, 'target', effect.target,
+            'state', effect.state, 'version', effect.version,
+            'amount_minor', effect.amount_minor, 'currency', effect.currency,
+            'provider', effect.provider, 'requested_by', effect.requested_by,
+            'external_ref', effect.external_ref, 'attention', effect.attention,
+            'failure_reason', effect.failure_reason, 'retryable', effect.retryable,
+            'created_at', effect.created_at, 'dispatched_at', effect.dispatched_at,
+            'deadline_at', effect.deadline_at, 'late_result_at', effect.late_result_at)),
+        'evidence', recent,
+        'attempts', (select jsonb_build_object('total', count(*), 'flagged', count(*) filter (where a.flagged))
+                       from ledger.attempts a where a.effect_id = effect.id));
+    insert into ledger.escalations as s (escalation_key, effect_id, op_key, sink, decision, decision_needed,
+                                         payload, created_by)
+    values (key, effect.id, effect.op_key, btrim(op_escalate.sink), needed.code, needed.description,
+            body, op_escalate.operator)
+    returning s.* into created;
+    seq := ledger.audit(op_escalate.operator, 'escalate', effect, op_escalate.reason,
+                        ledger.effect_snapshot(effect),
+                        ledger.effect_snapshot(effect) || jsonb_build_object(
+                            'escalation_key', key, 'sink', created.sink, 'decision', needed.code));
+    return query select 'created'::text, created.escalation_key, created.state, created.sink,
+                        created.decision, created.decision_needed, seq;
+end
+$$;
+
+-- Delivery: a worker claims due escalations for a lease (skipping those
+-- another console is delivering), delivers, and records the outcome. The
+-- lease makes two consoles deliver one escalation at most once between
+-- them while both live; after a crash the lease runs out and delivery is
+-- retried, with the escalation key as the sink's dedup key.
+create function ledger.claim_due_escalations(
+    worker text, lease interval default interval '60 seconds', max_items integer default 20,
+    only_key text default null
+) returns table (escalation_key text, sink text, payload jsonb, attempt integer)
+language plpgsql security definer
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+begin
+    if coalesce(btrim(worker), '') = '' then
+        raise exception 'ledger: a worker name is required' using errcode = 'invalid_parameter_value';
+    end if;
+    return query
+    with due as (
+        select s.id from ledger.escalations s
+         where s.state in ('open', 'failed')
+           and s.next_attempt_at <= now()
+           and (claim_due_escalations.only_key is null or s.escalation_key = claim_due_escalations.only_key)
+         order by s.next_attempt_at, s.id
+         limit greatest(coalesce(claim_due_escalations.max_items, 20), 1)
+           for update skip locked)
+    update ledger.escalations s
+       set delivery_attempts = s.delivery_attempts + 1,
+           next_attempt_at = now() + coalesce(claim_due_escalations.lease, interval '60 seconds'),
+           updated_at = now()
+      from due
+     where s.id = due.id
+    returning s.escalation_key, s.sink, s.payload, s.delivery_attempts;
+end
+$$;
+
+-- A success marks the escalation delivered whichever claim it came from (it
+-- was delivered); a failure counts only for the current claim, and sets the
+-- next attempt after the backoff the worker computed.
+create function ledger.record_escalation_delivery(
+    escalation_key text, attempt integer, worker text, ok boolean,
+    error text default null, retry_after interval default interval '30 seconds',
+    duration_ms integer default null
+) returns table (state text, delivery_attempts integer, next_attempt_at timestamptz)
+language plpgsql security definer
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    escalation ledger.escalations;
+begin
+    select s.* into escalation from ledger.escalations s
+     where s.escalation_key = record_escalation_delivery.escalation_key
+       for update;
+    if not found then
+        raise exception 'ledger: no escalation with key %', record_escalation_delivery.escalation_key
+            using errcode = 'EW404';
+    end if;
+    insert into ledger.escalation_deliveries (escalation_id, attempt, worker, ok, error, duration_ms)
+    values (escalation.id, record_escalation_delivery.attempt, record_escalation_delivery.worker,
+            record_escalation_delivery.ok, left(record_escalation_delivery.error, 1000),
+            record_escalation_delivery.duration_ms);
+    if escalation.state in ('open', 'failed') then
+        if record_escalation_delivery.ok then
+            update ledger.escalations s
+               set state = 'delivered', delivered_at = now(), last_error = null, updated_at = now()
+             where s.id = escalation.id
+            returning s.* into escalation;
+        elsif escalation.delivery_attempts = record_escalation_delivery.attempt then
+            update ledger.escalations s
+               set state = 'failed', last_error = left(record_escalation_delivery.error, 1000),
+                   next_attempt_at = now() + greatest(coalesce(record_escalation_delivery.retry_after,
+                                                               interval '30 seconds'), interval '0'),
+                   updated_at = now()
+             where s.id = escalation.id
+            returning s.* into escalation;
+        end if;
+    end if;
+    return query select escalation.state, escalation.delivery_attempts, escalation.next_attempt_at;
+end
+$$;
+
+-- Closing the loop. Acknowledged: a person has it (delivery stops);
+-- resolved: the decision was taken.
+create function ledger.close_escalation(
+    escalation_key text, operator text, reason text, new_state text
+) returns table (status text, state text, op_key text, sink text, audit_seq bigint)
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    escalation ledger.escalations;
+    effect     ledger.effects;
+    before     jsonb;
+    seq        bigint;
+begin
+    if coalesce(btrim(close_escalation.operator), '') = '' then
+        raise exception 'ledger: an operator name is required' using errcode = 'invalid_parameter_value';
+    end if;
+    if coalesce(btrim(close_escalation.reason), '') = '' then
+        raise exception 'ledger: a reason is required to % an escalation', close_escalation.new_state
+            using errcode = 'invalid_parameter_value';
+    end if;
+    select s.* into escalation from ledger.escalations s
+     where s.escalation_key = close_escalation.escalation_key
+       for update;
+    if not found then
+        raise exception 'ledger: no escalation with key %', close_escalation.escalation_key
+            using errcode = 'EW404';
+    end if;
+    select e.* into effect from ledger.effects e where e.id = escalation.effect_id;
+    if escalation.state = close_escalation.new_state then
+        return query select 'unchanged'::text, escalation.state, escalation.op_key, escalation.sink, null::bigint;
+        return;
+    end if;
+    if escalation.state = 'resolved' then
+        raise exception 'ledger: escalation % is already resolved', escalation.escalation_key
+            using errcode = 'EW422';
+    end if;
+    perform set_config('ledger.actor', close_escalation.operator, true);
+    before := jsonb_build_object('escalation_key', escalation.escalation_key, 'state', escalation.state);
+    if close_escalation.new_state = 'acknowledged' then
+        update ledger.escalations s
+           set state = 'acknowledged', acknowledged_at = now(), acknowledged_by = close_escalation.operator,
+               updated_at = now()
+         where s.id = escalation.id returning s.* into escalation;
+    else
+        update ledger.escalations s
+           set state = 'resolved', resolved_at = now(), resolved_by = close_escalation.operator,
+               updated_at = now()
+         where s.id = escalation.id returning s.* into escalation;
+    end if;
+    seq := ledger.audit(close_escalation.operator,
+                        case close_escalation.new_state when 'acknowledged' then 'acknowledge_escalation'
+                                                        else 'resolve_escalation' end,
+                        effect, close_escalation.reason, before,
+                        jsonb_build_object('escalation_key', escalation.escalation_key, 'state', escalation.state));
+    return query select 'changed'::text, escalation.state, escalation.op_key, escalation.sink, seq;
+end
+$$;
+
+create function ledger.op_acknowledge_escalation(escalation_key text, operator text, reason text)
+returns table (status text, state text, op_key text, sink text, audit_seq bigint)
+language sql security definer
+set search_path = pg_catalog, pg_temp
+as $$
+    select * from ledger.close_escalation($1, $2, $3, 'acknowledged')
+$$;
+
+create function ledger.op_resolve_escalation(escalation_key text, operator text, reason text)
+returns table (status text, state text, op_key text, sink text, audit_seq bigint)
+language sql security definer
+set search_path = pg_catalog, pg_temp
+as $$
+    select * from ledger.close_escalation($1, $2, $3, 'resolved')
+$$;
+
+-- Grants, as in 0007: new functions are not PUBLIC's, operators get the
+-- operator steps, every console may read the new records.
+revoke execute on all functions in schema ledger from public;
+grant select on ledger.compensation_requests, ledger.escalation_deliveries, ledger.awaiting_approval
+    to effect_operator, effect_readonly;
+grant execute on function
+    ledger.op_compensate(text, bigint, text, text),
+    ledger.op_approve_compensation(text, bigint, text, text),
+    ledger.op_reject_compensation(text, bigint, text, text),
+    ledger.op_dispatch_compensation(text, text),
+    ledger.op_complete_compensation(text, text, text, text, jsonb, boolean, text),
+    ledger.op_escalate(text, bigint, text, text, text),
+    ledger.claim_due_escalations(text, interval, integer, text),
+    ledger.record_escalation_delivery(text, integer, text, boolean, text, interval, integer),
+    ledger.op_acknowledge_escalation(text, text, text),
+    ledger.op_resolve_escalation(text, text, text)
+    to effect_operator;

@@ -1,0 +1,166 @@
+//! `effectwatch demo`: a private cluster, the fake provider, simulated
+//! agents and the console, all stopped together when the console quits.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::exit::{BAD_CONFIG, FAILURE, Failure, UNREACHABLE};
+use super::watch::{self, WatchArgs};
+use crate::config::Config;
+use crate::demo::provider_client::ProviderClient;
+use crate::demo::simulator::{Simulator, SimulatorOptions};
+use crate::demo::{self, HeadlessSummary};
+use crate::fakeprovider::FakeProvider;
+use crate::ledger::{self, ConnectSettings, migrate};
+use crate::localpg::LocalCluster;
+use crate::text::safe_json;
+
+pub struct DemoArgs {
+    /// Only an explicit `--database-url`: the demo never uses a database it
+    /// did not create because DATABASE_URL happened to be set.
+    pub database_url: Option<String>,
+    pub fresh: bool,
+    pub seed: u64,
+    pub rate: f64,
+    pub agents: usize,
+    pub headless: bool,
+    pub duration: Option<Duration>,
+    pub pending_window: Option<Duration>,
+    pub data_dir: Option<std::path::PathBuf>,
+    pub theme: Option<String>,
+    pub no_notify: bool,
+}
+
+pub async fn run(config: &Config, args: DemoArgs) -> Result<(), Failure> {
+    if !(0.05..=500.0).contains(&args.rate) {
+        return Err(Failure::new(
+            BAD_CONFIG,
+            format!(
+                "--rate must be between 0.05 and 500 effects per second (got {})",
+                args.rate
+            ),
+        ));
+    }
+    let mut cluster: Option<LocalCluster> = None;
+    let url = match &args.database_url {
+        Some(url) => url.clone(),
+        None => {
+            let dir = args.data_dir.clone().unwrap_or_else(demo::data_dir);
+            eprintln!(
+                "effectwatch demo: starting a private PostgreSQL in {}",
+                dir.display()
+            );
+            let (started, url) = demo::start_cluster(dir, args.fresh)
+                .await
+                .map_err(|e| Failure::new(UNREACHABLE, e))?;
+            cluster = Some(started);
+            url
+        }
+    };
+    let port = cluster.as_ref().map(LocalCluster::port);
+    let result = run_on(config, &args, url, port).await;
+    if let Some(cluster) = cluster {
+        let stopped = tokio::task::spawn_blocking(move || cluster.stop()).await;
+        if let Ok(Err(error)) = stopped {
+            eprintln!("effectwatch demo: stopping PostgreSQL: {error}");
+        }
+    }
+    result
+}
+
+async fn run_on(
+    config: &Config,
+    args: &DemoArgs,
+    url: String,
+    cluster_port: Option<u16>,
+) -> Result<(), Failure> {
+    let mut connect = ConnectSettings::new(url.clone());
+    connect.max_connections = (args.agents as u32 + 2).max(4);
+    connect.application_name = "effectwatch-demo".into();
+    let pool = ledger::connect(&connect).await?;
+    migrate::run(&pool).await.map_err(|error| {
+        Failure::new(
+            FAILURE,
+            format!("{error} — if the demo's kept ledger is from another version, start over with `effectwatch demo --fresh`"),
+        )
+    })?;
+    demo::install_demo_policies(&pool, args.pending_window).await?;
+    let (provider, provider_url) = FakeProvider::start().await.map_err(|error| {
+        Failure::new(FAILURE, format!("cannot start the fake provider: {error}"))
+    })?;
+    let mut demo_config = config.clone();
+    demo_config
+        .merge_toml(&demo::demo_adapters_toml(&provider_url))
+        .map_err(|e| Failure::new(FAILURE, e))?;
+    let client = ProviderClient::new(provider_url.clone()).map_err(|e| Failure::new(FAILURE, e))?;
+    let simulator = Simulator::start(
+        pool.clone(),
+        client,
+        SimulatorOptions {
+            agents: args.agents,
+            rate: args.rate,
+            seed: args.seed,
+        },
+    );
+    let stats = simulator.stats.clone();
+    let settler = Arc::new(crate::settle::Settler::new(
+        pool.clone(),
+        Arc::new(demo_config.clone()),
+        demo_config.operator.clone(),
+        demo_config.read_only,
+    ));
+    let outcome = if args.headless {
+        let duration = args.duration.unwrap_or(Duration::from_secs(30));
+        let started = Instant::now();
+        while started.elapsed() < duration {
+            tokio::time::sleep(
+                Duration::from_secs(2).min(duration.saturating_sub(started.elapsed())),
+            )
+            .await;
+            let _ = settler.deliver_due_escalations().await;
+            eprintln!("{}", stats.line());
+        }
+        let panes = demo::pane_counts(&pool).await?;
+        println!(
+            "{}",
+            safe_json(&HeadlessSummary {
+                seconds: started.elapsed().as_secs_f64(),
+                provider_url: provider_url.clone(),
+                cluster_port,
+                status: stats.line(),
+                panes,
+            })
+        );
+        Ok(())
+    } else {
+        let status_stats = stats.clone();
+        let housekeeping_settler = settler.clone();
+        watch::run(
+            &demo_config,
+            WatchArgs {
+                database_url: url,
+                theme: args.theme.clone(),
+                poll_interval: None,
+                no_notify: args.no_notify,
+                at: None,
+                performer: watch::settling_performer(settler.clone()),
+                background_status: Some(Arc::new(move || status_stats.line())),
+                housekeeping: Some(Arc::new(move || {
+                    let settler = housekeeping_settler.clone();
+                    Box::pin(async move {
+                        match settler.deliver_due_escalations().await {
+                            Ok(0) => None,
+                            Ok(count) => Some(format!("✉ delivered {count} escalation(s)")),
+                            Err(error) => Some(format!("escalation delivery: {error}")),
+                        }
+                    })
+                })),
+            },
+        )
+        .await
+    };
+    simulator.stop().await;
+    drop(provider);
+    pool.close().await;
+    outcome
+}

@@ -1,0 +1,144 @@
+//! `effectwatch prune`: retention. Removes settled effects older than a
+//! cutoff that nothing protects (sql/0010_reports.sql lists what is always
+//! kept), after exporting them as JSON lines; never touches the audit trail.
+//! Needs the ledger owner's role: operators cannot prune.
+
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+use serde_json::Value;
+use sqlx::PgPool;
+
+use super::exit::{FAILURE, Failure, REFUSED};
+use super::report::{AtomicFile, parse_duration, parse_instant};
+use crate::config::Config;
+use crate::format::duration_ms;
+use crate::ledger::retention::{self, Cutoff, ExportSink, PruneError};
+use crate::text::sanitize_line;
+
+#[derive(Debug, Clone, Args)]
+pub struct PruneArgs {
+    /// Age of settlement beyond which effects may go: a length of time (90d) or an instant (RFC 3339).
+    #[arg(long, value_name = "AGE", value_parser = parse_cutoff)]
+    pub older_than: Cutoff,
+    /// Write what is removed to this file first, one JSON object per line (replaced atomically).
+    #[arg(long, value_name = "FILE")]
+    pub export: Option<PathBuf>,
+    /// Why, for the audit trail (default: the retention age).
+    #[arg(long)]
+    pub reason: Option<String>,
+    /// Count what would go and what stays, change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+fn parse_cutoff(text: &str) -> Result<Cutoff, String> {
+    match parse_duration(text) {
+        Ok(age) => Ok(Cutoff::OlderThan(age)),
+        Err(duration_error) => parse_instant(text)
+            .map(Cutoff::Before)
+            .map_err(|_| duration_error),
+    }
+}
+
+pub async fn run(pool: &PgPool, config: &Config, args: PruneArgs) -> Result<(), Failure> {
+    if args.dry_run {
+        let plan = retention::plan(pool, args.older_than).await?;
+        println!("would prune {} settled effects", plan.prunable);
+        print_kept(&serde_json::to_value(&plan.kept).unwrap_or(Value::Null));
+        return Ok(());
+    }
+    if config.read_only {
+        return Err(Failure::new(REFUSED, "read-only: prune refused"));
+    }
+    let reason = args
+        .reason
+        .clone()
+        .unwrap_or_else(|| match args.older_than {
+            Cutoff::OlderThan(age) => {
+                let ms = i64::try_from(age.as_millis()).unwrap_or(i64::MAX);
+                format!("retention: settled more than {} ago", duration_ms(ms))
+            }
+            Cutoff::Before(at) => format!("retention: settled before {}", at.to_rfc3339()),
+        });
+    let mut sink = match &args.export {
+        Some(path) => Some(JsonLines::create(path)?),
+        None => None,
+    };
+    let outcome = retention::prune(
+        pool,
+        args.older_than,
+        &config.operator,
+        &reason,
+        sink.as_mut().map(|s| s as &mut dyn ExportSink),
+    )
+    .await
+    .map_err(|error| match error {
+        PruneError::Ledger(error) => Failure::from(error),
+        other => Failure::new(FAILURE, other.to_string()),
+    })?;
+    println!(
+        "pruned {} effects ({} attempts, {} state changes, {} reconciliations, {} holds) settled before {}; audit entry #{}",
+        outcome.effects,
+        outcome.attempts,
+        outcome.events,
+        outcome.reconciliations,
+        outcome.holds,
+        outcome.cutoff.to_rfc3339(),
+        outcome.audit_seq
+    );
+    if let (Some(path), Some(sink)) = (&args.export, &sink) {
+        println!("exported {} records to {}", sink.records, path.display());
+    }
+    print_kept(&outcome.kept);
+    Ok(())
+}
+
+fn print_kept(kept: &Value) {
+    let Some(kept) = kept.as_object().filter(|k| !k.is_empty()) else {
+        return;
+    };
+    let parts: Vec<String> = kept
+        .iter()
+        .map(|(reason, count)| format!("{} {}", sanitize_line(reason), count))
+        .collect();
+    println!("kept old settled effects: {}", parts.join(", "));
+}
+
+/// The export: JSON lines into a file that appears only once complete.
+struct JsonLines {
+    file: Option<AtomicFile>,
+    records: usize,
+}
+
+impl JsonLines {
+    fn create(path: &Path) -> Result<Self, Failure> {
+        Ok(JsonLines {
+            file: Some(AtomicFile::create(path)?),
+            records: 0,
+        })
+    }
+}
+
+impl ExportSink for JsonLines {
+    fn record(&mut self, data: &Value) -> std::io::Result<()> {
+        let file = self
+            .file
+            .as_mut()
+            .ok_or_else(|| std::io::Error::other("export already finished"))?;
+        let mut line = serde_json::to_vec(data)?;
+        line.push(b'\n');
+        file.write_all(&line)?;
+        self.records += 1;
+        Ok(())
+    }
+
+    fn finish(&mut self) -> std::io::Result<()> {
+        match self.file.take() {
+            Some(file) => file
+                .commit()
+                .map_err(|failure| std::io::Error::other(failure.message)),
+            None => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,502 @@
+//! The settling commands: reconcile (one effect or a pane), compensate,
+//! escalate, resolve, release, cancel, annotate, approve, reject, and the
+//! escalation loop. All go through [`crate::settle::Settler`], the same
+//! code the console uses; `--read-only` is refused there.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{ArgGroup, Args, Subcommand};
+use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
+use serde_json::json;
+use sqlx::PgPool;
+
+use super::Format;
+use super::exit::{BAD_CONFIG, FAILURE, Failure, REFUSED, USAGE, code_for};
+use crate::config::Config;
+use crate::ledger::actions::Resolution;
+use crate::ledger::panes::{self, Filter, Pane, PaneRows};
+use crate::settle::{BulkItem, Report, Request, SettleError, Settler, calls};
+use crate::text::{safe_json, sanitize_line, truncate};
+
+#[derive(Debug, Subcommand)]
+pub enum SettleCommand {
+    /// Ask the provider what exists for an effect (or every item of a pane) and record the finding.
+    Reconcile(ReconcileArgs),
+    /// Reverse a succeeded effect with a compensation under its own key (above the action's limit,
+    /// a second operator must approve).
+    Compensate(ActionArgs),
+    /// Hand an effect to a person through a sink: the decision needed, the key, the entry, the evidence.
+    Escalate(EscalateArgs),
+    /// Settle an effect by hand, with evidence: --succeeded REF, or --failed.
+    Resolve(ResolveArgs),
+    /// Let a held effect go ahead.
+    Release(ActionArgs),
+    /// Withdraw a held or never-dispatched effect.
+    Cancel(ActionArgs),
+    /// Put a note on the record (--reason is the note).
+    Annotate(ActionArgs),
+    /// Approve a compensation another operator requested; it is sent at once.
+    Approve(ActionArgs),
+    /// Turn down a compensation request (the requester may withdraw their own).
+    Reject(ActionArgs),
+    /// Escalations: list, acknowledge, resolve, deliver.
+    Escalation {
+        #[command(subcommand)]
+        command: EscalationCommand,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct ActionArgs {
+    /// The effect's operation key.
+    pub op_key: String,
+    /// Why: required, written in the audit trail.
+    #[arg(long, visible_alias = "note")]
+    pub reason: String,
+    /// The version you decided on; refused if the effect changed since (default: the current one).
+    /// The version you decided on; refused if the effect changed since (default: the current one).
+    #[arg(long, value_name = "N")]
+    pub expect_version: Option<i64>,
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+}
+
+#[derive(Debug, Args)]
+pub struct ReconcileArgs {
+    /// The effect's operation key (or --pane for every item of a pane).
+    #[arg(required_unless_present = "pane", conflicts_with = "pane")]
+    pub op_key: Option<String>,
+    /// Reconcile every item of this pane (overdue, unknown, duplicates, held).
+    #[arg(long, value_parser = parse_pane)]
+    pub pane: Option<Pane>,
+    /// With --pane: words that must match (as in `list --filter`).
+    #[arg(long, requires = "pane")]
+    pub filter: Option<String>,
+    /// With --pane: at most this many items.
+    #[arg(long, default_value_t = 500)]
+    pub limit: i64,
+    /// With --pane: do not ask for confirmation.
+    #[arg(long, requires = "pane")]
+    pub yes: bool,
+    /// The version you decided on; refused if the effect changed since.
+    #[arg(long, value_name = "N", conflicts_with = "pane")]
+    pub expect_version: Option<i64>,
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+}
+
+#[derive(Debug, Args)]
+pub struct EscalateArgs {
+    /// The effect's operation key.
+    pub op_key: String,
+    /// The sink (a [sinks.NAME] of the config); default: the only one configured.
+    #[arg(long, value_name = "NAME")]
+    pub to: Option<String>,
+    /// Why: required, sent with the escalation and written in the audit trail.
+    #[arg(long)]
+    pub reason: String,
+    /// The version you decided on; refused if the effect changed since (default: the current one).
+    #[arg(long, value_name = "N")]
+    pub expect_version: Option<i64>,
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+}
+
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("outcome").required(true).args(["succeeded", "failed"])))]
+pub struct ResolveArgs {
+    /// The effect's operation key.
+    pub op_key: String,
+    /// It happened: the provider's reference for it.
+    #[arg(long, value_name = "EXTERNAL_REF")]
+    pub succeeded: Option<String>,
+    /// It did not happen.
+    #[arg(long)]
+    pub failed: bool,
+    /// With --failed: the same key may be dispatched again.
+    #[arg(long, requires = "failed")]
+    pub retryable: bool,
+    /// The evidence: required, written in the audit trail.
+    #[arg(long)]
+    pub reason: String,
+    /// The version you decided on; refused if the effect changed since (default: the current one).
+    #[arg(long, value_name = "N")]
+    pub expect_version: Option<i64>,
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum EscalationCommand {
+    /// Escalations not yet resolved, with their delivery state.
+    List {
+        #[arg(long, default_value_t = 100)]
+        limit: i64,
+        #[arg(long, value_enum, default_value_t = Format::Table)]
+        format: Format,
+    },
+    /// A person has it: delivery stops, it stays open.
+    Acknowledge(EscalationArgs),
+    /// The decision was taken: close it.
+    Resolve(EscalationArgs),
+    /// Deliver the escalations that are due, retrying failed ones with backoff.
+    Deliver {
+        /// Keep delivering until interrupted.
+        #[arg(long)]
+        watch: bool,
+        /// With --watch: seconds between passes.
+        #[arg(long, default_value_t = 5.0)]
+        interval: f64,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct EscalationArgs {
+    /// The escalation key (escalate:<op_key>:<decision>).
+    pub escalation_key: String,
+    #[arg(long)]
+    pub reason: String,
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+}
+
+fn parse_pane(text: &str) -> Result<Pane, String> {
+    text.parse()
+}
+
+impl From<SettleError> for Failure {
+    fn from(error: SettleError) -> Self {
+        let code = match &error {
+            SettleError::ReadOnly(_) => REFUSED,
+            SettleError::Ledger(ledger) => code_for(ledger),
+            SettleError::Provider(_) | SettleError::Sink(_) => BAD_CONFIG,
+            SettleError::Invalid(_) => USAGE,
+            SettleError::Unrecorded { .. } => FAILURE,
+        };
+        Failure::new(code, error.line())
+    }
+}
+
+pub async fn run(pool: &PgPool, config: &Config, command: SettleCommand) -> Result<(), Failure> {
+    let settler = Settler::new(
+        pool.clone(),
+        Arc::new(config.clone()),
+        config.operator.clone(),
+        config.read_only,
+    );
+    match command {
+        SettleCommand::Reconcile(args) => match args.pane {
+            Some(pane) => reconcile_pane(&settler, pool, pane, &args).await,
+            None => {
+                let op_key = args.op_key.unwrap_or_default();
+                let request = Request::Reconcile {
+                    op_key,
+                    seen: args.expect_version,
+                };
+                perform(&settler, request, args.format).await
+            }
+        },
+        SettleCommand::Compensate(args) => {
+            let format = args.format;
+            let request = Request::Compensate {
+                op_key: args.op_key,
+                seen: args.expect_version,
+                reason: args.reason,
+            };
+            perform(&settler, request, format).await
+        }
+        SettleCommand::Escalate(args) => {
+            let request = Request::Escalate {
+                op_key: args.op_key,
+                seen: args.expect_version,
+                sink: args.to,
+                reason: args.reason,
+            };
+            perform(&settler, request, args.format).await
+        }
+        SettleCommand::Resolve(args) => {
+            let resolution = match args.succeeded {
+                Some(external_ref) => Resolution::Succeeded { external_ref },
+                None => Resolution::Failed {
+                    retryable: args.retryable,
+                },
+            };
+            let request = Request::Resolve {
+                op_key: args.op_key,
+                seen: args.expect_version,
+                reason: args.reason,
+                resolution,
+            };
+            perform(&settler, request, args.format).await
+        }
+        SettleCommand::Release(args) => {
+            let (format, op_key, seen, reason) = args.parts();
+            perform(
+                &settler,
+                Request::Release {
+                    op_key,
+                    seen,
+                    reason,
+                },
+                format,
+            )
+            .await
+        }
+        SettleCommand::Cancel(args) => {
+            let (format, op_key, seen, reason) = args.parts();
+            perform(
+                &settler,
+                Request::Cancel {
+                    op_key,
+                    seen,
+                    reason,
+                },
+                format,
+            )
+            .await
+        }
+        SettleCommand::Annotate(args) => {
+            let (format, op_key, seen, note) = args.parts();
+            perform(&settler, Request::Annotate { op_key, seen, note }, format).await
+        }
+        SettleCommand::Approve(args) => {
+            let (format, op_key, seen, reason) = args.parts();
+            perform(
+                &settler,
+                Request::Approve {
+                    op_key,
+                    seen,
+                    reason,
+                },
+                format,
+            )
+            .await
+        }
+        SettleCommand::Reject(args) => {
+            let (format, op_key, seen, reason) = args.parts();
+            perform(
+                &settler,
+                Request::Reject {
+                    op_key,
+                    seen,
+                    reason,
+                },
+                format,
+            )
+            .await
+        }
+        SettleCommand::Escalation { command } => match command {
+            EscalationCommand::List { limit, format } => {
+                list_escalations(pool, limit, format).await
+            }
+            EscalationCommand::Acknowledge(args) => {
+                let request = Request::Acknowledge {
+                    escalation_key: args.escalation_key,
+                    reason: args.reason,
+                };
+                perform(&settler, request, args.format).await
+            }
+            EscalationCommand::Resolve(args) => {
+                let request = Request::ResolveEscalation {
+                    escalation_key: args.escalation_key,
+                    reason: args.reason,
+                };
+                perform(&settler, request, args.format).await
+            }
+            EscalationCommand::Deliver { watch, interval } => {
+                deliver(&settler, watch, interval).await
+            }
+        },
+    }
+}
+
+impl ActionArgs {
+    fn parts(self) -> (Format, String, Option<i64>, String) {
+        (self.format, self.op_key, self.expect_version, self.reason)
+    }
+}
+
+async fn perform(settler: &Settler, request: Request, format: Format) -> Result<(), Failure> {
+    let report = settler.perform(request).await?;
+    print_report(&report, format);
+    Ok(())
+}
+
+fn print_report(report: &Report, format: Format) {
+    match format {
+        Format::Table => println!("{}", report.summary),
+        Format::Json => println!(
+            "{}",
+            safe_json(&json!({ "summary": report.summary, "detail": report.detail }))
+        ),
+    }
+}
+
+fn versions(rows: &PaneRows) -> Vec<(String, i64)> {
+    match rows {
+        PaneRows::Overdue(rows) => rows.iter().map(|r| (r.op_key.clone(), r.version)).collect(),
+        PaneRows::Unknown(rows) => rows.iter().map(|r| (r.op_key.clone(), r.version)).collect(),
+        PaneRows::Duplicates(rows) => rows.iter().map(|r| (r.op_key.clone(), r.version)).collect(),
+        PaneRows::Held(rows) => rows.iter().map(|r| (r.op_key.clone(), r.version)).collect(),
+    }
+}
+
+/// Bulk: the count is shown before anything is asked of a provider.
+async fn reconcile_pane(
+    settler: &Settler,
+    pool: &PgPool,
+    pane: Pane,
+    args: &ReconcileArgs,
+) -> Result<(), Failure> {
+    if settler.is_read_only() {
+        return Err(SettleError::ReadOnly("reconcile").into());
+    }
+    let filter = Filter::parse(args.filter.as_deref().unwrap_or_default())
+        .map_err(|error| Failure::new(USAGE, error))?;
+    let limit = args.limit.max(1);
+    let rows = panes::fetch(pool, pane, &filter, limit, 0).await?;
+    let items = versions(&rows);
+    if items.is_empty() {
+        println!("{}: nothing to reconcile", pane.title());
+        return Ok(());
+    }
+    let count = if items.len() as i64 == limit {
+        format!(
+            "{} (the first {limit}; raise --limit for more)",
+            items.len()
+        )
+    } else {
+        items.len().to_string()
+    };
+    if !args.yes {
+        if !std::io::stdin().is_terminal() {
+            return Err(Failure::new(
+                USAGE,
+                format!("{count} effects of pane {pane} match: pass --yes to reconcile them all"),
+            ));
+        }
+        eprint!("Reconcile {count} effects of pane {pane} with their providers? [y/N] ");
+        let _ = std::io::stderr().flush();
+        let mut answer = String::new();
+        let _ = std::io::stdin().lock().read_line(&mut answer);
+        if !matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes") {
+            println!("nothing done");
+            return Ok(());
+        }
+    }
+    let done = settler.reconcile_many(items).await?;
+    print_bulk(&done, args.format);
+    let failed = done.iter().filter(|item| item.result.is_err()).count();
+    if failed > 0 {
+        return Err(Failure::new(
+            FAILURE,
+            format!(
+                "{failed} of {} reconciliations could not be done",
+                done.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn print_bulk(done: &[BulkItem], format: Format) {
+    match format {
+        Format::Json => {
+            let items: Vec<_> = done
+                .iter()
+                .map(|item| match &item.result {
+                    Ok(report) => json!({ "op_key": item.op_key, "ok": true,
+                                          "summary": report.summary, "detail": report.detail }),
+                    Err(error) => {
+                        json!({ "op_key": item.op_key, "ok": false, "error": error.line() })
+                    }
+                })
+                .collect();
+            println!("{}", safe_json(&items));
+        }
+        Format::Table => {
+            let mut findings = std::collections::BTreeMap::<String, usize>::new();
+            for item in done {
+                match &item.result {
+                    Ok(report) => {
+                        let finding = report.detail["finding"].as_str().unwrap_or("?").to_string();
+                        *findings.entry(finding).or_default() += 1;
+                        println!("  ok  {}", report.summary);
+                    }
+                    Err(error) => {
+                        println!("  !!  {}: {}", sanitize_line(&item.op_key), error.line())
+                    }
+                }
+            }
+            let tally: Vec<String> = findings.iter().map(|(f, n)| format!("{f} {n}")).collect();
+            println!(
+                "reconciled {} of {}: {}",
+                findings.values().sum::<usize>(),
+                done.len(),
+                tally.join(", ")
+            );
+        }
+    }
+}
+
+async fn list_escalations(pool: &PgPool, limit: i64, format: Format) -> Result<(), Failure> {
+    let open = calls::open_escalations(pool, limit.max(1)).await?;
+    match format {
+        Format::Json => println!("{}", safe_json(&open)),
+        Format::Table if open.is_empty() => println!("no open escalations"),
+        Format::Table => {
+            let mut table = Table::new();
+            table.load_preset(UTF8_FULL_CONDENSED);
+            table.set_header([
+                "escalation",
+                "sink",
+                "state",
+                "attempts",
+                "next attempt",
+                "last error",
+            ]);
+            for row in &open {
+                let next = if matches!(row.state.as_str(), "open" | "failed") {
+                    row.next_attempt_at.format("%H:%M:%S").to_string()
+                } else {
+                    "—".to_string()
+                };
+                table.add_row([
+                    truncate(&sanitize_line(&row.escalation_key), 60),
+                    sanitize_line(&row.sink),
+                    row.state.clone(),
+                    row.delivery_attempts.to_string(),
+                    next,
+                    truncate(&sanitize_line(row.last_error.as_deref().unwrap_or("")), 48),
+                ]);
+            }
+            println!("{table}");
+        }
+    }
+    Ok(())
+}
+
+async fn deliver(settler: &Settler, watch: bool, interval: f64) -> Result<(), Failure> {
+    let pause = Duration::from_secs_f64(interval.clamp(0.1, 3600.0));
+    loop {
+        match settler.deliver_due_escalations().await {
+            Ok(delivered) if !watch => {
+                println!("delivered {delivered} escalation(s)");
+                return Ok(());
+            }
+            Ok(0) => {}
+            Ok(delivered) => println!("delivered {delivered} escalation(s)"),
+            Err(error) if !watch || matches!(error, SettleError::ReadOnly(_)) => {
+                return Err(error.into());
+            }
+            // A lost database is retried on the next pass.
+            Err(error) => eprintln!("effectwatch: {}", error.line()),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(pause) => {}
+            _ = tokio::signal::ctrl_c() => return Ok(()),
+        }
+    }
+}

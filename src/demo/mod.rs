@@ -1,0 +1,127 @@
+//! `effectwatch demo`: the whole product on a private ledger — a PostgreSQL
+//! cluster of its own, a fake provider on 127.0.0.1, simulated agents — and
+//! the console on top. Quitting stops all of it.
+
+pub mod provider_client;
+pub mod simulator;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Serialize;
+use sqlx::PgPool;
+
+use crate::ledger::panes::{self, PaneCount};
+use crate::ledger::{self, ConnectSettings, LedgerError};
+use crate::localpg::{ClusterOptions, LocalCluster, LocalPgError};
+
+pub const DEMO_DATABASE: &str = "effectwatch_demo";
+
+/// Where the demo keeps its cluster between runs.
+pub fn data_dir() -> PathBuf {
+    // The server runs as the `postgres` user when we are root, and it must be
+    // able to reach its folder: a root-only home would lock it out.
+    if nix::unistd::Uid::effective().is_root() {
+        return PathBuf::from("/var/lib/effectwatch/demo");
+    }
+    directories::ProjectDirs::from("", "", "effectwatch")
+        .map(|dirs| dirs.data_dir().join("demo"))
+        .unwrap_or_else(|| std::env::temp_dir().join("effectwatch-demo"))
+}
+
+/// Starts (or resumes) the demo's own cluster and returns it with the URL of
+/// the demo database, created on first use.
+pub async fn start_cluster(dir: PathBuf, fresh: bool) -> Result<(LocalCluster, String), String> {
+    if fresh && dir.exists() {
+        std::fs::remove_dir_all(&dir)
+            .map_err(|error| format!("cannot remove {} for --fresh: {error}", dir.display()))?;
+    }
+    std::fs::create_dir_all(&dir)
+        .map_err(|error| format!("cannot create {}: {error}", dir.display()))?;
+    let options = ClusterOptions {
+        data_dir: Some(dir),
+        ..ClusterOptions::default()
+    };
+    let cluster = tokio::task::spawn_blocking(move || LocalCluster::start(options))
+        .await
+        .map_err(|error| error.to_string())?
+        .map_err(|error: LocalPgError| first_lines(&error.to_string()))?;
+    let admin = ledger::connect(&ConnectSettings::new(cluster.url("postgres")))
+        .await
+        .map_err(|e| e.to_string())?;
+    let exists: bool =
+        sqlx::query_scalar("select exists (select 1 from pg_database where datname = $1)")
+            .bind(DEMO_DATABASE)
+            .fetch_one(&admin)
+            .await
+            .map_err(|e| e.to_string())?;
+    if !exists {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "create database {DEMO_DATABASE}"
+        )))
+        .execute(&admin)
+        .await
+        .map_err(|e| e.to_string())?;
+    }
+    admin.close().await;
+    let url = cluster.url(DEMO_DATABASE);
+    Ok((cluster, url))
+}
+
+fn first_lines(text: &str) -> String {
+    text.lines().take(6).collect::<Vec<_>>().join(" | ")
+}
+
+/// Policies that make the demo lively: short windows so items turn overdue
+/// within a minute, and a four-eyes limit on large refunds. `window` sets
+/// every action's window (a headless test wants seconds, not a minute).
+pub async fn install_demo_policies(
+    pool: &PgPool,
+    window: Option<Duration>,
+) -> Result<(), LedgerError> {
+    let policies = [
+        ("refund", 30.0, true, Some(20_000_i64)),
+        ("booking", 45.0, true, None),
+        ("message", 20.0, false, None),
+        ("webhook", 20.0, false, None),
+    ];
+    for (action, seconds, exclusive, limit) in policies {
+        let seconds = window.map(|w| w.as_secs_f64()).unwrap_or(seconds);
+        sqlx::query(
+            "insert into ledger.action_policies (action, pending_window, exclusive_per_target, compensation_approval_limit_minor)
+             values ($1, make_interval(secs => $2), $3, $4)
+             on conflict (action) do update set pending_window = excluded.pending_window",
+        )
+        .bind(action)
+        .bind(seconds)
+        .bind(exclusive)
+        .bind(limit)
+        .execute(pool)
+        .await?;
+    }
+    Ok(())
+}
+
+/// Pane sizes after a headless run, printed as JSON for scripts and tests.
+#[derive(Debug, Serialize)]
+pub struct HeadlessSummary {
+    pub seconds: f64,
+    /// Where the fake provider listened; gone once the demo has stopped.
+    pub provider_url: String,
+    /// The demo database's server port, if the demo ran its own cluster.
+    pub cluster_port: Option<u16>,
+    pub status: String,
+    pub panes: Vec<PaneCount>,
+}
+
+pub async fn pane_counts(pool: &PgPool) -> Result<Vec<PaneCount>, LedgerError> {
+    panes::counts(pool).await
+}
+
+/// The demo's provider and escalation sink, both served by the fake provider.
+pub fn demo_adapters_toml(provider_url: &str) -> String {
+    format!(
+        "{}\n[sinks.oncall]\nkind = \"webhook\"\nurl = \"{provider_url}/hooks/oncall\"\ntimeout_ms = 2000\n",
+        crate::fakeprovider::provider_toml("demo-payments", provider_url, 2000)
+    )
+}

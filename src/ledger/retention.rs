@@ -1,0 +1,166 @@
+//! Retention: removing old settled effects with `ledger.prune_settled`
+//! (sql/0010_reports.sql says what it never removes and why). Owner only.
+//! With an export, every record is written and made durable before anything
+//! is deleted, and exactly the exported effects are deleted, in one
+//! transaction that holds them locked throughout.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use futures_util::TryStreamExt;
+use serde::Serialize;
+use serde_json::Value;
+use sqlx::PgPool;
+use thiserror::Error;
+
+use super::LedgerError;
+
+/// Which settled effects are old enough.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cutoff {
+    /// Settled more than this long ago (when the prune runs, by the database clock).
+    OlderThan(Duration),
+    /// Settled before this instant.
+    Before(DateTime<Utc>),
+}
+
+impl Cutoff {
+    /// The `older_than` argument, as an SQL expression over binds $1 and $2.
+    const OLDER_THAN: &'static str = "coalesce($1::interval, now() - $2::timestamptz)";
+
+    fn binds(self) -> (Option<Duration>, Option<DateTime<Utc>>) {
+        match self {
+            Cutoff::OlderThan(age) => (Some(age), None),
+            Cutoff::Before(at) => (None, Some(at)),
+        }
+    }
+}
+
+/// Receives the records of what is about to be pruned.
+pub trait ExportSink {
+    /// One effect with its attempts, events, reconciliations and holds.
+    fn record(&mut self, data: &Value) -> std::io::Result<()>;
+    /// Makes the records durable; nothing is deleted unless this succeeds.
+    fn finish(&mut self) -> std::io::Result<()>;
+}
+
+#[derive(Debug, Error)]
+pub enum PruneError {
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+    #[error("writing the export failed, nothing was pruned: {0}")]
+    Export(std::io::Error),
+    #[error(
+        "the ledger changed during the prune ({exported} exported, {deleted} deletable): nothing was pruned; run it again"
+    )]
+    Changed { exported: usize, deleted: i64 },
+}
+
+/// What a prune would do: how many old settled effects may go, and how many
+/// stay, by reason.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PrunePlan {
+    pub prunable: i64,
+    pub kept: BTreeMap<String, i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+pub struct PruneOutcome {
+    pub effects: i64,
+    pub attempts: i64,
+    pub events: i64,
+    pub reconciliations: i64,
+    pub holds: i64,
+    /// Old settled effects kept, by reason.
+    pub kept: Value,
+    pub cutoff: DateTime<Utc>,
+    pub audit_seq: i64,
+}
+
+pub async fn plan(pool: &PgPool, cutoff: Cutoff) -> Result<PrunePlan, LedgerError> {
+    let (older_than, before) = cutoff.binds();
+    let sql = format!(
+        "select kept_because, count(*) from ledger.prune_review(now() - {})
+          group by kept_because",
+        Cutoff::OLDER_THAN
+    );
+    let rows: Vec<(Option<String>, i64)> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+        .bind(older_than)
+        .bind(before)
+        .fetch_all(pool)
+        .await?;
+    let mut plan = PrunePlan {
+        prunable: 0,
+        kept: BTreeMap::new(),
+    };
+    for (reason, count) in rows {
+        match reason {
+            None => plan.prunable = count,
+            Some(reason) => {
+                plan.kept.insert(reason, count);
+            }
+        }
+    }
+    Ok(plan)
+}
+
+pub async fn prune(
+    pool: &PgPool,
+    cutoff: Cutoff,
+    operator: &str,
+    reason: &str,
+    export: Option<&mut dyn ExportSink>,
+) -> Result<PruneOutcome, PruneError> {
+    let (older_than, before) = cutoff.binds();
+    let mut tx = pool.begin().await.map_err(LedgerError::from)?;
+    // A batch job over the whole ledger, not an interactive poll.
+    sqlx::query("set local statement_timeout = '1h'")
+        .execute(&mut *tx)
+        .await
+        .map_err(LedgerError::from)?;
+    let mut only_ids: Option<Vec<i64>> = None;
+    if let Some(sink) = export {
+        let mut ids = Vec::new();
+        let sql = format!(
+            "select effect_id, data from ledger.prune_export({})",
+            Cutoff::OLDER_THAN
+        );
+        let mut rows = sqlx::query_as::<_, (i64, Value)>(sqlx::AssertSqlSafe(sql))
+            .bind(older_than)
+            .bind(before)
+            .fetch(&mut *tx);
+        while let Some((id, data)) = rows.try_next().await.map_err(LedgerError::from)? {
+            sink.record(&data).map_err(PruneError::Export)?;
+            ids.push(id);
+        }
+        drop(rows);
+        sink.finish().map_err(PruneError::Export)?;
+        only_ids = Some(ids);
+    }
+    let sql = format!(
+        "select effects, attempts, events, reconciliations, holds, kept, cutoff, audit_seq
+           from ledger.prune_settled(older_than => {}, operator => $3, reason => $4, only_ids => $5)",
+        Cutoff::OLDER_THAN
+    );
+    let outcome = sqlx::query_as::<_, PruneOutcome>(sqlx::AssertSqlSafe(sql))
+        .bind(older_than)
+        .bind(before)
+        .bind(operator)
+        .bind(reason)
+        .bind(&only_ids)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(LedgerError::from)?;
+    if let Some(ids) = &only_ids
+        && outcome.effects != ids.len() as i64
+    {
+        // Dropping the transaction rolls it back.
+        return Err(PruneError::Changed {
+            exported: ids.len(),
+            deleted: outcome.effects,
+        });
+    }
+    tx.commit().await.map_err(LedgerError::from)?;
+    Ok(outcome)
+}

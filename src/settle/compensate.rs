@@ -1,0 +1,270 @@
+//! Compensate: a new effect with its own key, linked to the original,
+//! dispatched through the provider under that key. The SQL side makes it
+//! idempotent (one live compensation per effect, one dispatcher per
+//! compensation) and enforces four-eyes above the action's limit; this
+//! side checks everything it can before writing, sends, and records.
+
+use serde_json::{Value, json};
+
+use super::calls::{self, CompensationResult};
+use super::{Report, SettleError, Settler, require_reason};
+use crate::adapters::provider::{CompensationOutcome, EffectQuery};
+use crate::format::optional_money;
+use crate::ledger::{Effect, State};
+use crate::text::sanitize_line;
+
+/// What became of the dispatch step.
+enum Dispatch {
+    Sent {
+        outcome: CompensationOutcome,
+        recorded: calls::CompensationRecorded,
+        evidence: Value,
+    },
+    /// Not sent by us: already dispatched, settled, or claimed by another operator.
+    NotSent { state: State, why: String },
+}
+
+impl Settler {
+    pub(super) async fn compensate(
+        &self,
+        op_key: &str,
+        seen: Option<i64>,
+        reason: &str,
+    ) -> Result<Report, SettleError> {
+        require_reason(reason, "compensate")?;
+        let (effect, seen) = self.look(op_key, seen).await?;
+        // Before anything is written: a compensation we could not send is
+        // worse than none. (In any other state the ledger answers: it
+        // returns the live compensation, or says why it does not apply.)
+        if effect.state == State::Succeeded {
+            self.check_sendable(&effect, reason)?;
+        }
+        let start = calls::compensate(&self.pool, op_key, seen, &self.operator, reason).await?;
+        let amount = optional_money(start.amount_minor, start.currency.as_deref());
+        match (start.status.as_str(), start.compensation_key.clone()) {
+            ("awaiting_approval", _) => {
+                let limit = optional_money(start.approval_limit_minor, start.currency.as_deref());
+                let requester = start.requested_by.clone().unwrap_or_default();
+                Ok(Report::new(
+                    format!(
+                        "compensation of {op_key} ({amount}) is above the limit ({limit}): it waits for a \
+                         second operator's approval (requested by {requester}; `effectwatch approve {op_key}`)"
+                    ),
+                    json!({ "action": "compensate", "op_key": op_key, "status": "awaiting_approval",
+                            "requested_by": requester, "amount_minor": start.amount_minor,
+                            "currency": start.currency, "approval_limit_minor": start.approval_limit_minor,
+                            "audit_seq": start.audit_seq }),
+                ))
+            }
+            (status, Some(key)) => {
+                let dispatch = self.dispatch_compensation(&effect, &key, reason).await?;
+                Ok(compensation_report(
+                    "compensate",
+                    op_key,
+                    status,
+                    &key,
+                    &amount,
+                    dispatch,
+                    start.audit_seq,
+                ))
+            }
+            (status, None) => Err(SettleError::Invalid(format!(
+                "the ledger answered {status} without a compensation key for {}",
+                sanitize_line(op_key)
+            ))),
+        }
+    }
+
+    pub(super) async fn approve(
+        &self,
+        op_key: &str,
+        seen: Option<i64>,
+        reason: &str,
+    ) -> Result<Report, SettleError> {
+        require_reason(reason, "approve")?;
+        let (effect, seen) = self.look(op_key, seen).await?;
+        if effect.state == State::Succeeded {
+            self.check_sendable(&effect, reason)?;
+        }
+        let approval = calls::approve(&self.pool, op_key, seen, &self.operator, reason).await?;
+        let amount = optional_money(effect.amount_minor, effect.currency.as_deref());
+        let dispatch = self
+            .dispatch_compensation(&effect, &approval.compensation_key, reason)
+            .await?;
+        let mut report = compensation_report(
+            "approve",
+            op_key,
+            "created",
+            &approval.compensation_key,
+            &amount,
+            dispatch,
+            Some(approval.audit_seq),
+        );
+        report.summary = sanitize_line(&format!(
+            "approved the compensation {} requested by {}; {}",
+            op_key, approval.requested_by, report.summary
+        ));
+        if let Some(map) = report.detail.as_object_mut() {
+            map.insert("requested_by".into(), json!(approval.requested_by));
+        }
+        Ok(report)
+    }
+
+    pub(super) async fn reject(
+        &self,
+        op_key: &str,
+        seen: Option<i64>,
+        reason: &str,
+    ) -> Result<Report, SettleError> {
+        require_reason(reason, "reject")?;
+        let (_, seen) = self.look(op_key, seen).await?;
+        let rejection = calls::reject(&self.pool, op_key, seen, &self.operator, reason).await?;
+        Ok(Report::new(
+            format!(
+                "rejected the compensation of {op_key} requested by {} (audit #{})",
+                rejection.requested_by, rejection.audit_seq
+            ),
+            json!({ "action": "reject", "op_key": op_key, "status": rejection.status,
+                    "requested_by": rejection.requested_by, "audit_seq": rejection.audit_seq }),
+        ))
+    }
+
+    /// Whether a compensation of `effect` could be sent as configured.
+    fn check_sendable(&self, effect: &Effect, reason: &str) -> Result<(), SettleError> {
+        self.provider_for(effect)?
+            .prepare_compensation(&EffectQuery::from(effect), "compensate:check", reason)
+            .map(|_| ())
+            .map_err(|error| SettleError::Provider(error.to_string()))
+    }
+
+    /// Claims and sends a compensation, then records the answer. Sends
+    /// nothing if it was already dispatched, is settled, or another
+    /// operator claimed it first.
+    async fn dispatch_compensation(
+        &self,
+        original: &Effect,
+        compensation_key: &str,
+        reason: &str,
+    ) -> Result<Dispatch, SettleError> {
+        let compensation = self.effect(compensation_key).await?;
+        if compensation.state != State::Pending || compensation.dispatched_at.is_some() {
+            let why = match (compensation.state, compensation.dispatched_at) {
+                (State::Pending, Some(at)) => format!(
+                    "already dispatched at {} with no answer recorded: reconcile {} if it stays pending",
+                    at.format("%Y-%m-%d %H:%M:%S UTC"),
+                    compensation.op_key
+                ),
+                (State::Held, _) => "held behind another effect: release it first".to_string(),
+                (state, _) => format!("already {state}"),
+            };
+            return Ok(Dispatch::NotSent {
+                state: compensation.state,
+                why,
+            });
+        }
+        let provider = self.provider_for(original)?;
+        let prepared = provider
+            .prepare_compensation(&EffectQuery::from(original), compensation_key, reason)
+            .map_err(|error| {
+                SettleError::Provider(format!(
+                    "compensation {} exists but cannot be sent: {error}; fix the configuration and \
+                     run compensate again",
+                    sanitize_line(compensation_key)
+                ))
+            })?;
+        let claim =
+            calls::dispatch_compensation(&self.pool, compensation_key, &self.operator).await?;
+        if !claim.claimed {
+            return Ok(Dispatch::NotSent {
+                state: compensation.state,
+                why: "another operator dispatched it a moment ago".to_string(),
+            });
+        }
+        let answer = provider.compensate(prepared).await;
+        let (outcome, external_ref, retryable, why) = match &answer.outcome {
+            CompensationOutcome::Succeeded { external_ref } => {
+                ("succeeded", Some(external_ref.as_str()), None, None)
+            }
+            CompensationOutcome::Failed { reason, retryable } => {
+                ("failed", None, Some(*retryable), Some(reason.as_str()))
+            }
+            CompensationOutcome::Unknown { reason } => {
+                ("unknown", None, None, Some(reason.as_str()))
+            }
+        };
+        let recorded = calls::complete_compensation(
+            &self.pool,
+            compensation_key,
+            &self.operator,
+            &CompensationResult {
+                outcome,
+                external_ref,
+                result: Some(&answer.evidence),
+                retryable,
+                reason: why,
+            },
+        )
+        .await
+        .map_err(|error| SettleError::Unrecorded {
+            what: "the compensation",
+            key: sanitize_line(compensation_key),
+            cause: error.to_string(),
+        })?;
+        Ok(Dispatch::Sent {
+            outcome: answer.outcome,
+            recorded,
+            evidence: answer.evidence,
+        })
+    }
+}
+
+fn compensation_report(
+    action: &str,
+    op_key: &str,
+    status: &str,
+    key: &str,
+    amount: &str,
+    dispatch: Dispatch,
+    audit_seq: Option<i64>,
+) -> Report {
+    match dispatch {
+        Dispatch::Sent {
+            outcome,
+            recorded,
+            evidence,
+        } => {
+            let said = match &outcome {
+                CompensationOutcome::Succeeded { external_ref } => {
+                    format!(
+                        "succeeded ({external_ref}); {op_key} is now {}",
+                        recorded.original_state
+                    )
+                }
+                CompensationOutcome::Failed { reason, .. } => format!("failed: {reason}"),
+                CompensationOutcome::Unknown { reason } => {
+                    format!("outcome unknown ({reason}): reconcile {key}")
+                }
+            };
+            Report::new(
+                format!("compensation {key} of {amount} sent: {said}"),
+                json!({ "action": action, "op_key": op_key, "status": status, "compensation_key": key,
+                        "sent": true, "compensation_state": recorded.state,
+                        "original_state": recorded.original_state, "late": recorded.late,
+                        "audit_seq": audit_seq, "result_audit_seq": recorded.audit_seq,
+                        "evidence": evidence }),
+            )
+        }
+        Dispatch::NotSent { state, why } => {
+            let opening = if status == "existing" {
+                format!("already compensating {op_key}: {key}")
+            } else {
+                format!("compensation {key}")
+            };
+            Report::new(
+                format!("{opening} is {state}, not sent again: {why}"),
+                json!({ "action": action, "op_key": op_key, "status": status, "compensation_key": key,
+                        "sent": false, "compensation_state": state, "why": why, "audit_seq": audit_seq }),
+            )
+        }
+    }
+}

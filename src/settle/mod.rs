@@ -1,0 +1,544 @@
+//! Settling effects: reconcile with the provider, compensate, escalate,
+//! resolve, release, cancel, annotate — the orchestration the CLI and the
+//! console share. Every write is one SQL function call, in one transaction
+//! with its audit entry, refused if the effect changed since the operator
+//! looked. Read-only is enforced here, in [`Settler::perform`], for every
+//! writing request; a console connected as `effect_readonly` is refused by
+//! the database itself whatever this says.
+
+pub mod calls;
+mod compensate;
+mod escalate;
+pub mod finding;
+mod reconcile;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::Serialize;
+use serde_json::{Value, json};
+use sqlx::PgPool;
+use thiserror::Error;
+
+use crate::adapters::provider::Provider;
+use crate::adapters::sink::Sink;
+use crate::config::Config;
+use crate::ledger::actions::{self, ActionOutcome, Resolution, SeenVersion};
+use crate::ledger::history;
+use crate::ledger::{Effect, LedgerError};
+use crate::text::sanitize_line;
+
+pub use escalate::DeliveryOutcome;
+
+/// Everything an operator can ask of the settling machinery. `seen` is the
+/// version the operator saw; `None` reads the current one first.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Request {
+    Reconcile {
+        op_key: String,
+        seen: Option<i64>,
+    },
+    Compensate {
+        op_key: String,
+        seen: Option<i64>,
+        reason: String,
+    },
+    Escalate {
+        op_key: String,
+        seen: Option<i64>,
+        /// A configured sink; `None` picks the only one configured.
+        sink: Option<String>,
+        reason: String,
+    },
+    Resolve {
+        op_key: String,
+        seen: Option<i64>,
+        reason: String,
+        resolution: Resolution,
+    },
+    Release {
+        op_key: String,
+        seen: Option<i64>,
+        reason: String,
+    },
+    Cancel {
+        op_key: String,
+        seen: Option<i64>,
+        reason: String,
+    },
+    Annotate {
+        op_key: String,
+        seen: Option<i64>,
+        note: String,
+    },
+    Approve {
+        op_key: String,
+        seen: Option<i64>,
+        reason: String,
+    },
+    Reject {
+        op_key: String,
+        seen: Option<i64>,
+        reason: String,
+    },
+    Acknowledge {
+        escalation_key: String,
+        reason: String,
+    },
+    ResolveEscalation {
+        escalation_key: String,
+        reason: String,
+    },
+}
+
+impl Request {
+    /// Whether the request writes to the ledger. Every one does today (a
+    /// reconciliation stores its finding); the console's action table and
+    /// read-only filtering ask this rather than assume it.
+    pub fn writes(&self) -> bool {
+        match self {
+            Request::Reconcile { .. }
+            | Request::Compensate { .. }
+            | Request::Escalate { .. }
+            | Request::Resolve { .. }
+            | Request::Release { .. }
+            | Request::Cancel { .. }
+            | Request::Annotate { .. }
+            | Request::Approve { .. }
+            | Request::Reject { .. }
+            | Request::Acknowledge { .. }
+            | Request::ResolveEscalation { .. } => true,
+        }
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Request::Reconcile { .. } => "reconcile",
+            Request::Compensate { .. } => "compensate",
+            Request::Escalate { .. } => "escalate",
+            Request::Resolve { .. } => "resolve",
+            Request::Release { .. } => "release",
+            Request::Cancel { .. } => "cancel",
+            Request::Annotate { .. } => "annotate",
+            Request::Approve { .. } => "approve",
+            Request::Reject { .. } => "reject",
+            Request::Acknowledge { .. } => "acknowledge",
+            Request::ResolveEscalation { .. } => "resolve escalation",
+        }
+    }
+
+    /// The effect (or escalation) key the request is about.
+    pub fn key(&self) -> &str {
+        match self {
+            Request::Reconcile { op_key, .. }
+            | Request::Compensate { op_key, .. }
+            | Request::Escalate { op_key, .. }
+            | Request::Resolve { op_key, .. }
+            | Request::Release { op_key, .. }
+            | Request::Cancel { op_key, .. }
+            | Request::Annotate { op_key, .. }
+            | Request::Approve { op_key, .. }
+            | Request::Reject { op_key, .. } => op_key,
+            Request::Acknowledge { escalation_key, .. }
+            | Request::ResolveEscalation { escalation_key, .. } => escalation_key,
+        }
+    }
+}
+
+/// What happened, for a status bar (`summary`, one safe line) and for
+/// `--format json` or a detail view (`detail`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Report {
+    pub summary: String,
+    pub detail: Value,
+}
+
+impl Report {
+    fn new(summary: impl AsRef<str>, detail: Value) -> Report {
+        Report {
+            summary: sanitize_line(summary.as_ref()),
+            detail,
+        }
+    }
+}
+
+/// Why a request did not happen, or not entirely; one line each.
+#[derive(Debug, Error)]
+pub enum SettleError {
+    #[error("read-only: {0} refused (this console runs with --read-only or read_only = true)")]
+    ReadOnly(&'static str),
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+    /// A provider that is not configured or cannot make the request: nothing was sent.
+    #[error("{0}")]
+    Provider(String),
+    /// A sink that is not configured or cannot be used.
+    #[error("{0}")]
+    Sink(String),
+    #[error("{0}")]
+    Invalid(String),
+    /// The request left, but what came back could not be written down.
+    #[error("{what} was sent but its answer could not be recorded ({cause}): reconcile {key}")]
+    Unrecorded {
+        what: &'static str,
+        key: String,
+        cause: String,
+    },
+}
+
+impl SettleError {
+    pub fn ledger(&self) -> Option<&LedgerError> {
+        match self {
+            SettleError::Ledger(error) => Some(error),
+            _ => None,
+        }
+    }
+
+    /// The message, safe for a terminal.
+    pub fn line(&self) -> String {
+        sanitize_line(&self.to_string())
+    }
+}
+
+/// One item of a bulk reconciliation.
+#[derive(Debug)]
+pub struct BulkItem {
+    pub op_key: String,
+    pub result: Result<Report, SettleError>,
+}
+
+/// How many bulk reconciliations run at once: enough to hide latency,
+/// few enough not to flood a provider.
+const BULK_CONCURRENCY: usize = 4;
+
+#[derive(Debug)]
+struct Adapters {
+    providers: BTreeMap<String, Result<Provider, String>>,
+    sinks: BTreeMap<String, Result<Sink, String>>,
+}
+
+impl Adapters {
+    fn build(config: &Config) -> Adapters {
+        Adapters {
+            providers: config
+                .providers
+                .iter()
+                .map(|(name, provider)| {
+                    (
+                        name.clone(),
+                        Provider::build(name, provider).map_err(|e| e.to_string()),
+                    )
+                })
+                .collect(),
+            sinks: config
+                .sinks
+                .iter()
+                .map(|(name, sink)| {
+                    (
+                        name.clone(),
+                        Sink::build(name, sink).map_err(|e| e.to_string()),
+                    )
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Settles effects for one operator; cheap to clone (everything is shared).
+#[derive(Debug, Clone)]
+pub struct Settler {
+    pool: PgPool,
+    config: Arc<Config>,
+    operator: String,
+    read_only: bool,
+    adapters: Arc<Adapters>,
+}
+
+impl Settler {
+    /// Adapters are built now; one that is misconfigured reports its
+    /// problem when used (and in [`Settler::adapter_problems`]), without
+    /// keeping the others from working.
+    pub fn new(
+        pool: PgPool,
+        config: Arc<Config>,
+        operator: impl Into<String>,
+        read_only: bool,
+    ) -> Settler {
+        let adapters = Arc::new(Adapters::build(&config));
+        Settler {
+            pool,
+            config,
+            operator: operator.into(),
+            read_only,
+            adapters,
+        }
+    }
+
+    pub fn operator(&self) -> &str {
+        &self.operator
+    }
+
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Configuration problems of the providers and sinks, one line each.
+    pub fn adapter_problems(&self) -> Vec<String> {
+        let providers = self
+            .adapters
+            .providers
+            .values()
+            .filter_map(|p| p.as_ref().err());
+        let sinks = self
+            .adapters
+            .sinks
+            .values()
+            .filter_map(|s| s.as_ref().err());
+        providers.chain(sinks).cloned().collect()
+    }
+
+    /// The one dispatcher: read-only is refused here for every writing request.
+    pub async fn perform(&self, request: Request) -> Result<Report, SettleError> {
+        if self.read_only && request.writes() {
+            return Err(SettleError::ReadOnly(request.name()));
+        }
+        match request {
+            Request::Reconcile { op_key, seen } => self.reconcile(&op_key, seen).await,
+            Request::Compensate {
+                op_key,
+                seen,
+                reason,
+            } => self.compensate(&op_key, seen, &reason).await,
+            Request::Escalate {
+                op_key,
+                seen,
+                sink,
+                reason,
+            } => self.escalate(&op_key, seen, sink.as_deref(), &reason).await,
+            Request::Resolve {
+                op_key,
+                seen,
+                reason,
+                resolution,
+            } => self.resolve(&op_key, seen, &reason, &resolution).await,
+            Request::Release {
+                op_key,
+                seen,
+                reason,
+            } => {
+                let seen = self.seen(&op_key, seen).await?;
+                let outcome =
+                    actions::release(&self.pool, &op_key, seen, &self.operator, &reason).await?;
+                Ok(simple_report("released", &op_key, &outcome))
+            }
+            Request::Cancel {
+                op_key,
+                seen,
+                reason,
+            } => {
+                let seen = self.seen(&op_key, seen).await?;
+                let outcome =
+                    actions::cancel(&self.pool, &op_key, seen, &self.operator, &reason).await?;
+                Ok(simple_report("cancelled", &op_key, &outcome))
+            }
+            Request::Annotate { op_key, seen, note } => {
+                let seen = self.seen(&op_key, seen).await?;
+                let outcome =
+                    actions::annotate(&self.pool, &op_key, seen, &self.operator, &note).await?;
+                Ok(simple_report("annotated", &op_key, &outcome))
+            }
+            Request::Approve {
+                op_key,
+                seen,
+                reason,
+            } => self.approve(&op_key, seen, &reason).await,
+            Request::Reject {
+                op_key,
+                seen,
+                reason,
+            } => self.reject(&op_key, seen, &reason).await,
+            Request::Acknowledge {
+                escalation_key,
+                reason,
+            } => self.close_escalation(&escalation_key, &reason, false).await,
+            Request::ResolveEscalation {
+                escalation_key,
+                reason,
+            } => self.close_escalation(&escalation_key, &reason, true).await,
+        }
+    }
+
+    /// Reconciles every `(op_key, version seen)`, a few at a time; each
+    /// item succeeds or fails on its own.
+    pub async fn reconcile_many(
+        &self,
+        items: Vec<(String, i64)>,
+    ) -> Result<Vec<BulkItem>, SettleError> {
+        if self.read_only {
+            return Err(SettleError::ReadOnly("reconcile"));
+        }
+        let gate = Arc::new(tokio::sync::Semaphore::new(BULK_CONCURRENCY));
+        let mut tasks = tokio::task::JoinSet::new();
+        for (index, (op_key, seen)) in items.into_iter().enumerate() {
+            let settler = self.clone();
+            let gate = gate.clone();
+            tasks.spawn(async move {
+                let _permit = gate.acquire_owned().await;
+                let result = settler.reconcile(&op_key, Some(seen)).await;
+                (index, BulkItem { op_key, result })
+            });
+        }
+        let mut done = Vec::new();
+        while let Some(joined) = tasks.join_next().await {
+            match joined {
+                Ok(item) => done.push(item),
+                Err(error) => {
+                    return Err(SettleError::Invalid(format!(
+                        "a reconciliation task failed: {error}"
+                    )));
+                }
+            }
+        }
+        done.sort_by_key(|(index, _)| *index);
+        Ok(done.into_iter().map(|(_, item)| item).collect())
+    }
+
+    /// The effect as it is now, or NotFound.
+    async fn effect(&self, op_key: &str) -> Result<Effect, SettleError> {
+        history::find_effect(&self.pool, op_key)
+            .await?
+            .ok_or_else(|| SettleError::Ledger(LedgerError::NotFound(op_key.to_string())))
+    }
+
+    /// The effect and the version to act on: the one the operator saw, which
+    /// must still be current (checked here before any provider is called,
+    /// and again by the SQL function that writes).
+    async fn look(&self, op_key: &str, seen: Option<i64>) -> Result<(Effect, i64), SettleError> {
+        let effect = self.effect(op_key).await?;
+        match seen {
+            Some(seen) if seen != effect.version => Err(changed(op_key, effect.version, seen)),
+            Some(seen) => Ok((effect, seen)),
+            None => {
+                let version = effect.version;
+                Ok((effect, version))
+            }
+        }
+    }
+
+    async fn seen(&self, op_key: &str, seen: Option<i64>) -> Result<SeenVersion, SettleError> {
+        match seen {
+            Some(seen) => Ok(SeenVersion(seen)),
+            None => Ok(SeenVersion(self.effect(op_key).await?.version)),
+        }
+    }
+
+    fn provider_for(&self, effect: &Effect) -> Result<&Provider, SettleError> {
+        let name = effect.provider.as_deref().ok_or_else(|| {
+            SettleError::Provider(format!(
+                "{} names no provider: nothing to ask; resolve it by hand with evidence",
+                sanitize_line(&effect.op_key)
+            ))
+        })?;
+        match self.adapters.providers.get(name) {
+            Some(Ok(provider)) => Ok(provider),
+            Some(Err(problem)) => Err(SettleError::Provider(problem.clone())),
+            None => Err(SettleError::Provider(format!(
+                "provider {} is not configured: add [providers.{}] to the config file",
+                sanitize_line(name),
+                sanitize_line(name)
+            ))),
+        }
+    }
+
+    fn sink(&self, name: &str) -> Result<&Sink, String> {
+        match self.adapters.sinks.get(name) {
+            Some(Ok(sink)) => Ok(sink),
+            Some(Err(problem)) => Err(problem.clone()),
+            None => Err(format!(
+                "sink {} is not configured: add [sinks.{}] to the config file",
+                sanitize_line(name),
+                sanitize_line(name)
+            )),
+        }
+    }
+
+    async fn resolve(
+        &self,
+        op_key: &str,
+        seen: Option<i64>,
+        reason: &str,
+        resolution: &Resolution,
+    ) -> Result<Report, SettleError> {
+        let seen = self.seen(op_key, seen).await?;
+        let outcome =
+            actions::resolve(&self.pool, op_key, seen, &self.operator, reason, resolution).await?;
+        Ok(simple_report("resolved", op_key, &outcome))
+    }
+}
+
+fn require_reason(reason: &str, action: &str) -> Result<(), SettleError> {
+    if reason.trim().is_empty() {
+        Err(SettleError::Invalid(format!(
+            "{action} needs a reason (--reason)"
+        )))
+    } else {
+        Ok(())
+    }
+}
+
+fn changed(op_key: &str, now: i64, seen: i64) -> SettleError {
+    SettleError::Ledger(LedgerError::Changed(format!(
+        "effect {} changed since you looked (version {now} now, you saw {seen})",
+        sanitize_line(op_key)
+    )))
+}
+
+fn simple_report(done: &str, op_key: &str, outcome: &ActionOutcome) -> Report {
+    Report::new(
+        format!(
+            "{done} {}: now {} (version {}, audit #{})",
+            op_key, outcome.state, outcome.version, outcome.audit_seq
+        ),
+        json!({ "action": done, "op_key": op_key, "state": outcome.state,
+                "version": outcome.version, "audit_seq": outcome.audit_seq }),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_request_names_itself_and_writes() {
+        let requests = [
+            Request::Reconcile {
+                op_key: "k".into(),
+                seen: None,
+            },
+            Request::Acknowledge {
+                escalation_key: "e".into(),
+                reason: "r".into(),
+            },
+            Request::Annotate {
+                op_key: "k".into(),
+                seen: Some(1),
+                note: "n".into(),
+            },
+        ];
+        for request in requests {
+            assert!(request.writes());
+            assert!(!request.name().is_empty());
+            assert!(!request.key().is_empty());
+        }
+    }
+
+    #[test]
+    fn reports_are_one_safe_line() {
+        let report = Report::new("done \u{1b}[2J\nnext", Value::Null);
+        assert_eq!(report.summary, "done \u{FFFD}[2J next");
+    }
+}

@@ -1,0 +1,98 @@
+//! Reconcile: ask the provider, compare, store the finding with its
+//! evidence and duration, and let the ledger apply the state change
+//! DESIGN.md allows. A timeout, reset, 5xx or unreadable answer is
+//! indeterminate: stored, and the effect stays as it is.
+
+use std::time::Instant;
+
+use serde_json::json;
+
+use super::finding::{Assessment, assess};
+use super::{Report, SettleError, Settler};
+use crate::adapters::provider::EffectQuery;
+use crate::ledger::actions::{self, Finding, SeenVersion};
+
+impl Settler {
+    pub(super) async fn reconcile(
+        &self,
+        op_key: &str,
+        seen: Option<i64>,
+    ) -> Result<Report, SettleError> {
+        let (effect, seen) = self.look(op_key, seen).await?;
+        let provider = self.provider_for(&effect)?;
+        let query = EffectQuery::from(&effect);
+        let started = Instant::now();
+        let looked = provider.lookup(&query).await;
+        let duration_ms = i32::try_from(started.elapsed().as_millis()).unwrap_or(i32::MAX);
+        let (assessment, evidence) = match looked {
+            Ok(lookup) => {
+                let assessment = assess(&query, &lookup.effects);
+                let mut evidence = lookup.evidence;
+                if let Some(map) = evidence.as_object_mut() {
+                    map.insert("effects".into(), json!(lookup.effects));
+                    if !assessment.differences.is_empty() {
+                        map.insert("differences".into(), json!(assessment.differences));
+                    }
+                    if assessment.ignored > 0 {
+                        map.insert("ignored_other_keys".into(), json!(assessment.ignored));
+                    }
+                }
+                (assessment, evidence)
+            }
+            // Nothing was asked: the operator must fix the configuration.
+            Err(error) if error.is_config() => {
+                return Err(SettleError::Provider(error.to_string()));
+            }
+            Err(error) => (Assessment::indeterminate(), error.evidence(provider.name())),
+        };
+        let finding = Finding {
+            provider: provider.name().to_string(),
+            finding: assessment.finding.as_str().to_string(),
+            external_refs: assessment.external_refs.clone(),
+            evidence: evidence.clone(),
+            duration_ms,
+        };
+        let recorded = actions::record_reconciliation(
+            &self.pool,
+            op_key,
+            SeenVersion(seen),
+            &self.operator,
+            &finding,
+        )
+        .await?;
+        let refs = if assessment.external_refs.is_empty() {
+            String::new()
+        } else {
+            format!(" [{}]", assessment.external_refs.join(", "))
+        };
+        let why = evidence
+            .get("message")
+            .and_then(|m| m.as_str())
+            .map(|m| format!(" ({m})"))
+            .unwrap_or_default();
+        Ok(Report::new(
+            format!(
+                "reconciled {op_key} with {}: {}{refs}{why} — {} → {} in {duration_ms} ms",
+                provider.name(),
+                assessment.finding.as_str(),
+                effect.state,
+                recorded.state
+            ),
+            json!({
+                "action": "reconcile",
+                "op_key": op_key,
+                "provider": provider.name(),
+                "finding": assessment.finding,
+                "external_refs": assessment.external_refs,
+                "differences": assessment.differences,
+                "state_before": effect.state,
+                "state": recorded.state,
+                "version": recorded.version,
+                "reconciliation_id": recorded.reconciliation_id,
+                "audit_seq": recorded.audit_seq,
+                "duration_ms": duration_ms,
+                "evidence": evidence,
+            }),
+        ))
+    }
+}
