@@ -1,0 +1,361 @@
+//! The real binary in a real pseudo-terminal: it takes the terminal over,
+//! shows what workers write to the ledger within a few polls, answers keys,
+//! and gives the terminal back as it found it.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use portable_pty::{Child, CommandBuilder, PtySize, native_pty_system};
+use serde_json::json;
+
+use effectwatch::ledger::Decision;
+use effectwatch::ledger::writer::{Intent, begin_effect};
+
+const ROWS: u16 = 35;
+const COLS: u16 = 140;
+const ENTER_ALTERNATE: &[u8] = b"\x1b[?1049h";
+const LEAVE_ALTERNATE: &[u8] = b"\x1b[?1049l";
+/// Generous: the first poll includes connecting; CI machines are slow.
+const STARTUP: Duration = Duration::from_secs(30);
+
+/// The console running in a pty, its output collected by a thread and
+/// replayed into a terminal emulator on demand.
+struct Console {
+    child: Box<dyn Child + Send + Sync>,
+    writer: Box<dyn Write + Send>,
+    output: Arc<Mutex<Vec<u8>>>,
+    reader_done: Arc<AtomicBool>,
+    parser: vt100::Parser,
+    fed: usize,
+    home: tempfile::TempDir,
+}
+
+impl Console {
+    fn start(database_url: &str, extra: &[&str]) -> Console {
+        let home = tempfile::tempdir().unwrap();
+        let config = home.path().join("config.toml");
+        std::fs::write(&config, "").unwrap();
+        let pair = native_pty_system()
+            .openpty(PtySize {
+                rows: ROWS,
+                cols: COLS,
+                pixel_width: 0,
+                pixel_height: 0,
+            })
+            .expect("opening a pty");
+        let mut command = CommandBuilder::new(env!("CARGO_BIN_EXE_effectwatch"));
+        command.args([
+            "--database-url",
+            database_url,
+            "--no-notify",
+            "--poll-interval",
+            "0.5",
+            "--config",
+            config.to_str().unwrap(),
+        ]);
+        command.args(extra);
+        command.env_remove("DATABASE_URL");
+        command.env("TERM", "xterm-256color");
+        command.env("HOME", home.path());
+        for (variable, folder) in [
+            ("XDG_CONFIG_HOME", ".config"),
+            ("XDG_CACHE_HOME", ".cache"),
+            ("XDG_DATA_HOME", ".local/share"),
+            ("XDG_STATE_HOME", ".local/state"),
+            ("XDG_RUNTIME_DIR", "run"),
+        ] {
+            command.env(variable, home.path().join(folder));
+        }
+        command.cwd(home.path());
+        let child = pair
+            .slave
+            .spawn_command(command)
+            .expect("spawning effectwatch");
+        drop(pair.slave);
+        let mut reader = pair.master.try_clone_reader().unwrap();
+        let writer = pair.master.take_writer().unwrap();
+        let output = Arc::new(Mutex::new(Vec::new()));
+        let reader_done = Arc::new(AtomicBool::new(false));
+        {
+            let (output, done) = (output.clone(), reader_done.clone());
+            std::thread::spawn(move || {
+                // Keeps the master open for as long as the child may write.
+                let _master = pair.master;
+                let mut chunk = [0u8; 8192];
+                loop {
+                    match reader.read(&mut chunk) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => output.lock().unwrap().extend_from_slice(&chunk[..n]),
+                    }
+                }
+                done.store(true, Ordering::SeqCst);
+            });
+        }
+        Console {
+            child,
+            writer,
+            output,
+            reader_done,
+            parser: vt100::Parser::new(ROWS, COLS, 0),
+            fed: 0,
+            home,
+        }
+    }
+
+    /// Feeds what arrived since the last call into the emulator.
+    fn catch_up(&mut self) {
+        let output = self.output.lock().unwrap();
+        self.parser.process(&output[self.fed..]);
+        self.fed = output.len();
+    }
+
+    fn screen_text(&mut self) -> String {
+        self.catch_up();
+        self.parser.screen().contents()
+    }
+
+    fn raw_output(&self) -> Vec<u8> {
+        self.output.lock().unwrap().clone()
+    }
+
+    async fn wait_for(&mut self, what: &str, timeout: Duration, done: impl Fn(&str) -> bool) {
+        let started = Instant::now();
+        loop {
+            let screen = self.screen_text();
+            if done(&screen) {
+                return;
+            }
+            if started.elapsed() > timeout {
+                panic!(
+                    "{what}: not seen within {timeout:?}; the screen:\n{screen}\nthe log:\n{}",
+                    self.log()
+                );
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!(
+                    "{what}: effectwatch exited ({status:?}) first; the screen:\n{screen}\nthe log:\n{}",
+                    self.log()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    fn press(&mut self, keys: &str) {
+        self.writer.write_all(keys.as_bytes()).unwrap();
+        self.writer.flush().unwrap();
+    }
+
+    /// Waits for the process to end and the last of its output to arrive.
+    async fn wait_exit(&mut self, timeout: Duration) -> portable_pty::ExitStatus {
+        let started = Instant::now();
+        let status = loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                break status;
+            }
+            if started.elapsed() > timeout {
+                let _ = self.child.kill();
+                panic!(
+                    "effectwatch did not exit within {timeout:?}; the screen:\n{}",
+                    self.screen_text()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        let drained = Instant::now();
+        while !self.reader_done.load(Ordering::SeqCst) && drained.elapsed() < Duration::from_secs(2)
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        self.catch_up();
+        status
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.home.path().join(".cache/effectwatch/effectwatch.log")
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_else(|e| format!("(no log: {e})"))
+    }
+
+    /// Quits with `q` and checks the terminal was handed back intact.
+    async fn quit_and_check_restored(&mut self) {
+        self.press("q");
+        let status = self.wait_exit(Duration::from_secs(5)).await;
+        assert!(status.success(), "exit status {status:?}");
+        let raw = self.raw_output();
+        let text = String::from_utf8_lossy(&raw);
+        assert!(!text.contains("panicked"), "panic text on the terminal");
+        let entered = find(&raw, ENTER_ALTERNATE).expect("the alternate screen was entered");
+        let left = rfind(&raw, LEAVE_ALTERNATE).expect("the alternate screen was left");
+        assert!(
+            left > entered,
+            "left the alternate screen before entering it"
+        );
+        let screen = self.parser.screen();
+        assert!(!screen.alternate_screen(), "still on the alternate screen");
+        assert!(!screen.hide_cursor(), "the cursor is still hidden");
+        assert!(
+            self.log_path().exists(),
+            "logs go to the file under the temporary HOME"
+        );
+    }
+}
+
+impl Drop for Console {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+fn rfind(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).rposition(|w| w == needle)
+}
+
+fn intent(op_key: &str, target: &str) -> Intent {
+    Intent {
+        op_key: op_key.to_string(),
+        action: "refund".to_string(),
+        target: target.to_string(),
+        params: json!({"amount_minor": 1200, "currency": "EUR"}),
+        requested_by: "agent-1".to_string(),
+        amount_minor: Some(1200),
+        currency: Some("EUR".into()),
+        ..Intent::default()
+    }
+}
+
+/// Whether one row of the screen shows both texts.
+fn row_with(screen: &str, one: &str, other: &str) -> bool {
+    screen
+        .lines()
+        .any(|line| line.contains(one) && line.contains(other))
+}
+
+fn header(screen: &str) -> &str {
+    screen.lines().next().unwrap_or("")
+}
+
+fn status_line(screen: &str) -> &str {
+    screen.lines().nth(ROWS as usize - 2).unwrap_or("")
+}
+
+#[tokio::test]
+async fn the_console_shows_a_held_conflict_and_restores_the_terminal() {
+    let db = common::test_db().await;
+    let mut console = Console::start(&db.url, &[]);
+    console
+        .wait_for("the live header", STARTUP, |screen| {
+            header(screen).contains("effectwatch") && header(screen).contains("● live")
+        })
+        .await;
+    console.press("4");
+    console
+        .wait_for("the held pane", Duration::from_secs(5), |screen| {
+            screen.contains("Held conflicts") && screen.contains("✓ nothing in held conflicts")
+        })
+        .await;
+
+    // A worker writes: two refunds on one invoice, the second is held.
+    begin_effect(&db.pool, &intent("refund:PTY:1", "invoice:PTY"))
+        .await
+        .unwrap();
+    let held = begin_effect(&db.pool, &intent("refund:PTY:2", "invoice:PTY"))
+        .await
+        .unwrap();
+    assert_eq!(held.decision, Decision::Held);
+    console
+        .wait_for("the held key", Duration::from_secs(5), |screen| {
+            row_with(screen, "refund:PTY:2", "→ refund:PTY:1")
+        })
+        .await;
+    assert!(console.screen_text().contains(" 4 Held conflicts (1) "));
+
+    console.press("?");
+    console
+        .wait_for("the help", Duration::from_secs(5), |screen| {
+            screen.contains("Keys — Held conflicts") && screen.contains("✎ compensate: reverse it")
+        })
+        .await;
+    // With the help open, a key only closes it.
+    console.press("q");
+    console
+        .wait_for("the help closed", Duration::from_secs(5), |screen| {
+            !screen.contains("Keys — Held conflicts")
+        })
+        .await;
+    assert!(
+        console.child.try_wait().unwrap().is_none(),
+        "q with the help open must not quit"
+    );
+
+    console.quit_and_check_restored().await;
+}
+
+#[tokio::test]
+async fn read_only_shows_the_badge_and_refuses_writes() {
+    let db = common::test_db().await;
+    begin_effect(&db.pool, &intent("refund:RO:1", "invoice:RO"))
+        .await
+        .unwrap();
+    begin_effect(&db.pool, &intent("refund:RO:2", "invoice:RO"))
+        .await
+        .unwrap();
+    let mut console = Console::start(&db.url, &["--read-only"]);
+    console
+        .wait_for("the read-only badge", STARTUP, |screen| {
+            header(screen).contains("● live") && header(screen).contains("READ-ONLY")
+        })
+        .await;
+    console.press("4");
+    console
+        .wait_for("the held row", Duration::from_secs(5), |screen| {
+            screen.contains("▶ invoice:RO")
+        })
+        .await;
+    console.press("c");
+    console
+        .wait_for("the refusal", Duration::from_secs(5), |screen| {
+            status_line(screen).contains("read-only")
+        })
+        .await;
+    let screen = console.screen_text();
+    assert!(
+        !screen.contains("reason (required)"),
+        "no dialog opens:\n{screen}"
+    );
+    console.quit_and_check_restored().await;
+}
+
+#[tokio::test]
+async fn an_unreachable_database_shows_a_stale_console_that_quits_cleanly() {
+    let mut console = Console::start("postgres://effectwatch@127.0.0.1:1/ledger", &[]);
+    console
+        .wait_for("the reconnecting header", STARTUP, |screen| {
+            let header = header(screen);
+            header.contains("effectwatch")
+                && (header.contains("stale") || header.contains("connecting"))
+        })
+        .await;
+    console
+        .wait_for(
+            "the failure in the status line",
+            Duration::from_secs(10),
+            |screen| status_line(screen).contains("last poll failed"),
+        )
+        .await;
+    console.quit_and_check_restored().await;
+}

@@ -1,0 +1,678 @@
+//! The console's update function without a terminal or a database: keys and
+//! snapshots in, state and commands out.
+
+use std::time::Duration;
+
+use chrono::{TimeZone, Utc};
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+
+use effectwatch::console::action::{Action, Scope, TABLE};
+use effectwatch::console::app::{
+    App, Command, DialogField, Message, OperatorRequest, Snapshot, WINDOW,
+};
+use effectwatch::console::model::EscalationRow;
+use effectwatch::console::theme::Role;
+use effectwatch::ledger::panes::{Filter, OverdueRow, Pane, PaneRows};
+
+fn row(op_key: &str, version: i64) -> OverdueRow {
+    let at = Utc.with_ymd_and_hms(2026, 3, 14, 9, 0, 0).unwrap();
+    OverdueRow {
+        op_key: op_key.to_string(),
+        effect_id: 1,
+        action: "payout".to_string(),
+        target: format!("acct:{op_key}"),
+        amount_minor: Some(1_000 + version),
+        currency: Some("EUR".to_string()),
+        provider: None,
+        requested_by: "agent".to_string(),
+        created_at: at,
+        dispatched: true,
+        deadline_at: Some(at),
+        overdue_ms: 60_000 * version,
+        age_ms: 120_000,
+        version,
+    }
+}
+
+fn rows(keys: &[&str]) -> Vec<OverdueRow> {
+    keys.iter()
+        .enumerate()
+        .map(|(index, key)| row(key, index as i64 + 1))
+        .collect()
+}
+
+fn snapshot(overdue: Vec<OverdueRow>, total: i64, offset: usize) -> Snapshot {
+    Snapshot {
+        panes: vec![(Pane::Overdue, PaneRows::Overdue(overdue))],
+        counts: vec![(Pane::Overdue, total)],
+        escalations: vec![EscalationRow {
+            escalation_key: "esc:1".to_string(),
+            op_key: "b".to_string(),
+            sink: "webhook".to_string(),
+            decision_needed: "look".to_string(),
+            state: "open".to_string(),
+            delivery_attempts: 0,
+            last_error: None,
+            created_by: "ops".to_string(),
+            created_at: Utc.with_ymd_and_hms(2026, 3, 14, 9, 0, 0).unwrap(),
+            age_ms: 1_000,
+        }],
+        audit: Vec::new(),
+        polled_at: Utc.with_ymd_and_hms(2026, 3, 14, 9, 30, 0).unwrap(),
+        latency: Duration::from_millis(5),
+        database: "ledger".to_string(),
+        role: "ops".to_string(),
+        offsets: [offset, 0, 0, 0],
+    }
+}
+
+fn feed(app: &mut App, keys: &[&str]) -> Vec<Command> {
+    let overdue = rows(keys);
+    let total = overdue.len() as i64;
+    app.update(Message::Snapshot(Box::new(snapshot(overdue, total, 0))))
+}
+
+fn app_with(keys: &[&str]) -> App {
+    let mut app = App::new("ops".to_string(), false, Duration::from_secs(2));
+    feed(&mut app, keys);
+    app
+}
+
+fn key(app: &mut App, code: KeyCode) -> Vec<Command> {
+    app.update(Message::Key(KeyEvent::new(code, KeyModifiers::NONE)))
+}
+
+fn char(app: &mut App, ch: char) -> Vec<Command> {
+    key(app, KeyCode::Char(ch))
+}
+
+fn type_text(app: &mut App, text: &str) {
+    for ch in text.chars() {
+        assert!(char(app, ch).is_empty());
+    }
+}
+
+fn selected(app: &App) -> (usize, Option<String>) {
+    let list = &app.lists[app.view];
+    (list.selected, list.selected_id.clone())
+}
+
+fn selected_key(app: &App) -> String {
+    app.selected_row()
+        .and_then(|row| row.op_key.clone())
+        .expect("a row is selected")
+}
+
+fn status(app: &App) -> String {
+    app.status
+        .as_ref()
+        .map(|s| s.text.clone())
+        .unwrap_or_default()
+}
+
+fn performs(commands: &[Command]) -> Vec<&OperatorRequest> {
+    commands
+        .iter()
+        .filter_map(|command| match command {
+            Command::Perform(request) => Some(request),
+            _ => None,
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------------------
+// Selection across refreshes.
+
+#[test]
+fn selection_follows_its_item_when_rows_are_reordered_or_inserted_above() {
+    let mut app = app_with(&["a", "b", "c", "d"]);
+    char(&mut app, 'j');
+    char(&mut app, 'j');
+    assert_eq!(selected(&app), (2, Some("c".to_string())));
+
+    feed(&mut app, &["y", "d", "x", "c", "a", "b"]);
+    assert_eq!(selected(&app), (3, Some("c".to_string())));
+    assert_eq!(selected_key(&app), "c");
+
+    feed(&mut app, &["c", "z"]);
+    assert_eq!(selected(&app), (0, Some("c".to_string())));
+}
+
+#[test]
+fn selection_clamps_when_its_item_disappears() {
+    let mut app = app_with(&["a", "b", "c", "d", "e"]);
+    char(&mut app, 'j');
+    char(&mut app, 'j');
+    assert_eq!(selected_key(&app), "c");
+
+    // Gone from the middle: the row that took its place.
+    feed(&mut app, &["a", "b", "d", "e"]);
+    assert_eq!(selected(&app), (2, Some("d".to_string())));
+
+    // Gone from the end: the new last row.
+    key(&mut app, KeyCode::End);
+    assert_eq!(selected_key(&app), "e");
+    feed(&mut app, &["a", "b"]);
+    assert_eq!(selected(&app), (1, Some("b".to_string())));
+
+    // Everything settled: nothing selected, and the next item is picked up.
+    feed(&mut app, &[]);
+    assert_eq!(selected(&app), (0, None));
+    assert!(app.selected_row().is_none());
+    feed(&mut app, &["n"]);
+    assert_eq!(selected(&app), (0, Some("n".to_string())));
+}
+
+#[test]
+fn each_view_keeps_its_own_selection() {
+    let mut app = app_with(&["a", "b", "c"]);
+    char(&mut app, 'j');
+    char(&mut app, '5');
+    assert_eq!(selected(&app), (0, Some("esc:1".to_string())));
+    key(&mut app, KeyCode::BackTab);
+    key(&mut app, KeyCode::Tab);
+    char(&mut app, '1');
+    assert_eq!(selected_key(&app), "b");
+}
+
+// ---------------------------------------------------------------------------
+// Filter, sort, pause, poll interval.
+
+#[test]
+fn filter_editing_parses_on_enter_and_repolls() {
+    let mut app = app_with(&["a", "b"]);
+    assert!(char(&mut app, '/').is_empty());
+    assert!(app.editing_filter);
+    type_text(&mut app, "target:acct refundx");
+    key(&mut app, KeyCode::Backspace);
+    assert_eq!(app.filter_text, "target:acct refund");
+    assert!(app.filter.is_empty(), "nothing applies before Enter");
+
+    let commands = key(&mut app, KeyCode::Enter);
+    assert_eq!(commands, vec![Command::Repoll]);
+    assert!(!app.editing_filter);
+    assert_eq!(
+        app.filter,
+        Filter {
+            terms: vec![
+                (Some("target".to_string()), "acct".to_string()),
+                (None, "refund".to_string()),
+            ]
+        }
+    );
+    assert_eq!(app.offsets, [0; 4]);
+}
+
+#[test]
+fn a_field_without_a_value_is_an_error_and_esc_clears() {
+    let mut app = app_with(&["a"]);
+    char(&mut app, '/');
+    type_text(&mut app, "target:");
+    assert!(key(&mut app, KeyCode::Enter).is_empty());
+    assert!(
+        app.editing_filter,
+        "the operator stays in the filter to fix it"
+    );
+    assert!(app.filter.is_empty());
+    let status = app.status.clone().expect("an error is shown");
+    assert_eq!(status.role, Role::Critical);
+    assert!(
+        status.text.contains("target: needs a value"),
+        "{}",
+        status.text
+    );
+
+    let commands = key(&mut app, KeyCode::Esc);
+    assert_eq!(commands, vec![Command::Repoll]);
+    assert!(!app.editing_filter);
+    assert!(app.filter_text.is_empty());
+    assert!(app.filter.is_empty());
+}
+
+#[test]
+fn esc_outside_the_editor_clears_an_applied_filter() {
+    let mut app = app_with(&["a"]);
+    char(&mut app, '/');
+    type_text(&mut app, "a");
+    key(&mut app, KeyCode::Enter);
+    assert!(!app.filter.is_empty());
+    assert_eq!(key(&mut app, KeyCode::Esc), vec![Command::Repoll]);
+    assert!(app.filter.is_empty() && app.filter_text.is_empty());
+    assert!(
+        key(&mut app, KeyCode::Esc).is_empty(),
+        "nothing left to clear"
+    );
+}
+
+#[test]
+fn sort_cycles_columns_reverses_and_keeps_the_selection() {
+    // Ledger order: most urgent first, which is not key order.
+    let mut app = app_with(&["c", "a", "d", "b"]);
+    char(&mut app, 'j');
+    char(&mut app, 'j');
+    assert_eq!(selected_key(&app), "d");
+
+    assert!(char(&mut app, 's').is_empty());
+    assert_eq!(app.lists[0].sort, Some((0, false)));
+    let keys =
+        |app: &App| -> Vec<String> { app.model().rows.iter().map(|row| row.id.clone()).collect() };
+    assert_eq!(keys(&app), ["a", "b", "c", "d"]);
+    assert_eq!(selected(&app), (3, Some("d".to_string())));
+
+    char(&mut app, 'S');
+    assert_eq!(app.lists[0].sort, Some((0, true)));
+    assert_eq!(keys(&app), ["d", "c", "b", "a"]);
+    assert_eq!(selected(&app), (0, Some("d".to_string())));
+
+    // A refresh keeps the sort and the selection.
+    feed(&mut app, &["b", "d", "a", "c", "e"]);
+    assert_eq!(keys(&app), ["e", "d", "c", "b", "a"]);
+    assert_eq!(selected_key(&app), "d");
+
+    char(&mut app, 's');
+    assert_eq!(app.lists[0].sort, Some((1, false)));
+    assert!(
+        status(&app).contains("sorted by action"),
+        "{}",
+        status(&app)
+    );
+
+    // Past the last column: back to ledger order, fetched again.
+    let columns = app.model().columns.len();
+    for _ in 2..columns {
+        assert!(char(&mut app, 's').is_empty());
+    }
+    assert_eq!(app.lists[0].sort, Some((columns - 1, false)));
+    assert_eq!(char(&mut app, 's'), vec![Command::Repoll]);
+    assert_eq!(app.lists[0].sort, None);
+    assert_eq!(selected_key(&app), "d");
+}
+
+#[test]
+fn pause_toggles_and_repolls() {
+    let mut app = app_with(&["a"]);
+    assert_eq!(char(&mut app, 'p'), vec![Command::Repoll]);
+    assert!(app.paused);
+    assert!(status(&app).contains("paused"));
+    assert_eq!(char(&mut app, 'p'), vec![Command::Repoll]);
+    assert!(!app.paused);
+}
+
+#[test]
+fn poll_interval_changes_within_bounds() {
+    let mut app = app_with(&["a"]);
+    assert_eq!(char(&mut app, '+'), vec![Command::Repoll]);
+    assert_eq!(app.poll_interval, Duration::from_secs(1));
+    for _ in 0..10 {
+        char(&mut app, '+');
+    }
+    assert_eq!(app.poll_interval, Duration::from_millis(250));
+    for _ in 0..20 {
+        assert_eq!(char(&mut app, '-'), vec![Command::Repoll]);
+    }
+    assert_eq!(app.poll_interval, Duration::from_secs(300));
+    char(&mut app, '=');
+    assert_eq!(app.poll_interval, Duration::from_secs(150));
+}
+
+// ---------------------------------------------------------------------------
+// Detail.
+
+#[test]
+fn enter_opens_the_detail_and_esc_returns_to_the_same_row() {
+    let mut app = app_with(&["a", "b", "c"]);
+    char(&mut app, 'j');
+    let commands = key(&mut app, KeyCode::Enter);
+    assert_eq!(commands, vec![Command::LoadDetail("b".to_string())]);
+    let detail = app.detail.as_ref().expect("detail open");
+    assert_eq!(detail.op_key, "b");
+
+    // In the detail, arrows scroll it; the list's cursor does not move.
+    key(&mut app, KeyCode::Down);
+    key(&mut app, KeyCode::Down);
+    assert_eq!(app.detail.as_ref().unwrap().scroll, 2);
+    // A poll while the detail is open reloads it.
+    assert_eq!(
+        feed(&mut app, &["x", "a", "b", "c"]),
+        vec![Command::LoadDetail("b".to_string())]
+    );
+    // A load for another key (a stale reply) is ignored.
+    app.update(Message::Detail("a".to_string(), Err("late".to_string())));
+    assert_eq!(app.detail.as_ref().unwrap().error, None);
+
+    assert!(key(&mut app, KeyCode::Esc).is_empty());
+    assert!(app.detail.is_none());
+    assert_eq!(selected(&app), (2, Some("b".to_string())));
+}
+
+// ---------------------------------------------------------------------------
+// Read-only.
+
+#[test]
+fn read_only_refuses_every_writing_action_in_every_view() {
+    let writing: Vec<Action> = TABLE
+        .iter()
+        .filter(|entry| entry.writes)
+        .map(|entry| entry.action)
+        .collect();
+    assert!(writing.len() >= 10, "the table lists the writing actions");
+    for view in ['1', '5'] {
+        let mut app = App::new("ops".to_string(), true, Duration::from_secs(2));
+        feed(&mut app, &["a", "b"]);
+        char(&mut app, view);
+        for action in &writing {
+            app.status = None;
+            let commands = app.perform(*action);
+            assert!(commands.is_empty(), "{action:?}: {commands:?}");
+            assert!(app.dialog.is_none(), "{action:?} opened a dialog");
+            let status = status(&app);
+            assert!(status.contains("read-only"), "{action:?}: {status:?}");
+        }
+    }
+}
+
+#[test]
+fn read_only_refuses_writing_keys_and_allows_reading_ones() {
+    let mut app = App::new("ops".to_string(), true, Duration::from_secs(2));
+    feed(&mut app, &["a", "b"]);
+    for ch in ['r', 'R', 'c', 'e', 'o', 'f', 'l', 'x', 'a', 'A', 'D'] {
+        assert!(char(&mut app, ch).is_empty(), "{ch}");
+        assert!(app.dialog.is_none(), "{ch}");
+    }
+    assert!(status(&app).starts_with("read-only"));
+    // Reading still works.
+    assert_eq!(
+        key(&mut app, KeyCode::Enter),
+        vec![Command::LoadDetail("a".to_string())]
+    );
+    // ...and writing from the detail is refused too.
+    assert!(char(&mut app, 'c').is_empty());
+    assert!(app.dialog.is_none());
+}
+
+// ---------------------------------------------------------------------------
+// Confirmation dialogs.
+
+#[test]
+fn the_default_button_is_cancel() {
+    let mut app = app_with(&["a"]);
+    assert!(char(&mut app, 'r').is_empty());
+    let dialog = app.dialog.as_ref().expect("a dialog for reconcile");
+    assert_eq!(dialog.focus, DialogField::Buttons);
+    assert!(!dialog.confirm_selected);
+    assert!(key(&mut app, KeyCode::Enter).is_empty());
+    assert!(app.dialog.is_none());
+    assert!(status(&app).contains("nothing written"));
+
+    // Esc, from any field, writes nothing either.
+    char(&mut app, 'c');
+    type_text(&mut app, "reason");
+    assert!(key(&mut app, KeyCode::Esc).is_empty());
+    assert!(app.dialog.is_none());
+}
+
+#[test]
+fn a_reason_is_required() {
+    let mut app = app_with(&["a"]);
+    char(&mut app, 'e');
+    assert_eq!(app.dialog.as_ref().unwrap().focus, DialogField::Reason);
+    // Enter in a text field moves on; it never submits.
+    assert!(key(&mut app, KeyCode::Enter).is_empty());
+    assert_eq!(app.dialog.as_ref().unwrap().focus, DialogField::Buttons);
+    key(&mut app, KeyCode::Right);
+    assert!(app.dialog.as_ref().unwrap().confirm_selected);
+    assert!(key(&mut app, KeyCode::Enter).is_empty());
+    let dialog = app.dialog.as_ref().expect("still open");
+    assert_eq!(dialog.error.as_deref(), Some("a reason is required"));
+
+    key(&mut app, KeyCode::BackTab);
+    type_text(&mut app, "  ");
+    key(&mut app, KeyCode::Tab);
+    assert!(
+        key(&mut app, KeyCode::Enter).is_empty(),
+        "blank is no reason"
+    );
+    key(&mut app, KeyCode::Up);
+    type_text(&mut app, "bank is down");
+    key(&mut app, KeyCode::Down);
+    let commands = key(&mut app, KeyCode::Enter);
+    let requests = performs(&commands);
+    assert_eq!(requests.len(), 1);
+    assert_eq!(requests[0].action, Action::Escalate);
+    assert_eq!(requests[0].reason, "bank is down");
+}
+
+#[test]
+fn compensate_needs_the_keys_last_four_characters() {
+    let mut app = app_with(&["pay:inv-0001", "pay:inv-0042"]);
+    char(&mut app, 'j');
+    assert!(char(&mut app, 'c').is_empty());
+    let dialog = app.dialog.as_ref().unwrap();
+    assert_eq!(dialog.required_suffix.as_deref(), Some("0042"));
+    assert_eq!(dialog.targets, vec![("pay:inv-0042".to_string(), 2)]);
+
+    type_text(&mut app, "customer asked for a refund");
+    key(&mut app, KeyCode::Tab);
+    assert_eq!(app.dialog.as_ref().unwrap().focus, DialogField::KeySuffix);
+    type_text(&mut app, "0001");
+    key(&mut app, KeyCode::Tab);
+    char(&mut app, 'y');
+    assert!(app.dialog.as_ref().unwrap().confirm_selected);
+    assert!(key(&mut app, KeyCode::Enter).is_empty());
+    let error = app.dialog.as_ref().unwrap().error.clone().unwrap();
+    assert!(error.contains("last 4 characters"), "{error}");
+
+    key(&mut app, KeyCode::BackTab);
+    for _ in 0..4 {
+        key(&mut app, KeyCode::Backspace);
+    }
+    type_text(&mut app, "0042");
+    key(&mut app, KeyCode::Tab);
+    let commands = key(&mut app, KeyCode::Enter);
+    assert_eq!(
+        commands,
+        vec![Command::Perform(OperatorRequest {
+            action: Action::Compensate,
+            targets: vec![("pay:inv-0042".to_string(), 2)],
+            escalation_key: None,
+            reason: "customer asked for a refund".to_string(),
+            external_ref: None,
+        })]
+    );
+    assert!(app.dialog.is_none());
+    // A second Enter does nothing more: exactly one request.
+    assert!(performs(&key(&mut app, KeyCode::Enter)).is_empty());
+}
+
+#[test]
+fn the_version_sent_is_the_one_the_operator_saw() {
+    let mut app = app_with(&["a"]);
+    char(&mut app, 'r');
+    // A poll while the dialog is open brings a newer version.
+    let mut newer = rows(&["a"]);
+    newer[0].version = 9;
+    app.update(Message::Snapshot(Box::new(snapshot(newer, 1, 0))));
+    key(&mut app, KeyCode::Right);
+    let commands = key(&mut app, KeyCode::Enter);
+    assert_eq!(performs(&commands)[0].targets, vec![("a".to_string(), 1)]);
+}
+
+#[test]
+fn escalation_actions_need_the_escalations_view() {
+    let mut app = app_with(&["a"]);
+    assert!(char(&mut app, 'K').is_empty());
+    assert!(app.dialog.is_none());
+    assert!(status(&app).contains("escalation"));
+    char(&mut app, '5');
+    char(&mut app, 'K');
+    type_text(&mut app, "seen");
+    key(&mut app, KeyCode::Tab);
+    key(&mut app, KeyCode::Left);
+    let commands = key(&mut app, KeyCode::Enter);
+    let request = performs(&commands)[0].clone();
+    assert_eq!(request.action, Action::Acknowledge);
+    assert_eq!(request.escalation_key.as_deref(), Some("esc:1"));
+    assert!(request.targets.is_empty());
+}
+
+#[test]
+fn scopes_in_the_table_match_what_the_dispatcher_asks_for() {
+    // Every effect-scoped writing action opens a dialog on a selected row.
+    for entry in TABLE
+        .iter()
+        .filter(|entry| entry.writes && entry.scope == Scope::Effect)
+    {
+        let mut app = app_with(&["a"]);
+        app.perform(entry.action);
+        let dialog = app
+            .dialog
+            .as_ref()
+            .unwrap_or_else(|| panic!("{:?} opened no dialog: {}", entry.action, status(&app)));
+        assert_eq!(dialog.targets, vec![("a".to_string(), 1)]);
+        assert!(!dialog.confirm_selected);
+    }
+}
+
+#[test]
+fn reconcile_all_targets_every_row_of_the_filtered_pane() {
+    let mut app = app_with(&["a", "b", "c"]);
+    char(&mut app, '/');
+    type_text(&mut app, "target:acct");
+    key(&mut app, KeyCode::Enter);
+    // The poller answers the filter with the matching rows only.
+    let matching = vec![row("a", 1), row("c", 3)];
+    app.update(Message::Snapshot(Box::new(snapshot(matching, 2, 0))));
+    char(&mut app, 'R');
+    let dialog = app.dialog.as_ref().expect("dialog");
+    assert!(
+        dialog.summary.contains("2 effects") && dialog.summary.contains("matching"),
+        "{}",
+        dialog.summary
+    );
+    key(&mut app, KeyCode::Right);
+    let commands = key(&mut app, KeyCode::Enter);
+    let requests = performs(&commands);
+    assert_eq!(requests.len(), 1);
+    assert_eq!(requests[0].action, Action::ReconcileAll);
+    assert_eq!(
+        requests[0].targets,
+        vec![("a".to_string(), 1), ("c".to_string(), 3)]
+    );
+}
+
+#[test]
+fn reconcile_all_on_an_empty_pane_opens_nothing() {
+    let mut app = app_with(&[]);
+    assert!(char(&mut app, 'R').is_empty());
+    assert!(app.dialog.is_none());
+}
+
+#[test]
+fn a_performed_action_reports_and_repolls() {
+    let mut app = app_with(&["a"]);
+    let commands = app.update(Message::Performed(Ok("reconciled a".to_string())));
+    assert_eq!(commands, vec![Command::Repoll]);
+    assert_eq!(status(&app), "✓ reconciled a");
+    app.update(Message::Performed(Err("version changed".to_string())));
+    assert_eq!(app.status.as_ref().unwrap().role, Role::Critical);
+}
+
+// ---------------------------------------------------------------------------
+// Windows over a large pane.
+
+fn window(offset: usize, total: usize) -> Snapshot {
+    let overdue = (offset..(offset + WINDOW).min(total))
+        .map(|i| row(&format!("k{i:06}"), 1))
+        .collect();
+    snapshot(overdue, total as i64, offset)
+}
+
+#[test]
+fn down_past_a_full_window_fetches_the_next_one() {
+    let total = 100_000;
+    let mut app = App::new("ops".to_string(), false, Duration::from_secs(2));
+    app.update(Message::Snapshot(Box::new(window(0, total))));
+    assert_eq!(app.totals[0], total as i64);
+    for _ in 0..WINDOW - 1 {
+        assert!(key(&mut app, KeyCode::Down).is_empty());
+    }
+    assert_eq!(selected_key(&app), format!("k{:06}", WINDOW - 1));
+
+    assert_eq!(key(&mut app, KeyCode::Down), vec![Command::Repoll]);
+    let advanced = app.offsets[0];
+    assert!(advanced > 0 && advanced < WINDOW, "offset {advanced}");
+    assert_eq!(app.offsets[1..], [0, 0, 0]);
+
+    // The poller's answer: the cursor stays on its item, now mid-window,
+    // and the next Down moves on to a row that was not loaded before.
+    app.update(Message::Snapshot(Box::new(window(advanced, total))));
+    assert_eq!(selected_key(&app), format!("k{:06}", WINDOW - 1));
+    assert!(key(&mut app, KeyCode::Down).is_empty());
+    assert_eq!(selected_key(&app), format!("k{WINDOW:06}"));
+
+    // Up at the top of a window goes back.
+    key(&mut app, KeyCode::Home);
+    assert_eq!(app.offsets[0], 0);
+}
+
+#[test]
+fn up_at_the_top_of_a_later_window_goes_back() {
+    let total = 2_000;
+    let mut app = App::new("ops".to_string(), false, Duration::from_secs(2));
+    app.update(Message::Snapshot(Box::new(window(750, total))));
+    assert_eq!(key(&mut app, KeyCode::Up), vec![Command::Repoll]);
+    assert!(app.offsets[0] < 750);
+}
+
+#[test]
+fn down_at_the_very_end_does_nothing() {
+    let total = WINDOW + 10;
+    let mut app = App::new("ops".to_string(), false, Duration::from_secs(2));
+    app.update(Message::Snapshot(Box::new(window(10, total))));
+    key(&mut app, KeyCode::End);
+    assert_eq!(selected_key(&app), format!("k{:06}", total - 1));
+    assert!(key(&mut app, KeyCode::Down).is_empty());
+    assert_eq!(app.offsets[0], 10);
+}
+
+#[test]
+fn end_jumps_to_the_last_window_and_selects_its_last_row() {
+    let total = 100_000;
+    let mut app = App::new("ops".to_string(), false, Duration::from_secs(2));
+    app.update(Message::Snapshot(Box::new(window(0, total))));
+    assert_eq!(key(&mut app, KeyCode::End), vec![Command::Repoll]);
+    assert_eq!(app.offsets[0], total - WINDOW);
+    app.update(Message::Snapshot(Box::new(window(total - WINDOW, total))));
+    assert_eq!(selected_key(&app), format!("k{:06}", total - 1));
+    assert_eq!(key(&mut app, KeyCode::Home), vec![Command::Repoll]);
+    assert_eq!(app.offsets[0], 0);
+}
+
+#[test]
+fn a_failed_poll_keeps_the_data_and_marks_it_stale() {
+    let mut app = app_with(&["a", "b"]);
+    assert!(
+        app.update(Message::PollFailed("gone".to_string()))
+            .is_empty()
+    );
+    assert!(matches!(
+        app.connection,
+        effectwatch::console::app::Connection::Stale { .. }
+    ));
+    assert_eq!(app.model().rows.len(), 2);
+    feed(&mut app, &["a"]);
+    assert_eq!(app.connection, effectwatch::console::app::Connection::Live);
+}
+
+#[test]
+fn quit_and_help() {
+    let mut app = app_with(&["a"]);
+    assert!(char(&mut app, '?').is_empty());
+    assert!(app.show_help);
+    // Any key closes the help and does nothing else.
+    assert!(char(&mut app, 'q').is_empty());
+    assert!(!app.show_help);
+    assert_eq!(char(&mut app, 'q'), vec![Command::Quit]);
+    let ctrl_c = KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL);
+    assert_eq!(app.update(Message::Key(ctrl_c)), vec![Command::Quit]);
+}

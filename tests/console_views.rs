@@ -1,0 +1,542 @@
+//! Every console view drawn into a `TestBackend` from fixed data and kept as
+//! an insta snapshot: what an operator sees, reviewable in a diff. Hostile
+//! ledger text is checked cell by cell: nothing a terminal would obey may
+//! reach the screen.
+
+use std::time::{Duration, Instant};
+
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+use ratatui::Terminal;
+use ratatui::backend::TestBackend;
+use ratatui::buffer::Buffer;
+use ratatui::style::Modifier;
+use serde_json::json;
+
+use effectwatch::console::app::{App, Connection, Message, Snapshot};
+use effectwatch::console::fixtures;
+use effectwatch::console::theme::Theme;
+use effectwatch::console::views;
+use effectwatch::ledger::panes::{Pane, PaneRows};
+
+const WIDTH: u16 = 140;
+const HEIGHT: u16 = 30;
+
+// ---------------------------------------------------------------------------
+// Fixed data: the console's own fixtures (also behind the screenshots and
+// the render benchmark), at one fixed instant.
+
+/// Overdue items in the first pane: enough to look busy, fewer than a page.
+const OVERDUE: usize = 12;
+
+fn full_snapshot() -> Snapshot {
+    fixtures::snapshot(OVERDUE)
+}
+
+fn empty_snapshot() -> Snapshot {
+    Snapshot {
+        panes: Pane::ALL
+            .iter()
+            .map(|pane| {
+                let rows = match pane {
+                    Pane::Overdue => PaneRows::Overdue(Vec::new()),
+                    Pane::Unknown => PaneRows::Unknown(Vec::new()),
+                    Pane::Duplicates => PaneRows::Duplicates(Vec::new()),
+                    Pane::Held => PaneRows::Held(Vec::new()),
+                };
+                (*pane, rows)
+            })
+            .collect(),
+        counts: Pane::ALL.iter().map(|pane| (*pane, 0)).collect(),
+        escalations: Vec::new(),
+        audit: Vec::new(),
+        ..fixtures::snapshot(0)
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Driving the app and reading the screen.
+
+fn app_with(snapshot: Snapshot, read_only: bool) -> App {
+    let mut app = App::new("alice".to_string(), read_only, Duration::from_secs(2));
+    app.update(Message::Snapshot(Box::new(snapshot)));
+    app
+}
+
+fn press(app: &mut App, code: KeyCode) {
+    app.update(Message::Key(KeyEvent::new(code, KeyModifiers::NONE)));
+}
+
+fn type_text(app: &mut App, text: &str) {
+    for ch in text.chars() {
+        press(app, KeyCode::Char(ch));
+    }
+}
+
+fn render(app: &App, theme: &Theme) -> Buffer {
+    render_sized(app, theme, WIDTH, HEIGHT)
+}
+
+fn render_sized(app: &App, theme: &Theme, width: u16, height: u16) -> Buffer {
+    let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
+    terminal
+        .draw(|frame| views::draw(frame, app, theme))
+        .unwrap();
+    terminal.backend().buffer().clone()
+}
+
+/// The screen as text, one line per row, trailing blanks dropped. Every
+/// symbol the views use is one cell wide, so a character's index in a line
+/// is its column.
+fn text(buffer: &Buffer) -> String {
+    columns(buffer, 0, buffer.area.width)
+}
+
+/// The text of columns `from..to` of each row.
+fn columns(buffer: &Buffer, from: u16, to: u16) -> String {
+    (0..buffer.area.height)
+        .map(|y| {
+            let line: String = (from..to).map(|x| buffer[(x, y)].symbol()).collect();
+            line.trim_end().to_string() + "\n"
+        })
+        .collect()
+}
+
+fn screen(app: &App) -> String {
+    text(&render(app, &Theme::default()))
+}
+
+fn line_with<'a>(screen: &'a str, needle: &str) -> &'a str {
+    screen
+        .lines()
+        .find(|line| line.contains(needle))
+        .unwrap_or_else(|| panic!("no line contains {needle:?} in\n{screen}"))
+}
+
+/// Every cell must be safe to send to a terminal.
+fn assert_terminal_safe(buffer: &Buffer) {
+    for (index, cell) in buffer.content.iter().enumerate() {
+        for ch in cell.symbol().chars() {
+            let bidi = matches!(ch,
+                '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}'
+                | '\u{061C}' | '\u{FEFF}');
+            assert!(
+                !ch.is_control() && !bidi,
+                "cell {index} holds {ch:?} (U+{:04X})",
+                ch as u32
+            );
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// One snapshot per view.
+
+/// The most urgent overdue item, the one selected first.
+fn first_overdue_key() -> String {
+    fixtures::overdue_rows(1)[0].op_key.clone()
+}
+
+#[test]
+fn overdue_pane() {
+    let app = app_with(full_snapshot(), false);
+    let screen = screen(&app);
+    insta::assert_snapshot!("overdue_pane", screen);
+    assert!(line_with(&screen, &first_overdue_key()).starts_with("▶ "));
+    assert!(line_with(&screen, " of 12").ends_with(" 1 of 12"));
+    assert!(line_with(&screen, "1 Overdue pending").contains("(12)"));
+}
+
+#[test]
+fn unknown_pane() {
+    let mut app = app_with(full_snapshot(), false);
+    press(&mut app, KeyCode::Char('2'));
+    let screen = screen(&app);
+    insta::assert_snapshot!("unknown_pane", screen);
+    assert!(line_with(&screen, "refund:INV-448:AP-77:v1").contains("⚑ duplicate"));
+    assert!(line_with(&screen, "refund:INV-402:AP-91:v1").contains("✗ never"));
+    assert!(line_with(&screen, "refund:INV-433:AP-40:v2").contains("2× last indeter"));
+}
+
+#[test]
+fn duplicates_pane() {
+    let mut app = app_with(full_snapshot(), false);
+    press(&mut app, KeyCode::Char('3'));
+    let screen = screen(&app);
+    insta::assert_snapshot!("duplicates_pane", screen);
+    assert!(line_with(&screen, "refund:INV-402:AP-91:v1").contains("✗ 1"));
+    assert!(line_with(&screen, "webhook:evt_1Q8xK2L").contains("✓ 0"));
+}
+
+#[test]
+fn held_pane() {
+    let mut app = app_with(full_snapshot(), false);
+    press(&mut app, KeyCode::Char('4'));
+    let screen = screen(&app);
+    insta::assert_snapshot!("held_pane", screen);
+    let row = line_with(&screen, "refund:INV-402:AP-92:v1");
+    assert!(row.contains("→ refund:INV-402:AP-91:v1"), "{row}");
+}
+
+#[test]
+fn escalations_view() {
+    let mut app = app_with(full_snapshot(), false);
+    press(&mut app, KeyCode::Char('5'));
+    let screen = screen(&app);
+    insta::assert_snapshot!("escalations", screen);
+    assert!(line_with(&screen, "oncall").contains("✉ delivered"));
+    assert!(line_with(&screen, "finance").contains("✗ failed"));
+}
+
+#[test]
+fn audit_view() {
+    let mut app = app_with(full_snapshot(), false);
+    press(&mut app, KeyCode::Char('6'));
+    let screen = screen(&app);
+    insta::assert_snapshot!("audit_log", screen);
+    assert!(line_with(&screen, "42").contains("reconcile"));
+    assert!(screen.contains("holder confirmed failed by the issuer"));
+}
+
+/// Opens the fixture history from the unknown pane, where its key is first.
+fn app_with_detail() -> App {
+    let mut app = app_with(full_snapshot(), false);
+    press(&mut app, KeyCode::Char('2'));
+    press(&mut app, KeyCode::Enter);
+    let history = fixtures::history();
+    let key = history.effect.op_key.clone();
+    assert_eq!(app.detail.as_ref().unwrap().op_key, key);
+    app.update(Message::Detail(key, Ok(Box::new(history))));
+    app
+}
+
+#[test]
+fn detail_view() {
+    let app = app_with_detail();
+    let screen = screen(&app);
+    insta::assert_snapshot!("detail", screen);
+    // The mismatch names the field that differs (wrapped onto the next row).
+    let lines: Vec<&str> = screen.lines().collect();
+    let at = lines.iter().position(|l| l.contains("mismatch ⚑")).unwrap();
+    assert!(
+        lines[at..=at + 1]
+            .concat()
+            .contains("/amount_minor: 15000 → 16000"),
+        "{screen}"
+    );
+    assert!(screen.contains("pending → unknown"));
+    assert!(screen.contains("indeterminate at stripe-eu"));
+    assert!(screen.contains("#37 reconcile by alice"));
+}
+
+#[test]
+fn detail_scrolls_to_what_is_below_the_fold() {
+    let mut app = app_with_detail();
+    // On 30 rows the other effects on the target are below the fold.
+    assert!(!screen(&app).contains("refund:INV-402:AP-92:v1"));
+    for _ in 0..3 {
+        press(&mut app, KeyCode::Down);
+    }
+    let screen = screen(&app);
+    assert!(
+        line_with(&screen, "refund:INV-402:AP-92:v1").contains("‖ held"),
+        "{screen}"
+    );
+}
+
+#[test]
+fn detail_view_on_a_narrow_terminal() {
+    let app = app_with_detail();
+    let screen = text(&render_sized(&app, &Theme::default(), 100, 50));
+    insta::assert_snapshot!("detail_narrow", screen);
+    // One column: the record, then its timeline below.
+    let record = screen.find("external ref").unwrap();
+    let timeline = screen.find("timeline").unwrap();
+    assert!(record < timeline);
+}
+
+#[test]
+fn detail_while_loading_and_after_an_error() {
+    let mut app = app_with(full_snapshot(), false);
+    press(&mut app, KeyCode::Enter);
+    assert!(screen(&app).contains("loading…"));
+    let key = app.detail.as_ref().unwrap().op_key.clone();
+    app.update(Message::Detail(key, Err("statement timeout".to_string())));
+    assert!(screen(&app).contains("✗ statement timeout"));
+}
+
+#[test]
+fn help_overlay() {
+    let mut app = app_with(full_snapshot(), false);
+    press(&mut app, KeyCode::Char('?'));
+    let screen = screen(&app);
+    insta::assert_snapshot!("help", screen);
+    assert!(screen.contains("Keys — Overdue pending"));
+    assert!(screen.contains("✎ compensate: reverse it"));
+    // Escalation-only keys belong to the escalations view's help.
+    assert!(!screen.contains("acknowledge an escalation"));
+}
+
+/// Every key of the view and the footer must be visible. Today the overlay
+/// is capped at 30 rows (views/mod.rs) while its content needs 37, so the
+/// last keys and the footer are cut off at any terminal size.
+#[test]
+#[ignore = "bug: views/mod.rs caps the help at 30 rows; its last keys and footer are cut off"]
+fn help_shows_every_key_and_its_footer() {
+    let mut app = app_with(full_snapshot(), true);
+    press(&mut app, KeyCode::Char('?'));
+    for height in [HEIGHT, 50] {
+        let screen = text(&render_sized(&app, &Theme::default(), WIDTH, height));
+        assert!(screen.contains("reject a compensation"), "{screen}");
+        assert!(screen.contains("any key closes this help"), "{screen}");
+        assert!(
+            screen.contains("disabled: this console is READ-ONLY"),
+            "{screen}"
+        );
+    }
+}
+
+#[test]
+fn help_in_read_only_marks_writing_actions_disabled() {
+    let mut app = app_with(full_snapshot(), true);
+    press(&mut app, KeyCode::Char('?'));
+    let buffer = render(&app, &Theme::default());
+    let screen = text(&buffer);
+    insta::assert_snapshot!("help_read_only", screen);
+    // Each writing action's description is struck through; the others are not.
+    let crossed = |needle: &str| {
+        let (row, line) = screen
+            .lines()
+            .enumerate()
+            .find(|(_, line)| line.contains(needle))
+            .unwrap_or_else(|| panic!("{needle:?} not in help"));
+        let column = line[..line.find(needle).unwrap()].chars().count();
+        buffer[(column as u16, row as u16)]
+            .modifier
+            .contains(Modifier::CROSSED_OUT)
+    };
+    assert!(crossed("compensate: reverse it"));
+    assert!(crossed("reconcile: ask the provider"));
+    assert!(crossed("release a hold"));
+    assert!(!crossed("open the effect"));
+    assert!(!crossed("pause / resume polling"));
+}
+
+#[test]
+fn compensate_dialog() {
+    let mut app = app_with(full_snapshot(), false);
+    press(&mut app, KeyCode::Char('c'));
+    type_text(&mut app, "customer asked");
+    let screen = screen(&app);
+    insta::assert_snapshot!("compensate_dialog", screen);
+    let key = first_overdue_key();
+    let suffix: String = key.chars().skip(key.chars().count() - 4).collect();
+    assert!(screen.contains("type last 4 of key"));
+    assert!(screen.contains(&format!("the key ends in \"{suffix}\"")));
+    let dialog = app.dialog.as_ref().expect("dialog open");
+    assert!(!dialog.confirm_selected, "the default button is Cancel");
+}
+
+#[test]
+fn dialog_focus_on_cancel_is_highlighted() {
+    let mut app = app_with(full_snapshot(), false);
+    press(&mut app, KeyCode::Char('r'));
+    let buffer = render(&app, &Theme::default());
+    let screen = text(&buffer);
+    insta::assert_snapshot!("reconcile_dialog", screen);
+    let (row, line) = screen
+        .lines()
+        .enumerate()
+        .find(|(_, line)| line.contains("[ Cancel ]"))
+        .unwrap();
+    let cancel = line[..line.find("[ Cancel ]").unwrap()].chars().count() as u16;
+    let confirm = line[..line.find("[ Confirm ]").unwrap()].chars().count() as u16;
+    let theme = Theme::default();
+    assert_eq!(buffer[(cancel + 2, row as u16)].bg, theme.selection_bg);
+    assert_ne!(buffer[(confirm + 2, row as u16)].bg, theme.selection_bg);
+}
+
+#[test]
+fn filter_editing() {
+    let mut app = app_with(full_snapshot(), false);
+    press(&mut app, KeyCode::Char('/'));
+    type_text(&mut app, "target:INV-4");
+    let screen = screen(&app);
+    insta::assert_snapshot!("filter_editing", screen);
+    assert!(line_with(&screen, "/target:INV-4▏").contains("Enter apply"));
+}
+
+#[test]
+fn empty_pane() {
+    let app = app_with(empty_snapshot(), false);
+    let screen = screen(&app);
+    insta::assert_snapshot!("empty_pane", screen);
+    assert!(screen.contains("✓ nothing in overdue pending"));
+}
+
+#[test]
+fn waiting_for_the_first_poll() {
+    let app = App::new("alice".to_string(), false, Duration::from_secs(2));
+    let screen = screen(&app);
+    insta::assert_snapshot!("connecting", screen);
+    assert!(screen.contains("◌ connecting"));
+    assert!(screen.contains("waiting for the first poll…"));
+}
+
+#[test]
+fn stale_connection_header() {
+    let mut app = app_with(full_snapshot(), false);
+    let error = "cannot reach the database: connection refused";
+    app.update(Message::PollFailed(error.to_string()));
+    // A fixed age, so the header reads the same on every run.
+    app.connection = Connection::Stale {
+        since: Instant::now() - Duration::from_secs(75),
+        error: error.to_string(),
+    };
+    let screen = screen(&app);
+    insta::assert_snapshot!("stale_header", screen);
+    assert!(line_with(&screen, "effectwatch").contains("✗ stale for 1m15s · reconnecting"));
+    assert!(screen.contains("last poll failed: cannot reach the database"));
+    // The data of the last good poll stays on screen.
+    assert!(screen.contains(&first_overdue_key()));
+}
+
+#[test]
+fn read_only_badge() {
+    let app = app_with(full_snapshot(), true);
+    let screen = screen(&app);
+    insta::assert_snapshot!("read_only", screen);
+    assert!(line_with(&screen, "effectwatch").contains("READ-ONLY"));
+    let keys = screen.lines().rev().find(|l| !l.is_empty()).unwrap();
+    assert!(
+        keys.contains("filter") && !keys.contains("compensate"),
+        "{keys}"
+    );
+}
+
+/// The light theme: the same text, so the snapshot also records the style
+/// of each run of cells.
+#[test]
+fn light_theme() {
+    let app = app_with(full_snapshot(), false);
+    let theme = Theme::built_in("light").unwrap();
+    let buffer = render(&app, &theme);
+    insta::assert_snapshot!("light_theme", styled(&buffer, 7));
+    assert_eq!(text(&buffer), screen(&app), "themes change colours only");
+    assert_eq!(buffer[(1, 0)].bg, theme.header_bg);
+}
+
+/// The first `rows` rows as runs of equally styled cells.
+fn styled(buffer: &Buffer, rows: u16) -> String {
+    let mut out = String::new();
+    for y in 0..rows {
+        let mut run = String::new();
+        let mut style = None;
+        let flush = |out: &mut String, run: &str, style: Option<(String, String, Modifier)>| {
+            if let Some((fg, bg, modifier)) = style {
+                out.push_str(&format!("{run:?} fg={fg} bg={bg} {modifier:?}\n"));
+            }
+        };
+        for x in 0..buffer.area.width {
+            let cell = &buffer[(x, y)];
+            let this = (
+                format!("{}", cell.fg),
+                format!("{}", cell.bg),
+                cell.modifier,
+            );
+            if style.as_ref() != Some(&this) {
+                flush(&mut out, &run, style.take());
+                run.clear();
+                style = Some(this);
+            }
+            run.push_str(cell.symbol());
+        }
+        flush(&mut out, &run, style);
+        out.push_str("--\n");
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------
+// Hostile ledger text.
+
+const CLEAR_SCREEN: &str = "\x1b[2J";
+const OSC52: &str = "\x1b]52;c;ZXZpbA==\x07";
+const RLO: &str = "\u{202e}";
+
+fn long_value() -> String {
+    // 500 characters that show where a cut happened.
+    (0..50).map(|i| format!("{:09}|", i * 10)).collect()
+}
+
+fn hostile_key() -> String {
+    format!("pay:{CLEAR_SCREEN}x{OSC52}y{RLO}gnp.exe")
+}
+
+fn hostile_target() -> String {
+    format!("acct:{RLO}{CLEAR_SCREEN}{}", long_value())
+}
+
+fn hostile_snapshot() -> Snapshot {
+    let mut rows = fixtures::overdue_rows(3);
+    rows[0].op_key = hostile_key();
+    rows[0].target = hostile_target();
+    fixtures::snapshot_with(rows, 3)
+}
+
+fn app_with_hostile_detail() -> App {
+    let mut app = app_with(hostile_snapshot(), false);
+    press(&mut app, KeyCode::Enter);
+    assert_eq!(app.detail.as_ref().unwrap().op_key, hostile_key());
+    let mut history = fixtures::history();
+    history.effect.op_key = hostile_key();
+    history.effect.target = hostile_target();
+    history.effect.params = json!({"note": format!("{OSC52}{}", long_value())});
+    app.update(Message::Detail(hostile_key(), Ok(Box::new(history))));
+    app
+}
+
+#[test]
+fn hostile_text_never_reaches_the_terminal_in_the_table() {
+    let app = app_with(hostile_snapshot(), false);
+    let buffer = render(&app, &Theme::default());
+    assert_terminal_safe(&buffer);
+    let screen = text(&buffer);
+    insta::assert_snapshot!("hostile_table", screen);
+    let row = line_with(&screen, "gnp.exe");
+    assert!(row.contains("[2J"), "the sequence shows as text: {row}");
+    assert!(row.contains("ZXZpbA=="), "{row}");
+    // The 500-character target is cut to its column, and the cut is marked.
+    assert!(row.contains('…'), "{row}");
+    assert!(!row.contains("000000490|"), "{row}");
+    assert!(row.chars().count() <= WIDTH as usize);
+}
+
+#[test]
+fn hostile_text_in_the_detail_view_is_safe_and_whole() {
+    let app = app_with_hostile_detail();
+    // Wide: the record in the left column (62 cells), the timeline beside it.
+    let buffer = render(&app, &Theme::default());
+    assert_terminal_safe(&buffer);
+    insta::assert_snapshot!("hostile_detail", text(&buffer));
+    // Wrapped, not cut: the record's rows, joined, hold the whole value.
+    let record: String = columns(&buffer, 0, 62).lines().collect();
+    assert!(record.contains(&long_value()), "{record}");
+    // Narrow: one column, same guarantee.
+    let narrow = render_sized(&app, &Theme::default(), 100, 50);
+    assert_terminal_safe(&narrow);
+    let joined: String = text(&narrow).lines().collect();
+    assert!(joined.contains(&long_value()), "{joined}");
+}
+
+#[test]
+fn hostile_text_in_dialogs_and_status_is_safe() {
+    let mut app = app_with(hostile_snapshot(), false);
+    press(&mut app, KeyCode::Char('c'));
+    type_text(&mut app, "why");
+    assert_terminal_safe(&render(&app, &Theme::default()));
+    press(&mut app, KeyCode::Esc);
+    press(&mut app, KeyCode::Char('y'));
+    let buffer = render(&app, &Theme::default());
+    assert_terminal_safe(&buffer);
+    assert!(text(&buffer).contains("copied pay:"));
+}

@@ -1,0 +1,188 @@
+//! `effectwatch check` as cron and monitoring systems run it: the real
+//! binary, its exit code (0 within thresholds, 1 exceeded, 2 cannot tell)
+//! and its one line, JSON or Prometheus output.
+
+mod common;
+
+use std::process::{Command, Output};
+
+use effectwatch::ledger::writer::{
+    Completion, Intent, Outcome, begin_effect, complete_effect, mark_dispatched,
+};
+use serde_json::{Value, json};
+
+fn check(url: &str, args: &[&str]) -> Output {
+    let home = tempfile::tempdir().unwrap();
+    Command::new(env!("CARGO_BIN_EXE_effectwatch"))
+        .arg("check")
+        .args(args)
+        .args(["--database-url", url])
+        .env("XDG_CONFIG_HOME", home.path())
+        .env("HOME", home.path())
+        .env_remove("DATABASE_URL")
+        .output()
+        .unwrap()
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8(output.stdout.clone()).unwrap()
+}
+
+#[tokio::test]
+async fn exit_codes_say_ok_exceeded_or_cannot_tell() {
+    let db = common::test_db().await;
+
+    let ok = check(&db.url, &["--max-overdue", "0", "--max-unknown", "0"]);
+    assert_eq!(
+        ok.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    assert_eq!(
+        stdout(&ok),
+        "OK: overdue 0, unknown 0, duplicates 0, held 0, escalations 0\n"
+    );
+
+    // One effect whose outcome nobody knows.
+    let intent = Intent {
+        op_key: "refund:INV-1:v1".into(),
+        action: "refund".into(),
+        target: "invoice:INV-1".into(),
+        params: json!({"amount_minor": 1500}),
+        requested_by: "agent-1".into(),
+        amount_minor: Some(1500),
+        currency: Some("EUR".into()),
+        ..Intent::default()
+    };
+    begin_effect(&db.pool, &intent).await.unwrap();
+    mark_dispatched(&db.pool, &intent.op_key, None, "w")
+        .await
+        .unwrap();
+    complete_effect(
+        &db.pool,
+        &intent.op_key,
+        Outcome::Unknown,
+        &Completion::default(),
+    )
+    .await
+    .unwrap();
+
+    let exceeded = check(&db.url, &["--max-unknown", "0"]);
+    assert_eq!(exceeded.status.code(), Some(1));
+    let line = stdout(&exceeded);
+    assert_eq!(line.lines().count(), 1);
+    assert!(
+        line.starts_with("CRITICAL: unknown 1 > 0; overdue 0, unknown 1 (oldest "),
+        "{line}"
+    );
+
+    let within = check(&db.url, &["--max-unknown", "1", "--max-age", "1h"]);
+    assert_eq!(within.status.code(), Some(0));
+    let aged = check(&db.url, &["--max-age", "0s"]);
+    assert_eq!(aged.status.code(), Some(1));
+    assert!(
+        stdout(&aged).starts_with("CRITICAL: oldest unknown "),
+        "{}",
+        stdout(&aged)
+    );
+
+    let json_out = check(
+        &db.url,
+        &[
+            "--max-unknown",
+            "0",
+            "--max-suspected",
+            "0",
+            "--format",
+            "json",
+        ],
+    );
+    assert_eq!(json_out.status.code(), Some(1));
+    let verdict: Value = serde_json::from_str(&stdout(&json_out)).unwrap();
+    assert_eq!(verdict["status"], "exceeded");
+    assert_eq!(
+        verdict["breaches"],
+        json!([{"what": "unknown", "value": 1, "limit": 0, "unit": "items"}])
+    );
+    assert_eq!(verdict["health"]["suspected"], 0);
+    let panes: Vec<(&str, i64)> = verdict["health"]["panes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["pane"].as_str().unwrap(), p["items"].as_i64().unwrap()))
+        .collect();
+    assert_eq!(
+        panes,
+        [
+            ("overdue", 0),
+            ("unknown", 1),
+            ("duplicates", 0),
+            ("held", 0),
+            ("escalations", 0)
+        ]
+    );
+
+    let prometheus = check(&db.url, &["--format", "prometheus"]);
+    assert_eq!(prometheus.status.code(), Some(0));
+    let text = stdout(&prometheus);
+    for line in [
+        "# TYPE effectwatch_up gauge",
+        "effectwatch_up 1",
+        "# TYPE effectwatch_pane_items gauge",
+        "effectwatch_pane_items{pane=\"unknown\"} 1",
+        "effectwatch_pane_items{pane=\"overdue\"} 0",
+        "effectwatch_pane_oldest_seconds{pane=\"overdue\"} 0",
+        "effectwatch_check_thresholds_exceeded 0",
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "missing {line:?} in\n{text}"
+        );
+    }
+    let unknown_age: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("effectwatch_pane_oldest_seconds{pane=\"unknown\"} "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(unknown_age > 0.0);
+}
+
+#[test]
+fn an_unreachable_database_is_cannot_tell() {
+    let unreachable = "postgres://postgres@127.0.0.1:1/ledger";
+    let text = check(unreachable, &["--max-unknown", "0", "--timeout", "2"]);
+    assert_eq!(text.status.code(), Some(2));
+    let line = stdout(&text);
+    assert!(
+        line.starts_with("UNKNOWN: cannot tell: cannot reach the database"),
+        "{line}"
+    );
+    assert_eq!(line.lines().count(), 1);
+
+    let json_out = check(unreachable, &["--format", "json"]);
+    assert_eq!(json_out.status.code(), Some(2));
+    let verdict: Value = serde_json::from_str(&stdout(&json_out)).unwrap();
+    assert_eq!(verdict["status"], "unknown");
+    assert!(verdict["error"].as_str().unwrap().contains("cannot reach"));
+
+    let prometheus = check(unreachable, &["--format", "prometheus"]);
+    assert_eq!(prometheus.status.code(), Some(2));
+    assert_eq!(
+        stdout(&prometheus),
+        "# HELP effectwatch_up Whether the ledger could be read (1) or not (0).\n# TYPE effectwatch_up gauge\neffectwatch_up 0\n"
+    );
+
+    // A URL that is not one, and no URL at all, are "cannot tell" too.
+    assert_eq!(check("not a url", &[]).status.code(), Some(2));
+    let home = tempfile::tempdir().unwrap();
+    let no_url = Command::new(env!("CARGO_BIN_EXE_effectwatch"))
+        .arg("check")
+        .env("XDG_CONFIG_HOME", home.path())
+        .env("HOME", home.path())
+        .env_remove("DATABASE_URL")
+        .output()
+        .unwrap();
+    assert_eq!(no_url.status.code(), Some(2));
+}

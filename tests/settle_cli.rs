@@ -1,0 +1,217 @@
+//! The settling commands through the real binary: exit codes, JSON
+//! output, read-only, stale versions, bulk confirmation, hostile keys.
+
+mod common;
+mod settle_support;
+
+use std::process::Output;
+
+use effectwatch::ledger::State;
+use serde_json::Value;
+use settle_support::Rig;
+
+struct Cli {
+    url: String,
+    config: tempfile::NamedTempFile,
+}
+
+impl Cli {
+    fn new(rig: &Rig) -> Cli {
+        let config = tempfile::NamedTempFile::new().unwrap();
+        let text = format!(
+            "{}\n[sinks.ops]\nkind = \"webhook\"\nurl = \"{}/hooks/ops\"\ntimeout_ms = 400\n",
+            rig.fake.provider_toml("pay", 400),
+            rig.base_url
+        );
+        std::fs::write(config.path(), text).unwrap();
+        Cli {
+            url: rig.db.url.clone(),
+            config,
+        }
+    }
+
+    async fn run(&self, args: &[&str]) -> Output {
+        // Async: the fake provider answers on this test's runtime meanwhile.
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_effectwatch"))
+            .arg("--config")
+            .arg(self.config.path())
+            .args(["--operator", "carol"])
+            .args(args)
+            .env("DATABASE_URL", &self.url)
+            .env("NO_COLOR", "1")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .await
+            .unwrap()
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[tokio::test]
+async fn settling_from_the_command_line() {
+    let rig = Rig::new().await;
+    let cli = Cli::new(&rig);
+    rig.unknown_effect("refund:CLI:v1", 1500).await;
+    let id = rig.provider_did("refund:CLI:v1", 1500);
+
+    let out = cli
+        .run(&["reconcile", "refund:CLI:v1", "--format", "json"])
+        .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["detail"]["finding"], "exists_once");
+    assert_eq!(json["detail"]["external_refs"][0], id.as_str());
+
+    let out = cli
+        .run(&["compensate", "refund:CLI:v1", "--reason", "sent twice"])
+        .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("refund:CLI:v1 is now compensated"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert_eq!(rig.effect("refund:CLI:v1").await.state, State::Compensated);
+    let operator: String =
+        sqlx::query_scalar("select operator from ledger.audit_log order by seq limit 1")
+            .fetch_one(&rig.db.pool)
+            .await
+            .unwrap();
+    assert_eq!(operator, "carol");
+
+    // Read-only refuses before anything is written: exit code 8.
+    rig.unknown_effect("refund:CLI:v2", 100).await;
+    let out = cli
+        .run(&[
+            "--read-only",
+            "resolve",
+            "refund:CLI:v2",
+            "--failed",
+            "--reason",
+            "x",
+        ])
+        .await;
+    assert_eq!(out.status.code(), Some(8), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("read-only"));
+
+    // A stale version: exit code 7, nothing written.
+    let out = cli
+        .run(&[
+            "resolve",
+            "refund:CLI:v2",
+            "--failed",
+            "--reason",
+            "x",
+            "--expect-version",
+            "1",
+        ])
+        .await;
+    assert_eq!(out.status.code(), Some(7), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("changed since you looked"));
+    assert_eq!(rig.effect("refund:CLI:v2").await.state, State::Unknown);
+
+    let out = cli
+        .run(&["escalate", "refund:CLI:v2", "--reason", "stuck for an hour"])
+        .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("delivered to ops"),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = cli.run(&["escalation", "list"]).await;
+    assert!(
+        text(&out.stdout).contains("delivered"),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = cli
+        .run(&[
+            "escalation",
+            "resolve",
+            "escalate:refund:CLI:v2:unknown_outcome",
+            "--reason",
+            "done",
+        ])
+        .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = cli.run(&["escalation", "deliver"]).await;
+    assert_eq!(text(&out.stdout).trim(), "delivered 0 escalation(s)");
+}
+
+#[tokio::test]
+async fn a_pane_is_reconciled_in_bulk_after_its_count_is_confirmed() {
+    let rig = Rig::new().await;
+    let cli = Cli::new(&rig);
+    for n in 0..3 {
+        let key = format!("refund:BULK{n}:v1");
+        rig.unknown_effect(&key, 100).await;
+        rig.provider_did(&key, 100);
+    }
+    rig.unknown_effect("refund:OTHER:v1", 100).await;
+
+    let out = cli
+        .run(&["reconcile", "--pane", "unknown", "--filter", "key:BULK"])
+        .await;
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("3 effects of pane unknown match: pass --yes"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(
+        rig.count("select count(*) from ledger.reconciliations")
+            .await,
+        0
+    );
+
+    let out = cli
+        .run(&[
+            "reconcile",
+            "--pane",
+            "unknown",
+            "--filter",
+            "key:BULK",
+            "--yes",
+        ])
+        .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("reconciled 3 of 3: exists_once 3"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert_eq!(rig.effect("refund:OTHER:v1").await.state, State::Unknown);
+}
+
+#[tokio::test]
+async fn hostile_keys_never_reach_the_terminal_raw() {
+    let rig = Rig::new().await;
+    let cli = Cli::new(&rig);
+    let key = "refund:\u{1b}]52;c;ZXZpbA==\u{7}\u{1b}[2J\u{202e}:v1";
+    rig.unknown_effect(key, 100).await;
+    for args in [
+        vec!["reconcile", key],
+        vec!["reconcile", key, "--format", "json"],
+        vec!["compensate", key, "--reason", "x"],
+        vec![
+            "resolve",
+            key,
+            "--failed",
+            "--reason",
+            "\u{1b}[31mred",
+            "--expect-version",
+            "1",
+        ],
+    ] {
+        let out = cli.run(&args).await;
+        let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+        assert!(
+            !all.contains('\u{1b}') && !all.contains('\u{7}') && !all.contains('\u{202e}'),
+            "{all:?}"
+        );
+    }
+}

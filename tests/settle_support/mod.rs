@@ -1,0 +1,211 @@
+//! The rig of the settling tests: a fresh ledger, a fake provider on
+//! 127.0.0.1 with fault injection, and settlers connected as the real
+//! `effect_operator` role, so every test also proves the grants suffice.
+#![allow(dead_code)] // each test file uses its own part of the rig
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use effectwatch::config::Config;
+use effectwatch::fakeprovider::{FakeProvider, NewEffect};
+use effectwatch::ledger::history;
+use effectwatch::ledger::writer::{self, Completion, Intent, Outcome};
+use effectwatch::ledger::{Decision, Effect};
+use effectwatch::settle::Settler;
+use serde_json::json;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{Executor, PgPool};
+
+use crate::common::{TestDb, test_db};
+
+/// How long the fake provider may take before a call is abandoned.
+pub const PROVIDER_TIMEOUT_MS: u64 = 400;
+
+pub struct Rig {
+    pub db: TestDb,
+    pub fake: FakeProvider,
+    pub base_url: String,
+    pub config: Arc<Config>,
+    pub operator_pool: PgPool,
+}
+
+impl Rig {
+    pub async fn new() -> Rig {
+        Rig::with_sinks(None).await
+    }
+
+    /// `sinks`: TOML for `[sinks.…]` in place of the default webhook
+    /// `ops` (use `{base}` for the fake's URL).
+    pub async fn with_sinks(sinks: Option<&str>) -> Rig {
+        let db = test_db().await;
+        let (fake, base_url) = FakeProvider::start()
+            .await
+            .expect("starting the fake provider");
+        fake.set_hang_limit(Duration::from_secs(5));
+        let default_sinks = format!(
+            "[sinks.ops]\nkind = \"webhook\"\nurl = \"{base_url}/hooks/ops\"\ntimeout_ms = {PROVIDER_TIMEOUT_MS}\n\
+             retry = {{ base_ms = 20, max_secs = 1 }}\n"
+        );
+        let sinks = sinks
+            .map(|text| text.replace("{base}", &base_url))
+            .unwrap_or(default_sinks);
+        let text = format!(
+            "{}\n{sinks}",
+            fake.provider_toml("pay", PROVIDER_TIMEOUT_MS)
+        );
+        let config = Arc::new(Config::from_toml(&text).expect("the rig's config parses"));
+        let operator_pool = role_pool(&db, "effect_operator").await;
+        Rig {
+            db,
+            fake,
+            base_url,
+            config,
+            operator_pool,
+        }
+    }
+
+    pub fn settler(&self, operator: &str) -> Settler {
+        Settler::new(
+            self.operator_pool.clone(),
+            self.config.clone(),
+            operator,
+            false,
+        )
+    }
+
+    /// An agent records an intent to refund, claims it, calls the provider
+    /// and never hears back: the effect is unknown.
+    pub async fn unknown_effect(&self, op_key: &str, amount_minor: i64) {
+        self.begin_and_dispatch(op_key, amount_minor).await;
+        writer::complete_effect(
+            &self.db.pool,
+            op_key,
+            Outcome::Unknown,
+            &Completion {
+                reason: Some("provider timed out".into()),
+                worker: Some("agent-7".into()),
+                ..Completion::default()
+            },
+        )
+        .await
+        .expect("completing as unknown");
+    }
+
+    pub async fn begin_and_dispatch(&self, op_key: &str, amount_minor: i64) {
+        let intent = Intent {
+            op_key: op_key.into(),
+            action: "refund".into(),
+            target: format!("invoice:{op_key}"),
+            params: json!({ "amount_minor": amount_minor, "currency": "EUR" }),
+            requested_by: "agent-7".into(),
+            amount_minor: Some(amount_minor),
+            currency: Some("EUR".into()),
+            provider: Some("pay".into()),
+            ..Intent::default()
+        };
+        let begun = writer::begin_effect(&self.db.pool, &intent)
+            .await
+            .expect("begin_effect");
+        assert_eq!(begun.decision, Decision::Proceed);
+        let claim = writer::mark_dispatched(&self.db.pool, op_key, None, "agent-7")
+            .await
+            .expect("mark_dispatched");
+        assert!(claim.claimed);
+    }
+
+    /// The provider performs the agent's request (as if the agent's call landed).
+    pub fn provider_did(&self, op_key: &str, amount_minor: i64) -> String {
+        self.fake
+            .insert_effect(NewEffect {
+                kind: "refund".into(),
+                amount_minor: Some(amount_minor),
+                currency: Some("EUR".into()),
+                target: Some(format!("invoice:{op_key}")),
+                idempotency_key: Some(op_key.into()),
+                metadata: json!({ "op_key": op_key }),
+                reverses: None,
+            })
+            .id
+    }
+
+    /// A refund that happened and is recorded as succeeded with its reference.
+    pub async fn succeeded_effect(&self, op_key: &str, amount_minor: i64) -> String {
+        self.begin_and_dispatch(op_key, amount_minor).await;
+        let id = self.provider_did(op_key, amount_minor);
+        writer::complete_effect(
+            &self.db.pool,
+            op_key,
+            Outcome::Succeeded,
+            &Completion {
+                external_ref: Some(id.clone()),
+                worker: Some("agent-7".into()),
+                ..Completion::default()
+            },
+        )
+        .await
+        .expect("completing as succeeded");
+        id
+    }
+
+    pub async fn effect(&self, op_key: &str) -> Effect {
+        history::find_effect(&self.db.pool, op_key)
+            .await
+            .expect("reading the effect")
+            .unwrap_or_else(|| panic!("no effect {op_key}"))
+    }
+
+    pub async fn count(&self, sql: &'static str) -> i64 {
+        sqlx::query_scalar::<_, i64>(sql)
+            .fetch_one(&self.db.pool)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
+    /// Everything the ledger wrote: a refused action must leave this unchanged.
+    pub async fn footprint(&self) -> (i64, i64, i64, i64, i64, i64) {
+        let row: (i64, i64, i64, i64, i64, i64) = sqlx::query_as(
+            "select (select count(*) from ledger.audit_log),
+                    (select count(*) from ledger.effects),
+                    (select coalesce(sum(version), 0)::bigint from ledger.effects),
+                    (select count(*) from ledger.reconciliations),
+                    (select count(*) from ledger.escalations),
+                    (select count(*) from ledger.compensation_requests)",
+        )
+        .fetch_one(&self.db.pool)
+        .await
+        .expect("reading the footprint");
+        row
+    }
+
+    pub async fn audit_intact(&self) {
+        let report = effectwatch::ledger::audit::verify(&self.db.pool)
+            .await
+            .expect("verify");
+        assert!(report.is_intact(), "audit chain broken: {report:?}");
+    }
+}
+
+/// A pool whose connections act as `role`, like a console logged in as a
+/// member of it.
+pub async fn role_pool(db: &TestDb, role: &'static str) -> PgPool {
+    let options = PgConnectOptions::from_str(&db.url)
+        .expect("test database URL")
+        .application_name("effectwatch-settle-test");
+    PgPoolOptions::new()
+        .max_connections(8)
+        .after_connect(move |connection, _| {
+            Box::pin(async move {
+                let statement = match role {
+                    "effect_readonly" => "set role effect_readonly",
+                    "effect_agent" => "set role effect_agent",
+                    _ => "set role effect_operator",
+                };
+                connection.execute(statement).await?;
+                Ok(())
+            })
+        })
+        .connect_with(options)
+        .await
+        .expect("connecting as a role")
+}
