@@ -339,6 +339,8 @@ struct RoundResult {
     elapsed: Duration,
     /// First round trip (begin_effect, or the baseline's INSERT), sorted.
     first_latencies: Vec<Duration>,
+    /// What the writers' backends were doing, sampled from pg_stat_activity: (wait, samples).
+    waits: Vec<(String, u64)>,
 }
 
 impl RoundResult {
@@ -455,14 +457,43 @@ async fn writer_task(
     Ok((done, start.elapsed(), latencies))
 }
 
+/// Samples the wait events of the other active backends of this database every 20 ms for
+/// `run_for`: "CPU" when a backend waits on nothing (running, or in an uninstrumented wait).
+async fn sample_waits(url: String, run_for: Duration) -> Result<Vec<(String, u64)>> {
+    let mut conn = PgConnection::connect_with(&options(&url)?).await?;
+    let end = Instant::now() + run_for;
+    let mut counts: std::collections::BTreeMap<String, u64> = Default::default();
+    while Instant::now() < end {
+        let rows: Vec<(String, i64)> = sqlx::query_as(
+            "select coalesce(wait_event_type || ':' || wait_event, 'CPU'), count(*)
+               from pg_stat_activity
+              where datname = current_database() and pid <> pg_backend_pid()
+                and state = 'active' and backend_type = 'client backend'
+              group by 1",
+        )
+        .fetch_all(&mut conn)
+        .await?;
+        for (wait, n) in rows {
+            *counts.entry(wait).or_default() += n as u64;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let _ = conn.close().await;
+    let mut waits: Vec<(String, u64)> = counts.into_iter().collect();
+    waits.sort_by(|a, b| b.1.cmp(&a.1));
+    Ok(waits)
+}
+
 async fn writer_round(
     pool: &PgPool,
+    url: &str,
     path: WritePath,
     round: usize,
     tag: &str,
     run_for: Duration,
     connections: usize,
 ) -> Result<RoundResult> {
+    let sampler = tokio::spawn(sample_waits(url.to_string(), run_for));
     let barrier = Arc::new(tokio::sync::Barrier::new(connections));
     let tasks: Vec<_> = (0..connections)
         .map(|worker| {
@@ -486,12 +517,14 @@ async fn writer_round(
         first_latencies.extend(latencies);
     }
     first_latencies.sort();
+    let waits = sampler.await??;
     Ok(RoundResult {
         round,
         path,
         effects,
         elapsed,
         first_latencies,
+        waits,
     })
 }
 
@@ -506,6 +539,7 @@ async fn writer_bench(config: &Config, db: &BenchDb) -> Result<String> {
     for path in [WritePath::Baseline, WritePath::Ledger] {
         let warm = writer_round(
             &pool,
+            &db.url,
             path,
             0,
             &format!("warm-{}", path.name()),
@@ -538,6 +572,7 @@ async fn writer_bench(config: &Config, db: &BenchDb) -> Result<String> {
             );
             let result = writer_round(
                 &pool,
+                &db.url,
                 path,
                 round,
                 &format!("r{round}-{}", path.name()),
@@ -638,6 +673,29 @@ async fn writer_bench(config: &Config, db: &BenchDb) -> Result<String> {
         percentile_ms(&baseline_lat, 50.0),
         percentile_ms(&baseline_lat, 99.0)
     )?;
+    for path in [WritePath::Baseline, WritePath::Ledger] {
+        let mut totals: std::collections::BTreeMap<&str, u64> = Default::default();
+        for r in results.iter().filter(|r| r.path == path) {
+            for (wait, n) in &r.waits {
+                *totals.entry(wait.as_str()).or_default() += n;
+            }
+        }
+        let all: u64 = totals.values().sum();
+        let mut totals: Vec<(&str, u64)> = totals.into_iter().collect();
+        totals.sort_by(|a, b| b.1.cmp(&a.1));
+        writeln!(
+            out,
+            "{} backends, sampled every 20 ms ({} samples): {}",
+            path.name(),
+            all,
+            totals
+                .iter()
+                .take(6)
+                .map(|(wait, n)| format!("{wait} {:.0} %", 100.0 * *n as f64 / all.max(1) as f64))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )?;
+    }
     writeln!(
         out,
         "ledger after the runs: {} succeeded effects, {} state events, {} attempts",

@@ -44,6 +44,7 @@ fn run() -> Result<(), String> {
         ("held", vec![key('4')]),
         ("escalations", vec![key('5')]),
         ("audit", vec![key('6')]),
+        ("finance", vec![key('7')]),
         ("help", vec![key('2'), key('?')]),
         (
             "filter",

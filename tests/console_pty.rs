@@ -282,7 +282,7 @@ async fn the_console_shows_a_held_conflict_and_restores_the_terminal() {
             row_with(screen, "refund:PTY:2", "→ refund:PTY:1")
         })
         .await;
-    assert!(console.screen_text().contains(" 4 Held conflicts (1) "));
+    assert!(console.screen_text().contains(" 4 Held (1) "));
 
     console.press("?");
     console

@@ -10,6 +10,7 @@ use effectwatch::console::action::{Action, Scope, TABLE};
 use effectwatch::console::app::{
     App, Command, DialogField, Message, OperatorRequest, Snapshot, WINDOW,
 };
+use effectwatch::console::fixtures;
 use effectwatch::console::model::EscalationRow;
 use effectwatch::console::theme::Role;
 use effectwatch::ledger::panes::{Filter, OverdueRow, Pane, PaneRows};
@@ -57,12 +58,12 @@ fn snapshot(overdue: Vec<OverdueRow>, total: i64, offset: usize) -> Snapshot {
             created_at: Utc.with_ymd_and_hms(2026, 3, 14, 9, 0, 0).unwrap(),
             age_ms: 1_000,
         }],
+        approvals: Vec::new(),
         audit: Vec::new(),
-        polled_at: Utc.with_ymd_and_hms(2026, 3, 14, 9, 30, 0).unwrap(),
-        latency: Duration::from_millis(5),
-        database: "ledger".to_string(),
-        role: "ops".to_string(),
+        finance: None,
         offsets: [offset, 0, 0, 0],
+        // Anything else a snapshot carries, as the fixtures have it.
+        ..fixtures::snapshot(0)
     }
 }
 
@@ -610,8 +611,8 @@ fn down_past_a_full_window_fetches_the_next_one() {
     assert!(key(&mut app, KeyCode::Down).is_empty());
     assert_eq!(selected_key(&app), format!("k{WINDOW:06}"));
 
-    // Up at the top of a window goes back.
-    key(&mut app, KeyCode::Home);
+    // Home goes back to the first window.
+    assert_eq!(key(&mut app, KeyCode::Home), vec![Command::Repoll]);
     assert_eq!(app.offsets[0], 0);
 }
 

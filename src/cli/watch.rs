@@ -55,6 +55,7 @@ pub async fn run(config: &Config, args: WatchArgs) -> Result<(), Failure> {
         read_only: config.read_only,
         poll_interval,
         notifications,
+        mouse: config.mouse,
         performer: args.performer,
         background_status: args.background_status,
         housekeeping: args.housekeeping,

@@ -148,9 +148,9 @@ pub const TABLE: &[ActionInfo] = &[
     ),
     info(
         Action::GoToView(0),
-        "1-6",
+        "1-7",
         "views",
-        "go to view: overdue, unknown, duplicates, held, escalations, audit",
+        "go to view: overdue, unknown, duplicates, held, escalations, audit, finance",
         false,
         C::None,
         S::Everywhere,
@@ -434,7 +434,7 @@ pub const TABLE: &[ActionInfo] = &[
         true,
         C::Reason,
         S::Escalation,
-        false,
+        true,
     ),
     info(
         Action::CloseEscalation,
@@ -444,7 +444,7 @@ pub const TABLE: &[ActionInfo] = &[
         true,
         C::Reason,
         S::Escalation,
-        false,
+        true,
     ),
 ];
 
@@ -479,7 +479,7 @@ impl Action {
             KeyCode::Char('?') => Action::Help,
             KeyCode::Tab => Action::NextView,
             KeyCode::BackTab => Action::PrevView,
-            KeyCode::Char(digit @ '1'..='6') => Action::GoToView(digit as usize - '1' as usize),
+            KeyCode::Char(digit @ '1'..='7') => Action::GoToView(digit as usize - '1' as usize),
             KeyCode::Up | KeyCode::Char('k') => Action::Up,
             KeyCode::Down | KeyCode::Char('j') => Action::Down,
             KeyCode::PageUp => Action::PageUp,

@@ -8,8 +8,9 @@ use chrono::{DateTime, Utc};
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
 use super::action::{Action, Confirmation, Scope};
-use super::model::{self, EscalationRow, TableModel};
+use super::model::{self, ApprovalRow, EscalationRow, TableModel};
 use super::theme::Role;
+use crate::ledger::finance::FinanceReview;
 use crate::ledger::history::EffectHistory;
 use crate::ledger::model::AuditEntry;
 use crate::ledger::panes::{Filter, Pane, PaneRows};
@@ -23,23 +24,45 @@ pub enum View {
     Pane(Pane),
     Escalations,
     Audit,
+    Finance,
 }
 
-pub const VIEWS: [View; 6] = [
+/// The escalations view also lists compensations awaiting a second
+/// operator; their rows carry this prefix instead of an escalation key.
+pub const APPROVAL_ROW: &str = "approval:";
+
+pub const VIEW_COUNT: usize = 7;
+
+pub const VIEWS: [View; VIEW_COUNT] = [
     View::Pane(Pane::Overdue),
     View::Pane(Pane::Unknown),
     View::Pane(Pane::Duplicates),
     View::Pane(Pane::Held),
     View::Escalations,
     View::Audit,
+    View::Finance,
 ];
 
 impl View {
+    /// The tab label: short enough for seven tabs on one line.
+    pub fn tab(self) -> &'static str {
+        match self {
+            View::Pane(Pane::Overdue) => "Overdue",
+            View::Pane(Pane::Unknown) => "Unknown",
+            View::Pane(Pane::Duplicates) => "Duplicates",
+            View::Pane(Pane::Held) => "Held",
+            View::Escalations => "Escalations",
+            View::Audit => "Audit",
+            View::Finance => "Finance",
+        }
+    }
+
     pub fn title(self) -> &'static str {
         match self {
             View::Pane(pane) => pane.title(),
             View::Escalations => "Escalations",
             View::Audit => "Audit log",
+            View::Finance => "Finance",
         }
     }
 }
@@ -51,7 +74,10 @@ pub struct Snapshot {
     /// Items per pane in the whole ledger (not only the fetched window).
     pub counts: Vec<(Pane, i64)>,
     pub escalations: Vec<EscalationRow>,
+    pub approvals: Vec<ApprovalRow>,
     pub audit: Vec<AuditEntry>,
+    /// Read only while the finance view is open: it is a review, not a poll.
+    pub finance: Option<FinanceReview>,
     pub polled_at: DateTime<Utc>,
     pub latency: Duration,
     pub database: String,
@@ -157,9 +183,9 @@ pub struct Status {
 
 pub struct App {
     pub view: usize,
-    pub lists: [ListState; 6],
-    pub models: [TableModel; 6],
-    pub totals: [i64; 6],
+    pub lists: [ListState; VIEW_COUNT],
+    pub models: [TableModel; VIEW_COUNT],
+    pub totals: [i64; VIEW_COUNT],
     pub offsets: [usize; 4],
     pub snapshot: Option<Box<Snapshot>>,
     pub connection: Connection,
@@ -188,7 +214,7 @@ impl App {
             view: 0,
             lists: Default::default(),
             models: Default::default(),
-            totals: [0; 6],
+            totals: [0; VIEW_COUNT],
             offsets: [0; 4],
             snapshot: None,
             connection: Connection::Connecting,
@@ -317,8 +343,24 @@ impl App {
                 .unwrap_or(self.models[index].rows.len() as i64);
         }
         let escalations = self.filtered_escalations(&snapshot.escalations);
-        self.models[4] = model::escalation_model(&escalations);
-        self.totals[4] = escalations.len() as i64;
+        let approvals: Vec<ApprovalRow> = snapshot
+            .approvals
+            .iter()
+            .filter(|row| self.matches_filter_text(&[&row.op_key, &row.requested_by, &row.target]))
+            .cloned()
+            .collect();
+        self.models[4] = model::escalation_model(&escalations, &approvals);
+        self.totals[4] = (escalations.len() + approvals.len()) as i64;
+        if let Some(finance) = &snapshot.finance {
+            let suspected: Vec<_> = finance
+                .suspected
+                .iter()
+                .filter(|row| self.matches_filter_text(&[&row.op_key, &row.target, &row.action]))
+                .cloned()
+                .collect();
+            self.models[6] = model::finance_model(&suspected);
+            self.totals[6] = suspected.len() as i64;
+        }
         let audit: Vec<AuditEntry> = snapshot
             .audit
             .iter()
@@ -425,9 +467,11 @@ impl App {
         match action {
             Action::Quit => return vec![Command::Quit],
             Action::Help => self.show_help = true,
-            Action::NextView => self.go_to_view((self.view + 1) % VIEWS.len()),
-            Action::PrevView => self.go_to_view((self.view + VIEWS.len() - 1) % VIEWS.len()),
-            Action::GoToView(index) => self.go_to_view(index.min(VIEWS.len() - 1)),
+            Action::NextView => return self.go_to_view((self.view + 1) % VIEWS.len()),
+            Action::PrevView => {
+                return self.go_to_view((self.view + VIEWS.len() - 1) % VIEWS.len());
+            }
+            Action::GoToView(index) => return self.go_to_view(index.min(VIEWS.len() - 1)),
             Action::Up if self.detail.is_some() => self.scroll_detail(-1),
             Action::Down if self.detail.is_some() => self.scroll_detail(1),
             Action::PageUp if self.detail.is_some() => self.scroll_detail(-(self.page_size as i32)),
@@ -595,9 +639,17 @@ impl App {
         vec![Command::Repoll]
     }
 
-    fn go_to_view(&mut self, index: usize) {
+    /// The finance view is read only while open, so entering or leaving
+    /// it changes what the poller reads.
+    fn go_to_view(&mut self, index: usize) -> Vec<Command> {
+        let finance_before = self.current_view() == View::Finance;
         self.view = index;
         self.detail = None;
+        if finance_before != (self.current_view() == View::Finance) {
+            vec![Command::Repoll]
+        } else {
+            Vec::new()
+        }
     }
 
     fn scroll_detail(&mut self, delta: i32) {
@@ -696,10 +748,9 @@ impl App {
                 dialog.targets = targets;
             }
             (_, Scope::Escalation) => {
-                let Some(row) = self
-                    .selected_row()
-                    .filter(|_| self.current_view() == View::Escalations)
-                else {
+                let Some(row) = self.selected_row().filter(|row| {
+                    self.current_view() == View::Escalations && !row.id.starts_with(APPROVAL_ROW)
+                }) else {
                     self.set_status("select an escalation first (view 5)", Role::Muted);
                     return Vec::new();
                 };

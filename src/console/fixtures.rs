@@ -8,7 +8,8 @@ use chrono::{DateTime, TimeZone, Utc};
 use serde_json::json;
 
 use super::app::Snapshot;
-use super::model::EscalationRow;
+use super::model::{ApprovalRow, EscalationRow};
+use crate::ledger::finance::{Exposure, FinanceReview, SuspectedEffect};
 use crate::ledger::history::EffectHistory;
 use crate::ledger::model::{Attempt, AuditEntry, Effect, EffectEvent, Reconciliation, State};
 use crate::ledger::panes::{DuplicateRow, HeldRow, OverdueRow, Pane, PaneRows, UnknownRow};
@@ -365,7 +366,9 @@ pub fn snapshot_with(rows: Vec<OverdueRow>, total: i64) -> Snapshot {
             (Pane::Held, PaneRows::Held(held)),
         ],
         escalations: escalation_rows(),
+        approvals: approval_rows(),
         audit: audit_entries(),
+        finance: Some(finance()),
         polled_at: now(),
         latency: Duration::from_millis(14),
         database: "payments".into(),
@@ -486,5 +489,131 @@ pub fn history() -> EffectHistory {
         }],
         related: vec![related],
         effect,
+    }
+}
+
+pub fn approval_rows() -> Vec<ApprovalRow> {
+    vec![ApprovalRow {
+        request_id: 7,
+        op_key: "refund:INV-448:AP-77:v1".into(),
+        target: "invoice:INV-448".into(),
+        amount_minor: Some(32_500),
+        currency: Some("GBP".into()),
+        requested_by: "alice".into(),
+        reason: "provider shows the refund twice".into(),
+        waiting_ms: 95_000,
+        version: 5,
+    }]
+}
+
+/// Two refunds of one invoice that both went through, and an over-approved booking.
+pub fn finance() -> FinanceReview {
+    let suspect = |target: &str,
+                   key: &str,
+                   amount: i64,
+                   currency: &str,
+                   total: i64,
+                   approved: Option<i64>,
+                   excess: i64,
+                   reasons: &[&str],
+                   reference: &str,
+                   compensation: &str| SuspectedEffect {
+        target: target.into(),
+        action: "refund".into(),
+        op_key: key.into(),
+        effect_id: 5000,
+        amount_minor: Some(amount),
+        currency: Some(currency.into()),
+        provider: Some("stripe-eu".into()),
+        external_ref: Some(reference.into()),
+        approval_ref: Some("AP-91".into()),
+        approval_version: Some(1),
+        requested_by: "agent-7".into(),
+        succeeded_at: Some(ago(3_600)),
+        reasons: reasons.iter().map(|r| r.to_string()).collect(),
+        succeeded_effects: 2,
+        total_minor: Some(total),
+        approved_minor: approved,
+        excess_minor: Some(excess),
+        compensation: compensation.into(),
+        compensation_key: None,
+        compensation_under_way: compensation != "none",
+        version: 3,
+    };
+    FinanceReview {
+        since: Some(ago(30 * 86_400)),
+        suspected: vec![
+            suspect(
+                "invoice:INV-402",
+                "refund:INV-402:AP-91:v1",
+                15_000,
+                "EUR",
+                30_000,
+                Some(15_000),
+                15_000,
+                &["repeated", "over_approved"],
+                "re_3Q8a",
+                "none",
+            ),
+            suspect(
+                "invoice:INV-402",
+                "refund:INV-402:AP-91:v2",
+                15_000,
+                "EUR",
+                30_000,
+                Some(15_000),
+                15_000,
+                &["repeated", "over_approved"],
+                "re_3Q8f",
+                "pending",
+            ),
+            suspect(
+                "invoice:INV-448",
+                "refund:INV-448:AP-77:v1",
+                32_500,
+                "GBP",
+                32_500,
+                None,
+                32_500,
+                &["provider_duplicate"],
+                "re_9Zk1",
+                "awaiting_approval",
+            ),
+        ],
+        exposure: vec![
+            Exposure {
+                currency: "EUR".into(),
+                unknown_effects: 2,
+                unknown_minor: 17_000,
+                suspected_effects: 2,
+                suspected_excess_minor: 15_000,
+                compensated_effects: 1,
+                compensated_minor: 4_200,
+                awaiting_approval: 0,
+                awaiting_approval_minor: 0,
+            },
+            Exposure {
+                currency: "GBP".into(),
+                unknown_effects: 1,
+                unknown_minor: 32_500,
+                suspected_effects: 1,
+                suspected_excess_minor: 32_500,
+                compensated_effects: 0,
+                compensated_minor: 0,
+                awaiting_approval: 1,
+                awaiting_approval_minor: 32_500,
+            },
+            Exposure {
+                currency: "JPY".into(),
+                unknown_effects: 1,
+                unknown_minor: 120_000,
+                suspected_effects: 0,
+                suspected_excess_minor: 0,
+                compensated_effects: 0,
+                compensated_minor: 0,
+                awaiting_approval: 0,
+                awaiting_approval_minor: 0,
+            },
+        ],
     }
 }

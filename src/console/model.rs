@@ -5,8 +5,10 @@ use std::cmp::Ordering;
 
 use chrono::{DateTime, Utc};
 
+use super::app::APPROVAL_ROW;
 use super::theme::Role;
 use crate::format::{duration_ms, optional_money};
+use crate::ledger::finance::SuspectedEffect;
 use crate::ledger::model::AuditEntry;
 use crate::ledger::panes::PaneRows;
 use crate::text::sanitize_line;
@@ -312,8 +314,10 @@ pub struct EscalationRow {
     pub age_ms: i64,
 }
 
-pub fn escalation_model(rows: &[EscalationRow]) -> TableModel {
-    TableModel {
+/// Open escalations, then the compensations waiting for a second operator
+/// (approve with `A`, reject with `D`).
+pub fn escalation_model(rows: &[EscalationRow], approvals: &[ApprovalRow]) -> TableModel {
+    let mut model = TableModel {
         columns: vec![
             col("key", 24, true),
             col("decision needed", 20, true),
@@ -348,7 +352,28 @@ pub fn escalation_model(rows: &[EscalationRow]) -> TableModel {
                 flag: None,
             })
             .collect(),
-    }
+    };
+    model.rows.extend(approvals.iter().map(|row| Row {
+        id: format!("{APPROVAL_ROW}{}", row.request_id),
+        op_key: Some(row.op_key.clone()),
+        version: Some(row.version),
+        cells: vec![
+            Cell::text(&row.op_key),
+            Cell::text(&format!(
+                "approve compensation of {}? {}",
+                optional_money(row.amount_minor, row.currency.as_deref()),
+                row.reason
+            )),
+            Cell::muted("four-eyes"),
+            Cell::text("‖ awaiting approval").with_role(Role::Warn),
+            Cell::number(0, "—".into(), Role::Muted),
+            age_cell(row.waiting_ms, Role::Warn),
+            Cell::text(&row.requested_by),
+            Cell::muted("A approves · D rejects"),
+        ],
+        flag: None,
+    }));
+    model
 }
 
 fn escalation_state_label(state: &str) -> String {
@@ -423,5 +448,70 @@ pub fn state_role(state: &str) -> Role {
         "unknown" | "failed" => Role::Critical,
         "pending" | "held" => Role::Warn,
         _ => Role::Muted,
+    }
+}
+
+/// A compensation waiting for a second operator (`ledger.awaiting_approval`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, sqlx::FromRow)]
+pub struct ApprovalRow {
+    pub request_id: i64,
+    pub op_key: String,
+    pub target: String,
+    pub amount_minor: Option<i64>,
+    pub currency: Option<String>,
+    pub requested_by: String,
+    pub reason: String,
+    pub waiting_ms: i64,
+    /// The original effect's version, which approve and reject check.
+    pub version: i64,
+}
+
+/// Suspected double effects: one row per succeeded effect of a suspect group.
+pub fn finance_model(rows: &[SuspectedEffect]) -> TableModel {
+    TableModel {
+        columns: vec![
+            col("target", 16, true),
+            col("key", 24, true),
+            col("amount", 12, false),
+            col("group total", 13, false),
+            col("approved", 12, false),
+            col("excess", 12, false),
+            col("why", 18, true),
+            col("provider ref", 14, false),
+            col("compensation", 14, false),
+        ],
+        rows: rows
+            .iter()
+            .map(|row| {
+                let currency = row.currency.as_deref();
+                let excess = row.excess_minor.unwrap_or(0);
+                Row {
+                    id: row.op_key.clone(),
+                    op_key: Some(row.op_key.clone()),
+                    version: Some(row.version),
+                    cells: vec![
+                        Cell::text(&row.target),
+                        Cell::text(&row.op_key),
+                        money_cell(row.amount_minor, currency),
+                        money_cell(row.total_minor, currency),
+                        money_cell(row.approved_minor, currency),
+                        money_cell(row.excess_minor, currency).with_role(if excess > 0 {
+                            Role::Critical
+                        } else {
+                            Role::Text
+                        }),
+                        Cell::text(&format!("⚑ {}", row.reasons.join(", ")))
+                            .with_role(Role::Critical),
+                        Cell::text(row.external_ref.as_deref().unwrap_or("—")),
+                        if row.compensation_under_way {
+                            Cell::text(&format!("↺ {}", row.compensation)).with_role(Role::Ok)
+                        } else {
+                            Cell::text(&format!("✗ {}", row.compensation)).with_role(Role::Warn)
+                        },
+                    ],
+                    flag: None,
+                }
+            })
+            .collect(),
     }
 }

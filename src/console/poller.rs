@@ -12,7 +12,8 @@ use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::JoinHandle;
 
 use super::app::{Message, Snapshot, WINDOW};
-use super::model::EscalationRow;
+use super::model::{ApprovalRow, EscalationRow};
+use crate::ledger::finance::{self, FinanceReview};
 use crate::ledger::panes::{self, Filter, Pane};
 use crate::ledger::{self, ConnectSettings, LedgerError, NOTIFY_CHANNEL, audit, timetravel};
 
@@ -24,9 +25,13 @@ pub struct PollSettings {
     pub offsets: [usize; 4],
     /// Time travel: read the panes as they were at this instant.
     pub at: Option<DateTime<Utc>>,
+    /// The finance view is open: read suspected doubles and exposure too.
+    pub finance: bool,
 }
 
 const AUDIT_ROWS: i64 = 300;
+/// The finance view reviews this many days of succeeded effects.
+const FINANCE_DAYS: i64 = 30;
 const ESCALATION_ROWS: i64 = 500;
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
@@ -159,7 +164,25 @@ pub async fn poll(pool: &PgPool, settings: &PollSettings) -> Result<Snapshot, Le
     .bind(ESCALATION_ROWS)
     .fetch_all(&mut *tx)
     .await?;
+    let approvals = sqlx::query_as::<_, ApprovalRow>(
+        "select request_id, op_key, target, amount_minor, currency, requested_by, reason,
+                (extract(epoch from waiting_for) * 1000)::bigint as waiting_ms, version
+           from ledger.awaiting_approval order by requested_at limit $1",
+    )
+    .bind(ESCALATION_ROWS)
+    .fetch_all(&mut *tx)
+    .await?;
     let audit = audit::recent(&mut *tx, AUDIT_ROWS).await?;
+    let finance = if settings.finance {
+        let since = settings.at.unwrap_or_else(Utc::now) - chrono::Duration::days(FINANCE_DAYS);
+        Some(FinanceReview {
+            since: Some(since),
+            suspected: finance::suspected(&mut *tx, Some(since)).await?,
+            exposure: finance::exposure(&mut *tx, Some(since)).await?,
+        })
+    } else {
+        None
+    };
     let (database, role): (String, String) =
         sqlx::query_as("select current_database()::text, session_user::text")
             .fetch_one(&mut *tx)
@@ -169,7 +192,9 @@ pub async fn poll(pool: &PgPool, settings: &PollSettings) -> Result<Snapshot, Le
         panes: rows,
         counts,
         escalations,
+        approvals,
         audit,
+        finance,
         polled_at: Utc::now(),
         latency: started.elapsed(),
         database,

@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crossterm::event::{self, Event, KeyEventKind};
+use crossterm::event::{
+    self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers, MouseEventKind,
+};
 use ratatui::DefaultTerminal;
 use tokio::sync::{Notify, mpsc, watch};
 
@@ -32,6 +34,9 @@ pub struct ConsoleOptions {
     pub read_only: bool,
     pub poll_interval: Duration,
     pub notifications: Option<NotificationOptions>,
+    /// Mouse wheel scrolls the list; off by default so the terminal's own
+    /// selection (copy with the mouse) keeps working.
+    pub mouse: bool,
     pub performer: Performer,
     /// A line about work running beside the console (the demo's agents).
     pub background_status: Option<Arc<dyn Fn() -> String + Send + Sync>>,
@@ -55,7 +60,14 @@ pub struct NotificationOptions {
 /// path, and by ratatui's panic hook on a panic.
 pub async fn run(options: ConsoleOptions) -> std::io::Result<()> {
     let mut terminal = ratatui::try_init()?;
+    let mouse = options.mouse;
+    if mouse {
+        crossterm::execute!(std::io::stdout(), crossterm::event::EnableMouseCapture)?;
+    }
     let result = event_loop(&mut terminal, options).await;
+    if mouse {
+        let _ = crossterm::execute!(std::io::stdout(), crossterm::event::DisableMouseCapture);
+    }
     ratatui::try_restore()?;
     result
 }
@@ -204,6 +216,7 @@ fn poll_settings(app: &App) -> PollSettings {
         paused: app.paused,
         offsets: app.offsets,
         at: app.at,
+        finance: app.current_view() == super::app::View::Finance,
     }
 }
 
@@ -223,6 +236,15 @@ fn spawn_input_thread(
             let message = match event::read() {
                 Ok(Event::Key(key)) if key.kind != KeyEventKind::Release => Message::Key(key),
                 Ok(Event::Resize(..)) => Message::Tick,
+                Ok(Event::Mouse(mouse)) => match mouse.kind {
+                    MouseEventKind::ScrollUp => {
+                        Message::Key(KeyEvent::new(KeyCode::Up, KeyModifiers::NONE))
+                    }
+                    MouseEventKind::ScrollDown => {
+                        Message::Key(KeyEvent::new(KeyCode::Down, KeyModifiers::NONE))
+                    }
+                    _ => continue,
+                },
                 Ok(_) => continue,
                 Err(_) => return,
             };

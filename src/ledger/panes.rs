@@ -103,7 +103,11 @@ impl Filter {
 
     /// Appends ` and (...)` clauses for a view aliased `v`; `columns` maps
     /// filter fields to that view's columns (None: the view lacks it).
-    fn push_sql(&self, query: &mut QueryBuilder<Postgres>, columns: &[(&str, Option<&str>)]) {
+    pub(crate) fn push_sql(
+        &self,
+        query: &mut QueryBuilder<Postgres>,
+        columns: &[(&str, Option<&str>)],
+    ) {
         for (field, value) in &self.terms {
             let pattern = format!("%{}%", escape_like(value));
             let matching: Vec<&str> = columns
@@ -130,7 +134,8 @@ impl Filter {
     }
 }
 
-fn escape_like(value: &str) -> String {
+/// `value` as a literal inside an ILIKE pattern.
+pub fn escape_like(value: &str) -> String {
     value
         .replace('\\', "\\\\")
         .replace('%', "\\%")
@@ -260,7 +265,7 @@ pub async fn fetch<'c>(
     offset: i64,
 ) -> Result<PaneRows, LedgerError> {
     let (select, columns, order) = pane_sql(pane);
-    let mut query = QueryBuilder::<Postgres>::new(select);
+    let mut query = QueryBuilder::<Postgres>::new(format!("{select} from {} v", pane.view()));
     query.push(" where true");
     filter.push_sql(&mut query, columns);
     query.push(order);
@@ -277,16 +282,18 @@ pub async fn fetch<'c>(
     Ok(rows)
 }
 
-type FilterColumns = &'static [(&'static str, Option<&'static str>)];
+pub(crate) type FilterColumns = &'static [(&'static str, Option<&'static str>)];
 
-fn pane_sql(pane: Pane) -> (&'static str, FilterColumns, &'static str) {
+/// A pane's select list (over its view aliased `v`), the columns each
+/// filter field searches, and its order: shared with time travel, whose
+/// functions return the same columns as the live views.
+pub(crate) fn pane_sql(pane: Pane) -> (&'static str, FilterColumns, &'static str) {
     match pane {
         Pane::Overdue => (
             "select v.op_key, v.effect_id, v.action, v.target, v.amount_minor, v.currency, v.provider,
                     v.requested_by, v.created_at, v.dispatched, v.deadline_at,
                     (extract(epoch from v.overdue_by) * 1000)::bigint as overdue_ms,
-                    (extract(epoch from v.age) * 1000)::bigint as age_ms, v.version
-               from ledger.overdue_pending v",
+                    (extract(epoch from v.age) * 1000)::bigint as age_ms, v.version",
             &[
                 ("key", Some("v.op_key")),
                 ("target", Some("v.target")),
@@ -301,8 +308,7 @@ fn pane_sql(pane: Pane) -> (&'static str, FilterColumns, &'static str) {
                     v.requested_by, v.unknown_since,
                     (extract(epoch from v.unknown_for) * 1000)::bigint as unknown_ms,
                     v.attempts, v.last_error, v.reconciliations, v.last_finding, v.findings,
-                    v.attention, v.version
-               from ledger.unknown_outcomes v",
+                    v.attention, v.version",
             &[
                 ("key", Some("v.op_key")),
                 ("target", Some("v.target")),
@@ -315,8 +321,7 @@ fn pane_sql(pane: Pane) -> (&'static str, FilterColumns, &'static str) {
         Pane::Duplicates => (
             "select v.op_key, v.effect_id, v.action, v.target, v.state, v.attempts, v.replays,
                     v.in_flight, v.mismatches, v.late_results, v.first_seen, v.last_seen,
-                    coalesce(v.requesters, '{}') as requesters, v.has_mismatch, v.version
-               from ledger.duplicate_attempts v",
+                    coalesce(v.requesters, '{}') as requesters, v.has_mismatch, v.version",
             &[
                 ("key", Some("v.op_key")),
                 ("target", Some("v.target")),
@@ -332,8 +337,7 @@ fn pane_sql(pane: Pane) -> (&'static str, FilterColumns, &'static str) {
                     (extract(epoch from v.held_for) * 1000)::bigint as held_ms,
                     v.holder_op_key, v.holder_effect_id, v.holder_state,
                     (extract(epoch from v.holder_age) * 1000)::bigint as holder_age_ms,
-                    v.holder_amount_minor, v.holder_currency, v.version
-               from ledger.held_conflicts v",
+                    v.holder_amount_minor, v.holder_currency, v.version",
             &[
                 ("key", Some("v.op_key")),
                 ("target", Some("v.target")),

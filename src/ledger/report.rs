@@ -10,8 +10,9 @@ use sqlx::PgPool;
 
 use super::LedgerError;
 use super::history::{self, TimelineEntry};
+use super::panes::escape_like;
 use super::panes::{Filter, Pane, PaneCount, PaneRows};
-use super::timetravel::{self, escape_like};
+use super::timetravel;
 
 /// What to report on. Target and action match as the console's filter
 /// does: case-insensitive substrings.

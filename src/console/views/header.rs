@@ -4,10 +4,11 @@ use ratatui::style::Modifier;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
 
-use crate::console::action::{Scope, TABLE};
+use crate::console::action::{Action, Scope, TABLE};
 use crate::console::app::{App, Connection, VIEWS, View};
 use crate::console::theme::{Role, Theme};
 use crate::format::duration_ms;
+use crate::ledger::panes::Pane;
 use crate::text::sanitize_line;
 
 pub fn draw_header(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
@@ -77,7 +78,7 @@ pub fn draw_tabs(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     let mut spans = Vec::new();
     for (index, view) in VIEWS.iter().enumerate() {
         let count = app.totals[index];
-        let label = format!(" {} {} ({count}) ", index + 1, view.title());
+        let label = format!(" {} {} ({count}) ", index + 1, view.tab());
         let style = if index == app.view {
             theme.selection()
         } else if count > 0 && matches!(view, View::Pane(_)) {
@@ -134,7 +135,17 @@ pub fn draw_status(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
 /// The one-line key bar, generated from the action table.
 pub fn draw_key_bar(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     let mut spans = Vec::new();
-    for entry in TABLE.iter().filter(|entry| entry.in_key_bar) {
+    // The settling keys that matter most where the operator is.
+    let for_view: &[Action] = match app.current_view() {
+        View::Pane(Pane::Held) => &[Action::Release, Action::Cancel],
+        View::Pane(Pane::Overdue) => &[Action::ResolveSucceeded, Action::ResolveFailed],
+        View::Escalations => &[Action::Approve, Action::Reject],
+        _ => &[],
+    };
+    let entries = TABLE
+        .iter()
+        .filter(|entry| entry.in_key_bar || for_view.contains(&entry.action));
+    for entry in entries {
         if !entry.action.allowed(app.read_only) {
             continue;
         }

@@ -3,6 +3,7 @@
 
 mod detail;
 mod dialog;
+mod finance;
 mod header;
 mod help;
 mod table;
@@ -11,7 +12,7 @@ use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::widgets::Block;
 
-use super::app::App;
+use super::app::{App, View};
 use super::theme::Theme;
 
 pub fn draw(frame: &mut Frame, app: &App, theme: &Theme) {
@@ -29,6 +30,7 @@ pub fn draw(frame: &mut Frame, app: &App, theme: &Theme) {
     header::draw_tabs(frame, tabs_area, app, theme);
     match &app.detail {
         Some(detail) => detail::draw(frame, body_area, detail, theme),
+        None if app.current_view() == View::Finance => finance::draw(frame, body_area, app, theme),
         None => table::draw(frame, body_area, app, theme),
     }
     header::draw_status(frame, status_area, app, theme);

@@ -10,6 +10,10 @@ use crate::console::theme::{Role, Theme};
 use crate::text::truncate;
 
 pub fn draw(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
+    draw_titled(frame, area, app, theme, app.current_view().title());
+}
+
+pub fn draw_titled(frame: &mut Frame, area: Rect, app: &App, theme: &Theme, title: &str) {
     let view = app.current_view();
     let model = app.model();
     let list = &app.lists[app.view];
@@ -31,7 +35,7 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         .borders(Borders::TOP)
         .border_style(theme.border())
         .title(Span::styled(
-            format!(" {} ", view.title()),
+            format!(" {title} "),
             theme.role(Role::Accent).add_modifier(Modifier::BOLD),
         ))
         .title_bottom(Line::from(position).right_aligned());

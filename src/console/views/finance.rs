@@ -1,0 +1,97 @@
+use ratatui::Frame;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::Modifier;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Borders, Paragraph};
+
+use super::table;
+use crate::console::app::App;
+use crate::console::theme::{Role, Theme};
+use crate::format::money;
+use crate::text::sanitize_line;
+
+/// Exposure per currency above, suspected double effects below: what a
+/// finance reviewer checks, with a selection the settling keys act on.
+pub fn draw(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
+    let exposure = app
+        .snapshot
+        .as_ref()
+        .and_then(|s| s.finance.as_ref())
+        .map(|f| f.exposure.clone())
+        .unwrap_or_default();
+    let height = (exposure.len() as u16 + 3).min(area.height / 2).max(3);
+    let [top, bottom] =
+        Layout::vertical([Constraint::Length(height), Constraint::Min(3)]).areas(area);
+    let block = Block::default()
+        .borders(Borders::TOP)
+        .border_style(theme.border())
+        .title(Span::styled(
+            " Exposure per currency (last 30 days; never summed across currencies) ",
+            theme.role(Role::Accent).add_modifier(Modifier::BOLD),
+        ));
+    let mut lines = vec![Line::from(Span::styled(
+        format!(
+            "  {:<5} {:>22} {:>26} {:>22} {:>24}",
+            "cur", "unknown", "suspected excess", "compensated", "awaiting approval"
+        ),
+        theme.role(Role::Muted).add_modifier(Modifier::BOLD),
+    ))];
+    if exposure.is_empty() {
+        let text = if app.snapshot.as_ref().is_some_and(|s| s.finance.is_some()) {
+            "  ✓ no money at risk"
+        } else {
+            "  reading the finance review…"
+        };
+        lines.push(Line::from(Span::styled(text, theme.role(Role::Muted))));
+    }
+    for row in &exposure {
+        let cur = sanitize_line(&row.currency);
+        let cell = |count: i64, minor: i64| format!("{count} · {}", money(minor, &cur));
+        let risky = row.unknown_minor > 0 || row.suspected_excess_minor > 0;
+        lines.push(Line::from(vec![
+            Span::styled(format!("  {cur:<5} "), theme.role(Role::Accent)),
+            Span::styled(
+                format!("{:>22} ", cell(row.unknown_effects, row.unknown_minor)),
+                theme.role(if row.unknown_minor > 0 {
+                    Role::Warn
+                } else {
+                    Role::Text
+                }),
+            ),
+            Span::styled(
+                format!(
+                    "{:>26} ",
+                    cell(row.suspected_effects, row.suspected_excess_minor)
+                ),
+                theme.role(if row.suspected_excess_minor > 0 {
+                    Role::Critical
+                } else {
+                    Role::Text
+                }),
+            ),
+            Span::styled(
+                format!(
+                    "{:>22} ",
+                    cell(row.compensated_effects, row.compensated_minor)
+                ),
+                theme.role(Role::Ok),
+            ),
+            Span::styled(
+                format!(
+                    "{:>24}",
+                    cell(row.awaiting_approval, row.awaiting_approval_minor)
+                ),
+                theme.base(),
+            ),
+            Span::styled(if risky { "  ⚑" } else { "" }, theme.role(Role::Critical)),
+        ]));
+    }
+    frame.render_widget(Paragraph::new(lines).block(block).style(theme.base()), top);
+    table::draw_titled(
+        frame,
+        bottom,
+        app,
+        theme,
+        "Suspected double effects · c compensates · e escalates",
+    );
+}
