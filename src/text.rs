@@ -79,6 +79,24 @@ pub fn safe_json(value: &impl serde::Serialize) -> String {
     out
 }
 
+/// Shortens to at most `width` characters by cutting the middle: keys
+/// and targets differ at their ends (`…:AP-91:v1` and `…:AP-91:v2`).
+pub fn truncate_middle(text: &str, width: usize) -> String {
+    let count = text.chars().count();
+    if count <= width {
+        return text.to_string();
+    }
+    if width < 5 {
+        return truncate(text, width);
+    }
+    let tail = (width - 1) / 2;
+    let head = width - 1 - tail;
+    let mut out: String = text.chars().take(head).collect();
+    out.push('…');
+    out.extend(text.chars().skip(count - tail));
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -108,6 +126,16 @@ mod tests {
     #[test]
     fn lines_fold_newlines() {
         assert_eq!(sanitize_line("a\nb\tc\r"), "a b c ");
+    }
+
+    #[test]
+    fn keys_keep_their_distinguishing_end() {
+        assert_eq!(
+            truncate_middle("refund:INV-402:AP-91:v1", 13),
+            "refund…-91:v1"
+        );
+        assert_eq!(truncate_middle("short", 13), "short");
+        assert_eq!(truncate_middle("abcdef", 4), "abc…");
     }
 
     #[test]

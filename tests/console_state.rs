@@ -57,6 +57,7 @@ fn snapshot(overdue: Vec<OverdueRow>, total: i64, offset: usize) -> Snapshot {
             created_by: "ops".to_string(),
             created_at: Utc.with_ymd_and_hms(2026, 3, 14, 9, 0, 0).unwrap(),
             age_ms: 1_000,
+            effect_version: 3,
         }],
         approvals: Vec::new(),
         audit: Vec::new(),
@@ -444,30 +445,30 @@ fn a_reason_is_required() {
 }
 
 #[test]
-fn compensate_needs_the_keys_last_four_characters() {
+fn compensate_needs_the_end_of_the_key_typed() {
     let mut app = app_with(&["pay:inv-0001", "pay:inv-0042"]);
     char(&mut app, 'j');
     assert!(char(&mut app, 'c').is_empty());
     let dialog = app.dialog.as_ref().unwrap();
-    assert_eq!(dialog.required_suffix.as_deref(), Some("0042"));
+    assert_eq!(dialog.required_suffix.as_deref(), Some("inv-0042"));
     assert_eq!(dialog.targets, vec![("pay:inv-0042".to_string(), 2)]);
 
     type_text(&mut app, "customer asked for a refund");
     key(&mut app, KeyCode::Tab);
     assert_eq!(app.dialog.as_ref().unwrap().focus, DialogField::KeySuffix);
-    type_text(&mut app, "0001");
+    type_text(&mut app, "inv-0001");
     key(&mut app, KeyCode::Tab);
     char(&mut app, 'y');
     assert!(app.dialog.as_ref().unwrap().confirm_selected);
     assert!(key(&mut app, KeyCode::Enter).is_empty());
     let error = app.dialog.as_ref().unwrap().error.clone().unwrap();
-    assert!(error.contains("last 4 characters"), "{error}");
+    assert!(error.contains("\"inv-0042\""), "{error}");
 
     key(&mut app, KeyCode::BackTab);
-    for _ in 0..4 {
+    for _ in 0..8 {
         key(&mut app, KeyCode::Backspace);
     }
-    type_text(&mut app, "0042");
+    type_text(&mut app, "inv-0042");
     key(&mut app, KeyCode::Tab);
     let commands = key(&mut app, KeyCode::Enter);
     assert_eq!(

@@ -265,6 +265,39 @@ impl App {
         Some((row.op_key.clone()?, row.version?))
     }
 
+    /// The target and amount of the selected effect, for a confirmation
+    /// that says what will move: " (invoice:INV-402, 150.00 EUR)".
+    fn selected_context(&self) -> String {
+        let (target, amount) = if let Some(effect) = self
+            .detail
+            .as_ref()
+            .and_then(|d| d.history.as_ref())
+            .map(|h| &h.effect)
+        {
+            (
+                Some(effect.target.clone()),
+                Some(crate::format::optional_money(
+                    effect.amount_minor,
+                    effect.currency.as_deref(),
+                )),
+            )
+        } else {
+            let model = self.model();
+            let cell = |title: &str| {
+                let column = model.columns.iter().position(|c| c.title == title)?;
+                Some(self.selected_row()?.cells.get(column)?.text.clone())
+            };
+            (cell("target"), cell("amount"))
+        };
+        match (target, amount) {
+            (Some(target), Some(amount)) => {
+                format!(" ({}, {amount})", crate::text::sanitize_line(&target))
+            }
+            (Some(target), None) => format!(" ({})", crate::text::sanitize_line(&target)),
+            _ => String::new(),
+        }
+    }
+
     pub fn set_status(&mut self, text: impl Into<String>, role: Role) {
         self.status = Some(Status {
             text: text.into(),
@@ -376,6 +409,10 @@ impl App {
         self.models[5] = model::audit_model(&audit);
         self.totals[5] = audit.len() as i64;
         self.offsets = snapshot.offsets;
+        // The table models hold what is shown; the raw rows would only
+        // double the memory of a large window.
+        let mut snapshot = snapshot;
+        snapshot.panes.clear();
         self.snapshot = Some(snapshot);
         for view in 0..VIEWS.len() {
             if let Some((column, descending)) = self.lists[view].sort {
@@ -767,9 +804,10 @@ impl App {
                     return Vec::new();
                 };
                 dialog.summary = format!(
-                    "{} — {}",
+                    "{} — {}{}",
                     info.description,
-                    crate::text::sanitize_line(&op_key)
+                    crate::text::sanitize_line(&op_key),
+                    self.selected_context()
                 );
                 if info.confirmation == Confirmation::ReasonAndKey {
                     dialog.required_suffix = Some(key_suffix(&op_key));
@@ -917,17 +955,41 @@ fn validate_dialog(dialog: &Dialog) -> Result<(), String> {
     if let Some(required) = &dialog.required_suffix
         && dialog.key_suffix.trim() != required
     {
-        return Err(format!(
-            "type the last {} characters of the key to confirm",
-            required.chars().count()
-        ));
+        return Err(format!("type {required:?} (the end of the key) to confirm"));
     }
     Ok(())
 }
 
-/// The last characters of a key an operator types to confirm a money move.
+/// What an operator types to confirm a money move: the key's last
+/// segment, ignoring a version suffix (`refund:INV-402:AP-91:v1` asks for
+/// `AP-91`), since almost every key ends in the same `:v1`.
 pub fn key_suffix(op_key: &str) -> String {
-    let clean: Vec<char> = crate::text::sanitize_line(op_key).chars().collect();
-    let take = clean.len().min(4);
-    clean[clean.len() - take..].iter().collect()
+    let clean = crate::text::sanitize_line(op_key);
+    let segments: Vec<&str> = clean.split(':').filter(|s| !s.is_empty()).collect();
+    let is_version = |s: &str| {
+        let digits = s.trim_start_matches(['v', 'V']);
+        s.len() < 5 && !digits.is_empty() && digits.chars().all(|c| c.is_ascii_digit())
+    };
+    let segment = segments
+        .iter()
+        .rev()
+        .find(|s| !is_version(s))
+        .copied()
+        .unwrap_or(&clean);
+    let chars: Vec<char> = segment.chars().collect();
+    let take = chars.len().clamp(1, 8).min(chars.len());
+    chars[chars.len() - take..].iter().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::key_suffix;
+
+    #[test]
+    fn the_confirmation_skips_the_version_suffix() {
+        assert_eq!(key_suffix("refund:INV-402:AP-91:v1"), "AP-91");
+        assert_eq!(key_suffix("compensate:refund:INV-9:a:1"), "a");
+        assert_eq!(key_suffix("webhook:evt_1Q8xK2LmNp"), "8xK2LmNp");
+        assert_eq!(key_suffix("plain"), "plain");
+    }
 }

@@ -44,11 +44,11 @@ pub fn overdue_rows(count: usize) -> Vec<OverdueRow> {
                 currency: Some(currency.into()),
                 provider: Some("stripe-eu".into()),
                 requested_by: format!("agent-{}", 1 + i % 7),
-                created_at: ago(400 + i as i64 * 11),
+                created_at: ago(400 + (count - i) as i64 * 11),
                 dispatched: i % 3 != 2,
-                deadline_at: Some(ago(100 + i as i64 * 11)),
-                overdue_ms: (100 + i as i64 * 11) * 1000,
-                age_ms: (400 + i as i64 * 11) * 1000,
+                deadline_at: Some(ago(100 + (count - i) as i64 * 11)),
+                overdue_ms: (100 + (count - i) as i64 * 11) * 1000,
+                age_ms: (400 + (count - i) as i64 * 11) * 1000,
                 version: 2,
             }
         })
@@ -274,6 +274,7 @@ pub fn escalation_rows() -> Vec<EscalationRow> {
             created_by: "alice".into(),
             created_at: ago(280),
             age_ms: 280_000,
+            effect_version: 5,
         },
         EscalationRow {
             escalation_key: "escalate:refund:INV-433:AP-40:v2:unknown".into(),
@@ -286,6 +287,7 @@ pub fn escalation_rows() -> Vec<EscalationRow> {
             created_by: "bob".into(),
             created_at: ago(500),
             age_ms: 500_000,
+            effect_version: 4,
         },
     ]
 }

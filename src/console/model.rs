@@ -1,8 +1,6 @@
 //! Table models: ledger rows turned into display cells once per poll, so a
 //! frame only lays out the rows it shows. All untrusted text is sanitised here.
 
-use std::cmp::Ordering;
-
 use chrono::{DateTime, Utc};
 
 use super::app::APPROVAL_ROW;
@@ -13,11 +11,12 @@ use crate::ledger::model::AuditEntry;
 use crate::ledger::panes::PaneRows;
 use crate::text::sanitize_line;
 
-/// What a column sorts by.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+/// What a column sorts by: a number, or the cell's text (compared without
+/// case, computed when sorting rather than stored twice per cell).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum SortValue {
     Number(i64),
-    Text(String),
+    Text,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -31,7 +30,7 @@ impl Cell {
     fn text(text: &str) -> Cell {
         let text = sanitize_line(text);
         Cell {
-            sort: SortValue::Text(text.to_lowercase()),
+            sort: SortValue::Text,
             text,
             role: Role::Text,
         }
@@ -101,15 +100,17 @@ impl TableModel {
         if column >= self.columns.len() {
             return;
         }
-        self.rows.sort_by(|a, b| {
-            let order = a.cells[column].sort.cmp(&b.cells[column].sort);
-            let order = if descending { order.reverse() } else { order };
-            if order == Ordering::Equal {
-                a.id.cmp(&b.id)
-            } else {
-                order
-            }
+        self.rows.sort_by_cached_key(|row| {
+            let cell = &row.cells[column];
+            let key = match cell.sort {
+                SortValue::Number(value) => (value, String::new()),
+                SortValue::Text => (0, cell.text.to_lowercase()),
+            };
+            (key, row.id.clone())
         });
+        if descending {
+            self.rows.reverse();
+        }
     }
 }
 
@@ -189,7 +190,7 @@ pub fn pane_model(rows: &PaneRows) -> TableModel {
                 col("unknown for", 11, false),
                 col("tries", 5, false),
                 col("last error", 16, true),
-                col("reconciled", 16, false),
+                col("reconciled", 20, false),
             ],
             rows: rows
                 .iter()
@@ -312,6 +313,8 @@ pub struct EscalationRow {
     pub created_by: String,
     pub created_at: DateTime<Utc>,
     pub age_ms: i64,
+    /// The escalated effect's version, so r, c and e work on the row.
+    pub effect_version: i64,
 }
 
 /// Open escalations, then the compensations waiting for a second operator
@@ -333,7 +336,7 @@ pub fn escalation_model(rows: &[EscalationRow], approvals: &[ApprovalRow]) -> Ta
             .map(|row| Row {
                 id: row.escalation_key.clone(),
                 op_key: Some(row.op_key.clone()),
-                version: None,
+                version: Some(row.effect_version),
                 cells: vec![
                     Cell::text(&row.op_key),
                     Cell::text(&row.decision_needed),
@@ -369,7 +372,7 @@ pub fn escalation_model(rows: &[EscalationRow], approvals: &[ApprovalRow]) -> Ta
             Cell::number(0, "—".into(), Role::Muted),
             age_cell(row.waiting_ms, Role::Warn),
             Cell::text(&row.requested_by),
-            Cell::muted("A approves · D rejects"),
+            Cell::muted("—"),
         ],
         flag: None,
     }));

@@ -157,9 +157,11 @@ pub async fn poll(pool: &PgPool, settings: &PollSettings) -> Result<Snapshot, Le
         counts.push((pane, count));
     }
     let escalations = sqlx::query_as::<_, EscalationRow>(
-        "select escalation_key, op_key, sink, decision_needed, state, delivery_attempts, last_error,
-                created_by, created_at, (extract(epoch from age) * 1000)::bigint as age_ms
-           from ledger.open_escalations order by created_at desc limit $1",
+        "select s.escalation_key, s.op_key, s.sink, s.decision_needed, s.state, s.delivery_attempts,
+                s.last_error, s.created_by, s.created_at,
+                (extract(epoch from s.age) * 1000)::bigint as age_ms, e.version as effect_version
+           from ledger.open_escalations s join ledger.effects e on e.id = s.effect_id
+          order by s.created_at desc limit $1",
     )
     .bind(ESCALATION_ROWS)
     .fetch_all(&mut *tx)

@@ -6,7 +6,9 @@ use thiserror::Error;
 pub enum LedgerError {
     #[error("invalid database URL: {0}")]
     BadUrl(String),
-    #[error("cannot reach the database: {0}")]
+    #[error(
+        "cannot reach the database: {0} (is the server running, and the host, port and credentials of the URL right?)"
+    )]
     Unreachable(String),
     #[error(
         "the ledger schema is missing or incomplete in this database ({0}): run `effectwatch migrate`"

@@ -49,7 +49,7 @@ pub fn draw(frame: &mut Frame, area: Rect, dialog: &Dialog, theme: &Theme) {
     }
     if let Some(required) = &dialog.required_suffix {
         lines.push(input(
-            &format!("type last {} of key", required.chars().count()),
+            "type the end of the key",
             &dialog.key_suffix,
             dialog.focus == DialogField::KeySuffix,
         ));

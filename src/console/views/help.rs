@@ -1,5 +1,5 @@
 use ratatui::Frame;
-use ratatui::layout::Rect;
+use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::Modifier;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Clear, Paragraph};
@@ -11,7 +11,7 @@ use crate::console::theme::{Role, Theme};
 /// Generated from the action table: the keys of the active view, and why
 /// the writing ones are missing when the console is read-only.
 pub fn draw(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
-    let mut lines = Vec::new();
+    let mut entries = Vec::new();
     let in_escalations = app.current_view() == View::Escalations;
     for entry in TABLE {
         if entry.scope == Scope::Escalation && !in_escalations {
@@ -24,7 +24,7 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             theme.role(Role::Muted).add_modifier(Modifier::CROSSED_OUT)
         };
         let marker = if entry.writes { "✎" } else { " " };
-        lines.push(Line::from(vec![
+        entries.push(Line::from(vec![
             Span::styled(
                 format!(" {:>7} ", entry.keys),
                 theme.role(Role::Accent).add_modifier(Modifier::BOLD),
@@ -33,14 +33,14 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             Span::styled(entry.description, style),
         ]));
     }
-    lines.push(Line::default());
+    let mut footer_lines = vec![Line::default()];
     let footer = if app.read_only {
         " ✎ writes to the ledger — disabled: this console is READ-ONLY"
     } else {
         " ✎ writes to the ledger, after a confirmation whose default is Cancel"
     };
-    lines.push(Line::from(Span::styled(footer, theme.role(Role::Muted))));
-    lines.push(Line::from(Span::styled(
+    footer_lines.push(Line::from(Span::styled(footer, theme.role(Role::Muted))));
+    footer_lines.push(Line::from(Span::styled(
         " any key closes this help",
         theme.role(Role::Muted),
     )));
@@ -48,6 +48,40 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         .borders(Borders::ALL)
         .border_style(theme.role(Role::Accent))
         .title(format!(" Keys — {} ", app.current_view().title()));
-    frame.render_widget(Clear, area);
-    frame.render_widget(Paragraph::new(lines).block(block).style(theme.base()), area);
+    // Sized from its content; when the terminal is too short for one
+    // column of keys, they go in two, so no key and no footer is ever cut.
+    let widest = entries
+        .iter()
+        .chain(&footer_lines)
+        .map(Line::width)
+        .max()
+        .unwrap_or(0) as u16;
+    let one_column = entries.len() + footer_lines.len() + 2;
+    let columns: u16 = if one_column as u16 > area.height {
+        2
+    } else {
+        1
+    };
+    let per_column = entries.len().div_ceil(columns as usize);
+    let height = (per_column + footer_lines.len() + 2) as u16;
+    let width = widest * columns + 2 * columns + 2;
+    let rect = super::centered(area, width, height);
+    frame.render_widget(Clear, rect);
+    let inner = block.inner(rect);
+    frame.render_widget(block.style(theme.base()), rect);
+    let [keys_area, footer_area] = Layout::vertical([
+        Constraint::Min(1),
+        Constraint::Length(footer_lines.len() as u16),
+    ])
+    .areas(inner);
+    let column_areas =
+        Layout::horizontal(vec![Constraint::Ratio(1, columns as u32); columns as usize])
+            .split(keys_area);
+    for (chunk, column) in entries.chunks(per_column.max(1)).zip(column_areas.iter()) {
+        frame.render_widget(Paragraph::new(chunk.to_vec()).style(theme.base()), *column);
+    }
+    frame.render_widget(
+        Paragraph::new(footer_lines).style(theme.base()),
+        footer_area,
+    );
 }

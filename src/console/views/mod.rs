@@ -36,7 +36,7 @@ pub fn draw(frame: &mut Frame, app: &App, theme: &Theme) {
     header::draw_status(frame, status_area, app, theme);
     header::draw_key_bar(frame, keys_area, app, theme);
     if app.show_help {
-        help::draw(frame, centered(area, 80, 30), app, theme);
+        help::draw(frame, area, app, theme);
     }
     if let Some(dialog) = &app.dialog {
         dialog::draw(frame, centered(area, 72, 14), dialog, theme);

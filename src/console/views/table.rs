@@ -7,7 +7,7 @@ use ratatui::widgets::{Block, Borders, Cell, Paragraph, Row, Table, TableState};
 use crate::console::app::{App, View};
 use crate::console::model::TableModel;
 use crate::console::theme::{Role, Theme};
-use crate::text::truncate;
+use crate::text::{truncate, truncate_middle};
 
 pub fn draw(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     draw_titled(frame, area, app, theme, app.current_view().title());
@@ -64,9 +64,19 @@ pub fn draw_titled(frame: &mut Frame, area: Rect, app: &App, theme: &Theme, titl
     let first = first_visible(list.selected, inner_height, model.rows.len());
     let last = (first + inner_height).min(model.rows.len());
     let rows = model.rows[first..last].iter().map(|row| {
-        let cells = row.cells.iter().zip(&widths).map(|(cell, width)| {
-            Cell::from(truncate(&cell.text, *width as usize)).style(theme.role(cell.role))
-        });
+        let cells =
+            row.cells
+                .iter()
+                .zip(&widths)
+                .zip(&model.columns)
+                .map(|((cell, width), column)| {
+                    let text = if keeps_its_end(column.title) {
+                        truncate_middle(&cell.text, *width as usize)
+                    } else {
+                        truncate(&cell.text, *width as usize)
+                    };
+                    Cell::from(text).style(theme.role(cell.role))
+                });
         let mut table_row = Row::new(cells);
         if let Some(role) = row.flag {
             table_row = table_row.style(theme.role(role));
@@ -102,21 +112,48 @@ fn first_visible(selected: usize, height: usize, rows: usize) -> usize {
     (page * height).min(rows - height)
 }
 
-/// Fixed columns get their width; flexible ones share what is left.
-fn column_widths(model: &TableModel, total_width: u16) -> Vec<u16> {
-    let spacing = model.columns.len() as u16;
-    let fixed: u16 = model.columns.iter().map(|c| c.width).sum::<u16>() + spacing + 2;
-    let flexible = model.columns.iter().filter(|c| c.flexible).count() as u16;
-    let spare = total_width.saturating_sub(fixed);
-    model
-        .columns
-        .iter()
-        .map(|column| {
-            if column.flexible && flexible > 0 {
-                column.width + spare / flexible
-            } else {
-                column.width
+/// Widths that add up to at most the table's width, so every cut is made
+/// here, with an ellipsis, and never silently by the layout: flexible
+/// columns share what is left over, or give up space first when short.
+pub(crate) fn column_widths(model: &TableModel, total_width: u16) -> Vec<u16> {
+    const HIGHLIGHT: u16 = 2;
+    let count = model.columns.len() as u16;
+    let available = total_width.saturating_sub(HIGHLIGHT + count.saturating_sub(1));
+    let mut widths: Vec<u16> = model.columns.iter().map(|c| c.width).collect();
+    let wanted: u16 = widths.iter().sum();
+    if wanted <= available {
+        let flexible: Vec<usize> = (0..widths.len())
+            .filter(|&i| model.columns[i].flexible)
+            .collect();
+        if let Some(&first) = flexible.first() {
+            let spare = available - wanted;
+            for &index in &flexible {
+                widths[index] += spare / flexible.len() as u16;
             }
-        })
-        .collect()
+            widths[first] += spare % flexible.len() as u16;
+        }
+        return widths;
+    }
+    let mut deficit = wanted - available;
+    for (flexible_pass, floor) in [(true, 6), (false, 6), (true, 1), (false, 1)] {
+        while deficit > 0 {
+            let mut shrunk = false;
+            for (index, column) in model.columns.iter().enumerate() {
+                if deficit > 0 && column.flexible == flexible_pass && widths[index] > floor {
+                    widths[index] -= 1;
+                    deficit -= 1;
+                    shrunk = true;
+                }
+            }
+            if !shrunk {
+                break;
+            }
+        }
+    }
+    widths
+}
+
+/// Columns of identifiers, whose ends tell rows apart.
+fn keeps_its_end(title: &str) -> bool {
+    matches!(title, "key" | "held key" | "held by" | "target")
 }
