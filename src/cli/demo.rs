@@ -85,13 +85,37 @@ async fn run_on(
         )
     })?;
     demo::install_demo_policies(&pool, args.pending_window).await?;
+    let provider_memory = args.database_url.is_none().then(|| {
+        args.data_dir
+            .clone()
+            .unwrap_or_else(demo::data_dir)
+            .join("provider.json")
+    });
     let (provider, provider_url) = FakeProvider::start().await.map_err(|error| {
         Failure::new(FAILURE, format!("cannot start the fake provider: {error}"))
     })?;
+    if let Some(saved) = provider_memory
+        .as_ref()
+        .and_then(|path| std::fs::read(path).ok())
+    {
+        match serde_json::from_slice(&saved) {
+            Ok(effects) => provider.restore(effects),
+            Err(error) => {
+                tracing::warn!(%error, "the fake provider's saved effects are unreadable; starting empty")
+            }
+        }
+    }
     let mut demo_config = config.clone();
     demo_config
         .merge_toml(&demo::demo_adapters_toml(&provider_url))
         .map_err(|e| Failure::new(FAILURE, e))?;
+    let operator_config = write_operator_config(&url, &provider_url);
+    if let Some(path) = &operator_config {
+        eprintln!(
+            "effectwatch demo: a second operator (four-eyes approvals) can join with: effectwatch --config {} --operator bob",
+            path.display()
+        );
+    }
     let client = ProviderClient::new(provider_url.clone()).map_err(|e| Failure::new(FAILURE, e))?;
     let simulator = Simulator::start(
         pool.clone(),
@@ -160,7 +184,42 @@ async fn run_on(
         .await
     };
     simulator.stop().await;
+    if let Some(path) = &provider_memory
+        && let Ok(saved) = serde_json::to_vec(&provider.effects())
+        && let Err(error) = std::fs::write(path, saved)
+    {
+        eprintln!(
+            "effectwatch demo: cannot save the provider's effects to {}: {error}",
+            path.display()
+        );
+    }
     drop(provider);
     pool.close().await;
+    if let Some(path) = &operator_config {
+        let _ = std::fs::remove_file(path);
+    }
     outcome
+}
+
+/// Writes a config a second operator can use against this demo (its
+/// database, provider and sink), so four-eyes approval can be tried:
+/// `effectwatch --config FILE --operator bob`. Best effort: the demo runs
+/// without it.
+fn write_operator_config(database_url: &str, provider_url: &str) -> Option<std::path::PathBuf> {
+    let path = std::env::temp_dir().join(format!(
+        "effectwatch-demo-operator-{}.toml",
+        std::process::id()
+    ));
+    let text = format!(
+        "# A second operator on the running demo: effectwatch --config {} --operator bob\ndatabase_url = \"{database_url}\"\n\n{}",
+        path.display(),
+        demo::demo_adapters_toml(provider_url)
+    );
+    match std::fs::write(&path, text) {
+        Ok(()) => Some(path),
+        Err(error) => {
+            tracing::warn!(%error, "cannot write the second operator's config");
+            None
+        }
+    }
 }

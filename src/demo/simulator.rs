@@ -101,6 +101,7 @@ pub struct Simulator {
 impl Simulator {
     pub fn start(pool: PgPool, provider: ProviderClient, options: SimulatorOptions) -> Simulator {
         let stats = Arc::new(SimStats::default());
+        let run = format!("{}.{}", options.seed, chrono::Utc::now().format("%H%M%S"));
         let (stop, stopped) = watch::channel(false);
         let mut tasks = JoinSet::new();
         let agents = options.agents.max(1);
@@ -115,7 +116,7 @@ impl Simulator {
                 ),
                 stats: stats.clone(),
                 sequence: 0,
-                run: options.seed,
+                run: run.clone(),
             };
             let mut stopped = stopped.clone();
             tasks.spawn(async move {
@@ -158,7 +159,9 @@ struct Agent {
     rng: StdRng,
     stats: Arc<SimStats>,
     sequence: u64,
-    run: u64,
+    /// Part of every key: the seed, and when this run started, so a resumed
+    /// ledger never mistakes a new run's intents for replays of the last one.
+    run: String,
 }
 
 const CURRENCIES: [&str; 4] = ["EUR", "USD", "GBP", "JPY"];

@@ -95,7 +95,7 @@ impl Fault {
 }
 
 /// An effect as the fake provider holds it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct FakeEffect {
     pub id: String,
     pub kind: String,
@@ -253,6 +253,20 @@ impl FakeProvider {
             .iter()
             .map(FakeEffect::seen)
             .collect()
+    }
+
+    /// Puts back effects saved from an earlier run (the demo resumes its
+    /// ledger, so its provider must remember what it did); new ids continue
+    /// after the highest restored one.
+    pub fn restore(&self, effects: Vec<FakeEffect>) {
+        let mut state = self.shared.state();
+        let highest = effects
+            .iter()
+            .filter_map(|effect| effect.id.strip_prefix("fx_")?.parse::<u64>().ok())
+            .max()
+            .unwrap_or(0);
+        state.next_id = state.next_id.max(highest);
+        state.effects = effects;
     }
 
     /// Effects reversing the one with this id.
