@@ -480,7 +480,7 @@ async fn sample_waits(url: String, run_for: Duration) -> Result<Vec<(String, u64
     }
     let _ = conn.close().await;
     let mut waits: Vec<(String, u64)> = counts.into_iter().collect();
-    waits.sort_by(|a, b| b.1.cmp(&a.1));
+    waits.sort_by_key(|w| std::cmp::Reverse(w.1));
     Ok(waits)
 }
 
@@ -682,7 +682,7 @@ async fn writer_bench(config: &Config, db: &BenchDb) -> Result<String> {
         }
         let all: u64 = totals.values().sum();
         let mut totals: Vec<(&str, u64)> = totals.into_iter().collect();
-        totals.sort_by(|a, b| b.1.cmp(&a.1));
+        totals.sort_by_key(|t| std::cmp::Reverse(t.1));
         writeln!(
             out,
             "{} backends, sampled every 20 ms ({} samples): {}",
@@ -694,6 +694,28 @@ async fn writer_bench(config: &Config, db: &BenchDb) -> Result<String> {
                 .map(|(wait, n)| format!("{wait} {:.0} %", 100.0 * *n as f64 / all.max(1) as f64))
                 .collect::<Vec<_>>()
                 .join(", ")
+        )?;
+    }
+    let notify_lock: u64 = results
+        .iter()
+        .filter(|r| r.path == WritePath::Ledger)
+        .flat_map(|r| r.waits.iter())
+        .filter(|(wait, _)| wait == "Lock:object")
+        .map(|(_, n)| n)
+        .sum();
+    let ledger_samples: u64 = results
+        .iter()
+        .filter(|r| r.path == WritePath::Ledger)
+        .flat_map(|r| r.waits.iter())
+        .map(|(_, n)| n)
+        .sum();
+    if notify_lock * 4 > ledger_samples {
+        writeln!(
+            out,
+            "note: Lock:object is the database-wide lock a transaction that ran NOTIFY takes before \
+             commit and keeps until its commit record is flushed: ledger.effects_history() calls \
+             pg_notify for every row, so the ledger's commits are serialized (no group commit) and \
+             throughput is bounded by about 1 / (2 × WAL flush time) whatever the connection count"
         )?;
     }
     writeln!(
