@@ -72,7 +72,7 @@ create table ledger.attempts (
     effect_id     bigint not null references ledger.effects (id),
     op_key        text not null,
     kind          text not null check (kind in
-                    ('first', 'replay', 'in_flight', 'retry', 'stop', 'mismatch', 'held',
+                    ('replay', 'in_flight', 'retry', 'stop', 'mismatch', 'held',
                      'dispatch', 'dispatch_refused', 'completion', 'completion_repeat', 'late_result')),
     requested_by  text,
     request_id    text,

@@ -510,12 +510,11 @@ async fn history_and_attempts_are_append_only() {
     let db = common::test_db().await;
     let pool = &db.pool;
     let key = "refund:AO:1";
-    begin_effect(pool, &intent(key, "invoice:AO"))
-        .await
-        .unwrap();
-    begin_effect(pool, &intent(key, "invoice:AO"))
-        .await
-        .unwrap();
+    for _ in 0..3 {
+        begin_effect(pool, &intent(key, "invoice:AO"))
+            .await
+            .unwrap();
+    }
     set_state(pool, key, "unknown").await.unwrap();
 
     for table in ["ledger.effect_events", "ledger.attempts"] {

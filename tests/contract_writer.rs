@@ -192,7 +192,7 @@ async fn the_same_request_twice_replays_the_stored_result() {
     assert_eq!(attempts_of_kind(pool, key, "replay").await, 2);
     assert_eq!(
         attempt_kinds(pool, key).await,
-        ["first", "dispatch", "completion", "replay", "replay"]
+        ["dispatch", "completion", "replay", "replay"]
     );
 }
 
@@ -315,7 +315,6 @@ async fn a_webhook_delivered_several_times_does_its_work_once() {
     assert_eq!(
         attempt_kinds(pool, event).await,
         [
-            "first",
             "dispatch",
             "in_flight",
             "dispatch_refused",
@@ -523,7 +522,6 @@ async fn concurrent_callers_of_one_key_converge_on_one_proceed() {
         let id = answers[0].effect_id;
         assert!(answers.iter().all(|b| b.effect_id == id));
         assert_eq!(effect_rows(&db.pool, &key).await, 1);
-        assert_eq!(attempts_of_kind(&db.pool, &key, "first").await, 1);
         assert_eq!(
             attempts_of_kind(&db.pool, &key, "in_flight").await,
             (CONCURRENCY - 1) as i64

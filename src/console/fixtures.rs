@@ -447,7 +447,6 @@ pub fn history() -> EffectHistory {
     related.held_by = Some(2000);
     EffectHistory {
         attempts: vec![
-            attempt(1, "first", "agent-7", 1_330, None),
             attempt(2, "dispatch", "worker-2", 1_300, None),
             attempt(3, "in_flight", "agent-7", 1_100, None),
             attempt(4, "mismatch", "agent-7-retry", 900, Some(offered)),
