@@ -63,6 +63,7 @@ create table ledger.effects (
 
 create index effects_target_idx on ledger.effects (target, action);
 create index effects_compensates_idx on ledger.effects (compensates) where compensates is not null;
+create index effects_external_ref_idx on ledger.effects (external_ref) where external_ref is not null;
 create index effects_updated_idx on ledger.effects (updated_at);
 
 -- Every call to the writer API for a key that already exists (and the first
@@ -85,8 +86,9 @@ create table ledger.attempts (
 );
 
 create index attempts_effect_idx on ledger.attempts (effect_id, at);
-create index attempts_duplicate_idx on ledger.attempts (effect_id)
+create index attempts_duplicate_idx on ledger.attempts (at)
     where kind in ('replay', 'in_flight', 'retry', 'stop', 'mismatch', 'held', 'late_result', 'dispatch_refused');
+create index attempts_flagged_idx on ledger.attempts (effect_id) where flagged;
 
 -- History of every state change. Written by a trigger; never updated.
 create table ledger.effect_events (

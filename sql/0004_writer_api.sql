@@ -96,12 +96,20 @@ begin
          for update;
 
         if found then
+            -- The amount, currency and provider are as material as the
+            -- params: a retry that changes any of them is another intent.
             if existing.params_hash <> offered_hash
                or existing.action <> begin_effect.action
-               or existing.target <> begin_effect.target then
+               or existing.target <> begin_effect.target
+               or existing.amount_minor is distinct from begin_effect.amount_minor
+               or existing.currency is distinct from upper(begin_effect.currency)
+               or existing.provider is distinct from begin_effect.provider then
                 perform ledger.record_attempt(existing, 'mismatch', begin_effect.requested_by,
                     begin_effect.request_id, offered_hash, offered_params,
-                    jsonb_build_object('action', begin_effect.action, 'target', begin_effect.target),
+                    jsonb_build_object('action', begin_effect.action, 'target', begin_effect.target,
+                                       'amount_minor', begin_effect.amount_minor,
+                                       'currency', upper(begin_effect.currency),
+                                       'provider', begin_effect.provider),
                     true);
                 return query select 'rejected'::text, existing.id, existing.state, null::jsonb;
                 return;
@@ -312,7 +320,15 @@ begin
             complete_effect.request_id, null, detail => evidence);
         return query select false, effect.state, false;
     else
-        update ledger.effects e set late_result_at = now() where e.id = effect.id;
+        -- A success reported after the effect was recorded as failed means
+        -- the money did move: never let the key be retried, and flag it.
+        update ledger.effects e
+           set late_result_at = now(),
+               retryable = case when e.state = 'failed' and complete_effect.outcome = 'succeeded'
+                                then false else e.retryable end,
+               attention = case when e.state = 'failed' and complete_effect.outcome = 'succeeded'
+                                then 'mismatch' else e.attention end
+         where e.id = effect.id;
         perform ledger.record_attempt(effect, 'late_result', complete_effect.worker,
             complete_effect.request_id, null,
             detail => evidence || jsonb_build_object('state_when_received', effect.state),

@@ -86,6 +86,9 @@ select e.op_key,
           from ledger.attempts a
          where a.kind in ('replay', 'in_flight', 'retry', 'stop', 'mismatch', 'held',
                           'late_result', 'dispatch_refused')
+           -- A pane, not an archive: the last day's repeats, and every flagged
+           -- one (a mismatch, a late result) until the ledger is pruned.
+           and (a.at > now() - interval '24 hours' or a.flagged)
          group by a.effect_id) d
   join ledger.effects e on e.id = d.effect_id;
 

@@ -199,6 +199,8 @@ declare
     recon_id bigint;
     seq bigint;
     reason text;
+    applied_finding text;
+    note text;
 begin
     if record_reconciliation.finding not in ('exists_once', 'absent', 'duplicate', 'mismatch', 'indeterminate')
        or record_reconciliation.finding is null then
@@ -211,37 +213,59 @@ begin
                                        record_reconciliation.operator, reason, false);
     before := ledger.effect_snapshot(effect);
     state_before := effect.state;
+    applied_finding := record_reconciliation.finding;
+    -- A reference another effect already holds is not this effect's: two
+    -- refunds of one invoice must not settle on the same provider record.
+    if applied_finding = 'exists_once' and exists (
+           select 1 from ledger.effects o
+            where o.external_ref = record_reconciliation.external_refs[1]
+              and o.id <> effect.id
+              and o.provider is not distinct from effect.provider) then
+        applied_finding := 'mismatch';
+        note := 'the provider''s record is already the reference of another effect';
+    end if;
+    -- A call still inside its window may not have reached the provider's
+    -- records yet: absent then proves nothing, and failing it would invite a
+    -- second dispatch.
+    if applied_finding = 'absent' and effect.state = 'pending'
+       and effect.dispatched_at is not null and effect.deadline_at > now() then
+        applied_finding := 'indeterminate';
+        note := 'absent while the call is still inside its window: not applied';
+    end if;
 
     if effect.state in ('pending', 'unknown') then
-        if record_reconciliation.finding = 'exists_once' then
+        if applied_finding = 'exists_once' then
             update ledger.effects e
                set state = 'succeeded', external_ref = coalesce(record_reconciliation.external_refs[1], e.external_ref),
                    attention = null
              where e.id = effect.id returning e.* into effect;
-        elsif record_reconciliation.finding = 'absent' then
+        elsif applied_finding = 'absent' then
             update ledger.effects e
                set state = 'failed', retryable = (ledger.policy_for(e.action)).retry_when_absent,
                    failure_reason = 'the provider has no such effect', attention = null
              where e.id = effect.id returning e.* into effect;
-        elsif record_reconciliation.finding in ('duplicate', 'mismatch') then
-            update ledger.effects e set attention = record_reconciliation.finding
+        elsif applied_finding in ('duplicate', 'mismatch') then
+            update ledger.effects e set attention = applied_finding
              where e.id = effect.id returning e.* into effect;
         end if;
-    elsif record_reconciliation.finding in ('duplicate', 'mismatch') then
+    elsif applied_finding in ('duplicate', 'mismatch') then
         -- A settled effect found twice at the provider still needs a person.
-        update ledger.effects e set attention = record_reconciliation.finding
+        update ledger.effects e set attention = applied_finding
          where e.id = effect.id returning e.* into effect;
     end if;
 
     insert into ledger.reconciliations (effect_id, op_key, provider, finding, external_refs, evidence,
                                         duration_ms, state_before, state_after, requested_by)
-    values (effect.id, effect.op_key, record_reconciliation.provider, record_reconciliation.finding,
-            coalesce(record_reconciliation.external_refs, '{}'), coalesce(record_reconciliation.evidence, '{}'),
+    values (effect.id, effect.op_key, record_reconciliation.provider, applied_finding,
+            coalesce(record_reconciliation.external_refs, '{}'),
+            coalesce(record_reconciliation.evidence, '{}')
+                || case when note is null then '{}'::jsonb
+                        else jsonb_build_object('provider_finding', record_reconciliation.finding, 'note', note) end,
             record_reconciliation.duration_ms, state_before, effect.state, record_reconciliation.operator)
     returning id into recon_id;
     seq := ledger.audit(record_reconciliation.operator, 'reconcile', effect, reason,
                         before, ledger.effect_snapshot(effect)
-                            || jsonb_build_object('finding', record_reconciliation.finding,
+                            || jsonb_build_object('finding', applied_finding,
                                                   'reconciliation_id', recon_id));
     return query select effect.state, effect.version, recon_id, seq;
 end

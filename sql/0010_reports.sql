@@ -7,8 +7,7 @@
 -- retention cost what happened in that range, not the whole ledger.
 create index effects_settled_at_idx on ledger.effects (settled_at) where settled_at is not null;
 create index reconciliations_at_idx on ledger.reconciliations (at);
-create index attempts_duplicate_at_idx on ledger.attempts (at)
-    where kind in ('replay', 'in_flight', 'retry', 'stop', 'mismatch', 'held', 'late_result', 'dispatch_refused');
+-- Duplicate attempts by time: ledger.attempts_duplicate_idx (0001).
 
 -- Finance ----------------------------------------------------------------------
 

@@ -1051,3 +1051,160 @@ async fn a_dispatch_cannot_be_undone_by_hand() {
             .claimed
     );
 }
+
+/// The amount, currency and provider are part of the intent: a retry that
+/// changes one of them is another intent, never dispatched under this key.
+#[tokio::test]
+async fn a_changed_amount_currency_or_provider_is_rejected() {
+    let db = common::test_db().await;
+    let pool = &db.pool;
+    let mut original = refund("refund:INV-11:a", "invoice:INV-11");
+    original.amount_minor = Some(1500);
+    original.currency = Some("EUR".into());
+    original.provider = Some("pay".into());
+    run_to(
+        pool,
+        &original,
+        Outcome::Failed { retryable: true },
+        &Completion::default(),
+    )
+    .await;
+    for change in [
+        Intent {
+            amount_minor: Some(150_000),
+            ..original.clone()
+        },
+        Intent {
+            currency: Some("USD".into()),
+            ..original.clone()
+        },
+        Intent {
+            provider: Some("other".into()),
+            ..original.clone()
+        },
+    ] {
+        assert_eq!(
+            begin_effect(pool, &change).await.unwrap().decision,
+            Decision::Rejected
+        );
+    }
+    assert_eq!(
+        attempts_of_kind(pool, "refund:INV-11:a", "mismatch").await,
+        3
+    );
+    let lowercase = Intent {
+        currency: Some("eur".into()),
+        ..original.clone()
+    };
+    assert_eq!(
+        begin_effect(pool, &lowercase).await.unwrap().decision,
+        Decision::Retry
+    );
+}
+
+/// A success reported for an effect recorded as failed means the money
+/// moved: the key must never be retried, and a person must look.
+#[tokio::test]
+async fn a_late_success_on_a_failed_effect_stops_its_retries() {
+    let db = common::test_db().await;
+    let pool = &db.pool;
+    let intent = refund("refund:INV-12:a", "invoice:INV-12");
+    run_to(
+        pool,
+        &intent,
+        Outcome::Failed { retryable: true },
+        &Completion::default(),
+    )
+    .await;
+    let late = complete_effect(
+        pool,
+        "refund:INV-12:a",
+        Outcome::Succeeded,
+        &done("re_late", json!({})),
+    )
+    .await
+    .unwrap();
+    assert!(late.late);
+    let row = effect(pool, "refund:INV-12:a").await;
+    assert_eq!(row.state, State::Failed);
+    assert_eq!(row.retryable, Some(false));
+    assert_eq!(row.attention.as_deref(), Some("mismatch"));
+    assert_eq!(
+        begin_effect(pool, &intent).await.unwrap().decision,
+        Decision::Stop
+    );
+}
+
+/// Reconciliation must not fail a call still inside its window (the
+/// provider may not show it yet), nor settle an effect on a record that is
+/// already another effect's reference.
+#[tokio::test]
+async fn reconciliation_guards_in_flight_calls_and_foreign_references() {
+    let db = common::test_db().await;
+    let pool = &db.pool;
+    let key = "refund:INV-13:a";
+    let mut first = refund(key, "invoice:INV-13");
+    first.provider = Some("pay".into());
+    first.pending_window_secs = Some(600);
+    begin_effect(pool, &first).await.unwrap();
+    assert!(mark_dispatched(pool, key, None, "w").await.unwrap().claimed);
+    let finding = |finding: &str, refs: Vec<String>| Finding {
+        provider: "pay".into(),
+        finding: finding.into(),
+        external_refs: refs,
+        evidence: json!({}),
+        duration_ms: 3,
+    };
+    let seen = effect(pool, key).await.version;
+    let absent = actions::record_reconciliation(
+        pool,
+        key,
+        SeenVersion(seen),
+        "alice",
+        &finding("absent", vec![]),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        absent.state,
+        State::Pending,
+        "absent inside the window proves nothing"
+    );
+    let stored: String =
+        sqlx::query_scalar("select finding from ledger.reconciliations where op_key = $1")
+            .bind(key)
+            .fetch_one(pool)
+            .await
+            .unwrap();
+    assert_eq!(stored, "indeterminate");
+
+    let other = "refund:INV-13:b";
+    let mut second = refund(other, "invoice:INV-13b");
+    second.provider = Some("pay".into());
+    run_to(
+        pool,
+        &second,
+        Outcome::Succeeded,
+        &done("re_shared", json!({})),
+    )
+    .await;
+    let seen = effect(pool, key).await.version;
+    let found = actions::record_reconciliation(
+        pool,
+        key,
+        SeenVersion(seen),
+        "alice",
+        &finding("exists_once", vec!["re_shared".into()]),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        found.state,
+        State::Pending,
+        "another effect's reference settles nothing"
+    );
+    assert_eq!(
+        effect(pool, key).await.attention.as_deref(),
+        Some("mismatch")
+    );
+}

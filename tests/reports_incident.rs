@@ -356,8 +356,8 @@ async fn a_scripted_incident_reads_back_exactly() {
     assert_eq!(
         unknown,
         [
-            ("refund:INV-3:v1", d_unknown, Some("timeout"), 3, 0),
-            ("refund:INV-7:v1", g_unknown, Some("connection reset"), 3, 0),
+            ("refund:INV-3:v1", d_unknown, Some("timeout"), 2, 0),
+            ("refund:INV-7:v1", g_unknown, Some("connection reset"), 2, 0),
         ]
     );
 

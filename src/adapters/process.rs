@@ -88,16 +88,8 @@ pub async fn run(
             drop(stdin);
             Ok::<(), std::io::Error>(())
         };
-        let read_out = async {
-            let mut buffer = Vec::new();
-            stdout.take(STDOUT_CAP).read_to_end(&mut buffer).await?;
-            Ok::<_, std::io::Error>(buffer)
-        };
-        let read_err = async {
-            let mut buffer = Vec::new();
-            stderr.take(STDERR_CAP).read_to_end(&mut buffer).await?;
-            Ok::<_, std::io::Error>(buffer)
-        };
+        let read_out = read_capped(stdout, STDOUT_CAP);
+        let read_err = read_capped(stderr, STDERR_CAP);
         let ((), out, err) = tokio::try_join!(write, read_out, read_err)?;
         let status = child.wait().await?;
         Ok::<_, std::io::Error>(Finished {
@@ -115,6 +107,19 @@ pub async fn run(
             ms: timeout.as_millis(),
         }),
     }
+}
+
+/// Keeps the first `cap` bytes and drains the rest: with the pipe closed (or
+/// left full) a chatty child would die of SIGPIPE (or block) before answering.
+async fn read_capped(
+    reader: impl tokio::io::AsyncRead + Unpin,
+    cap: u64,
+) -> std::io::Result<Vec<u8>> {
+    let mut buffer = Vec::new();
+    let mut capped = reader.take(cap);
+    capped.read_to_end(&mut buffer).await?;
+    tokio::io::copy(&mut capped.into_inner(), &mut tokio::io::sink()).await?;
+    Ok(buffer)
 }
 
 #[cfg(test)]
@@ -139,6 +144,23 @@ mod tests {
         assert!(!done.success);
         assert_eq!(done.status_text(), "exit status 3");
         assert!(!done.stderr_line().contains('\x1b'));
+    }
+
+    #[tokio::test]
+    async fn output_past_the_caps_is_drained_so_the_program_finishes() {
+        // ~200 KB on stderr, written by the shell itself, before its answer.
+        let script = r#"i=0
+while [ $i -lt 2000 ]; do printf '%0100d\n' 0 >&2; i=$((i + 1)); done
+echo '{"ok":true}'"#;
+        let args = vec!["-c".to_string(), script.to_string()];
+        let started = std::time::Instant::now();
+        let done = run("/bin/sh", &args, &[], b"", Duration::from_secs(10))
+            .await
+            .unwrap();
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert!(done.success, "{}", done.status_text());
+        assert_eq!(done.stdout, b"{\"ok\":true}\n");
+        assert_eq!(done.stderr.len() as u64, STDERR_CAP);
     }
 
     #[tokio::test]

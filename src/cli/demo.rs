@@ -4,7 +4,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::exit::{BAD_CONFIG, FAILURE, Failure, UNREACHABLE};
+use tokio::signal::unix::{Signal, SignalKind, signal};
+
+use super::exit::{BAD_CONFIG, FAILURE, Failure, REFUSED, UNREACHABLE};
 use super::watch::{self, WatchArgs};
 use crate::config::Config;
 use crate::demo::provider_client::ProviderClient;
@@ -41,11 +43,15 @@ pub async fn run(config: &Config, args: DemoArgs) -> Result<(), Failure> {
             ),
         ));
     }
+    let mut signals = StopSignals::new()?;
     let mut cluster: Option<LocalCluster> = None;
     let url = match &args.database_url {
         Some(url) => url.clone(),
         None => {
             let dir = args.data_dir.clone().unwrap_or_else(demo::data_dir);
+            if let Some(refusal) = args.fresh.then(|| demo::fresh_refusal(&dir)).flatten() {
+                return Err(Failure::new(REFUSED, refusal));
+            }
             eprintln!(
                 "effectwatch demo: starting a private PostgreSQL in {}",
                 dir.display()
@@ -58,7 +64,7 @@ pub async fn run(config: &Config, args: DemoArgs) -> Result<(), Failure> {
         }
     };
     let port = cluster.as_ref().map(LocalCluster::port);
-    let result = run_on(config, &args, url, port).await;
+    let result = run_on(config, &args, url, port, &mut signals).await;
     if let Some(cluster) = cluster {
         let stopped = tokio::task::spawn_blocking(move || cluster.stop()).await;
         if let Ok(Err(error)) = stopped {
@@ -73,6 +79,7 @@ async fn run_on(
     args: &DemoArgs,
     url: String,
     cluster_port: Option<u16>,
+    signals: &mut StopSignals,
 ) -> Result<(), Failure> {
     let mut connect = ConnectSettings::new(url.clone());
     connect.max_connections = (args.agents as u32 + 2).max(4);
@@ -84,7 +91,9 @@ async fn run_on(
             format!("{error} — if the demo's kept ledger is from another version, start over with `effectwatch demo --fresh`"),
         )
     })?;
-    demo::install_demo_policies(&pool, args.pending_window).await?;
+    // Someone else's ledger keeps its policies unless a window was asked for.
+    let update_windows = args.database_url.is_none() || args.pending_window.is_some();
+    demo::install_demo_policies(&pool, args.pending_window, update_windows).await?;
     let provider_memory = args.database_url.is_none().then(|| {
         args.data_dir
             .clone()
@@ -109,6 +118,7 @@ async fn run_on(
     demo_config
         .merge_toml(&demo::demo_adapters_toml(&provider_url))
         .map_err(|e| Failure::new(FAILURE, e))?;
+    let client = ProviderClient::new(provider_url.clone()).map_err(|e| Failure::new(FAILURE, e))?;
     let operator_config = write_operator_config(&url, &provider_url);
     if let Some(path) = &operator_config {
         eprintln!(
@@ -116,7 +126,6 @@ async fn run_on(
             path.display()
         );
     }
-    let client = ProviderClient::new(provider_url.clone()).map_err(|e| Failure::new(FAILURE, e))?;
     let simulator = Simulator::start(
         pool.clone(),
         client,
@@ -137,29 +146,36 @@ async fn run_on(
         let duration = args.duration.unwrap_or(Duration::from_secs(30));
         let started = Instant::now();
         while started.elapsed() < duration {
-            tokio::time::sleep(
-                Duration::from_secs(2).min(duration.saturating_sub(started.elapsed())),
-            )
-            .await;
+            let pause = Duration::from_secs(2).min(duration.saturating_sub(started.elapsed()));
+            tokio::select! {
+                () = tokio::time::sleep(pause) => {}
+                name = signals.recv() => {
+                    eprintln!("effectwatch demo: {name}: stopping");
+                    break;
+                }
+            }
             let _ = settler.deliver_due_escalations().await;
             eprintln!("{}", stats.line());
         }
-        let panes = demo::pane_counts(&pool).await?;
-        println!(
-            "{}",
-            safe_json(&HeadlessSummary {
-                seconds: started.elapsed().as_secs_f64(),
-                provider_url: provider_url.clone(),
-                cluster_port,
-                status: stats.line(),
-                panes,
+        demo::pane_counts(&pool)
+            .await
+            .map(|panes| {
+                println!(
+                    "{}",
+                    safe_json(&HeadlessSummary {
+                        seconds: started.elapsed().as_secs_f64(),
+                        provider_url: provider_url.clone(),
+                        cluster_port,
+                        status: stats.line(),
+                        panes,
+                    })
+                );
             })
-        );
-        Ok(())
+            .map_err(Failure::from)
     } else {
         let status_stats = stats.clone();
         let housekeeping_settler = settler.clone();
-        watch::run(
+        let console = watch::run(
             &demo_config,
             WatchArgs {
                 database_url: url,
@@ -180,8 +196,20 @@ async fn run_on(
                     })
                 })),
             },
-        )
-        .await
+        );
+        tokio::select! {
+            result = console => result,
+            name = signals.recv() => {
+                // The console was dropped mid-run: give the terminal back here.
+                let _ = crossterm::execute!(
+                    std::io::stdout(),
+                    crossterm::event::DisableMouseCapture
+                );
+                let _ = ratatui::try_restore();
+                eprintln!("effectwatch demo: {name}: stopping");
+                Ok(())
+            }
+        }
     };
     simulator.stop().await;
     if let Some(path) = &provider_memory
@@ -220,6 +248,38 @@ fn write_operator_config(database_url: &str, provider_url: &str) -> Option<std::
         Err(error) => {
             tracing::warn!(%error, "cannot write the second operator's config");
             None
+        }
+    }
+}
+
+/// SIGINT, SIGTERM and SIGHUP: each ends a demo run early, with the normal
+/// shutdown (the server is not left running). In the console the terminal is
+/// raw, so Ctrl-C arrives as a key instead.
+struct StopSignals {
+    interrupt: Signal,
+    terminate: Signal,
+    hangup: Signal,
+}
+
+impl StopSignals {
+    fn new() -> Result<StopSignals, Failure> {
+        let listen = |kind| {
+            signal(kind)
+                .map_err(|error| Failure::new(FAILURE, format!("cannot handle signals: {error}")))
+        };
+        Ok(StopSignals {
+            interrupt: listen(SignalKind::interrupt())?,
+            terminate: listen(SignalKind::terminate())?,
+            hangup: listen(SignalKind::hangup())?,
+        })
+    }
+
+    /// The name of the next signal received.
+    async fn recv(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.interrupt.recv() => "SIGINT",
+            _ = self.terminate.recv() => "SIGTERM",
+            _ = self.hangup.recv() => "SIGHUP",
         }
     }
 }

@@ -5,7 +5,7 @@
 pub mod provider_client;
 pub mod simulator;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Serialize;
@@ -29,23 +29,39 @@ pub fn data_dir() -> PathBuf {
         .unwrap_or_else(|| std::env::temp_dir().join("effectwatch-demo"))
 }
 
+/// Why `--fresh` must not remove `dir`, if it must not: a folder that is
+/// neither empty nor a demo cluster (`data/PG_VERSION`) may be anything.
+pub fn fresh_refusal(dir: &Path) -> Option<String> {
+    if !dir.exists() || dir.join("data/PG_VERSION").is_file() {
+        return None;
+    }
+    let empty = std::fs::read_dir(dir).is_ok_and(|mut entries| entries.next().is_none());
+    (!empty).then(|| {
+        format!(
+            "refusing to remove {} for --fresh: it is not empty and holds no demo cluster (no data/PG_VERSION)",
+            dir.display()
+        )
+    })
+}
+
 /// Starts (or resumes) the demo's own cluster and returns it with the URL of
-/// the demo database, created on first use.
+/// the demo database, created on first use. A watchdog stops the server when
+/// this process exits, however it exits.
 pub async fn start_cluster(dir: PathBuf, fresh: bool) -> Result<(LocalCluster, String), String> {
     if fresh && dir.exists() {
+        if let Some(refusal) = fresh_refusal(&dir) {
+            return Err(refusal);
+        }
+        stop_leftover_server(&dir).await?;
         std::fs::remove_dir_all(&dir)
             .map_err(|error| format!("cannot remove {} for --fresh: {error}", dir.display()))?;
     }
     std::fs::create_dir_all(&dir)
         .map_err(|error| format!("cannot create {}: {error}", dir.display()))?;
-    let options = ClusterOptions {
-        data_dir: Some(dir),
-        ..ClusterOptions::default()
-    };
-    let cluster = tokio::task::spawn_blocking(move || LocalCluster::start(options))
-        .await
-        .map_err(|error| error.to_string())?
-        .map_err(|error: LocalPgError| first_lines(&error.to_string()))?;
+    let cluster = start_blocking(dir).await?;
+    if let Err(error) = cluster.stop_when_process_exits(std::process::id()) {
+        tracing::warn!(%error, "the demo's PostgreSQL may outlive a killed demo");
+    }
     let admin = ledger::connect(&ConnectSettings::new(cluster.url("postgres")))
         .await
         .map_err(|e| e.to_string())?;
@@ -68,6 +84,39 @@ pub async fn start_cluster(dir: PathBuf, fresh: bool) -> Result<(LocalCluster, S
     Ok((cluster, url))
 }
 
+async fn start_blocking(dir: PathBuf) -> Result<LocalCluster, String> {
+    let options = ClusterOptions {
+        data_dir: Some(dir),
+        ..ClusterOptions::default()
+    };
+    tokio::task::spawn_blocking(move || LocalCluster::start(options))
+        .await
+        .map_err(|error| error.to_string())?
+        .map_err(|error: LocalPgError| first_lines(&error.to_string()))
+}
+
+/// A server left running in `dir` by a killed run would outlive its removed
+/// folder. Starting the cluster stops such a server first (and starts ours,
+/// which we then stop).
+async fn stop_leftover_server(dir: &Path) -> Result<(), String> {
+    let pid_file = dir.join("data/postmaster.pid");
+    if !pid_file.exists() {
+        return Ok(());
+    }
+    match start_blocking(dir.to_path_buf()).await {
+        Ok(cluster) => tokio::task::spawn_blocking(move || cluster.stop())
+            .await
+            .map_err(|error| error.to_string())?
+            .map_err(|error| first_lines(&error.to_string())),
+        // A cluster too broken to start can still go, unless its server is still up.
+        Err(error) if pid_file.exists() => Err(format!(
+            "cannot stop the server still running in {} before removing it for --fresh: {error}",
+            dir.display()
+        )),
+        Err(_) => Ok(()),
+    }
+}
+
 fn first_lines(text: &str) -> String {
     text.lines().take(6).collect::<Vec<_>>().join(" | ")
 }
@@ -75,10 +124,18 @@ fn first_lines(text: &str) -> String {
 /// Policies that make the demo lively: short windows so items turn overdue
 /// within a minute, and a four-eyes limit on large refunds. `window` sets
 /// every action's window (a headless test wants seconds, not a minute).
+/// Existing policies keep their windows unless `update_windows` (the demo's
+/// own ledger, or a window asked for); nothing else of theirs is changed.
 pub async fn install_demo_policies(
     pool: &PgPool,
     window: Option<Duration>,
+    update_windows: bool,
 ) -> Result<(), LedgerError> {
+    let on_conflict = if update_windows {
+        "do update set pending_window = excluded.pending_window"
+    } else {
+        "do nothing"
+    };
     let policies = [
         ("refund", 30.0, true, Some(20_000_i64)),
         ("booking", 45.0, true, None),
@@ -87,11 +144,11 @@ pub async fn install_demo_policies(
     ];
     for (action, seconds, exclusive, limit) in policies {
         let seconds = window.map(|w| w.as_secs_f64()).unwrap_or(seconds);
-        sqlx::query(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             "insert into ledger.action_policies (action, pending_window, exclusive_per_target, compensation_approval_limit_minor)
              values ($1, make_interval(secs => $2), $3, $4)
-             on conflict (action) do update set pending_window = excluded.pending_window",
-        )
+             on conflict (action) {on_conflict}"
+        )))
         .bind(action)
         .bind(seconds)
         .bind(exclusive)
