@@ -678,3 +678,36 @@ fn quit_and_help() {
     let ctrl_c = KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL);
     assert_eq!(app.update(Message::Key(ctrl_c)), vec![Command::Quit]);
 }
+
+#[test]
+fn y_copies_a_plain_key() {
+    let mut app = app_with(&["pay:inv-0001", "pay:inv-0042"]);
+    char(&mut app, 'j');
+    assert_eq!(
+        char(&mut app, 'y'),
+        vec![Command::Copy("pay:inv-0042".to_string())]
+    );
+    let status = app.status.clone().unwrap();
+    assert_eq!(status.text, "copied pay:inv-0042");
+    assert_eq!(status.role, Role::Ok);
+}
+
+#[test]
+fn a_key_with_control_characters_is_never_copied() {
+    // Pasted into a shell, the newline would run what follows it.
+    for hostile in [
+        "pay:1\nrm -rf ~",
+        "pay:1\r",
+        "pay:\x1b[2J",
+        "pay:\u{202E}gnp.exe",
+    ] {
+        let mut app = app_with(&[hostile]);
+        assert!(char(&mut app, 'y').is_empty(), "{hostile:?} was copied");
+        let status = app.status.clone().unwrap();
+        assert_eq!(
+            status.text,
+            "this key contains control characters: not copied; use `effectwatch show`"
+        );
+        assert_eq!(status.role, Role::Warn);
+    }
+}

@@ -543,7 +543,7 @@ fn hostile_text_in_dialogs_and_status_is_safe() {
     press(&mut app, KeyCode::Char('y'));
     let buffer = render(&app, &Theme::default());
     assert_terminal_safe(&buffer);
-    assert!(text(&buffer).contains("copied pay:"));
+    assert!(text(&buffer).contains("control characters: not copied"));
 }
 
 #[test]

@@ -78,6 +78,8 @@ pub struct Snapshot {
     pub audit: Vec<AuditEntry>,
     /// Read only while the finance view is open: it is a review, not a poll.
     pub finance: Option<FinanceReview>,
+    /// Why the finance review could not be read; the panes are still fresh.
+    pub finance_error: Option<String>,
     pub polled_at: DateTime<Utc>,
     pub latency: Duration,
     pub database: String,
@@ -613,6 +615,14 @@ impl App {
             }
             Action::Copy => {
                 if let Some((op_key, _)) = self.selected_effect() {
+                    // A newline in a pasted key would run the rest as a shell command.
+                    if crate::text::sanitize_line(&op_key) != op_key {
+                        self.set_status(
+                            "this key contains control characters: not copied; use `effectwatch show`",
+                            Role::Warn,
+                        );
+                        return Vec::new();
+                    }
                     self.set_status(
                         format!("copied {}", crate::text::sanitize_line(&op_key)),
                         Role::Ok,

@@ -371,6 +371,7 @@ pub fn snapshot_with(rows: Vec<OverdueRow>, total: i64) -> Snapshot {
         approvals: approval_rows(),
         audit: audit_entries(),
         finance: Some(finance()),
+        finance_error: None,
         polled_at: now(),
         latency: Duration::from_millis(14),
         database: "payments".into(),

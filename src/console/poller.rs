@@ -34,23 +34,52 @@ const AUDIT_ROWS: i64 = 300;
 const FINANCE_DAYS: i64 = 30;
 const ESCALATION_ROWS: i64 = 500;
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// Changes arrive in bursts: a NOTIFY waits this long for the rest.
+const SETTLE: Duration = Duration::from_millis(150);
+/// The least time between the starts of two polls woken by NOTIFY.
+const MIN_WAKE_GAP: Duration = Duration::from_millis(250);
+/// How much longer than the statement timeout a poll may take before the
+/// database counts as gone: a peer that vanished without a reset never
+/// answers, and the server-side timeout cannot fire where no server is.
+const ANSWER_GRACE: Duration = Duration::from_secs(5);
+
+/// The LISTEN task, stopped with the pool it listens on or with the poller.
+struct Listening(JoinHandle<()>);
+
+impl Drop for Listening {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// When a poll woken by NOTIFY may start: once the burst has settled, and
+/// never sooner than `max(250 ms, interval / 4)` after the previous poll
+/// started, so a busy ledger does not turn the interval into a few polls a
+/// second. Settings the operator changed are not held back by this.
+pub fn wake_poll_at(last_start: Instant, now: Instant, interval: Duration) -> Instant {
+    (now + SETTLE).max(last_start + (interval / 4).max(MIN_WAKE_GAP))
+}
 
 pub fn spawn(
     connect: ConnectSettings,
     mut settings: watch::Receiver<PollSettings>,
-    wake: Arc<Notify>,
     messages: mpsc::Sender<Message>,
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
+        let wake = Arc::new(Notify::new());
+        let answer_within = connect.statement_timeout + ANSWER_GRACE;
         let mut backoff = Duration::from_millis(250);
         let mut pool: Option<PgPool> = None;
-        let mut listener: Option<JoinHandle<()>> = None;
+        // Only ever dropped (which stops it), never read: hence the `_`.
+        let mut _listener: Option<Listening> = None;
+        let mut last_start = Instant::now();
         loop {
             let current = settings.borrow_and_update().clone();
             if pool.is_none() {
                 match ledger::connect(&connect).await {
                     Ok(connected) => {
-                        listener = Some(spawn_listener(connected.clone(), wake.clone()));
+                        _listener =
+                            Some(Listening(spawn_listener(connected.clone(), wake.clone())));
                         pool = Some(connected);
                         backoff = Duration::from_millis(250);
                     }
@@ -71,18 +100,26 @@ pub fn spawn(
             if !current.paused
                 && let Some(connected) = &pool
             {
-                let message = match poll(connected, &current).await {
-                    Ok(snapshot) => Message::Snapshot(Box::new(snapshot)),
-                    Err(error) => {
-                        if error.is_connection() {
-                            pool = None;
-                            if let Some(task) = listener.take() {
-                                task.abort();
+                last_start = Instant::now();
+                let message =
+                    match tokio::time::timeout(answer_within, poll(connected, &current)).await {
+                        Ok(Ok(snapshot)) => Message::Snapshot(Box::new(snapshot)),
+                        Ok(Err(error)) => {
+                            if error.is_connection() {
+                                pool = None;
+                                _listener = None;
                             }
+                            Message::PollFailed(error.to_string())
                         }
-                        Message::PollFailed(error.to_string())
-                    }
-                };
+                        Err(_) => {
+                            pool = None;
+                            _listener = None;
+                            Message::PollFailed(format!(
+                                "no answer from the database within {} s",
+                                answer_within.as_secs()
+                            ))
+                        }
+                    };
                 if messages.send(message).await.is_err() {
                     return;
                 }
@@ -93,8 +130,15 @@ pub fn spawn(
             tokio::select! {
                 _ = tokio::time::sleep(current.interval) => {}
                 _ = wake.notified() => {
-                    // Many changes arrive in bursts: let them settle briefly.
-                    tokio::time::sleep(Duration::from_millis(150)).await;
+                    let at = wake_poll_at(last_start, Instant::now(), current.interval);
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(at.into()) => {}
+                        changed = settings.changed() => {
+                            if changed.is_err() {
+                                return;
+                            }
+                        }
+                    }
                 }
                 changed = settings.changed() => {
                     if changed.is_err() {
@@ -175,21 +219,21 @@ pub async fn poll(pool: &PgPool, settings: &PollSettings) -> Result<Snapshot, Le
     .fetch_all(&mut *tx)
     .await?;
     let audit = audit::recent(&mut *tx, AUDIT_ROWS).await?;
-    let finance = if settings.finance {
-        let since = settings.at.unwrap_or_else(Utc::now) - chrono::Duration::days(FINANCE_DAYS);
-        Some(FinanceReview {
-            since: Some(since),
-            suspected: finance::suspected(&mut *tx, Some(since)).await?,
-            exposure: finance::exposure(&mut *tx, Some(since)).await?,
-        })
-    } else {
-        None
-    };
     let (database, role): (String, String) =
         sqlx::query_as("select current_database()::text, session_user::text")
             .fetch_one(&mut *tx)
             .await?;
     tx.commit().await?;
+    // Apart from the panes: a failing review (a sum out of range) must not
+    // leave every pane stale.
+    let (finance, finance_error) = if settings.finance {
+        match finance_review(pool, settings).await {
+            Ok(review) => (Some(review), None),
+            Err(error) => (None, Some(error.to_string())),
+        }
+    } else {
+        (None, None)
+    };
     Ok(Snapshot {
         panes: rows,
         counts,
@@ -197,10 +241,71 @@ pub async fn poll(pool: &PgPool, settings: &PollSettings) -> Result<Snapshot, Le
         approvals,
         audit,
         finance,
+        finance_error,
         polled_at: Utc::now(),
         latency: started.elapsed(),
         database,
         role,
         offsets: settings.offsets,
     })
+}
+
+/// Suspected doubles and exposure, read from one snapshot of their own.
+async fn finance_review(
+    pool: &PgPool,
+    settings: &PollSettings,
+) -> Result<FinanceReview, LedgerError> {
+    let since = settings.at.unwrap_or_else(Utc::now) - chrono::Duration::days(FINANCE_DAYS);
+    let mut tx = pool.begin().await?;
+    sqlx::query("set transaction isolation level repeatable read read only")
+        .execute(&mut *tx)
+        .await?;
+    let review = FinanceReview {
+        since: Some(since),
+        suspected: finance::suspected(&mut *tx, Some(since)).await?,
+        exposure: finance::exposure(&mut *tx, Some(since)).await?,
+    };
+    tx.commit().await?;
+    Ok(review)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::wake_poll_at;
+
+    #[test]
+    fn a_wake_up_waits_for_the_burst_to_settle() {
+        let start = Instant::now();
+        let now = start + Duration::from_secs(10);
+        assert_eq!(
+            wake_poll_at(start, now, Duration::from_secs(2)),
+            now + Duration::from_millis(150)
+        );
+    }
+
+    #[test]
+    fn wake_ups_never_poll_sooner_than_a_quarter_interval_apart() {
+        let start = Instant::now();
+        let now = start + Duration::from_millis(10);
+        assert_eq!(
+            wake_poll_at(start, now, Duration::from_secs(2)),
+            start + Duration::from_millis(500)
+        );
+        assert_eq!(
+            wake_poll_at(start, now, Duration::from_secs(60)),
+            start + Duration::from_secs(15)
+        );
+    }
+
+    #[test]
+    fn short_intervals_still_keep_a_quarter_second_between_polls() {
+        let start = Instant::now();
+        let now = start + Duration::from_millis(10);
+        assert_eq!(
+            wake_poll_at(start, now, Duration::from_millis(250)),
+            start + Duration::from_millis(250)
+        );
+    }
 }

@@ -11,7 +11,8 @@ use crossterm::event::{
     self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers, MouseEventKind,
 };
 use ratatui::DefaultTerminal;
-use tokio::sync::{Notify, mpsc, watch};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
 
 use super::app::{App, Command, Message, OperatorRequest};
 use super::notify::{self, Tracker};
@@ -61,8 +62,12 @@ pub struct NotificationOptions {
 pub async fn run(options: ConsoleOptions) -> std::io::Result<()> {
     let mut terminal = ratatui::try_init()?;
     let mouse = options.mouse;
-    if mouse {
-        crossterm::execute!(std::io::stdout(), crossterm::event::EnableMouseCapture)?;
+    if mouse
+        && let Err(error) =
+            crossterm::execute!(std::io::stdout(), crossterm::event::EnableMouseCapture)
+    {
+        let _ = ratatui::try_restore();
+        return Err(error);
     }
     let result = event_loop(&mut terminal, options).await;
     if mouse {
@@ -72,13 +77,49 @@ pub async fn run(options: ConsoleOptions) -> std::io::Result<()> {
     result
 }
 
+/// How long quitting waits for confirmed actions still under way; they are
+/// bounded by the providers' timeouts.
+const FINISH_ACTIONS: Duration = Duration::from_secs(10);
+
+/// What runs beside the event loop, stopped on every way out of it (a
+/// failed draw's `?` included) when this is dropped.
+struct Running {
+    messages: mpsc::Receiver<Message>,
+    stop: Arc<AtomicBool>,
+    input: Option<std::thread::JoinHandle<()>>,
+    /// The poller, the ticker and housekeeping.
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for task in &self.tasks {
+            task.abort();
+        }
+        // Closed first: an input thread blocked on a full channel would
+        // otherwise never see the stop flag, and the join would hang.
+        self.messages.close();
+        // Joined so that nothing reads the terminal once it is restored; the
+        // thread notices within one 100 ms poll.
+        if let Some(input) = self.input.take() {
+            let _ = input.join();
+        }
+    }
+}
+
 async fn event_loop(
     terminal: &mut DefaultTerminal,
     options: ConsoleOptions,
 ) -> std::io::Result<()> {
-    let (sender, mut messages) = mpsc::channel::<Message>(256);
+    let (sender, messages) = mpsc::channel::<Message>(256);
     let stop = Arc::new(AtomicBool::new(false));
-    let input = spawn_input_thread(sender.clone(), stop.clone());
+    let mut running = Running {
+        messages,
+        stop: stop.clone(),
+        input: Some(spawn_input_thread(sender.clone(), stop)),
+        tasks: Vec::new(),
+    };
     let mut app = App::new(
         options.operator.clone(),
         options.read_only || options.at.is_some(),
@@ -86,14 +127,12 @@ async fn event_loop(
     );
     app.at = options.at;
     let (settings_sender, settings) = watch::channel(poll_settings(&app));
-    let wake = Arc::new(Notify::new());
-    let poller = poller::spawn(
+    running.tasks.push(poller::spawn(
         options.connect.clone(),
         settings,
-        wake.clone(),
         sender.clone(),
-    );
-    let ticker = {
+    ));
+    running.tasks.push({
         let sender = sender.clone();
         tokio::spawn(async move {
             let mut interval = tokio::time::interval(Duration::from_secs(1));
@@ -104,15 +143,16 @@ async fn event_loop(
                 }
             }
         })
-    };
+    });
     let mut tracker = options
         .notifications
         .map(|n| (Tracker::new(n.min_interval), n.timeout));
     let notifications_failed = Arc::new(AtomicBool::new(false));
     let mut detail_pool = None;
-    let housekeeping = options.housekeeping.clone().map(|work| {
+    let mut actions: Vec<JoinHandle<()>> = Vec::new();
+    if let Some(work) = options.housekeeping.clone() {
         let sender = sender.clone();
-        tokio::spawn(async move {
+        running.tasks.push(tokio::spawn(async move {
             let mut interval = tokio::time::interval(Duration::from_secs(3));
             loop {
                 interval.tick().await;
@@ -122,14 +162,14 @@ async fn event_loop(
                     return;
                 }
             }
-        })
-    });
+        }));
+    }
 
     loop {
         let size = terminal.size()?;
         app.page_size = size.height.saturating_sub(7).max(1) as usize;
         terminal.draw(|frame| views::draw(frame, &app, &options.theme))?;
-        let Some(message) = messages.recv().await else {
+        let Some(message) = running.messages.recv().await else {
             break;
         };
         if let (Message::Snapshot(snapshot), Some((tracker, timeout))) = (&message, &mut tracker)
@@ -154,18 +194,20 @@ async fn event_loop(
         for command in app.update(message) {
             match command {
                 Command::Quit => {
-                    stop.store(true, Ordering::Relaxed);
-                    poller.abort();
-                    ticker.abort();
-                    if let Some(task) = &housekeeping {
-                        task.abort();
+                    actions.retain(|task| !task.is_finished());
+                    if !actions.is_empty() {
+                        app.set_status(
+                            format!("finishing {} action(s)…", actions.len()),
+                            super::theme::Role::Muted,
+                        );
+                        terminal.draw(|frame| views::draw(frame, &app, &options.theme))?;
+                        finish(actions, &mut running.messages).await;
                     }
-                    let _ = input.join();
                     return Ok(());
                 }
+                // A changed setting wakes the poller at once, NOTIFY's gap aside.
                 Command::Repoll => {
                     let _ = settings_sender.send(poll_settings(&app));
-                    wake.notify_one();
                 }
                 Command::LoadDetail(op_key) => {
                     if detail_pool.is_none() {
@@ -189,10 +231,11 @@ async fn event_loop(
                 }
                 Command::Perform(request) => {
                     let (sender, performer) = (sender.clone(), options.performer.clone());
-                    tokio::spawn(async move {
+                    actions.retain(|task| !task.is_finished());
+                    actions.push(tokio::spawn(async move {
                         let result = performer(request).await;
                         let _ = sender.send(Message::Performed(result)).await;
-                    });
+                    }));
                 }
                 Command::Copy(text) => {
                     if let Err(error) = clipboard::copy(&text) {
@@ -205,8 +248,25 @@ async fn event_loop(
             }
         }
     }
-    stop.store(true, Ordering::Relaxed);
     Ok(())
+}
+
+/// Waits up to [`FINISH_ACTIONS`] for the actions still under way, reading
+/// (and dropping) messages meanwhile so none of them waits on a full channel.
+async fn finish(actions: Vec<JoinHandle<()>>, messages: &mut mpsc::Receiver<Message>) {
+    let all = async {
+        for task in actions {
+            let _ = task.await;
+        }
+    };
+    let drain = async { while messages.recv().await.is_some() {} };
+    let _ = tokio::time::timeout(FINISH_ACTIONS, async {
+        tokio::select! {
+            _ = all => {}
+            _ = drain => {}
+        }
+    })
+    .await;
 }
 
 fn poll_settings(app: &App) -> PollSettings {

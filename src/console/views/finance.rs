@@ -36,7 +36,17 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         ),
         theme.role(Role::Muted).add_modifier(Modifier::BOLD),
     ))];
-    if exposure.is_empty() {
+    let failed = app
+        .snapshot
+        .as_ref()
+        .and_then(|s| s.finance_error.as_deref());
+    if let Some(error) = failed {
+        // The header would promise a table that is not there.
+        lines = vec![Line::from(Span::styled(
+            format!("  ✗ the finance review failed: {}", sanitize_line(error)),
+            theme.role(Role::Critical),
+        ))];
+    } else if exposure.is_empty() {
         let text = if app.snapshot.as_ref().is_some_and(|s| s.finance.is_some()) {
             "  ✓ no money at risk"
         } else {

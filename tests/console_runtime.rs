@@ -1,0 +1,551 @@
+//! The console's runtime: the poller against a real database (one that goes
+//! silent, one whose finance review fails, one that sends NOTIFY bursts),
+//! what the finance view shows for a failed review, and quitting the real
+//! binary in a pseudo-terminal.
+
+mod common;
+mod settle_support;
+
+use std::io::{Read, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use portable_pty::{Child, CommandBuilder, ExitStatus, PtySize, native_pty_system};
+
+use ratatui::Terminal;
+use ratatui::backend::TestBackend;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
+
+use effectwatch::console::app::{App, Message, Snapshot, VIEWS, View};
+use effectwatch::console::fixtures;
+use effectwatch::console::poller::{self, PollSettings};
+use effectwatch::console::theme::{Role, Theme};
+use effectwatch::console::views;
+use effectwatch::fakeprovider::{FakeProvider, Fault, Route};
+use effectwatch::ledger::panes::{Filter, Pane};
+use effectwatch::ledger::writer::{self, Completion, Intent, Outcome};
+use effectwatch::ledger::{ConnectSettings, NOTIFY_CHANNEL};
+use effectwatch::settle::{Request, calls};
+use serde_json::json;
+use settle_support::{PROVIDER_TIMEOUT_MS, Rig};
+
+fn settings(interval: Duration, finance: bool) -> PollSettings {
+    PollSettings {
+        filter: Filter::default(),
+        interval,
+        paused: false,
+        offsets: [0; 4],
+        at: None,
+        finance,
+    }
+}
+
+/// The next message from the poller that is not a tick, within `within`.
+async fn next(messages: &mut mpsc::Receiver<Message>, within: Duration) -> Option<Message> {
+    tokio::time::timeout(within, messages.recv())
+        .await
+        .ok()
+        .flatten()
+}
+
+async fn next_snapshot(messages: &mut mpsc::Receiver<Message>) -> Box<Snapshot> {
+    match next(messages, Duration::from_secs(20)).await {
+        Some(Message::Snapshot(snapshot)) => snapshot,
+        other => panic!("expected a snapshot, got {other:?}"),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// A database that stops answering without closing the connection.
+
+/// A TCP proxy to the test server that can turn into a black hole: bytes
+/// are still accepted from both sides but never passed on, as when a
+/// network path dies without a reset.
+struct Proxy {
+    url: String,
+    silent: Arc<AtomicBool>,
+}
+
+async fn proxy(database_url: &str) -> Proxy {
+    let authority_start = database_url.find("://").unwrap() + 3;
+    let authority_end = authority_start + database_url[authority_start..].find('/').unwrap();
+    let authority = &database_url[authority_start..authority_end];
+    let host_start = authority.rfind('@').map_or(0, |i| i + 1);
+    let upstream = match &authority[host_start..] {
+        host if host.contains(':') => host.to_string(),
+        host => format!("{host}:5432"),
+    };
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!(
+        "{}{}127.0.0.1:{}{}",
+        &database_url[..authority_start],
+        &authority[..host_start],
+        listener.local_addr().unwrap().port(),
+        &database_url[authority_end..]
+    );
+    let silent = Arc::new(AtomicBool::new(false));
+    let gate = silent.clone();
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let Ok(server) = TcpStream::connect(&upstream).await else {
+                continue;
+            };
+            let (client_read, client_write) = client.into_split();
+            let (server_read, server_write) = server.into_split();
+            tokio::spawn(pipe(client_read, server_write, gate.clone()));
+            tokio::spawn(pipe(server_read, client_write, gate.clone()));
+        }
+    });
+    Proxy { url, silent }
+}
+
+async fn pipe(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    silent: Arc<AtomicBool>,
+) {
+    let mut buffer = vec![0; 16 * 1024];
+    loop {
+        match from.read(&mut buffer).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) if silent.load(Ordering::Relaxed) => {}
+            Ok(n) => {
+                if to.write_all(&buffer[..n]).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_database_that_goes_silent_turns_the_console_stale() {
+    let db = common::test_db().await;
+    let proxy = proxy(&db.url).await;
+    let mut connect = ConnectSettings::new(proxy.url.clone());
+    connect.statement_timeout = Duration::from_secs(1);
+    let (_settings_sender, settings_receiver) =
+        watch::channel(settings(Duration::from_millis(200), false));
+    let (sender, mut messages) = mpsc::channel(256);
+    let poller = poller::spawn(connect, settings_receiver, sender);
+    next_snapshot(&mut messages).await;
+
+    // The network dies while a poll is waiting for its answer: a lock holds
+    // the poll on the server, and its answer (an error once the statement
+    // timeout cancels it) never comes back.
+    let mut locker = db.connect().await;
+    sqlx::query("begin").execute(&mut locker).await.unwrap();
+    sqlx::query("lock table ledger.effects in access exclusive mode")
+        .execute(&mut locker)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    proxy.silent.store(true, Ordering::Relaxed);
+    let silenced = Instant::now();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    sqlx::query("commit").execute(&mut locker).await.unwrap();
+    let error = loop {
+        match next(&mut messages, Duration::from_secs(20)).await {
+            Some(Message::Snapshot(_)) => continue,
+            Some(Message::PollFailed(error)) => break error,
+            other => panic!("expected the poll to fail, got {other:?}"),
+        }
+    };
+    assert_eq!(error, "no answer from the database within 6 s");
+    assert!(silenced.elapsed() < Duration::from_secs(10), "{silenced:?}");
+
+    // The poller does not give up: it keeps trying on a new connection.
+    proxy.silent.store(false, Ordering::Relaxed);
+    let recovered = loop {
+        match next(&mut messages, Duration::from_secs(30)).await {
+            Some(Message::PollFailed(_)) => continue,
+            other => break other,
+        }
+    };
+    assert!(
+        matches!(recovered, Some(Message::Snapshot(_))),
+        "{recovered:?}"
+    );
+    poller.abort();
+}
+
+// ---------------------------------------------------------------------------
+// The finance review apart from the panes.
+
+#[tokio::test]
+async fn a_failing_finance_review_leaves_the_panes_fresh() {
+    let db = common::test_db().await;
+    sqlx::query("alter function ledger.exposure_since rename to exposure_since_gone")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let pool = effectwatch::ledger::connect(&ConnectSettings::new(db.url.clone()))
+        .await
+        .unwrap();
+
+    let snapshot = poller::poll(&pool, &settings(Duration::from_secs(2), true))
+        .await
+        .expect("the panes are read although the finance review fails");
+    assert_eq!(snapshot.panes.len(), Pane::ALL.len());
+    assert_eq!(snapshot.finance, None);
+    let error = snapshot.finance_error.expect("the failure is reported");
+    assert!(error.contains("exposure_since"), "{error}");
+
+    let closed = poller::poll(&pool, &settings(Duration::from_secs(2), false))
+        .await
+        .unwrap();
+    assert_eq!((closed.finance, closed.finance_error), (None, None));
+}
+
+#[test]
+fn the_finance_view_shows_a_failed_review_instead_of_the_exposure() {
+    let mut app = App::new("alice".to_string(), false, Duration::from_secs(2));
+    let snapshot = Snapshot {
+        finance: None,
+        finance_error: Some("ledger: bigint out of range\n(sum)".to_string()),
+        ..fixtures::snapshot(3)
+    };
+    app.update(Message::Snapshot(Box::new(snapshot)));
+    app.view = VIEWS.iter().position(|v| *v == View::Finance).unwrap();
+
+    let theme = Theme::default();
+    let mut terminal = Terminal::new(TestBackend::new(140, 30)).unwrap();
+    terminal
+        .draw(|frame| views::draw(frame, &app, &theme))
+        .unwrap();
+    let buffer = terminal.backend().buffer().clone();
+    let row = (0..buffer.area.height)
+        .find(|&y| {
+            let line: String = (0..buffer.area.width)
+                .map(|x| buffer[(x, y)].symbol())
+                .collect();
+            line.contains("✗ the finance review failed: ledger: bigint out of range (sum)")
+        })
+        .expect("the failure is on screen");
+    let x = (0..buffer.area.width)
+        .find(|&x| buffer[(x, row)].symbol() == "✗")
+        .unwrap();
+    assert_eq!(buffer[(x, row)].fg, theme.role(Role::Critical).fg.unwrap());
+    let screen: String = buffer.content.iter().map(|cell| cell.symbol()).collect();
+    assert!(
+        !screen.contains("suspected excess"),
+        "no exposure table header"
+    );
+}
+
+// ---------------------------------------------------------------------------
+// NOTIFY bursts and the operator's own changes.
+
+#[tokio::test]
+async fn notify_bursts_do_not_override_the_poll_interval() {
+    let db = common::test_db().await;
+    let (settings_sender, settings_receiver) =
+        watch::channel(settings(Duration::from_secs(60), false));
+    let (sender, mut messages) = mpsc::channel(256);
+    let poller = poller::spawn(
+        ConnectSettings::new(db.url.clone()),
+        settings_receiver,
+        sender,
+    );
+    next_snapshot(&mut messages).await;
+    // Let the LISTEN connection settle before notifying.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // With a 60 s interval, polls woken by NOTIFY are at least 15 s apart:
+    // a burst of changes right after a poll waits for that.
+    let burst = Instant::now();
+    while burst.elapsed() < Duration::from_secs(3) {
+        sqlx::query("select pg_notify($1, 'changed')")
+            .bind(NOTIFY_CHANNEL)
+            .execute(&db.pool)
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let during = next(&mut messages, Duration::from_secs(1)).await;
+    assert!(during.is_none(), "polled during the burst: {during:?}");
+
+    // A key the operator pressed polls at once.
+    let asked = Instant::now();
+    settings_sender.send_modify(|s| s.offsets = [0, 0, 0, 0]);
+    next_snapshot(&mut messages).await;
+    assert!(asked.elapsed() < Duration::from_secs(5), "{asked:?}");
+
+    // Ending the poller ends its LISTEN session too.
+    let sessions = || async {
+        sqlx::query_scalar::<_, i64>(
+            "select count(*) from pg_stat_activity
+              where datname = current_database() and application_name = 'effectwatch'",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+    };
+    assert!(sessions().await > 0);
+    poller.abort();
+    let ended = Instant::now();
+    while sessions().await > 0 {
+        assert!(
+            ended.elapsed() < Duration::from_secs(10),
+            "the poller's sessions outlive it"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Quitting the real binary.
+
+/// The binary in a pseudo-terminal, as much of it as quitting needs.
+struct Console {
+    child: Box<dyn Child + Send + Sync>,
+    writer: Box<dyn Write + Send>,
+    output: Arc<Mutex<Vec<u8>>>,
+    /// While set, the console's output is not read: its writes block once
+    /// the pty's buffer is full, as on a stalled terminal.
+    stalled: Arc<AtomicBool>,
+    _home: tempfile::TempDir,
+}
+
+impl Console {
+    fn start(database_url: &str, config: &str) -> Console {
+        let home = tempfile::tempdir().unwrap();
+        let config_path = home.path().join("config.toml");
+        std::fs::write(&config_path, config).unwrap();
+        let pair = native_pty_system()
+            .openpty(PtySize {
+                rows: 35,
+                cols: 140,
+                pixel_width: 0,
+                pixel_height: 0,
+            })
+            .unwrap();
+        let mut command = CommandBuilder::new(env!("CARGO_BIN_EXE_effectwatch"));
+        command.args(["--database-url", database_url, "--no-notify"]);
+        command.args(["--poll-interval", "0.5"]);
+        command.args(["--config", config_path.to_str().unwrap()]);
+        command.env_remove("DATABASE_URL");
+        command.env("TERM", "xterm-256color");
+        command.env("HOME", home.path());
+        command.env("XDG_CACHE_HOME", home.path().join(".cache"));
+        command.env("XDG_CONFIG_HOME", home.path().join(".config"));
+        command.cwd(home.path());
+        let child = pair.slave.spawn_command(command).unwrap();
+        drop(pair.slave);
+        let mut reader = pair.master.try_clone_reader().unwrap();
+        let writer = pair.master.take_writer().unwrap();
+        let output = Arc::new(Mutex::new(Vec::new()));
+        let stalled = Arc::new(AtomicBool::new(false));
+        let (collected, stall) = (output.clone(), stalled.clone());
+        std::thread::spawn(move || {
+            let _master = pair.master;
+            let mut chunk = [0u8; 8192];
+            loop {
+                if stall.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(10));
+                    continue;
+                }
+                match reader.read(&mut chunk) {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => collected.lock().unwrap().extend_from_slice(&chunk[..n]),
+                }
+            }
+        });
+        Console {
+            child,
+            writer,
+            output,
+            stalled,
+            _home: home,
+        }
+    }
+
+    fn screen(&self) -> String {
+        let mut parser = vt100::Parser::new(35, 140, 0);
+        parser.process(&self.output.lock().unwrap());
+        parser.screen().contents()
+    }
+
+    async fn wait_for(&mut self, what: &str, done: impl Fn(&str) -> bool) {
+        let started = Instant::now();
+        while !done(&self.screen()) {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "{what}: not seen; the screen:\n{}",
+                self.screen()
+            );
+            assert!(self.child.try_wait().unwrap().is_none(), "exited early");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    fn press(&mut self, keys: &[u8]) {
+        self.writer.write_all(keys).unwrap();
+        self.writer.flush().unwrap();
+    }
+
+    async fn wait_exit(&mut self, within: Duration) -> ExitStatus {
+        let started = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                started.elapsed() < within,
+                "still running {within:?} after quitting; the screen:\n{}",
+                self.screen()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for Console {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+#[tokio::test]
+async fn quitting_with_a_full_input_queue_does_not_hang() {
+    let db = common::test_db().await;
+    let mut console = Console::start(&db.url, "");
+    console
+        .wait_for("the live console", |s| s.contains("● live"))
+        .await;
+    // A stalled terminal blocks the console in a draw (help toggled on and
+    // off fills the pty's buffer) while `q` and, behind it, more keys than
+    // the channel holds arrive: the input thread is blocked on the full
+    // channel when the quit is handled.
+    console.stalled.store(true, Ordering::Relaxed);
+    console.press(&[b'?'; 400]);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut keys = b"q".to_vec();
+    keys.extend(std::iter::repeat_n(b'j', 3_000));
+    console.press(&keys);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    console.stalled.store(false, Ordering::Relaxed);
+    let status = console.wait_exit(Duration::from_secs(5)).await;
+    assert!(status.success(), "{status:?}");
+}
+
+#[tokio::test]
+async fn quitting_waits_for_an_action_under_way() {
+    let db = common::test_db().await;
+    let (provider, _) = FakeProvider::start().await.unwrap();
+    provider.set_fault(Route::Lookup, Some(Fault::Slow(Duration::from_secs(1))));
+    let op_key = "refund:INV-9:AP-1:v1";
+    writer::begin_effect(
+        &db.pool,
+        &Intent {
+            op_key: op_key.into(),
+            action: "refund".into(),
+            target: "invoice:INV-9".into(),
+            params: json!({ "amount_minor": 500, "currency": "EUR" }),
+            requested_by: "agent-7".into(),
+            amount_minor: Some(500),
+            currency: Some("EUR".into()),
+            provider: Some("pay".into()),
+            ..Intent::default()
+        },
+    )
+    .await
+    .unwrap();
+    writer::mark_dispatched(&db.pool, op_key, None, "agent-7")
+        .await
+        .unwrap();
+    let completion = Completion {
+        reason: Some("provider timed out".into()),
+        worker: Some("agent-7".into()),
+        ..Completion::default()
+    };
+    writer::complete_effect(&db.pool, op_key, Outcome::Unknown, &completion)
+        .await
+        .unwrap();
+    let config = format!(
+        "operator = \"alice\"\n{}",
+        provider.provider_toml("pay", 8_000)
+    );
+    let mut console = Console::start(&db.url, &config);
+    console.press(b"2");
+    console
+        .wait_for("the unknown effect", |s| s.contains("INV-9"))
+        .await;
+    console.press(b"r");
+    console
+        .wait_for("the confirmation", |s| s.contains("[ Confirm ]"))
+        .await;
+    console.press(b"y\r");
+    console
+        .wait_for("the action under way", |s| s.contains("… reconcile"))
+        .await;
+    console.press(b"q");
+    console
+        .wait_for("the wait", |s| s.contains("finishing 1 action(s)…"))
+        .await;
+    let status = console.wait_exit(Duration::from_secs(15)).await;
+    assert!(status.success(), "{status:?}");
+
+    // The reconciliation ran to its end before the console left.
+    let audit = effectwatch::ledger::audit::recent(&db.pool, 20)
+        .await
+        .unwrap();
+    assert!(
+        audit
+            .iter()
+            .any(|e| e.action == "reconcile" && e.op_key.as_deref() == Some(op_key)),
+        "{audit:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_writing_console_retries_failed_escalation_deliveries() {
+    let rig = Rig::new().await;
+    rig.unknown_effect("refund:ESC:v1", 1500).await;
+    rig.fake.fail_next(Route::Hook, Fault::Status(503));
+    let report = rig
+        .settler("bob")
+        .perform(Request::Escalate {
+            op_key: "refund:ESC:v1".into(),
+            seen: None,
+            sink: None,
+            reason: "nobody can tell whether the customer got the money".into(),
+        })
+        .await
+        .unwrap();
+    let key = report.detail["escalation_key"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let status = calls::escalation_status(&rig.db.pool, &key)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_ne!(status.state, "delivered");
+
+    // The console's config has the sink the escalation went to.
+    let config = format!(
+        "operator = \"alice\"\n{}\n[sinks.ops]\nkind = \"webhook\"\nurl = \"{}/hooks/ops\"\ntimeout_ms = {PROVIDER_TIMEOUT_MS}\n",
+        rig.fake.provider_toml("pay", PROVIDER_TIMEOUT_MS),
+        rig.base_url
+    );
+    let mut console = Console::start(&rig.db.url, &config);
+    console
+        .wait_for("the delivery", |s| {
+            s.contains("✉ delivered 1 escalation(s)")
+        })
+        .await;
+    let status = calls::escalation_status(&rig.db.pool, &key)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status.state, "delivered");
+    console.press(b"q");
+    assert!(console.wait_exit(Duration::from_secs(5)).await.success());
+}
