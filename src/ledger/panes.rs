@@ -264,9 +264,24 @@ pub async fn fetch<'c>(
     limit: i64,
     offset: i64,
 ) -> Result<PaneRows, LedgerError> {
-    let (select, columns, order) = pane_sql(pane);
-    let mut query = QueryBuilder::<Postgres>::new(format!("{select} from {} v", pane.view()));
-    query.push(" where true");
+    let (select, _, _) = pane_sql(pane);
+    let query =
+        QueryBuilder::<Postgres>::new(format!("{select} from {} v where true", pane.view()));
+    fetch_window(executor, pane, query, filter, limit, offset).await
+}
+
+/// Finishes a pane query whose `from` is written (live view or its
+/// time-travel function): the filter, the pane's order, the window, and
+/// the rows in the pane's own shape.
+pub(crate) async fn fetch_window<'c>(
+    executor: impl PgExecutor<'c>,
+    pane: Pane,
+    mut query: QueryBuilder<Postgres>,
+    filter: &Filter,
+    limit: i64,
+    offset: i64,
+) -> Result<PaneRows, LedgerError> {
+    let (_, columns, order) = pane_sql(pane);
     filter.push_sql(&mut query, columns);
     query.push(order);
     query.push(" limit ");

@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use sqlx::{PgExecutor, Postgres, QueryBuilder};
 
 use super::LedgerError;
-use super::panes::{Filter, Pane, PaneCount, PaneRows, pane_sql};
+use super::panes::{Filter, Pane, PaneCount, PaneRows, fetch_window, pane_sql};
 
 /// Reads a window of a pane as it was at `at`, in the live pane's order.
 pub async fn fetch_at<'c>(
@@ -19,23 +19,11 @@ pub async fn fetch_at<'c>(
     limit: i64,
     offset: i64,
 ) -> Result<PaneRows, LedgerError> {
-    let (select, columns, order) = pane_sql(pane);
+    let (select, _, _) = pane_sql(pane);
     let mut query = QueryBuilder::<Postgres>::new(format!("{select} from {}_at(", pane.view()));
     query.push_bind(at);
     query.push(") v where true");
-    filter.push_sql(&mut query, columns);
-    query.push(order);
-    query.push(" limit ");
-    query.push_bind(limit.max(0));
-    query.push(" offset ");
-    query.push_bind(offset.max(0));
-    let rows = match pane {
-        Pane::Overdue => PaneRows::Overdue(query.build_query_as().fetch_all(executor).await?),
-        Pane::Unknown => PaneRows::Unknown(query.build_query_as().fetch_all(executor).await?),
-        Pane::Duplicates => PaneRows::Duplicates(query.build_query_as().fetch_all(executor).await?),
-        Pane::Held => PaneRows::Held(query.build_query_as().fetch_all(executor).await?),
-    };
-    Ok(rows)
+    fetch_window(executor, pane, query, filter, limit, offset).await
 }
 
 /// Items per pane at `at`, as `ledger.pane_counts` reported them then.
