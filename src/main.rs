@@ -52,30 +52,10 @@ async fn run(cli: Cli, explicit_url: bool) -> Result<(), Failure> {
             "--at is for the console (time travel); for a past range use `effectwatch report --since … --until …`",
         ));
     }
-    if let Command::Demo {
-        fresh,
-        seed,
-        rate,
-        agents,
-        headless,
-        duration,
-        pending_window,
-        data_dir,
-    } = command
-    {
-        let args = cli::demo::DemoArgs {
-            database_url: cli.database_url.clone().filter(|_| explicit_url),
-            fresh,
-            seed,
-            rate,
-            agents,
-            headless,
-            duration,
-            pending_window,
-            data_dir,
-            theme: cli.theme.clone(),
-            no_notify: cli.no_notify,
-        };
+    if let Command::Demo(mut args) = command {
+        args.database_url = cli.database_url.clone().filter(|_| explicit_url);
+        args.theme = cli.theme.clone();
+        args.no_notify = cli.no_notify;
         return cli::demo::run(&config, args).await;
     }
     if let Command::Config = command {
@@ -126,7 +106,7 @@ async fn run(cli: Cli, explicit_url: bool) -> Result<(), Failure> {
     }
     let pool = ledger::connect(&ConnectSettings::new(url)).await?;
     match command {
-        Command::Watch | Command::Config | Command::Demo { .. } => unreachable!("handled above"),
+        Command::Watch | Command::Config | Command::Demo(_) => unreachable!("handled above"),
         Command::Migrate => cli::migrate::run(&pool).await,
         Command::List {
             pane,

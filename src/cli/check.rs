@@ -10,7 +10,8 @@ use clap::{Args, ValueEnum};
 use serde::Serialize;
 
 use super::exit::Failure;
-use super::report::{parse_duration, write_output};
+use super::report::write_output;
+use super::time_args::parse_duration;
 use crate::format::duration_ms;
 use crate::ledger::check::{self, Breach, Health, Thresholds};
 use crate::ledger::{self, ConnectSettings, LedgerError};

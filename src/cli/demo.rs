@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use super::exit::{BAD_CONFIG, FAILURE, Failure, REFUSED, UNREACHABLE};
+use super::time_args::parse_duration;
 use super::watch::{self, WatchArgs};
 use crate::config::Config;
 use crate::demo::provider_client::ProviderClient;
@@ -17,19 +18,40 @@ use crate::ledger::{self, ConnectSettings, migrate};
 use crate::localpg::LocalCluster;
 use crate::text::safe_json;
 
+#[derive(Debug, clap::Args)]
 pub struct DemoArgs {
-    /// Only an explicit `--database-url`: the demo never uses a database it
-    /// did not create because DATABASE_URL happened to be set.
-    pub database_url: Option<String>,
+    /// Start over: remove the demo's kept cluster first.
+    #[arg(long)]
     pub fresh: bool,
+    /// Seed for the simulated agents, for a reproducible run.
+    #[arg(long, default_value_t = 7)]
     pub seed: u64,
+    /// Effects per second across all agents.
+    #[arg(long, default_value_t = 2.0)]
     pub rate: f64,
+    /// How many simulated agents work in parallel.
+    #[arg(long, default_value_t = 4)]
     pub agents: usize,
+    /// No console: run the agents, print progress on stderr and the pane counts as JSON at the end.
+    #[arg(long)]
     pub headless: bool,
+    /// With --headless: how long to run (e.g. 10s, 2m).
+    #[arg(long, value_parser = parse_duration)]
     pub duration: Option<Duration>,
+    /// Every demo action's pending window (default 20–45 s): shorter makes items overdue sooner.
+    #[arg(long, value_parser = parse_duration)]
     pub pending_window: Option<Duration>,
+    /// Where the demo keeps its cluster (default: the platform data dir).
+    #[arg(long)]
     pub data_dir: Option<std::path::PathBuf>,
+    /// Only an explicit `--database-url` (set by main from the global flag):
+    /// the demo never uses a database it did not create because
+    /// DATABASE_URL happened to be set.
+    #[arg(skip)]
+    pub database_url: Option<String>,
+    #[arg(skip)]
     pub theme: Option<String>,
+    #[arg(skip)]
     pub no_notify: bool,
 }
 

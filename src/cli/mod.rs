@@ -12,6 +12,7 @@ pub mod prune;
 pub mod report;
 pub mod settle;
 pub mod show;
+pub mod time_args;
 pub mod watch;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -55,7 +56,7 @@ pub struct Cli {
 
     /// Time travel: the console's panes as they were at this instant (RFC 3339 or a time ago,
     /// e.g. 2h), rebuilt from the ledger's history; always read-only.
-    #[arg(long, value_name = "TIME", value_parser = report::parse_instant)]
+    #[arg(long, value_name = "TIME", value_parser = time_args::parse_instant)]
     pub at: Option<chrono::DateTime<chrono::Utc>>,
 
     #[command(subcommand)]
@@ -65,32 +66,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// The whole product on a private ledger: its own PostgreSQL, a fake provider, simulated agents, the console.
-    Demo {
-        /// Start over: remove the demo's kept cluster first.
-        #[arg(long)]
-        fresh: bool,
-        /// Seed for the simulated agents, for a reproducible run.
-        #[arg(long, default_value_t = 7)]
-        seed: u64,
-        /// Effects per second across all agents.
-        #[arg(long, default_value_t = 2.0)]
-        rate: f64,
-        /// How many simulated agents work in parallel.
-        #[arg(long, default_value_t = 4)]
-        agents: usize,
-        /// No console: run the agents, print progress on stderr and the pane counts as JSON at the end.
-        #[arg(long)]
-        headless: bool,
-        /// With --headless: how long to run (e.g. 10s, 2m).
-        #[arg(long, value_parser = parse_duration)]
-        duration: Option<std::time::Duration>,
-        /// Every demo action's pending window (default 20–45 s): shorter makes items overdue sooner.
-        #[arg(long, value_parser = parse_duration)]
-        pending_window: Option<std::time::Duration>,
-        /// Where the demo keeps its cluster (default: the platform data dir).
-        #[arg(long)]
-        data_dir: Option<std::path::PathBuf>,
-    },
+    Demo(demo::DemoArgs),
     /// The live console (also what runs without a subcommand).
     Watch,
     /// Print the config file read, the resolved settings (secrets masked) and the log file.
@@ -149,26 +125,4 @@ pub enum Format {
 
 fn parse_pane(text: &str) -> Result<Pane, String> {
     text.parse()
-}
-
-fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
-    let text = text.trim();
-    let (number, unit) = text.split_at(
-        text.find(|c: char| !c.is_ascii_digit() && c != '.')
-            .unwrap_or(text.len()),
-    );
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("not a duration: {text:?} (use e.g. 10s, 2m, 1h)"))?;
-    let seconds = match unit {
-        "" | "s" => value,
-        "ms" => value / 1000.0,
-        "m" => value * 60.0,
-        "h" => value * 3600.0,
-        _ => return Err(format!("not a duration: {text:?} (use e.g. 10s, 2m, 1h)")),
-    };
-    if !(0.0..=86_400.0 * 7.0).contains(&seconds) {
-        return Err(format!("duration out of range: {text:?}"));
-    }
-    Ok(std::time::Duration::from_secs_f64(seconds))
 }

@@ -10,7 +10,8 @@ use serde_json::Value;
 use sqlx::PgPool;
 
 use super::exit::{FAILURE, Failure, REFUSED};
-use super::report::{AtomicFile, parse_duration, parse_instant};
+use super::report::AtomicFile;
+use super::time_args::{parse_duration, parse_instant};
 use crate::config::Config;
 use crate::format::duration_ms;
 use crate::ledger::retention::{self, Cutoff, ExportSink, PruneError};
