@@ -1,15 +1,21 @@
 //! Untrusted text from the ledger (keys, targets, params, provider messages)
-//! made safe for a terminal: no control characters, escape sequences or
-//! bidi overrides ever reach it, whoever wrote the row.
+//! made safe for a terminal: no control characters, escape sequences, bidi
+//! overrides or invisible characters ever reach it, whoever wrote the row.
+
+use std::fmt::Write as _;
+
+use unicode_properties::{GeneralCategory, UnicodeGeneralCategory};
 
 /// Replaces every character that could move the cursor, change colours,
-/// talk to the terminal (ESC, CSI, OSC, DCS…) or reorder text (bidi
-/// controls) with a visible stand-in, keeping all other text as it is.
+/// talk to the terminal (ESC, CSI, OSC, DCS…), reorder text (bidi
+/// controls) or not show at all (zero-width and other format characters)
+/// with a visible escape, `\u{200B}`, keeping all other text as it is.
+/// Two keys that differ by one such character look different.
 pub fn sanitize(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for ch in text.chars() {
-        if is_dangerous(ch) {
-            out.push('\u{FFFD}');
+        if ch != '\n' && ch != '\t' && is_hidden(ch) {
+            let _ = write!(out, "\\u{{{:04X}}}", ch as u32);
         } else {
             out.push(ch);
         }
@@ -33,18 +39,13 @@ pub fn sanitize_line(text: &str) -> String {
     sanitize(&folded)
 }
 
-fn is_dangerous(ch: char) -> bool {
-    if ch == '\n' || ch == '\t' {
-        return false;
-    }
-    ch.is_control()
-        || matches!(ch,
-            '\u{200E}' | '\u{200F}'            // left-to-right / right-to-left marks
-            | '\u{202A}'..='\u{202E}'          // embeddings and overrides
-            | '\u{2066}'..='\u{2069}'          // isolates
-            | '\u{061C}'                       // Arabic letter mark
-            | '\u{FEFF}'                       // zero-width no-break space
-        )
+/// Controls (Unicode category Cc) and format characters (Cf): what a
+/// terminal obeys, or draws as nothing.
+fn is_hidden(ch: char) -> bool {
+    matches!(
+        ch.general_category(),
+        GeneralCategory::Control | GeneralCategory::Format
+    )
 }
 
 /// Shortens to at most `width` characters, with an ellipsis when cut.
@@ -60,15 +61,17 @@ pub fn truncate(text: &str, width: usize) -> String {
     out
 }
 
-/// JSON for a terminal or a pipe: dangerous characters inside strings are
-/// written as `\uXXXX` escapes, which every JSON reader decodes back.
+/// JSON for a terminal or a pipe: controls and invisible characters inside
+/// strings are written as `\uXXXX` escapes, which every JSON reader
+/// decodes back.
 pub fn safe_json(value: &impl serde::Serialize) -> String {
     let raw = serde_json::to_string_pretty(value).unwrap_or_else(|error| {
         serde_json::json!({ "error": format!("cannot encode as JSON: {error}") }).to_string()
     });
     let mut out = String::with_capacity(raw.len());
     for ch in raw.chars() {
-        if is_dangerous(ch) {
+        // Newlines outside strings are the layout; inside, serde escapes them.
+        if ch != '\n' && is_hidden(ch) {
             for unit in ch.encode_utf16(&mut [0; 2]) {
                 out.push_str(&format!("\\u{unit:04x}"));
             }
@@ -107,18 +110,81 @@ mod tests {
         let safe = sanitize(hostile);
         assert!(!safe.chars().any(|c| c.is_control()), "{safe:?}");
         assert!(!safe.contains('\u{202E}'));
-        assert!(safe.starts_with("refund:"));
-        assert!(safe.contains("evil"));
+        assert_eq!(
+            safe,
+            "refund:\\u{001B}]52;c;ZXZpbA==\\u{0007}\\u{001B}[2J\\u{202E}evil\\u{009B}31m"
+        );
+    }
+
+    #[test]
+    fn invisible_characters_show_as_escapes() {
+        assert_eq!(
+            sanitize_line("hu-\u{200b}zero\u{200d}width\u{feff}-e"),
+            "hu-\\u{200B}zero\\u{200D}width\\u{FEFF}-e"
+        );
+        // Two keys that differ by an invisible character look different.
+        assert_ne!(sanitize("refund:42"), sanitize("refund:\u{2060}42"));
+        assert_eq!(sanitize("tag\u{E0041}"), "tag\\u{E0041}");
+        assert_eq!(sanitize("a\nb\tc\rd"), "a\nb\tc\\u{000D}d");
+        // Visible text, however exotic, stays as it is.
+        for visible in ["ä €", "日本語", "👍", "\u{00A0}", "a\\u{200B}"] {
+            assert_eq!(sanitize(visible), visible);
+        }
+    }
+
+    #[test]
+    fn every_format_character_is_escaped() {
+        // Unicode's Cf category, written out so a change in the table shows.
+        let format_characters = [
+            (0x00AD, 0x00AD),
+            (0x0600, 0x0605),
+            (0x061C, 0x061C),
+            (0x06DD, 0x06DD),
+            (0x070F, 0x070F),
+            (0x0890, 0x0891),
+            (0x08E2, 0x08E2),
+            (0x180E, 0x180E),
+            (0x200B, 0x200F),
+            (0x202A, 0x202E),
+            (0x2060, 0x2064),
+            (0x2066, 0x206F),
+            (0xFEFF, 0xFEFF),
+            (0xFFF9, 0xFFFB),
+            (0x110BD, 0x110BD),
+            (0x110CD, 0x110CD),
+            (0x13430, 0x1343F),
+            (0x1BCA0, 0x1BCA3),
+            (0x1D173, 0x1D17A),
+            (0xE0001, 0xE0001),
+            (0xE0020, 0xE007F),
+        ];
+        for (first, last) in format_characters {
+            for code in first..=last {
+                let ch = char::from_u32(code).unwrap();
+                assert_eq!(
+                    sanitize(&ch.to_string()),
+                    format!("\\u{{{code:04X}}}"),
+                    "U+{code:04X}"
+                );
+            }
+        }
+        for code in (0..0x20).chain(0x7F..0xA0) {
+            let ch = char::from_u32(code).unwrap();
+            if ch != '\n' && ch != '\t' {
+                assert_eq!(sanitize(&ch.to_string()), format!("\\u{{{code:04X}}}"));
+            }
+        }
     }
 
     #[test]
     fn json_escapes_what_a_terminal_would_obey() {
-        let value = serde_json::json!({ "key": "a\u{9b}2J\u{202E}b" });
+        let value = serde_json::json!({ "key": "a\u{9b}2J\u{202E}b\u{200B}c\u{E0041}" });
         let text = safe_json(&value);
         assert!(
-            text.contains("\\u009b") && text.contains("\\u202e"),
+            text.contains("\\u009b") && text.contains("\\u202e") && text.contains("\\u200b"),
             "{text}"
         );
+        assert!(text.contains("\\udb40\\udc41"), "{text}");
         let back: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(back, value);
     }

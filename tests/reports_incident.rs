@@ -931,7 +931,7 @@ async fn hostile_text_cannot_escape_a_report() {
         "no link can form"
     );
     assert!(
-        markdown.contains("refund:\\|evil\\](http://x)\u{FFFD}\\[2J\\<script\\>"),
+        markdown.contains("refund:\\|evil\\](http://x)\\\\u{001B}\\[2J\\<script\\>"),
         "{markdown}"
     );
     // Every table row still has the table's number of cells.

@@ -580,7 +580,7 @@ mod tests {
         assert_eq!(md("a|b"), "a\\|b");
         assert_eq!(md("![x](http://e)"), "!\\[x\\](http://e)");
         assert_eq!(md("<img src=x>"), "\\<img src=x\\>");
-        assert_eq!(md("line\nbreak\x1b[2J"), "line break\u{FFFD}\\[2J");
+        assert_eq!(md("line\nbreak\x1b[2J"), "line break\\\\u{001B}\\[2J");
     }
 
     #[test]

@@ -539,6 +539,6 @@ mod tests {
     #[test]
     fn reports_are_one_safe_line() {
         let report = Report::new("done \u{1b}[2J\nnext", Value::Null);
-        assert_eq!(report.summary, "done \u{FFFD}[2J next");
+        assert_eq!(report.summary, "done \\u{001B}[2J next");
     }
 }
