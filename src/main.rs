@@ -28,9 +28,10 @@ fn main() -> ExitCode {
     match runtime.block_on(run(cli, explicit_url)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {
+            // One line, whatever the message quotes: a 100 kB key is cut in the middle.
             eprintln!(
                 "effectwatch: {}",
-                effectwatch::text::sanitize_line(&failure.message)
+                effectwatch::text::message_line(&failure.message)
             );
             failure.exit_code()
         }

@@ -48,6 +48,31 @@ fn is_hidden(ch: char) -> bool {
     )
 }
 
+/// Longest run without whitespace an error line keeps whole.
+const MESSAGE_WORD: usize = 120;
+/// Longest error line.
+const MESSAGE_LINE: usize = 1000;
+
+/// A message for one line of a terminal: sanitized, every run without
+/// whitespace longer than 120 characters (a 100 kB key, a body) cut in
+/// the middle so its start and end still show, and the whole line at most
+/// 1,000 characters.
+pub fn message_line(text: &str) -> String {
+    let clean = sanitize_line(text);
+    let mut out = String::with_capacity(clean.len().min(MESSAGE_LINE * 4));
+    let mut word = String::new();
+    for ch in clean.chars() {
+        if ch.is_whitespace() {
+            out.push_str(&truncate_middle(&std::mem::take(&mut word), MESSAGE_WORD));
+            out.push(ch);
+        } else {
+            word.push(ch);
+        }
+    }
+    out.push_str(&truncate_middle(&word, MESSAGE_WORD));
+    truncate_middle(&out, MESSAGE_LINE)
+}
+
 /// Shortens to at most `width` characters, with an ellipsis when cut.
 pub fn truncate(text: &str, width: usize) -> String {
     if text.chars().count() <= width {
@@ -202,6 +227,21 @@ mod tests {
         );
         assert_eq!(truncate_middle("short", 13), "short");
         assert_eq!(truncate_middle("abcdef", 4), "abc…");
+    }
+
+    #[test]
+    fn messages_keep_the_ends_of_long_words() {
+        let key = format!("start-{}-end", "x".repeat(131_000));
+        let line = message_line(&format!("no effect with key {key}: check it\nnow"));
+        assert!(line.chars().count() <= 200, "{line}");
+        assert!(line.starts_with("no effect with key start-x"), "{line}");
+        assert!(line.ends_with("xx-end: check it now"), "{line}");
+        assert!(line.contains('…'));
+        let many = vec!["word"; 400].join(" ");
+        let line = message_line(&many);
+        assert_eq!(line.chars().count(), 1000);
+        assert!(line.starts_with("word word") && line.ends_with("word word"));
+        assert_eq!(message_line("short \u{1b}[2J"), "short \\u{001B}[2J");
     }
 
     #[test]

@@ -389,3 +389,22 @@ async fn a_hostile_key_in_an_error_never_puts_an_escape_on_stderr() {
         run.stderr
     );
 }
+
+/// An error that quotes a 131,000-character key is still one readable line: the key is cut in
+/// the middle, so its start and its end both show.
+#[tokio::test]
+async fn an_error_about_a_huge_key_is_one_short_line() {
+    let db = common::test_db().await;
+    let key = format!("huge-start:{}:huge-end", "k".repeat(131_000 - 20));
+    let run = effectwatch(&db.url, &["show", &key]).await;
+    assert_eq!(run.code, Some(6), "{:.300}", run.stderr);
+    let line = one_line(&run);
+    assert!(
+        line.chars().count() < 1_100,
+        "{} characters: {line:.300}",
+        line.chars().count()
+    );
+    assert!(line.contains("huge-start:kkkk"), "{line}");
+    assert!(line.contains("kkkk:huge-end"), "{line}");
+    assert!(line.contains('…'), "{line}");
+}
