@@ -49,7 +49,7 @@ fn list_shows_invisible_characters_as_escapes() {
 fn show_shows_invisible_characters_as_escapes() {
     let mut history = fixtures::history();
     history.effect.op_key = KEY.into();
-    history.effect.target = format!("invoice:\u{200b}402");
+    history.effect.target = "invoice:\u{200b}402".into();
     history.effect.params = serde_json::json!({ "note": "a\u{200d}b" });
     let text = effectwatch::cli::show::render(&history);
     assert_nothing_invisible(&text);
