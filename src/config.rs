@@ -16,6 +16,39 @@ pub enum ConfigError {
     Read { path: PathBuf, message: String },
     #[error("config {path}: {message}")]
     Parse { path: PathBuf, message: String },
+    /// Parsed, but settings, providers or sinks that cannot work.
+    #[error("config {path}: {}", summary(.problems))]
+    Invalid {
+        path: PathBuf,
+        problems: Vec<String>,
+    },
+}
+
+impl ConfigError {
+    /// Each problem on its own, for a list.
+    pub fn problems(&self) -> Vec<String> {
+        match self {
+            ConfigError::Read { message, .. } => vec![format!("cannot read it: {message}")],
+            ConfigError::Parse { message, .. } => vec![message.clone()],
+            ConfigError::Invalid { problems, .. } => problems.clone(),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        match self {
+            ConfigError::Read { path, .. }
+            | ConfigError::Parse { path, .. }
+            | ConfigError::Invalid { path, .. } => path,
+        }
+    }
+}
+
+/// Problems on one line: the problem itself, or `N problems: a; b`.
+fn summary(problems: &[String]) -> String {
+    match problems {
+        [one] => one.clone(),
+        many => format!("{} problems: {}", many.len(), many.join("; ")),
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -109,40 +142,59 @@ impl Config {
         }
     }
 
+    /// Reads and checks a file: every problem is found now, before any
+    /// command runs, not when a provider or sink is first used.
     pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
             path: path.to_path_buf(),
             message: error.to_string(),
         })?;
-        Self::from_toml(&text).map_err(|message| ConfigError::Parse {
+        let config: Config = toml::from_str(&text).map_err(|error| ConfigError::Parse {
             path: path.to_path_buf(),
-            message,
-        })
+            message: one_line_toml_error(&text, &error),
+        })?;
+        match config.problems() {
+            problems if problems.is_empty() => Ok(config),
+            problems => Err(ConfigError::Invalid {
+                path: path.to_path_buf(),
+                problems,
+            }),
+        }
     }
 
-    /// Parses TOML; the error is one line naming the line, column and field.
+    /// Parses and checks TOML; the error is one line naming the line,
+    /// column and field, or every problem found.
     pub fn from_toml(text: &str) -> Result<Config, String> {
         let config: Config =
             toml::from_str(text).map_err(|error| one_line_toml_error(text, &error))?;
-        config.validate()?;
-        Ok(config)
+        match config.problems() {
+            problems if problems.is_empty() => Ok(config),
+            problems => Err(summary(&problems)),
+        }
     }
 
-    fn validate(&self) -> Result<(), String> {
+    /// Everything that keeps this config from working, one line each:
+    /// settings out of range, and every provider and sink checked as it
+    /// would be built (without a database, a network or the environment:
+    /// a variable named by `{ env = "…" }` is read when a request is made).
+    pub fn problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
         if !(0.1..=3600.0).contains(&self.poll_interval_secs) {
-            return Err(format!(
+            problems.push(format!(
                 "poll_interval_secs must be between 0.1 and 3600 (got {})",
                 self.poll_interval_secs
             ));
         }
         if self.operator.trim().is_empty() {
-            return Err("operator must not be empty".to_string());
+            problems.push("operator must not be empty".to_string());
         }
-        Ok(())
+        problems.extend(adapter_problems(&self.providers, &self.sinks));
+        problems
     }
 
     /// Adds the providers and sinks of a TOML fragment (the demo wires its
     /// own fake provider this way); names already configured are kept.
+    /// The fragment is checked as a file is.
     pub fn merge_toml(&mut self, fragment: &str) -> Result<(), String> {
         #[derive(Deserialize)]
         #[serde(deny_unknown_fields)]
@@ -154,6 +206,10 @@ impl Config {
         }
         let adapters: Adapters =
             toml::from_str(fragment).map_err(|error| one_line_toml_error(fragment, &error))?;
+        let problems = adapter_problems(&adapters.providers, &adapters.sinks);
+        if !problems.is_empty() {
+            return Err(summary(&problems));
+        }
         for (name, provider) in adapters.providers {
             self.providers.entry(name).or_insert(provider);
         }
@@ -170,6 +226,24 @@ impl Config {
     pub fn log_path(&self) -> PathBuf {
         self.log_file.clone().unwrap_or_else(Self::default_log_path)
     }
+}
+
+fn adapter_problems(
+    providers: &BTreeMap<String, ProviderConfig>,
+    sinks: &BTreeMap<String, SinkConfig>,
+) -> Vec<String> {
+    let providers = providers.iter().flat_map(|(name, provider)| {
+        provider
+            .problems()
+            .into_iter()
+            .map(move |problem| format!("provider {name}: {problem}"))
+    });
+    let sinks = sinks.iter().flat_map(|(name, sink)| {
+        sink.problems()
+            .into_iter()
+            .map(move |problem| format!("sink {name}: {problem}"))
+    });
+    providers.chain(sinks).collect()
 }
 
 /// toml's errors span several lines with a caret drawing; an operator
@@ -235,5 +309,80 @@ mod tests {
             mask_url("postgres://ops@db/ledger"),
             "postgres://ops@db/ledger"
         );
+    }
+
+    fn provider(extra: &str) -> String {
+        format!(
+            "[providers.pay]\nkind = \"http\"\nbase_url = \"http://127.0.0.1:9\"\n{extra}\n\
+             [[providers.pay.lookup]]\npath = \"/v1/effects\"\n\
+             query = {{ idempotency_key = \"{{key}}\" }}\n"
+        )
+    }
+
+    #[test]
+    fn every_provider_and_sink_problem_is_found_on_load() {
+        let text = format!(
+            "{}\n[[providers.pay.lookup]]\npath = \"/v1/{{nosuch}}\"\n\
+             [sinks.ops]\nkind = \"webhook\"\n\
+             [sinks.pd]\nkind = \"pagerduty\"\nrouting_key_env = \"PD\"\nseverity = \"panic\"\n",
+            provider("headers.Authorization = \"Bearer abc\"")
+        );
+        let error = Config::from_toml(&text).unwrap_err();
+        assert!(error.starts_with("4 problems: "), "{error}");
+        for needle in [
+            "provider pay: header Authorization looks like a credential",
+            "provider pay: lookup[1]: unknown placeholder {nosuch}",
+            "sink ops: set exactly one of url and url_env",
+            "sink pd: severity \"panic\"",
+        ] {
+            assert!(error.contains(needle), "{needle}: {error}");
+        }
+        assert!(!error.contains("Bearer abc"), "{error}");
+    }
+
+    #[test]
+    fn variables_are_read_when_a_request_is_made_not_on_load() {
+        let text = provider(
+            "headers.Authorization = { env = \"EFFECTWATCH_TEST_SURELY_UNSET\", prefix = \"Bearer \" }",
+        );
+        assert!(Config::from_toml(&text).is_ok());
+    }
+
+    #[test]
+    fn merged_fragments_are_checked_too() {
+        let mut config = Config::default();
+        let error = config
+            .merge_toml(&provider("headers.X-Api-Key = \"abc\""))
+            .unwrap_err();
+        assert!(error.contains("X-Api-Key"), "{error}");
+        assert!(config.providers.is_empty());
+        config.merge_toml(&provider("")).unwrap();
+        assert!(config.providers.contains_key("pay"));
+    }
+
+    #[test]
+    fn the_demo_config_is_valid() {
+        let fragment = crate::demo::demo_adapters_toml("http://127.0.0.1:9");
+        Config::default().merge_toml(&fragment).unwrap();
+        Config::from_toml(&fragment).unwrap();
+    }
+
+    #[test]
+    fn a_file_names_itself_and_each_problem() {
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(
+            file.path(),
+            "poll_interval_secs = 0.0\n[sinks.ops]\nkind = \"command\"\nprogram = \"\"\n",
+        )
+        .unwrap();
+        let error = Config::from_file(file.path()).unwrap_err();
+        assert_eq!(error.problems().len(), 2, "{error}");
+        assert_eq!(error.path(), file.path());
+        let line = error.to_string();
+        assert!(
+            line.starts_with(&format!("config {}: 2 problems: ", file.path().display())),
+            "{line}"
+        );
+        assert!(line.contains("sink ops: program is empty"), "{line}");
     }
 }

@@ -39,8 +39,14 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli, explicit_url: bool) -> Result<(), Failure> {
-    let (mut config, source) = Config::load(cli.config.as_deref())
-        .map_err(|error| Failure::new(BAD_CONFIG, error.to_string()))?;
+    // Every provider and sink is checked now: no command runs on a config
+    // that would fail later, when a provider or sink is first used.
+    let (mut config, source) = Config::load(cli.config.as_deref()).map_err(|error| {
+        if let Some(Command::Config) = cli.command {
+            cli::config::print_problems(&error);
+        }
+        Failure::new(BAD_CONFIG, error.to_string())
+    })?;
     if let Some(operator) = &cli.operator {
         config.operator = operator.clone();
     }

@@ -41,6 +41,15 @@ impl ProviderConfig {
             ProviderConfig::Command(config) => Duration::from_millis(config.timeout_ms),
         }
     }
+
+    /// Everything that keeps this provider from being built, one line
+    /// each, checked without a network or the environment.
+    pub fn problems(&self) -> Vec<String> {
+        match self {
+            ProviderConfig::Http(config) => provider::http::problems(config),
+            ProviderConfig::Command(config) => provider::command::problems(config),
+        }
+    }
 }
 
 impl SinkConfig {
@@ -60,6 +69,22 @@ impl SinkConfig {
             SinkConfig::Command(config) => &config.retry,
             SinkConfig::Desktop(config) => &config.retry,
         }
+    }
+
+    /// Everything that keeps this sink from being built, one line each,
+    /// checked without a network or the environment.
+    pub fn problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        if self.timeout().is_zero() {
+            problems.push("timeout_ms must be above 0".to_string());
+        }
+        problems.extend(match self {
+            SinkConfig::Webhook(config) => sink::webhook::problems(config),
+            SinkConfig::Pagerduty(config) => sink::pagerduty::problems(config),
+            SinkConfig::Command(config) => sink::command::problems(config),
+            SinkConfig::Desktop(_) => Vec::new(),
+        });
+        problems
     }
 }
 
@@ -135,22 +160,39 @@ pub(crate) fn resolve_headers(
         .collect()
 }
 
-/// Checks headers as configured: literal credentials are refused.
-pub(crate) fn check_headers(headers: &BTreeMap<String, HeaderValueConfig>) -> Result<(), String> {
+/// What is wrong with headers as configured, one line each: a literal
+/// credential is refused, so a secret never sits in the config file.
+pub(crate) fn header_problems(headers: &BTreeMap<String, HeaderValueConfig>) -> Vec<String> {
+    let mut problems = Vec::new();
     for (name, value) in headers {
-        if let HeaderValueConfig::Literal(_) = value
-            && looks_secret(name)
-        {
-            return Err(format!(
+        if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
+            problems.push(format!("{name:?} is not a valid header name"));
+            continue;
+        }
+        let HeaderValueConfig::Literal(text) = value else {
+            continue;
+        };
+        if looks_secret(name) {
+            problems.push(format!(
                 "header {name} looks like a credential: take it from the environment, \
                  {name} = {{ env = \"VARIABLE\" }}, never from the file"
             ));
-        }
-        if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
-            return Err(format!("{name:?} is not a valid header name"));
+        } else if reqwest::header::HeaderValue::from_str(text).is_err() {
+            problems.push(format!(
+                "header {name}: the value is not a valid header value"
+            ));
         }
     }
-    Ok(())
+    problems
+}
+
+/// Nothing wrong, or every problem on one line.
+pub(crate) fn all_clear(problems: Vec<String>) -> Result<(), String> {
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("; "))
+    }
 }
 
 pub(crate) fn default_timeout_ms() -> u64 {
@@ -214,19 +256,29 @@ mod tests {
             "Authorization".to_string(),
             HeaderValueConfig::Literal("Bearer x".into()),
         );
-        assert!(check_headers(&headers).unwrap_err().contains("env"));
+        assert!(header_problems(&headers)[0].contains("env"));
         headers.clear();
         headers.insert(
             "X-Api-Key".to_string(),
             HeaderValueConfig::Literal("k".into()),
         );
-        assert!(check_headers(&headers).is_err());
+        assert_eq!(header_problems(&headers).len(), 1);
         headers.clear();
         headers.insert(
             "Accept".to_string(),
             HeaderValueConfig::Literal("application/json".into()),
         );
-        assert!(check_headers(&headers).is_ok());
+        assert!(header_problems(&headers).is_empty());
+        headers.insert(
+            "X-Note".to_string(),
+            HeaderValueConfig::Literal("a\nb".into()),
+        );
+        headers.insert(
+            "Cookie".to_string(),
+            HeaderValueConfig::Literal("session=1".into()),
+        );
+        // Every problem, not the first one.
+        assert_eq!(header_problems(&headers).len(), 2);
     }
 
     #[test]

@@ -1,5 +1,5 @@
 use super::exit::Failure;
-use crate::config::{Config, ConfigSource, mask_url};
+use crate::config::{Config, ConfigError, ConfigSource, mask_url};
 
 pub fn run(
     config: &Config,
@@ -55,4 +55,17 @@ pub fn run(
         }
     );
     Ok(())
+}
+
+/// A config that cannot be used: the file and every problem, one per line.
+pub fn print_problems(error: &ConfigError) {
+    let problems = error.problems();
+    println!("config file:      {}", error.path().display());
+    println!(
+        "problems:         {} (nothing runs until they are fixed)",
+        problems.len()
+    );
+    for problem in problems {
+        println!("  {}", crate::text::sanitize_line(&problem));
+    }
 }

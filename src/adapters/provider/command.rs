@@ -25,6 +25,7 @@ use super::{
     CompensationAnswer, CompensationOutcome, EVIDENCE_CAP, EffectQuery, Lookup, ProviderEffect,
     ProviderError, bounded, compensation_outcome,
 };
+use crate::adapters::all_clear;
 use crate::adapters::process::{self, Finished};
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -58,21 +59,25 @@ struct CommandAnswer {
     evidence: Option<Value>,
 }
 
+/// Everything wrong with a command provider's configuration, one line each.
+pub fn problems(config: &CommandProviderConfig) -> Vec<String> {
+    let mut problems = Vec::new();
+    if config.program.trim().is_empty() {
+        problems.push("program is empty".to_string());
+    }
+    if config.timeout_ms == 0 {
+        problems.push("timeout_ms must be above 0".to_string());
+    }
+    problems
+}
+
 impl CommandProvider {
     pub fn build(
         name: &str,
         config: &CommandProviderConfig,
     ) -> Result<CommandProvider, ProviderError> {
-        if config.program.trim().is_empty() {
-            return Err(ProviderError::Config(format!(
-                "provider {name}: program is empty"
-            )));
-        }
-        if config.timeout_ms == 0 {
-            return Err(ProviderError::Config(format!(
-                "provider {name}: timeout_ms must be above 0"
-            )));
-        }
+        all_clear(problems(config))
+            .map_err(|message| ProviderError::Config(format!("provider {name}: {message}")))?;
         Ok(CommandProvider {
             name: name.to_string(),
             config: config.clone(),

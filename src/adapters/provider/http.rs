@@ -32,7 +32,7 @@ use super::{
 use crate::adapters::http_call::{self, Answer};
 use crate::adapters::template::{self, TemplateError, Vars};
 use crate::adapters::{
-    HeaderValueConfig, check_headers, default_timeout_ms, percent, resolve_headers,
+    HeaderValueConfig, all_clear, default_timeout_ms, header_problems, percent, resolve_headers,
 };
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -147,68 +147,77 @@ impl PreparedRequest {
     }
 }
 
-fn check_pointer(what: &str, pointer: &str) -> Result<(), String> {
-    if pointer.is_empty() || pointer.starts_with('/') {
-        Ok(())
-    } else {
-        Err(format!(
-            "{what} = {pointer:?} is not a JSON pointer (it starts with /)"
-        ))
+fn pointer_problem(what: &str, pointer: &str) -> Option<String> {
+    (!pointer.is_empty() && !pointer.starts_with('/'))
+        .then(|| format!("{what} = {pointer:?} is not a JSON pointer (it starts with /)"))
+}
+
+fn template_problems(what: &str, request: &RequestTemplate, problems: &mut Vec<String>) {
+    let mut problem = |message: String| problems.push(format!("{what}: {message}"));
+    if !request.path.is_empty() && !request.path.starts_with('/') {
+        problem(format!("path {:?} must start with /", request.path));
+    }
+    if let Err(error) = template::check(&request.path) {
+        problem(error.to_string());
+    }
+    for value in request.query.values() {
+        if let Err(error) = template::check(value) {
+            problem(error.to_string());
+        }
+    }
+    if let Some(Err(error)) = request.body.as_ref().map(template::check_json) {
+        problem(error.to_string());
+    }
+    if let Some(method) = &request.method
+        && Method::from_bytes(method.to_ascii_uppercase().as_bytes()).is_err()
+    {
+        problem(format!("{method:?} is not an HTTP method"));
+    }
+    if let Some(message) = pointer_problem("effects", &request.effects) {
+        problem(message);
     }
 }
 
-fn check_template(what: &str, request: &RequestTemplate) -> Result<(), String> {
-    let problem = |error: TemplateError| format!("{what}: {error}");
-    if !request.path.is_empty() && !request.path.starts_with('/') {
-        return Err(format!("{what}: path {:?} must start with /", request.path));
+/// Everything wrong with a provider's configuration, one line each.
+pub fn problems(config: &HttpProviderConfig) -> Vec<String> {
+    let mut problems = Vec::new();
+    let base_url = &config.base_url;
+    match Url::parse(base_url) {
+        Err(error) => problems.push(format!("base_url {base_url:?}: {error}")),
+        Ok(base) if !matches!(base.scheme(), "http" | "https") => {
+            problems.push(format!("base_url {base_url:?} is not http(s)"));
+        }
+        Ok(_) => {}
     }
-    template::check(&request.path).map_err(problem)?;
-    for value in request.query.values() {
-        template::check(value).map_err(problem)?;
+    problems.extend(header_problems(&config.headers));
+    for (index, request) in config.lookup.iter().enumerate() {
+        template_problems(&format!("lookup[{index}]"), request, &mut problems);
     }
-    if let Some(body) = &request.body {
-        template::check_json(body).map_err(problem)?;
+    if let Some(request) = &config.compensate {
+        template_problems("compensate", request, &mut problems);
     }
-    if let Some(method) = &request.method {
-        Method::from_bytes(method.to_ascii_uppercase().as_bytes())
-            .map_err(|_| format!("{what}: {method:?} is not an HTTP method"))?;
+    let fields = &config.fields;
+    for (what, pointer) in [
+        ("fields.id", &fields.id),
+        ("fields.status", &fields.status),
+        ("fields.amount_minor", &fields.amount_minor),
+        ("fields.currency", &fields.currency),
+        ("fields.idempotency_key", &fields.idempotency_key),
+        ("fields.metadata", &fields.metadata),
+    ] {
+        problems.extend(pointer_problem(what, pointer));
     }
-    check_pointer(&format!("{what}.effects"), &request.effects)
+    if config.timeout_ms == 0 {
+        problems.push("timeout_ms must be above 0".into());
+    }
+    problems
 }
 
 impl HttpProvider {
     pub fn build(name: &str, config: &HttpProviderConfig) -> Result<HttpProvider, ProviderError> {
         let problem =
             |message: String| ProviderError::Config(format!("provider {name}: {message}"));
-        let base = Url::parse(&config.base_url)
-            .map_err(|error| problem(format!("base_url {:?}: {error}", config.base_url)))?;
-        if !matches!(base.scheme(), "http" | "https") {
-            return Err(problem(format!(
-                "base_url {:?} is not http(s)",
-                config.base_url
-            )));
-        }
-        check_headers(&config.headers).map_err(problem)?;
-        for (index, request) in config.lookup.iter().enumerate() {
-            check_template(&format!("lookup[{index}]"), request).map_err(problem)?;
-        }
-        if let Some(request) = &config.compensate {
-            check_template("compensate", request).map_err(problem)?;
-        }
-        let fields = &config.fields;
-        for (what, pointer) in [
-            ("fields.id", &fields.id),
-            ("fields.status", &fields.status),
-            ("fields.amount_minor", &fields.amount_minor),
-            ("fields.currency", &fields.currency),
-            ("fields.idempotency_key", &fields.idempotency_key),
-            ("fields.metadata", &fields.metadata),
-        ] {
-            check_pointer(what, pointer).map_err(problem)?;
-        }
-        if config.timeout_ms == 0 {
-            return Err(problem("timeout_ms must be above 0".into()));
-        }
+        all_clear(problems(config)).map_err(problem)?;
         let timeout = Duration::from_millis(config.timeout_ms);
         let client = http_call::client(timeout).map_err(problem)?;
         Ok(HttpProvider {
@@ -642,6 +651,26 @@ mod tests {
         assert_eq!(effects[1].status, ProviderStatus::Pending);
         assert!(provider.map_effects(&json!([{"status": "paid"}])).is_err());
         assert!(provider.map_effects(&json!("text")).is_err());
+    }
+
+    #[test]
+    fn every_problem_is_reported_at_once() {
+        let config: HttpProviderConfig = toml::from_str(
+            "base_url = \"http://x\"\ntimeout_ms = 0\nheaders.Cookie = \"c=1\"\n\
+             [[lookup]]\npath = \"/{nosuch}\"\neffects = \"data\"\n",
+        )
+        .unwrap();
+        let problems = problems(&config);
+        assert_eq!(problems.len(), 4, "{problems:?}");
+        let error = HttpProvider::build("pay", &config).unwrap_err().to_string();
+        assert!(
+            error.starts_with("provider pay: header Cookie looks like a credential"),
+            "{error}"
+        );
+        assert!(
+            error.contains("; lookup[0]: unknown placeholder {nosuch}"),
+            "{error}"
+        );
     }
 
     #[test]

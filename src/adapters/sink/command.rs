@@ -7,7 +7,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::SinkError;
-use crate::adapters::{RetryConfig, default_timeout_ms, process};
+use crate::adapters::{RetryConfig, all_clear, default_timeout_ms, process};
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -26,11 +26,18 @@ pub struct CommandSink {
     config: CommandSinkConfig,
 }
 
+/// Everything wrong with a command sink's configuration, one line each.
+pub fn problems(config: &CommandSinkConfig) -> Vec<String> {
+    if config.program.trim().is_empty() {
+        vec!["program is empty".to_string()]
+    } else {
+        Vec::new()
+    }
+}
+
 impl CommandSink {
     pub fn build(config: &CommandSinkConfig) -> Result<CommandSink, String> {
-        if config.program.trim().is_empty() {
-            return Err("program is empty".into());
-        }
+        all_clear(problems(config))?;
         Ok(CommandSink {
             config: config.clone(),
         })

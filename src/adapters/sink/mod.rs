@@ -13,7 +13,7 @@ use std::time::Duration;
 use serde_json::Value;
 use thiserror::Error;
 
-use super::{RetryConfig, SinkConfig};
+use super::{RetryConfig, SinkConfig, all_clear};
 use crate::format::optional_money;
 use crate::text::{sanitize_line, truncate};
 
@@ -52,10 +52,8 @@ enum SinkKind {
 impl Sink {
     pub fn build(name: &str, config: &SinkConfig) -> Result<Sink, SinkError> {
         let problem = |message: String| SinkError::Config(format!("sink {name}: {message}"));
+        all_clear(config.problems()).map_err(problem)?;
         let timeout = config.timeout();
-        if timeout.is_zero() {
-            return Err(problem("timeout_ms must be above 0".into()));
-        }
         let kind = match config {
             SinkConfig::Webhook(config) => {
                 SinkKind::Webhook(webhook::WebhookSink::build(config, timeout).map_err(problem)?)

@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{Closing, SinkError, summary_line};
-use crate::adapters::{RetryConfig, default_timeout_ms, http_call};
+use crate::adapters::{RetryConfig, all_clear, default_timeout_ms, http_call};
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -48,22 +48,32 @@ pub struct PagerDutySink {
     timeout: Duration,
 }
 
+/// Everything wrong with a PagerDuty sink's configuration, one line each.
+pub fn problems(config: &PagerDutyConfig) -> Vec<String> {
+    let mut problems = Vec::new();
+    if let Err(error) = Url::parse(&config.url) {
+        problems.push(format!("url {:?}: {error}", config.url));
+    }
+    if !matches!(
+        config.severity.as_str(),
+        "critical" | "error" | "warning" | "info"
+    ) {
+        problems.push(format!(
+            "severity {:?} must be critical, error, warning or info",
+            config.severity
+        ));
+    }
+    if config.routing_key_env.trim().is_empty() {
+        problems.push("routing_key_env names no variable".into());
+    }
+    problems
+}
+
 impl PagerDutySink {
     pub fn build(config: &PagerDutyConfig, timeout: Duration) -> Result<PagerDutySink, String> {
+        all_clear(problems(config))?;
         let url =
             Url::parse(&config.url).map_err(|error| format!("url {:?}: {error}", config.url))?;
-        if !matches!(
-            config.severity.as_str(),
-            "critical" | "error" | "warning" | "info"
-        ) {
-            return Err(format!(
-                "severity {:?} must be critical, error, warning or info",
-                config.severity
-            ));
-        }
-        if config.routing_key_env.trim().is_empty() {
-            return Err("routing_key_env names no variable".into());
-        }
         Ok(PagerDutySink {
             config: config.clone(),
             url,

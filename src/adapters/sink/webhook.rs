@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use super::{Closing, SinkError, summary_line};
 use crate::adapters::http_call;
 use crate::adapters::{
-    HeaderValueConfig, RetryConfig, check_headers, default_timeout_ms, resolve_headers,
+    HeaderValueConfig, RetryConfig, all_clear, default_timeout_ms, header_problems, resolve_headers,
 };
 use crate::text::sanitize_line;
 
@@ -37,16 +37,23 @@ pub struct WebhookSink {
     timeout: Duration,
 }
 
+/// Everything wrong with a webhook's configuration, one line each.
+pub fn problems(config: &WebhookConfig) -> Vec<String> {
+    let mut problems = Vec::new();
+    match (&config.url, &config.url_env) {
+        (Some(url), None) => {
+            problems.extend(parse_url(url).err());
+        }
+        (None, Some(_)) => {}
+        _ => problems.push("set exactly one of url and url_env".into()),
+    }
+    problems.extend(header_problems(&config.headers));
+    problems
+}
+
 impl WebhookSink {
     pub fn build(config: &WebhookConfig, timeout: Duration) -> Result<WebhookSink, String> {
-        match (&config.url, &config.url_env) {
-            (Some(url), None) => {
-                parse_url(url)?;
-            }
-            (None, Some(_)) => {}
-            _ => return Err("set exactly one of url and url_env".into()),
-        }
-        check_headers(&config.headers)?;
+        all_clear(problems(config))?;
         Ok(WebhookSink {
             config: config.clone(),
             client: http_call::client(timeout)?,
