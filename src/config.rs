@@ -261,20 +261,6 @@ pub fn one_line_toml_error(text: &str, error: &toml::de::Error) -> String {
     }
 }
 
-/// A URL with its password replaced, for printing.
-pub fn mask_url(url: &str) -> String {
-    match url.split_once("://") {
-        Some((scheme, rest)) => match rest.split_once('@') {
-            Some((credentials, host)) => match credentials.split_once(':') {
-                Some((user, _)) => format!("{scheme}://{user}:****@{host}"),
-                None => url.to_string(),
-            },
-            None => url.to_string(),
-        },
-        None => url.to_string(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -297,18 +283,6 @@ mod tests {
         assert!(!error.contains('\n'));
         let error = Config::from_toml("colour = 1\n").unwrap_err();
         assert!(error.contains("colour"), "{error}");
-    }
-
-    #[test]
-    fn passwords_are_masked() {
-        assert_eq!(
-            mask_url("postgres://ops:s3cret@db:5432/ledger"),
-            "postgres://ops:****@db:5432/ledger"
-        );
-        assert_eq!(
-            mask_url("postgres://ops@db/ledger"),
-            "postgres://ops@db/ledger"
-        );
     }
 
     fn provider(extra: &str) -> String {
@@ -346,6 +320,51 @@ mod tests {
             "headers.Authorization = { env = \"EFFECTWATCH_TEST_SURELY_UNSET\", prefix = \"Bearer \" }",
         );
         assert!(Config::from_toml(&text).is_ok());
+    }
+
+    #[test]
+    fn credentials_written_in_urls_are_refused_on_load() {
+        let text = "[providers.pay]\nkind = \"http\"\n\
+                    base_url = \"http://user:SUPERSECRET6@127.0.0.1:18080\"\n";
+        let error = Config::from_toml(text).unwrap_err();
+        assert!(error.contains("provider pay: base_url"), "{error}");
+        assert!(error.contains("user:password@"), "{error}");
+        assert!(!error.contains("SUPERSECRET6"), "{error}");
+
+        for (query, refused) in [
+            ("{ token = \"abc\" }", true),
+            ("{ api_key = \"abc\", sig = \"s\" }", true),
+            ("{ client_secret = \"x{key}\" }", true),
+            ("{ idempotency_key = \"literal\" }", false),
+            ("{ api_key = \"{params.api_key}\" }", false),
+            ("{ api_key = { env = \"PAY_KEY\" } }", false),
+        ] {
+            let text = format!(
+                "{}[providers.pay.compensate]\npath = \"/v1/refunds\"\nquery = {query}\n",
+                provider("")
+            );
+            let result = Config::from_toml(&text);
+            assert_eq!(result.is_err(), refused, "{query}: {result:?}");
+            if let Err(error) = result {
+                assert!(error.contains("looks like a credential"), "{error}");
+                assert!(error.contains("env = "), "{error}");
+            }
+        }
+        let text = format!(
+            "{}[providers.pay.compensate]\npath = \"/v1/refunds?access_token=abc\"\n",
+            provider("")
+        );
+        assert!(Config::from_toml(&text).is_err());
+
+        for sink in [
+            "kind = \"webhook\"\nurl = \"https://hooks.example/x?token=abc\"",
+            "kind = \"webhook\"\nurl = \"https://bot:pw@hooks.example/x\"",
+            "kind = \"pagerduty\"\nrouting_key_env = \"PD\"\nurl = \"https://u:pw@events.example/v2\"",
+        ] {
+            let error = Config::from_toml(&format!("[sinks.ops]\n{sink}\n")).unwrap_err();
+            assert!(error.starts_with("sink ops: url: "), "{error}");
+            assert!(!error.contains("pw@") && !error.contains("abc"), "{error}");
+        }
     }
 
     #[test]

@@ -1,7 +1,19 @@
-//! The config file is checked whole before any command runs: a provider
-//! or sink that cannot work is refused on load, not when first used.
+//! The config file is checked whole before any command runs, and no
+//! credential written in a URL reaches the ledger: a URL with user
+//! information or a literal credential parameter is refused, and the
+//! request stored as evidence never carries one, whatever the config.
+
+mod common;
+mod settle_support;
 
 use std::process::Output;
+use std::sync::Arc;
+
+use effectwatch::config::Config;
+use effectwatch::ledger::writer::{self, Completion, Intent, Outcome};
+use effectwatch::settle::{Request, Settler};
+use serde_json::json;
+use settle_support::{PROVIDER_TIMEOUT_MS, Rig};
 
 const BIN: &str = env!("CARGO_BIN_EXE_effectwatch");
 /// Nothing listens here: a command that got as far as connecting would exit 4.
@@ -96,4 +108,90 @@ path = "/v1/effects/{external_ref}"
 "#;
     let (run, _file) = effectwatch(config, &["config"]);
     assert_eq!(run.status.code(), Some(0), "{}", text(&run.stderr));
+}
+
+#[test]
+fn credentials_in_a_url_are_refused_without_being_echoed() {
+    for config in [
+        "[providers.pay]\nkind = \"http\"\nbase_url = \"http://user:SUPERSECRET6@127.0.0.1:18080\"\n",
+        "[providers.pay]\nkind = \"http\"\nbase_url = \"http://127.0.0.1:18080\"\n\
+         [[providers.pay.lookup]]\npath = \"/v1/effects\"\nquery = { access_token = \"SUPERSECRET6\" }\n",
+        "[sinks.ops]\nkind = \"webhook\"\nurl = \"https://hooks.example/x?token=SUPERSECRET6\"\n",
+    ] {
+        let (run, _file) = effectwatch(config, &["list", "overdue"]);
+        let stderr = text(&run.stderr);
+        assert_eq!(run.status.code(), Some(3), "{config}: {stderr}");
+        assert!(stderr.contains("credential"), "{stderr}");
+        assert!(!stderr.contains("SUPERSECRET6"), "{stderr}");
+    }
+}
+
+#[tokio::test]
+async fn the_request_stored_as_evidence_carries_no_credential() {
+    let rig = Rig::new().await;
+    let config = format!(
+        r#"
+[providers.pay]
+kind = "http"
+base_url = "{}"
+timeout_ms = {PROVIDER_TIMEOUT_MS}
+[[providers.pay.lookup]]
+path = "/v1/effects"
+query = {{ idempotency_key = "{{key}}", access_token = "{{params.token}}" }}
+effects = "/data"
+"#,
+        rig.base_url
+    );
+    let config = Arc::new(Config::from_toml(&config).expect("the config is valid"));
+    let op_key = "refund:TRUST-1:v1";
+    let intent = Intent {
+        op_key: op_key.into(),
+        action: "refund".into(),
+        target: format!("invoice:{op_key}"),
+        params: json!({ "amount_minor": 1500, "currency": "EUR", "token": "SUPERSECRET6" }),
+        requested_by: "agent-7".into(),
+        amount_minor: Some(1500),
+        currency: Some("EUR".into()),
+        provider: Some("pay".into()),
+        ..Intent::default()
+    };
+    writer::begin_effect(&rig.db.pool, &intent).await.unwrap();
+    writer::mark_dispatched(&rig.db.pool, op_key, None, "agent-7")
+        .await
+        .unwrap();
+    writer::complete_effect(
+        &rig.db.pool,
+        op_key,
+        Outcome::Unknown,
+        &Completion::default(),
+    )
+    .await
+    .unwrap();
+    rig.provider_did(op_key, 1500);
+
+    let settler = Settler::new(rig.operator_pool.clone(), config, "alice", false);
+    let report = settler
+        .perform(Request::Reconcile {
+            op_key: op_key.into(),
+            seen: None,
+        })
+        .await
+        .expect("reconcile");
+    assert!(
+        !report.detail.to_string().contains("SUPERSECRET6"),
+        "{report:?}"
+    );
+
+    let evidence: String =
+        sqlx::query_scalar("select evidence::text from ledger.reconciliations where op_key = $1")
+            .bind(op_key)
+            .fetch_one(&rig.db.pool)
+            .await
+            .unwrap();
+    assert!(!evidence.contains("SUPERSECRET6"), "{evidence}");
+    assert!(evidence.contains("access_token=****"), "{evidence}");
+    assert!(
+        evidence.contains("idempotency_key=refund%3ATRUST-1%3Av1"),
+        "{evidence}"
+    );
 }

@@ -6,6 +6,8 @@ use std::time::Duration;
 use reqwest::{Client, Method, Url};
 use serde_json::Value;
 
+use super::secrets::redact_urls;
+
 /// Most of a response body kept; the rest is dropped unread.
 const BODY_CAP: usize = 1024 * 1024;
 
@@ -24,7 +26,8 @@ impl Answer {
     /// The start of the body as one safe line, for an error message.
     pub fn excerpt(&self) -> String {
         let text = String::from_utf8_lossy(&self.body[..self.body.len().min(300)]).into_owned();
-        crate::text::truncate(&crate::text::sanitize_line(text.trim()), 160)
+        let text = redact_urls(&crate::text::sanitize_line(text.trim()));
+        crate::text::truncate(&text, 160)
     }
 }
 
@@ -112,7 +115,8 @@ fn classify(error: &reqwest::Error, timeout: Duration) -> CallError {
 }
 
 /// An error and its causes on one line, without the URL (it may carry
-/// values the operator did not choose to print).
+/// values the operator did not choose to print), and any other URL in it
+/// redacted.
 pub fn chain(error: &(dyn std::error::Error + 'static)) -> String {
     let mut parts: Vec<String> = Vec::new();
     let mut current: Option<&(dyn std::error::Error + 'static)> = Some(error);
@@ -127,5 +131,5 @@ pub fn chain(error: &(dyn std::error::Error + 'static)) -> String {
         }
         current = cause.source();
     }
-    crate::text::sanitize_line(&parts.join(": "))
+    redact_urls(&crate::text::sanitize_line(&parts.join(": ")))
 }

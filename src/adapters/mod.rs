@@ -1,10 +1,11 @@
 //! Providers (reconciliation, compensation) and escalation sinks, configured
 //! by name in the config file (`[providers.NAME]`, `[sinks.NAME]`). Every
 //! call is bounded by the adapter's timeout; secrets come from environment
-//! variables, never from the file.
+//! variables, never from the file, and never reach evidence or logs.
 
 pub mod percent;
 pub mod provider;
+pub mod secrets;
 pub mod sink;
 pub mod template;
 
@@ -88,17 +89,34 @@ impl SinkConfig {
     }
 }
 
-/// A header value: a literal, or taken from an environment variable when
-/// the request is made (`Authorization = { env = "PAY_TOKEN", prefix = "Bearer " }`).
+/// A header or query value: a literal, or taken from an environment
+/// variable when the request is made
+/// (`Authorization = { env = "PAY_TOKEN", prefix = "Bearer " }`).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(untagged)]
-pub enum HeaderValueConfig {
+pub enum ValueConfig {
     Literal(String),
     Env {
         env: String,
         #[serde(default)]
         prefix: String,
     },
+}
+
+impl ValueConfig {
+    /// The value now, reading the environment; the error names the
+    /// variable and what it is for (`header Authorization`), never a value.
+    pub(crate) fn resolve(&self, what: &str) -> Result<String, String> {
+        match self {
+            ValueConfig::Literal(text) => Ok(text.clone()),
+            ValueConfig::Env { env, prefix } => match std::env::var(env) {
+                Ok(secret) if !secret.is_empty() => Ok(format!("{prefix}{secret}")),
+                _ => Err(format!(
+                    "environment variable {env} (for {what}) is not set"
+                )),
+            },
+        }
+    }
 }
 
 /// Delivery retries: the wait doubles from `base_ms` after each failure, up
@@ -128,51 +146,30 @@ impl RetryConfig {
     }
 }
 
-/// Header names whose values are credentials: refused as literals, so a
-/// secret never sits in the config file.
-fn looks_secret(name: &str) -> bool {
-    let name = name.to_ascii_lowercase();
-    name == "authorization"
-        || name == "proxy-authorization"
-        || name == "cookie"
-        || name.contains("token")
-        || name.contains("secret")
-        || name.contains("password")
-        || (name.contains("key") && name != "idempotency-key")
-}
-
 /// Resolves configured headers now, reading environment variables; the
 /// error names the variable, never a value.
 pub(crate) fn resolve_headers(
-    headers: &BTreeMap<String, HeaderValueConfig>,
+    headers: &BTreeMap<String, ValueConfig>,
 ) -> Result<Vec<(String, String)>, String> {
     headers
         .iter()
-        .map(|(name, value)| match value {
-            HeaderValueConfig::Literal(text) => Ok((name.clone(), text.clone())),
-            HeaderValueConfig::Env { env, prefix } => match std::env::var(env) {
-                Ok(secret) if !secret.is_empty() => Ok((name.clone(), format!("{prefix}{secret}"))),
-                _ => Err(format!(
-                    "environment variable {env} (for header {name}) is not set"
-                )),
-            },
-        })
+        .map(|(name, value)| Ok((name.clone(), value.resolve(&format!("header {name}"))?)))
         .collect()
 }
 
 /// What is wrong with headers as configured, one line each: a literal
 /// credential is refused, so a secret never sits in the config file.
-pub(crate) fn header_problems(headers: &BTreeMap<String, HeaderValueConfig>) -> Vec<String> {
+pub(crate) fn header_problems(headers: &BTreeMap<String, ValueConfig>) -> Vec<String> {
     let mut problems = Vec::new();
     for (name, value) in headers {
         if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
             problems.push(format!("{name:?} is not a valid header name"));
             continue;
         }
-        let HeaderValueConfig::Literal(text) = value else {
+        let ValueConfig::Literal(text) = value else {
             continue;
         };
-        if looks_secret(name) {
+        if secrets::looks_secret(name) {
             problems.push(format!(
                 "header {name} looks like a credential: take it from the environment, \
                  {name} = {{ env = \"VARIABLE\" }}, never from the file"
@@ -254,28 +251,22 @@ mod tests {
         let mut headers = BTreeMap::new();
         headers.insert(
             "Authorization".to_string(),
-            HeaderValueConfig::Literal("Bearer x".into()),
+            ValueConfig::Literal("Bearer x".into()),
         );
         assert!(header_problems(&headers)[0].contains("env"));
         headers.clear();
-        headers.insert(
-            "X-Api-Key".to_string(),
-            HeaderValueConfig::Literal("k".into()),
-        );
+        headers.insert("X-Api-Key".to_string(), ValueConfig::Literal("k".into()));
         assert_eq!(header_problems(&headers).len(), 1);
         headers.clear();
         headers.insert(
             "Accept".to_string(),
-            HeaderValueConfig::Literal("application/json".into()),
+            ValueConfig::Literal("application/json".into()),
         );
         assert!(header_problems(&headers).is_empty());
-        headers.insert(
-            "X-Note".to_string(),
-            HeaderValueConfig::Literal("a\nb".into()),
-        );
+        headers.insert("X-Note".to_string(), ValueConfig::Literal("a\nb".into()));
         headers.insert(
             "Cookie".to_string(),
-            HeaderValueConfig::Literal("session=1".into()),
+            ValueConfig::Literal("session=1".into()),
         );
         // Every problem, not the first one.
         assert_eq!(header_problems(&headers).len(), 2);
@@ -286,7 +277,7 @@ mod tests {
         let mut headers = BTreeMap::new();
         headers.insert(
             "Authorization".to_string(),
-            HeaderValueConfig::Env {
+            ValueConfig::Env {
                 env: "EFFECTWATCH_TEST_SURELY_UNSET".into(),
                 prefix: "Bearer ".into(),
             },

@@ -138,6 +138,14 @@ pub fn check(template: &str) -> Result<(), TemplateError> {
     Ok(())
 }
 
+/// Whether a template is made of placeholders only (`{key}`): its value
+/// comes from the effect, none of it is written in the file.
+pub fn is_only_placeholders(template: &str) -> bool {
+    parse(template).is_ok_and(|pieces| {
+        !pieces.is_empty() && pieces.iter().all(|piece| matches!(piece, Piece::Slot(_)))
+    })
+}
+
 /// Checks every string inside a JSON body template.
 pub fn check_json(value: &Value) -> Result<(), TemplateError> {
     match value {
@@ -246,5 +254,16 @@ mod tests {
         assert!(matches!(check("/{key"), Err(TemplateError::Syntax(_))));
         assert!(matches!(check("/key}"), Err(TemplateError::Syntax(_))));
         assert!(check("/{params.anything}").is_ok());
+    }
+
+    #[test]
+    fn placeholders_only_is_told_from_written_text() {
+        assert!(is_only_placeholders("{key}"));
+        assert!(is_only_placeholders("{params.a}{params.b}"));
+        assert!(!is_only_placeholders("abc{key}"));
+        assert!(!is_only_placeholders("s3cret"));
+        assert!(!is_only_placeholders(""));
+        assert!(!is_only_placeholders("{{key}}"));
+        assert!(!is_only_placeholders("{key"));
     }
 }

@@ -1,5 +1,6 @@
 use super::exit::Failure;
-use crate::config::{Config, ConfigError, ConfigSource, mask_url};
+use crate::adapters::secrets::redact_url;
+use crate::config::{Config, ConfigError, ConfigSource};
 
 pub fn run(
     config: &Config,
@@ -19,7 +20,7 @@ pub fn run(
     println!("log file:         {}", config.log_path().display());
     let url = database_url
         .or(config.database_url.as_deref())
-        .map(mask_url)
+        .map(redact_url)
         .unwrap_or_else(|| "(not set)".into());
     println!("database_url:     {url}");
     println!("operator:         {}", config.operator);

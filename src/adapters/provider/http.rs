@@ -11,7 +11,7 @@
 //! path = "/v1/effects/{external_ref}"      # placeholders the effect has
 //! [[providers.payments.lookup]]
 //! path = "/v1/effects"
-//! query = { idempotency_key = "{key}" }
+//! query = { idempotency_key = "{key}", api_key = { env = "PAYMENTS_KEY" } }
 //! effects = "/data"                        # where the effect(s) are in the answer
 //! [providers.payments.compensate]
 //! path = "/v1/effects"
@@ -30,9 +30,12 @@ use super::{
     ProviderError, ProviderStatus, bounded, compensation_outcome,
 };
 use crate::adapters::http_call::{self, Answer};
+use crate::adapters::secrets::{
+    Credential, looks_secret, redact_url, redact_url_also, url_credentials,
+};
 use crate::adapters::template::{self, TemplateError, Vars};
 use crate::adapters::{
-    HeaderValueConfig, all_clear, default_timeout_ms, header_problems, percent, resolve_headers,
+    ValueConfig, all_clear, default_timeout_ms, header_problems, percent, resolve_headers,
 };
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -42,7 +45,7 @@ pub struct HttpProviderConfig {
     #[serde(default = "default_timeout_ms")]
     pub timeout_ms: u64,
     #[serde(default)]
-    pub headers: BTreeMap<String, HeaderValueConfig>,
+    pub headers: BTreeMap<String, ValueConfig>,
     /// Lookup strategies, tried in order; the first one whose placeholders
     /// all have a value for the effect is used (by reference, by key, by
     /// business key…).
@@ -62,8 +65,9 @@ pub struct RequestTemplate {
     pub method: Option<String>,
     /// Appended to base_url; values are percent-encoded.
     pub path: String,
+    /// Templates, or values taken from the environment (credentials).
     #[serde(default)]
-    pub query: BTreeMap<String, String>,
+    pub query: BTreeMap<String, ValueConfig>,
     /// A JSON body; a string that is exactly one placeholder takes the
     /// value with its type.
     pub body: Option<Value>,
@@ -136,15 +140,35 @@ pub struct PreparedRequest {
     method: Method,
     url: Url,
     headers: Vec<(String, String)>,
+    /// Query parameters whose values came from the environment.
+    secret_params: Vec<String>,
     body: Option<Value>,
     effects_pointer: String,
 }
 
 impl PreparedRequest {
-    /// Method and URL, for evidence: never the headers.
+    /// Method and URL, for evidence: never the headers, the URL's user
+    /// information, or a credential in its query.
     fn describe(&self) -> String {
-        format!("{} {}", self.method, self.url)
+        let url = redact_url_also(self.url.as_str(), &|name| {
+            self.secret_params.iter().any(|secret| secret == name)
+        });
+        format!("{} {url}", self.method)
     }
+}
+
+/// A credential written in the file, and where it belongs instead.
+fn credential_problem(credential: &Credential) -> String {
+    let advice = match credential {
+        Credential::UserInfo => {
+            "send it in a header from the environment, headers.Authorization = { env = \"VARIABLE\" }"
+                .to_string()
+        }
+        Credential::Parameter(name) => {
+            format!("take it from the environment, query = {{ {name} = {{ env = \"VARIABLE\" }} }}")
+        }
+    };
+    format!("{credential}: {advice}, never from the file")
 }
 
 fn pointer_problem(what: &str, pointer: &str) -> Option<String> {
@@ -155,14 +179,25 @@ fn pointer_problem(what: &str, pointer: &str) -> Option<String> {
 fn template_problems(what: &str, request: &RequestTemplate, problems: &mut Vec<String>) {
     let mut problem = |message: String| problems.push(format!("{what}: {message}"));
     if !request.path.is_empty() && !request.path.starts_with('/') {
-        problem(format!("path {:?} must start with /", request.path));
+        problem(format!(
+            "path {:?} must start with /",
+            redact_url(&request.path)
+        ));
     }
     if let Err(error) = template::check(&request.path) {
         problem(error.to_string());
     }
-    for value in request.query.values() {
-        if let Err(error) = template::check(value) {
+    for credential in url_credentials(&request.path, &template::is_only_placeholders) {
+        problem(format!("path: {}", credential_problem(&credential)));
+    }
+    for (name, value) in &request.query {
+        let ValueConfig::Literal(text) = value else {
+            continue;
+        };
+        if let Err(error) = template::check(text) {
             problem(error.to_string());
+        } else if looks_secret(name) && !text.is_empty() && !template::is_only_placeholders(text) {
+            problem(credential_problem(&Credential::Parameter(name.clone())));
         }
     }
     if let Some(Err(error)) = request.body.as_ref().map(template::check_json) {
@@ -181,13 +216,16 @@ fn template_problems(what: &str, request: &RequestTemplate, problems: &mut Vec<S
 /// Everything wrong with a provider's configuration, one line each.
 pub fn problems(config: &HttpProviderConfig) -> Vec<String> {
     let mut problems = Vec::new();
-    let base_url = &config.base_url;
-    match Url::parse(base_url) {
-        Err(error) => problems.push(format!("base_url {base_url:?}: {error}")),
+    let shown = redact_url(&config.base_url);
+    match Url::parse(&config.base_url) {
+        Err(error) => problems.push(format!("base_url {shown:?}: {error}")),
         Ok(base) if !matches!(base.scheme(), "http" | "https") => {
-            problems.push(format!("base_url {base_url:?} is not http(s)"));
+            problems.push(format!("base_url {shown:?} is not http(s)"));
         }
         Ok(_) => {}
+    }
+    for credential in url_credentials(&config.base_url, &|_| false) {
+        problems.push(format!("base_url: {}", credential_problem(&credential)));
     }
     problems.extend(header_problems(&config.headers));
     for (index, request) in config.lookup.iter().enumerate() {
@@ -243,12 +281,15 @@ impl HttpProvider {
         default_method: Method,
     ) -> Result<PreparedRequest, TemplateError> {
         let path = template::render_text(&request.path, vars, percent::encode)?;
+        // Values from the environment are added with the headers, just before sending.
         let mut query = Vec::new();
         for (name, value) in &request.query {
-            query.push((
-                name.clone(),
-                template::render_text(value, vars, |s| s.to_string())?,
-            ));
+            if let ValueConfig::Literal(text) = value {
+                query.push((
+                    name.clone(),
+                    template::render_text(text, vars, |s| s.to_string())?,
+                ));
+            }
         }
         let body = request
             .body
@@ -256,7 +297,8 @@ impl HttpProvider {
             .map(|body| template::render_json(body, vars))
             .transpose()?;
         let joined = format!("{}{}", self.config.base_url.trim_end_matches('/'), path);
-        let mut url = Url::parse(&joined).map_err(|_| TemplateError::Syntax(joined.clone()))?;
+        let mut url =
+            Url::parse(&joined).map_err(|_| TemplateError::Syntax(redact_url(&joined)))?;
         if !query.is_empty() {
             let mut pairs = url.query_pairs_mut();
             for (name, value) in &query {
@@ -273,18 +315,31 @@ impl HttpProvider {
             method,
             url,
             headers: Vec::new(),
+            secret_params: Vec::new(),
             body,
             effects_pointer: request.effects.clone(),
         })
     }
 
-    fn with_headers(
+    /// Adds what comes from the environment: the headers, and the query
+    /// values of `request`.
+    fn with_secrets(
         &self,
+        request: &RequestTemplate,
         mut prepared: PreparedRequest,
     ) -> Result<PreparedRequest, ProviderError> {
-        prepared.headers = resolve_headers(&self.config.headers).map_err(|message| {
-            ProviderError::Config(format!("provider {}: {message}", self.name))
-        })?;
+        let problem =
+            |message: String| ProviderError::Config(format!("provider {}: {message}", self.name));
+        prepared.headers = resolve_headers(&self.config.headers).map_err(problem)?;
+        for (name, value) in &request.query {
+            if let ValueConfig::Env { .. } = value {
+                let text = value
+                    .resolve(&format!("query parameter {name}"))
+                    .map_err(problem)?;
+                prepared.url.query_pairs_mut().append_pair(name, &text);
+                prepared.secret_params.push(name.clone());
+            }
+        }
         Ok(prepared)
     }
 
@@ -305,7 +360,7 @@ impl HttpProvider {
                     )));
                 }
             };
-            let prepared = self.with_headers(prepared)?;
+            let prepared = self.with_secrets(request, prepared)?;
             return self.run_lookup(index, request, prepared).await;
         }
         Err(ProviderError::Config(if self.config.lookup.is_empty() {
@@ -454,7 +509,7 @@ impl HttpProvider {
         let prepared = self.render(request, &vars, Method::POST).map_err(|error| {
             ProviderError::Config(format!("provider {} compensate: {error}", self.name))
         })?;
-        let mut prepared = self.with_headers(prepared)?;
+        let mut prepared = self.with_secrets(request, prepared)?;
         // The provider deduplicates on it: a retried compensation is the same one.
         prepared
             .headers
@@ -654,21 +709,86 @@ mod tests {
     }
 
     #[test]
+    fn described_requests_never_carry_credentials() {
+        let prepared = PreparedRequest {
+            method: Method::GET,
+            url: Url::parse(
+                "http://user:SUPERSECRET6@127.0.0.1:18080/v1/effects?idempotency_key=k&token=t0k&q=from-env",
+            )
+            .unwrap(),
+            headers: vec![("Authorization".into(), "Bearer b".into())],
+            secret_params: vec!["q".into()],
+            body: None,
+            effects_pointer: String::new(),
+        };
+        assert_eq!(
+            prepared.describe(),
+            "GET http://****@127.0.0.1:18080/v1/effects?idempotency_key=k&token=****&q=****"
+        );
+    }
+
+    #[test]
+    fn query_values_from_the_environment_are_added_and_masked() {
+        let provider = provider(
+            "[[lookup]]\npath = \"/v1/search\"\nquery = { k = \"{key}\", q = { env = \"PATH\" } }\n",
+        );
+        let request = &provider.config.lookup[2];
+        let vars = query().vars(None);
+        let rendered = provider.render(request, &vars, Method::GET).unwrap();
+        let prepared = provider.with_secrets(request, rendered).unwrap();
+        let path = std::env::var("PATH").unwrap();
+        assert!(
+            prepared
+                .url
+                .query_pairs()
+                .any(|(name, value)| name == "q" && value == path),
+            "{}",
+            prepared.url
+        );
+        assert!(
+            prepared.describe().ends_with("?k=refund%3Aa+b&q=****"),
+            "{}",
+            prepared.describe()
+        );
+
+        let unset = provider_with_query("{ q = { env = \"EFFECTWATCH_TEST_SURELY_UNSET\" } }");
+        let rendered = unset
+            .render(&unset.config.lookup[0], &vars, Method::GET)
+            .unwrap();
+        let error = unset
+            .with_secrets(&unset.config.lookup[0], rendered)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            error.contains("EFFECTWATCH_TEST_SURELY_UNSET") && error.contains("query parameter q"),
+            "{error}"
+        );
+    }
+
+    fn provider_with_query(query: &str) -> HttpProvider {
+        let text = format!(
+            "base_url = \"http://127.0.0.1:9\"\n[[lookup]]\npath = \"/x\"\nquery = {query}\n"
+        );
+        HttpProvider::build("pay", &toml::from_str(&text).unwrap()).unwrap()
+    }
+
+    #[test]
     fn every_problem_is_reported_at_once() {
         let config: HttpProviderConfig = toml::from_str(
-            "base_url = \"http://x\"\ntimeout_ms = 0\nheaders.Cookie = \"c=1\"\n\
-             [[lookup]]\npath = \"/{nosuch}\"\neffects = \"data\"\n",
+            "base_url = \"http://u:SUPERSECRET6@x\"\nheaders.Cookie = \"c=1\"\n\
+             [[lookup]]\npath = \"/{nosuch}\"\nquery = { token = \"abc\" }\n",
         )
         .unwrap();
         let problems = problems(&config);
         assert_eq!(problems.len(), 4, "{problems:?}");
         let error = HttpProvider::build("pay", &config).unwrap_err().to_string();
         assert!(
-            error.starts_with("provider pay: header Cookie looks like a credential"),
+            error.starts_with("provider pay: base_url: user information (user:password@)"),
             "{error}"
         );
         assert!(
-            error.contains("; lookup[0]: unknown placeholder {nosuch}"),
+            !error.contains("SUPERSECRET6") && !error.contains("abc"),
             "{error}"
         );
     }

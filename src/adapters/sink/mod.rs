@@ -13,6 +13,7 @@ use std::time::Duration;
 use serde_json::Value;
 use thiserror::Error;
 
+use super::secrets::redact_urls;
 use super::{RetryConfig, SinkConfig, all_clear};
 use crate::format::optional_money;
 use crate::text::{sanitize_line, truncate};
@@ -109,7 +110,7 @@ impl Sink {
             }
         };
         match tokio::time::timeout(self.timeout + Duration::from_millis(250), attempt).await {
-            Ok(result) => result,
+            Ok(result) => result.map_err(SinkError::redacted),
             Err(_) => Err(SinkError::Failed(format!(
                 "no answer within {} ms",
                 self.timeout.as_millis()
@@ -138,11 +139,22 @@ impl Sink {
             }
         };
         match tokio::time::timeout(self.timeout + Duration::from_millis(250), attempt).await {
-            Ok(result) => result,
+            Ok(result) => result.map_err(SinkError::redacted),
             Err(_) => Err(SinkError::Failed(format!(
                 "no answer within {} ms",
                 self.timeout.as_millis()
             ))),
+        }
+    }
+}
+
+impl SinkError {
+    /// The same error with any URL in it redacted: it becomes the
+    /// escalation's last_error, which every operator reads.
+    fn redacted(self) -> SinkError {
+        match self {
+            SinkError::Config(message) => SinkError::Config(redact_urls(&message)),
+            SinkError::Failed(message) => SinkError::Failed(redact_urls(&message)),
         }
     }
 }

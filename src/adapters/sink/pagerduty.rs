@@ -9,6 +9,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{Closing, SinkError, summary_line};
+use crate::adapters::secrets::{redact_url, url_credentials};
 use crate::adapters::{RetryConfig, all_clear, default_timeout_ms, http_call};
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -52,7 +53,13 @@ pub struct PagerDutySink {
 pub fn problems(config: &PagerDutyConfig) -> Vec<String> {
     let mut problems = Vec::new();
     if let Err(error) = Url::parse(&config.url) {
-        problems.push(format!("url {:?}: {error}", config.url));
+        problems.push(format!("url {:?}: {error}", redact_url(&config.url)));
+    }
+    for credential in url_credentials(&config.url, &|_| false) {
+        problems.push(format!(
+            "url: {credential}: the routing key is the only credential, \
+             taken from the environment (routing_key_env)"
+        ));
     }
     if !matches!(
         config.severity.as_str(),
@@ -72,8 +79,8 @@ pub fn problems(config: &PagerDutyConfig) -> Vec<String> {
 impl PagerDutySink {
     pub fn build(config: &PagerDutyConfig, timeout: Duration) -> Result<PagerDutySink, String> {
         all_clear(problems(config))?;
-        let url =
-            Url::parse(&config.url).map_err(|error| format!("url {:?}: {error}", config.url))?;
+        let url = Url::parse(&config.url)
+            .map_err(|error| format!("url {:?}: {error}", redact_url(&config.url)))?;
         Ok(PagerDutySink {
             config: config.clone(),
             url,

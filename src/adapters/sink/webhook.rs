@@ -10,8 +10,9 @@ use serde_json::{Value, json};
 
 use super::{Closing, SinkError, summary_line};
 use crate::adapters::http_call;
+use crate::adapters::secrets::{redact_url, url_credentials};
 use crate::adapters::{
-    HeaderValueConfig, RetryConfig, all_clear, default_timeout_ms, header_problems, resolve_headers,
+    RetryConfig, ValueConfig, all_clear, default_timeout_ms, header_problems, resolve_headers,
 };
 use crate::text::sanitize_line;
 
@@ -23,7 +24,7 @@ pub struct WebhookConfig {
     /// An environment variable holding the URL (Slack's URLs are secrets).
     pub url_env: Option<String>,
     #[serde(default)]
-    pub headers: BTreeMap<String, HeaderValueConfig>,
+    pub headers: BTreeMap<String, ValueConfig>,
     #[serde(default = "default_timeout_ms")]
     pub timeout_ms: u64,
     #[serde(default)]
@@ -43,6 +44,12 @@ pub fn problems(config: &WebhookConfig) -> Vec<String> {
     match (&config.url, &config.url_env) {
         (Some(url), None) => {
             problems.extend(parse_url(url).err());
+            for credential in url_credentials(url, &|_| false) {
+                problems.push(format!(
+                    "url: {credential}: a URL that holds a secret is taken from the \
+                     environment, url_env = \"VARIABLE\", never from the file"
+                ));
+            }
         }
         (None, Some(_)) => {}
         _ => problems.push("set exactly one of url and url_env".into()),
@@ -135,7 +142,10 @@ fn parse_url(text: &str) -> Result<Url, String> {
     if matches!(url.scheme(), "http" | "https") {
         Ok(url)
     } else {
-        Err("the webhook URL is not http(s)".into())
+        Err(format!(
+            "the webhook URL {} is not http(s)",
+            redact_url(text)
+        ))
     }
 }
 
