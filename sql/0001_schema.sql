@@ -4,6 +4,23 @@
 
 create schema if not exists ledger;
 
+-- Keys, actions and targets are identities people compare by eye. A control
+-- or format character (Unicode categories Cc and Cf: zero-width spaces and
+-- joiners, bidi controls, soft hyphens, tags…) would hide a difference
+-- between two keys or drive the terminal that shows them, so the table
+-- refuses them whoever writes. Returns the first such character as
+-- `U+200B at 4`, or null when the text is clean.
+create function ledger.hidden_character(value text) returns text
+language sql immutable strict parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+    select 'U+' || upper(lpad(m.hex, greatest(4, length(m.hex)), '0')) || ' at ' || strpos(value, m.ch)
+      from (select ch, to_hex(ascii(ch)) as hex from substring(value from
+                '[\x01-\x1f\x7f-\x9f\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f]'
+            ) as ch) m
+     where m.ch is not null
+$$;
+
 create table ledger.action_policies (
     action                       text primary key,
     -- How long a pending effect may wait for its answer before it is overdue.
@@ -23,15 +40,21 @@ create table ledger.action_policies (
 
 create table ledger.effects (
     id                bigint generated always as identity primary key,
-    op_key            text not null unique check (length(op_key) between 1 and 512),
-    action            text not null check (length(action) between 1 and 128),
-    target            text not null check (length(target) between 1 and 512),
+    op_key            text not null unique check (length(op_key) between 1 and 512)
+                      constraint effects_op_key_visible check (ledger.hidden_character(op_key) is null),
+    action            text not null check (length(action) between 1 and 128)
+                      constraint effects_action_visible check (ledger.hidden_character(action) is null),
+    target            text not null check (length(target) between 1 and 512)
+                      constraint effects_target_visible check (ledger.hidden_character(target) is null),
     params            jsonb not null default '{}'::jsonb check (jsonb_typeof(params) = 'object'),
     params_hash       text not null,
     amount_minor      bigint,
     currency          text check (currency ~ '^[A-Z]{3}$'),
     provider          text,
     requested_by      text not null,
+    -- The login role that created the effect: only that login may dispatch
+    -- or complete it (requested_by is a name the caller asserts).
+    owner_role        text not null default session_user,
     approval_ref      text,
     approval_version  integer,
     request_id        text,
@@ -52,6 +75,7 @@ create table ledger.effects (
     created_at        timestamptz not null default now(),
     dispatched_at     timestamptz,
     dispatched_by     text,
+    dispatched_role   text,
     updated_at        timestamptz not null default now(),
     settled_at        timestamptz,
     compensates       bigint references ledger.effects (id),
@@ -74,8 +98,11 @@ create table ledger.attempts (
     op_key        text not null,
     kind          text not null check (kind in
                     ('replay', 'in_flight', 'retry', 'stop', 'mismatch', 'held',
-                     'dispatch', 'dispatch_refused', 'completion', 'completion_repeat', 'late_result')),
+                     'dispatch', 'dispatch_refused', 'completion', 'completion_repeat', 'late_result',
+                     'refused')),
     requested_by  text,
+    -- The login role that made the call, beside the name it gave.
+    db_role       text not null default session_user,
     request_id    text,
     params_hash   text,
     -- The params offered, kept only when they differ from the effect's own.
@@ -87,7 +114,7 @@ create table ledger.attempts (
 
 create index attempts_effect_idx on ledger.attempts (effect_id, at);
 create index attempts_duplicate_idx on ledger.attempts (at)
-    where kind in ('replay', 'in_flight', 'retry', 'stop', 'mismatch', 'held', 'late_result', 'dispatch_refused');
+    where kind in ('replay', 'in_flight', 'retry', 'stop', 'mismatch', 'held', 'late_result', 'dispatch_refused', 'refused');
 create index attempts_flagged_idx on ledger.attempts (effect_id) where flagged;
 
 -- History of every state change. Written by a trigger; never updated.

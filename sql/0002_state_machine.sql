@@ -154,3 +154,13 @@ create trigger attempts_append_only
 create trigger attempts_no_truncate
     before truncate on ledger.attempts
     for each statement execute function ledger.reject_change();
+
+-- ENABLE ALWAYS: a trigger left at the default does not fire in a session
+-- with session_replication_role = replica, which any superuser may set for
+-- one transaction; these must fire whoever writes, in every session mode.
+alter table ledger.effects enable always trigger effects_guard;
+alter table ledger.effects enable always trigger effects_history;
+alter table ledger.effect_events enable always trigger effect_events_append_only;
+alter table ledger.effect_events enable always trigger effect_events_no_truncate;
+alter table ledger.attempts enable always trigger attempts_append_only;
+alter table ledger.attempts enable always trigger attempts_no_truncate;

@@ -46,6 +46,10 @@ create trigger audit_append_only
 create trigger audit_no_truncate
     before truncate on ledger.audit_log
     for each statement execute function ledger.reject_change();
+-- Fire in every session mode (see 0002).
+alter table ledger.audit_log enable always trigger audit_chain;
+alter table ledger.audit_log enable always trigger audit_append_only;
+alter table ledger.audit_log enable always trigger audit_no_truncate;
 
 -- Appends one audit entry; called by every operator function in the same
 -- transaction as the change it records.

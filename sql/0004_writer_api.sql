@@ -40,7 +40,9 @@ begin
 end
 $$;
 
-create function ledger.begin_effect(
+-- The four branches of the writer API, for an agent (through begin_effect)
+-- and for the ledger's own compensations. Not granted to anyone.
+create function ledger.open_effect(
     op_key           text,
     action           text,
     target           text,
@@ -54,12 +56,12 @@ create function ledger.begin_effect(
     approval_version integer  default null,
     request_id       text     default null
 ) returns table (decision text, effect_id bigint, state text, result jsonb)
-language plpgsql security definer
+language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_column
 declare
-    offered_params jsonb := coalesce(begin_effect.params, '{}'::jsonb);
+    offered_params jsonb := coalesce(open_effect.params, '{}'::jsonb);
     offered_hash   text;
     policy         ledger.action_policies;
     existing       ledger.effects;
@@ -67,49 +69,49 @@ declare
     created        ledger.effects;
     window_length  interval;
 begin
-    if coalesce(begin_effect.op_key, '') = '' then
+    if coalesce(open_effect.op_key, '') = '' then
         raise exception 'ledger: op_key is required' using errcode = 'invalid_parameter_value';
     end if;
-    if coalesce(begin_effect.action, '') = '' or coalesce(begin_effect.target, '') = '' then
-        raise exception 'ledger: action and target are required (key %)', begin_effect.op_key
+    if coalesce(open_effect.action, '') = '' or coalesce(open_effect.target, '') = '' then
+        raise exception 'ledger: action and target are required (key %)', open_effect.op_key
             using errcode = 'invalid_parameter_value';
     end if;
-    if coalesce(begin_effect.requested_by, '') = '' then
-        raise exception 'ledger: requested_by is required (key %)', begin_effect.op_key
+    if coalesce(open_effect.requested_by, '') = '' then
+        raise exception 'ledger: requested_by is required (key %)', open_effect.op_key
             using errcode = 'invalid_parameter_value';
     end if;
     if jsonb_typeof(offered_params) <> 'object' then
-        raise exception 'ledger: params must be a JSON object (key %)', begin_effect.op_key
+        raise exception 'ledger: params must be a JSON object (key %)', open_effect.op_key
             using errcode = 'invalid_parameter_value';
     end if;
     offered_hash := ledger.params_hash(offered_params);
-    perform set_config('ledger.actor', begin_effect.requested_by, true);
+    perform set_config('ledger.actor', open_effect.requested_by, true);
 
     -- One caller at a time per target: conflict detection and creation must
     -- see each other, and callers of one key converge here without ever
     -- surfacing a unique violation.
-    perform pg_advisory_xact_lock(hashtextextended('ledger.target:' || begin_effect.target, 0));
+    perform pg_advisory_xact_lock(hashtextextended('ledger.target:' || open_effect.target, 0));
 
     loop
         select e.* into existing from ledger.effects e
-         where e.op_key = begin_effect.op_key
+         where e.op_key = open_effect.op_key
          for update;
 
         if found then
             -- The amount, currency and provider are as material as the
             -- params: a retry that changes any of them is another intent.
             if existing.params_hash <> offered_hash
-               or existing.action <> begin_effect.action
-               or existing.target <> begin_effect.target
-               or existing.amount_minor is distinct from begin_effect.amount_minor
-               or existing.currency is distinct from upper(begin_effect.currency)
-               or existing.provider is distinct from begin_effect.provider then
-                perform ledger.record_attempt(existing, 'mismatch', begin_effect.requested_by,
-                    begin_effect.request_id, offered_hash, offered_params,
-                    jsonb_build_object('action', begin_effect.action, 'target', begin_effect.target,
-                                       'amount_minor', begin_effect.amount_minor,
-                                       'currency', upper(begin_effect.currency),
-                                       'provider', begin_effect.provider),
+               or existing.action <> open_effect.action
+               or existing.target <> open_effect.target
+               or existing.amount_minor is distinct from open_effect.amount_minor
+               or existing.currency is distinct from upper(open_effect.currency)
+               or existing.provider is distinct from open_effect.provider then
+                perform ledger.record_attempt(existing, 'mismatch', open_effect.requested_by,
+                    open_effect.request_id, offered_hash, offered_params,
+                    jsonb_build_object('action', open_effect.action, 'target', open_effect.target,
+                                       'amount_minor', open_effect.amount_minor,
+                                       'currency', upper(open_effect.currency),
+                                       'provider', open_effect.provider),
                     true);
                 return query select 'rejected'::text, existing.id, existing.state, null::jsonb;
                 return;
@@ -117,16 +119,16 @@ begin
 
             case existing.state
             when 'succeeded' then
-                perform ledger.record_attempt(existing, 'replay', begin_effect.requested_by,
-                    begin_effect.request_id, offered_hash);
+                perform ledger.record_attempt(existing, 'replay', open_effect.requested_by,
+                    open_effect.request_id, offered_hash);
                 return query select 'replay'::text, existing.id, existing.state, existing.result;
             when 'pending', 'unknown' then
-                perform ledger.record_attempt(existing, 'in_flight', begin_effect.requested_by,
-                    begin_effect.request_id, offered_hash);
+                perform ledger.record_attempt(existing, 'in_flight', open_effect.requested_by,
+                    open_effect.request_id, offered_hash);
                 return query select 'in_flight'::text, existing.id, existing.state, null::jsonb;
             when 'held' then
-                perform ledger.record_attempt(existing, 'held', begin_effect.requested_by,
-                    begin_effect.request_id, offered_hash);
+                perform ledger.record_attempt(existing, 'held', open_effect.requested_by,
+                    open_effect.request_id, offered_hash);
                 return query select 'held'::text, existing.id, existing.state, null::jsonb;
             when 'failed' then
                 if coalesce(existing.retryable, false) then
@@ -138,8 +140,8 @@ begin
                                     where e.target = existing.target and e.action = existing.action
                                       and e.id <> existing.id
                                       and e.state in ('pending', 'unknown', 'held')) then
-                        perform ledger.record_attempt(existing, 'held', begin_effect.requested_by,
-                            begin_effect.request_id, offered_hash,
+                        perform ledger.record_attempt(existing, 'held', open_effect.requested_by,
+                            open_effect.request_id, offered_hash,
                             detail => jsonb_build_object('retry_blocked_by_open_effect_on_target', true));
                         return query select 'held'::text, existing.id, existing.state, null::jsonb;
                         return;
@@ -148,33 +150,33 @@ begin
                     update ledger.effects e
                        set state = 'pending', dispatched_at = null, dispatched_by = null,
                            failure_reason = null, retryable = null,
-                           request_id = coalesce(begin_effect.request_id, e.request_id),
+                           request_id = coalesce(open_effect.request_id, e.request_id),
                            deadline_at = now() + e.pending_window
                      where e.id = existing.id;
-                    perform ledger.record_attempt(existing, 'retry', begin_effect.requested_by,
-                        begin_effect.request_id, offered_hash);
+                    perform ledger.record_attempt(existing, 'retry', open_effect.requested_by,
+                        open_effect.request_id, offered_hash);
                     return query select 'retry'::text, existing.id, 'pending'::text, null::jsonb;
                 else
-                    perform ledger.record_attempt(existing, 'stop', begin_effect.requested_by,
-                        begin_effect.request_id, offered_hash);
+                    perform ledger.record_attempt(existing, 'stop', open_effect.requested_by,
+                        open_effect.request_id, offered_hash);
                     return query select 'stop'::text, existing.id, existing.state, existing.result;
                 end if;
             else
                 -- compensated or cancelled: the intent is closed for good.
-                perform ledger.record_attempt(existing, 'stop', begin_effect.requested_by,
-                    begin_effect.request_id, offered_hash);
+                perform ledger.record_attempt(existing, 'stop', open_effect.requested_by,
+                    open_effect.request_id, offered_hash);
                 return query select 'stop'::text, existing.id, existing.state, existing.result;
             end case;
             return;
         end if;
 
-        policy := ledger.policy_for(begin_effect.action);
-        window_length := coalesce(begin_effect.pending_window, policy.pending_window);
+        policy := ledger.policy_for(open_effect.action);
+        window_length := coalesce(open_effect.pending_window, policy.pending_window);
         holder := null;
         if policy.exclusive_per_target then
             select e.* into holder from ledger.effects e
-             where e.target = begin_effect.target
-               and e.action = begin_effect.action
+             where e.target = open_effect.target
+               and e.action = open_effect.action
                and e.state in ('pending', 'unknown', 'held')
              order by (e.state = 'held'), e.created_at
              limit 1;
@@ -182,13 +184,13 @@ begin
 
         insert into ledger.effects as e (
             op_key, action, target, params, params_hash, amount_minor, currency, provider,
-            requested_by, approval_ref, approval_version, request_id, state, pending_window,
+            requested_by, owner_role, approval_ref, approval_version, request_id, state, pending_window,
             deadline_at, held_by)
         values (
-            begin_effect.op_key, begin_effect.action, begin_effect.target, offered_params, offered_hash,
-            begin_effect.amount_minor, upper(begin_effect.currency), begin_effect.provider,
-            begin_effect.requested_by, begin_effect.approval_ref, begin_effect.approval_version,
-            begin_effect.request_id,
+            open_effect.op_key, open_effect.action, open_effect.target, offered_params, offered_hash,
+            open_effect.amount_minor, upper(open_effect.currency), open_effect.provider,
+            open_effect.requested_by, session_user, open_effect.approval_ref, open_effect.approval_version,
+            open_effect.request_id,
             case when holder.id is null then 'pending' else 'held' end,
             window_length, now() + window_length,
             -- A held effect points at the open one actually in the way: the
@@ -218,41 +220,137 @@ begin
 end
 $$;
 
--- Claims a pending effect for dispatch. Exactly one caller gets claimed =
--- true; everyone else must not call the provider.
-create function ledger.mark_dispatched(
-    op_key     text,
-    request_id text default null,
-    worker     text default null
-) returns table (claimed boolean, state text, deadline_at timestamptz)
+-- The writer API's front door: what only an agent's call needs checking
+-- (the ledger's own key namespace, invisible characters), then
+-- ledger.open_effect, which the compensation path calls directly.
+create function ledger.begin_effect(
+    op_key           text,
+    action           text,
+    target           text,
+    params           jsonb,
+    requested_by     text,
+    pending_window   interval default null,
+    amount_minor     bigint   default null,
+    currency         text     default null,
+    provider         text     default null,
+    approval_ref     text     default null,
+    approval_version integer  default null,
+    request_id       text     default null
+) returns table (decision text, effect_id bigint, state text, result jsonb)
 language plpgsql security definer
 set search_path = pg_catalog, pg_temp
 as $$
-#variable_conflict use_column
+declare
+    hidden text;
+begin
+    -- Keys the ledger makes for itself: a row squatting on one would block
+    -- a compensation or pass for one.
+    if begin_effect.op_key ~* '^(compensate|escalate):' then
+        raise exception 'ledger: keys beginning compensate: or escalate: are made by the ledger itself (key %)',
+            begin_effect.op_key
+            using errcode = 'insufficient_privilege',
+                  hint = 'choose another key; compensations are requested with ledger.op_compensate';
+    end if;
+    hidden := coalesce('op_key has ' || ledger.hidden_character(begin_effect.op_key),
+                       'action has ' || ledger.hidden_character(begin_effect.action),
+                       'target has ' || ledger.hidden_character(begin_effect.target));
+    if hidden is not null then
+        raise exception 'ledger: % (an invisible or control character): keys, actions and targets must be visible text',
+            hidden
+            using errcode = 'invalid_parameter_value';
+    end if;
+    return query
+    select b.decision, b.effect_id, b.state, b.result
+      from ledger.open_effect(begin_effect.op_key, begin_effect.action, begin_effect.target,
+                              begin_effect.params, begin_effect.requested_by, begin_effect.pending_window,
+                              begin_effect.amount_minor, begin_effect.currency, begin_effect.provider,
+                              begin_effect.approval_ref, begin_effect.approval_version,
+                              begin_effect.request_id) b;
+end
+$$;
+
+-- Why a writer call on an existing effect is refused, or null. An effect
+-- belongs to the login role that created it: another login (another fleet,
+-- or an agent forging a worker name) may not dispatch or complete it. A
+-- compensation belongs to the operator path, whoever asks. A superuser
+-- session is break-glass and may do anything anyway.
+create function ledger.writer_refusal(effect ledger.effects, call text) returns text
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    if (effect).compensates is not null or (effect).op_key ~* '^(compensate|escalate):' then
+        return format('%s is a compensation: only the operator path (ledger.op_dispatch_compensation, '
+                      'ledger.op_complete_compensation) may %s it', (effect).op_key, call);
+    end if;
+    if (effect).owner_role <> session_user::text
+       and not coalesce((select r.rolsuper from pg_roles r where r.rolname = session_user), false) then
+        return format('effect %s belongs to login role %s; login role %s may not %s it',
+                      (effect).op_key, (effect).owner_role, session_user, call);
+    end if;
+    return null;
+end
+$$;
+
+-- A refused writer call changes nothing but is kept, flagged, so an
+-- operator sees who tried to settle what is not theirs.
+create function ledger.record_refusal(
+    effect ledger.effects, call text, refusal text, worker text, request_id text
+) returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    perform ledger.record_attempt(effect, 'refused', worker, request_id, null,
+        detail => jsonb_build_object('call', call, 'login', session_user::text,
+                                     'owner_role', (effect).owner_role, 'refused', refusal),
+        flagged => true);
+    raise warning 'ledger: refused: %', refusal;
+end
+$$;
+
+create function ledger.effect_for_writer(op_key text) returns ledger.effects
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
 declare
     effect ledger.effects;
 begin
     select e.* into effect from ledger.effects e
-     where e.op_key = mark_dispatched.op_key for update;
+     where e.op_key = effect_for_writer.op_key for update;
     if not found then
-        raise exception 'ledger: no effect with key %', mark_dispatched.op_key
+        raise exception 'ledger: no effect with key %', effect_for_writer.op_key
             using errcode = 'no_data_found', hint = 'call ledger.begin_effect first';
     end if;
-    perform set_config('ledger.actor', coalesce(mark_dispatched.worker, effect.requested_by), true);
+    return effect;
+end
+$$;
+
+-- Claims a locked effect for dispatch: the agent's mark_dispatched and the
+-- operator's op_dispatch_compensation both end here. Not granted to anyone.
+create function ledger.claim_dispatch(effect ledger.effects, request_id text, worker text)
+returns table (claimed boolean, state text, deadline_at timestamptz)
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+begin
+    perform set_config('ledger.actor', coalesce(claim_dispatch.worker, effect.requested_by), true);
 
     if effect.state = 'pending' and effect.dispatched_at is null then
         update ledger.effects e
-           set dispatched_at = now(), dispatched_by = mark_dispatched.worker,
-               request_id = coalesce(mark_dispatched.request_id, e.request_id),
+           set dispatched_at = now(), dispatched_by = claim_dispatch.worker,
+               dispatched_role = session_user,
+               request_id = coalesce(claim_dispatch.request_id, e.request_id),
                deadline_at = now() + e.pending_window
          where e.id = effect.id
         returning e.* into effect;
-        perform ledger.record_attempt(effect, 'dispatch', mark_dispatched.worker,
-            mark_dispatched.request_id, null);
+        perform ledger.record_attempt(effect, 'dispatch', claim_dispatch.worker,
+            claim_dispatch.request_id, null);
         return query select true, effect.state, effect.deadline_at;
     else
-        perform ledger.record_attempt(effect, 'dispatch_refused', mark_dispatched.worker,
-            mark_dispatched.request_id, null,
+        perform ledger.record_attempt(effect, 'dispatch_refused', claim_dispatch.worker,
+            claim_dispatch.request_id, null,
             detail => jsonb_build_object('state', effect.state,
                                          'already_dispatched_at', effect.dispatched_at));
         return query select false, effect.state, effect.deadline_at;
@@ -260,9 +358,105 @@ begin
 end
 $$;
 
--- Records the outcome the worker saw. A result for an effect that was
--- settled another way (reconciled, resolved, cancelled) is kept as a flagged
--- late result and never applied over the settled state.
+-- Claims a pending effect for dispatch. Exactly one caller gets claimed =
+-- true; everyone else must not call the provider. A call from a login that
+-- does not own the effect gets claimed = false and the reason in refused.
+create function ledger.mark_dispatched(
+    op_key     text,
+    request_id text default null,
+    worker     text default null
+) returns table (claimed boolean, state text, deadline_at timestamptz, refused text)
+language plpgsql security definer
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    effect  ledger.effects;
+    refusal text;
+begin
+    effect := ledger.effect_for_writer(mark_dispatched.op_key);
+    refusal := ledger.writer_refusal(effect, 'dispatch');
+    if refusal is not null then
+        perform ledger.record_refusal(effect, 'mark_dispatched', refusal,
+                                      mark_dispatched.worker, mark_dispatched.request_id);
+        return query select false, effect.state, effect.deadline_at, refusal;
+        return;
+    end if;
+    return query select c.claimed, c.state, c.deadline_at, null::text
+                   from ledger.claim_dispatch(effect, mark_dispatched.request_id, mark_dispatched.worker) c;
+end
+$$;
+
+-- Records the outcome seen for a locked effect: the agent's complete_effect
+-- and the operator's op_complete_compensation both end here. A result for an
+-- effect that was settled another way (reconciled, resolved, cancelled) is
+-- kept as a flagged late result and never applied over the settled state.
+-- Not granted to anyone.
+create function ledger.record_completion(
+    effect ledger.effects, outcome text, external_ref text, result jsonb, retryable boolean,
+    reason text, request_id text, worker text
+) returns table (applied boolean, state text, late boolean)
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    evidence jsonb;
+begin
+    if record_completion.outcome not in ('succeeded', 'failed', 'unknown') or record_completion.outcome is null then
+        raise exception 'ledger: outcome must be succeeded, failed or unknown (got %)', record_completion.outcome
+            using errcode = 'invalid_parameter_value';
+    end if;
+    perform set_config('ledger.actor', coalesce(record_completion.worker, effect.requested_by), true);
+    perform set_config('ledger.reason', coalesce(record_completion.reason, 'worker reported ' || record_completion.outcome), true);
+    evidence := jsonb_strip_nulls(jsonb_build_object(
+        'outcome', record_completion.outcome, 'external_ref', record_completion.external_ref,
+        'result', record_completion.result, 'retryable', record_completion.retryable,
+        'reason', record_completion.reason));
+
+    if effect.state = 'pending'
+       or (effect.state = 'unknown' and record_completion.outcome <> 'unknown') then
+        update ledger.effects e
+           set state = record_completion.outcome,
+               external_ref = coalesce(record_completion.external_ref, e.external_ref),
+               result = coalesce(record_completion.result, e.result),
+               retryable = case when record_completion.outcome = 'failed'
+                                then coalesce(record_completion.retryable, false) end,
+               failure_reason = case when record_completion.outcome <> 'succeeded'
+                                     then record_completion.reason end
+         where e.id = effect.id
+        returning e.* into effect;
+        perform ledger.record_attempt(effect, 'completion', record_completion.worker,
+            record_completion.request_id, null, detail => evidence);
+        return query select true, effect.state, false;
+    elsif effect.state = record_completion.outcome
+          and effect.external_ref is not distinct from coalesce(record_completion.external_ref, effect.external_ref) then
+        -- The same answer delivered again (a retried completion): harmless.
+        perform ledger.record_attempt(effect, 'completion_repeat', record_completion.worker,
+            record_completion.request_id, null, detail => evidence);
+        return query select false, effect.state, false;
+    else
+        -- A success reported after the effect was recorded as failed means
+        -- the money did move: never let the key be retried, and flag it.
+        update ledger.effects e
+           set late_result_at = now(),
+               retryable = case when e.state = 'failed' and record_completion.outcome = 'succeeded'
+                                then false else e.retryable end,
+               attention = case when e.state = 'failed' and record_completion.outcome = 'succeeded'
+                                then 'mismatch' else e.attention end
+         where e.id = effect.id;
+        perform ledger.record_attempt(effect, 'late_result', record_completion.worker,
+            record_completion.request_id, null,
+            detail => evidence || jsonb_build_object('state_when_received', effect.state),
+            flagged => true);
+        return query select false, effect.state, true;
+    end if;
+end
+$$;
+
+-- Records the outcome the worker saw (see ledger.record_completion). A call
+-- from a login that does not own the effect changes nothing: applied =
+-- false and the reason in refused.
 create function ledger.complete_effect(
     op_key       text,
     outcome      text,
@@ -272,68 +466,27 @@ create function ledger.complete_effect(
     reason       text    default null,
     request_id   text    default null,
     worker       text    default null
-) returns table (applied boolean, state text, late boolean)
+) returns table (applied boolean, state text, late boolean, refused text)
 language plpgsql security definer
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_column
 declare
-    effect ledger.effects;
-    evidence jsonb;
+    effect  ledger.effects;
+    refusal text;
 begin
-    if complete_effect.outcome not in ('succeeded', 'failed', 'unknown') or complete_effect.outcome is null then
-        raise exception 'ledger: outcome must be succeeded, failed or unknown (got %)', complete_effect.outcome
-            using errcode = 'invalid_parameter_value';
+    effect := ledger.effect_for_writer(complete_effect.op_key);
+    refusal := ledger.writer_refusal(effect, 'complete');
+    if refusal is not null then
+        perform ledger.record_refusal(effect, 'complete_effect', refusal,
+                                      complete_effect.worker, complete_effect.request_id);
+        return query select false, effect.state, false, refusal;
+        return;
     end if;
-    select e.* into effect from ledger.effects e
-     where e.op_key = complete_effect.op_key for update;
-    if not found then
-        raise exception 'ledger: no effect with key %', complete_effect.op_key
-            using errcode = 'no_data_found', hint = 'call ledger.begin_effect first';
-    end if;
-    perform set_config('ledger.actor', coalesce(complete_effect.worker, effect.requested_by), true);
-    perform set_config('ledger.reason', coalesce(complete_effect.reason, 'worker reported ' || complete_effect.outcome), true);
-    evidence := jsonb_strip_nulls(jsonb_build_object(
-        'outcome', complete_effect.outcome, 'external_ref', complete_effect.external_ref,
-        'result', complete_effect.result, 'retryable', complete_effect.retryable,
-        'reason', complete_effect.reason));
-
-    if effect.state = 'pending'
-       or (effect.state = 'unknown' and complete_effect.outcome <> 'unknown') then
-        update ledger.effects e
-           set state = complete_effect.outcome,
-               external_ref = coalesce(complete_effect.external_ref, e.external_ref),
-               result = coalesce(complete_effect.result, e.result),
-               retryable = case when complete_effect.outcome = 'failed'
-                                then coalesce(complete_effect.retryable, false) end,
-               failure_reason = case when complete_effect.outcome <> 'succeeded'
-                                     then complete_effect.reason end
-         where e.id = effect.id
-        returning e.* into effect;
-        perform ledger.record_attempt(effect, 'completion', complete_effect.worker,
-            complete_effect.request_id, null, detail => evidence);
-        return query select true, effect.state, false;
-    elsif effect.state = complete_effect.outcome
-          and effect.external_ref is not distinct from coalesce(complete_effect.external_ref, effect.external_ref) then
-        -- The same answer delivered again (a retried completion): harmless.
-        perform ledger.record_attempt(effect, 'completion_repeat', complete_effect.worker,
-            complete_effect.request_id, null, detail => evidence);
-        return query select false, effect.state, false;
-    else
-        -- A success reported after the effect was recorded as failed means
-        -- the money did move: never let the key be retried, and flag it.
-        update ledger.effects e
-           set late_result_at = now(),
-               retryable = case when e.state = 'failed' and complete_effect.outcome = 'succeeded'
-                                then false else e.retryable end,
-               attention = case when e.state = 'failed' and complete_effect.outcome = 'succeeded'
-                                then 'mismatch' else e.attention end
-         where e.id = effect.id;
-        perform ledger.record_attempt(effect, 'late_result', complete_effect.worker,
-            complete_effect.request_id, null,
-            detail => evidence || jsonb_build_object('state_when_received', effect.state),
-            flagged => true);
-        return query select false, effect.state, true;
-    end if;
+    return query select c.applied, c.state, c.late, null::text
+                   from ledger.record_completion(effect, complete_effect.outcome,
+                                                 complete_effect.external_ref, complete_effect.result,
+                                                 complete_effect.retryable, complete_effect.reason,
+                                                 complete_effect.request_id, complete_effect.worker) c;
 end
 $$;

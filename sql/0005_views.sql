@@ -85,7 +85,7 @@ select e.op_key,
                array_agg(distinct a.requested_by) filter (where a.requested_by is not null) as requesters
           from ledger.attempts a
          where a.kind in ('replay', 'in_flight', 'retry', 'stop', 'mismatch', 'held',
-                          'late_result', 'dispatch_refused')
+                          'late_result', 'dispatch_refused', 'refused')
            -- A pane, not an archive: the last day's repeats, and every flagged
            -- one (a mismatch, a late result) until the ledger is pruned.
            and (a.at > now() - interval '24 hours' or a.flagged)

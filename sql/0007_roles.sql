@@ -34,6 +34,18 @@ grant execute on function
     to effect_agent;
 grant select on ledger.effects, ledger.action_policies to effect_agent;
 
+-- "Their own" is the effects their login created (owner_role): an agent of
+-- one fleet never reads another fleet's params. Consoles read every row.
+-- The ledger's functions run as the schema's owner, whom row security does
+-- not restrict, so the writer API sees every key it must answer for.
+alter table ledger.effects enable row level security;
+create policy effects_agents_read_their_own on ledger.effects
+    for select to effect_agent
+    using (owner_role = session_user::text);
+create policy effects_consoles_read_all on ledger.effects
+    for select to effect_operator, effect_readonly
+    using (true);
+
 -- Operators: read everything, change rows only through the operator functions.
 grant select on all tables in schema ledger to effect_operator, effect_readonly;
 grant execute on function

@@ -17,7 +17,7 @@
 --        effect exists, so no worker, no release of a hold, nothing can
 --        dispatch it.
 --   3. ledger.op_dispatch_compensation(compensation_key, operator)
---        Claims it through ledger.mark_dispatched: exactly one caller gets
+--        Claims it as ledger.mark_dispatched would: exactly one caller gets
 --        claimed = true and may call the provider, with the compensation key
 --        as its Idempotency-Key.
 --   4. ledger.op_complete_compensation(compensation_key, operator, outcome, ...)
@@ -125,11 +125,17 @@ declare
     begun   record;
     created ledger.effects;
 begin
+    -- The writer API refuses these keys to agents, but a key taken anyway
+    -- (by hand, by a superuser) is skipped: nothing may block a compensation.
     select 1 + count(*) into n from ledger.effects c
      where c.compensates = (original).id and c.state in ('failed', 'cancelled');
-    key := ledger.compensation_key((original).op_key, n);
+    loop
+        key := ledger.compensation_key((original).op_key, n);
+        exit when not exists (select 1 from ledger.effects e where e.op_key = key);
+        n := n + 1;
+    end loop;
     select b.decision, b.effect_id into begun
-      from ledger.begin_effect(
+      from ledger.open_effect(
             op_key => key, action => 'compensate', target => (original).target,
             params => jsonb_strip_nulls(jsonb_build_object(
                 'compensates', (original).op_key, 'action', (original).action,
@@ -362,8 +368,7 @@ begin
                                              op_dispatch_compensation.operator);
     before := ledger.effect_snapshot(compensation);
     select d.claimed into dispatch
-      from ledger.mark_dispatched(op_key => compensation.op_key,
-                                  worker => op_dispatch_compensation.operator) d;
+      from ledger.claim_dispatch(compensation, null, op_dispatch_compensation.operator) d;
     select e.* into compensation from ledger.effects e where e.id = compensation.id;
     if not dispatch.claimed then
         return query select false, compensation.state, compensation.dispatched_at, null::bigint;
@@ -403,11 +408,10 @@ begin
     why := coalesce(nullif(btrim(op_complete_compensation.reason), ''),
                     'provider answered ' || coalesce(op_complete_compensation.outcome, '?'));
     select c.applied, c.late into completed
-      from ledger.complete_effect(op_key => compensation.op_key, outcome => op_complete_compensation.outcome,
-                                  external_ref => op_complete_compensation.external_ref,
-                                  result => op_complete_compensation.result,
-                                  retryable => op_complete_compensation.retryable,
-                                  reason => why, worker => op_complete_compensation.operator) c;
+      from ledger.record_completion(compensation, op_complete_compensation.outcome,
+                                    op_complete_compensation.external_ref, op_complete_compensation.result,
+                                    op_complete_compensation.retryable, why, null,
+                                    op_complete_compensation.operator) c;
     select e.* into compensation from ledger.effects e where e.id = compensation.id;
     select e.* into original from ledger.effects e where e.id = compensation.compensates;
     perform set_config('ledger.actor', op_complete_compensation.operator, true);
@@ -456,6 +460,7 @@ create trigger effects_settle_original
     for each row
     when (new.state = 'succeeded' and old.state is distinct from 'succeeded' and new.compensates is not null)
     execute function ledger.compensation_settles_original();
+alter table ledger.effects enable always trigger effects_settle_original;
 
 -- Escalations ----------------------------------------------------------------
 
@@ -481,6 +486,8 @@ create trigger escalation_deliveries_append_only
 create trigger escalation_deliveries_no_truncate
     before truncate on ledger.escalation_deliveries
     for each statement execute function ledger.reject_change();
+alter table ledger.escalation_deliveries enable always trigger escalation_deliveries_append_only;
+alter table ledger.escalation_deliveries enable always trigger escalation_deliveries_no_truncate;
 
 -- The decision a person must take about an effect as it is now: a stable
 -- code (part of the escalation key) and the sentence a reviewer reads.

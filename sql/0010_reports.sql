@@ -312,7 +312,7 @@ language sql stable as $$
                    array_agg(distinct a.requested_by) filter (where a.requested_by is not null) as requesters
               from ledger.attempts a
              where a.kind in ('replay', 'in_flight', 'retry', 'stop', 'mismatch', 'held',
-                              'late_result', 'dispatch_refused')
+                              'late_result', 'dispatch_refused', 'refused')
                and a.at <= duplicate_attempts_at.at_time
              group by a.effect_id) d
       join ledger.effects e on e.id = d.effect_id
@@ -447,13 +447,13 @@ language sql stable as $$
         select f.effect_id, f.first_seen
           from (select distinct a.effect_id from ledger.attempts a
                  where a.kind in ('replay', 'in_flight', 'retry', 'stop', 'mismatch', 'held',
-                                  'late_result', 'dispatch_refused')
+                                  'late_result', 'dispatch_refused', 'refused')
                    and a.at >= pane_entries.since and a.at < pane_entries.until) recent
          cross join lateral (
                 select recent.effect_id, min(a.at) as first_seen from ledger.attempts a
                  where a.effect_id = recent.effect_id
                    and a.kind in ('replay', 'in_flight', 'retry', 'stop', 'mismatch', 'held',
-                                  'late_result', 'dispatch_refused')) f
+                                  'late_result', 'dispatch_refused', 'refused')) f
          where f.first_seen >= pane_entries.since
     ),
     duplicates as (
@@ -570,6 +570,8 @@ drop trigger effect_events_append_only on ledger.effect_events;
 create trigger effect_events_append_only
     before update or delete on ledger.effect_events
     for each row execute function ledger.append_only_except_prune();
+alter table ledger.attempts enable always trigger attempts_append_only;
+alter table ledger.effect_events enable always trigger effect_events_append_only;
 
 -- Locks the effects settled before the cutoff (so no operator action or
 -- escalation can name one while a prune runs) and returns those that may be

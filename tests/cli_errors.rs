@@ -273,20 +273,19 @@ async fn hostile_keys_never_put_an_escape_on_the_terminal() {
     let db = common::test_db().await;
     let hostile_key = "evil\u{1b}]52;c;ZWNobyBwd25lZA==\u{7}\u{1b}[2J\u{1b}[31mkey";
     let hostile_target = "invoice:\u{1b}[2J\u{9b}31m\u{202e}X";
-    begin_effect(&db.pool, &intent("refund:H:holder", hostile_target))
-        .await
-        .unwrap();
-    assert_eq!(
-        begin_effect(&db.pool, &intent(hostile_key, hostile_target))
+    // The writer API refuses such keys; rows a ledger holds anyway must still be shown safely.
+    assert!(
+        begin_effect(&db.pool, &intent(hostile_key, "invoice:H"))
             .await
-            .unwrap()
-            .decision,
+            .is_err()
+    );
+    common::force_effect(&db.pool, &intent("refund:H:holder", hostile_target)).await;
+    assert_eq!(
+        common::force_effect(&db.pool, &intent(hostile_key, hostile_target)).await,
         Decision::Held
     );
     // Also in the duplicates pane and the audit trail.
-    begin_effect(&db.pool, &intent(hostile_key, hostile_target))
-        .await
-        .unwrap();
+    common::force_effect(&db.pool, &intent(hostile_key, hostile_target)).await;
     actions::annotate(
         &db.pool,
         hostile_key,
@@ -407,4 +406,47 @@ async fn an_error_about_a_huge_key_is_one_short_line() {
     assert!(line.contains("huge-start:kkkk"), "{line}");
     assert!(line.contains("kkkk:huge-end"), "{line}");
     assert!(line.contains('…'), "{line}");
+}
+
+#[tokio::test]
+async fn a_ledger_made_by_other_migrations_is_one_line_not_a_checksum_error() {
+    let db = common::test_db().await;
+    let tampers = [
+        (
+            "an edited migration",
+            "update public._sqlx_migrations set checksum = '\\x00'::bytea where version = 1",
+        ),
+        (
+            "a migration this version lacks",
+            "insert into public._sqlx_migrations (version, description, success, checksum, execution_time)
+             values (9999, 'from elsewhere', true, '\\x00'::bytea, 0)",
+        ),
+    ];
+    for (what, tamper) in tampers {
+        let original: Vec<u8> =
+            sqlx::query_scalar("select checksum from public._sqlx_migrations where version = 1")
+                .fetch_one(&db.pool)
+                .await
+                .unwrap();
+        sqlx::query(AssertSqlSafe(tamper))
+            .execute(&db.pool)
+            .await
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        let run = effectwatch(&db.url, &["migrate"]).await;
+        assert_eq!(run.code, Some(5), "{what}: {}", run.stderr);
+        let line = one_line(&run);
+        assert!(line.contains("effectwatch demo --fresh"), "{what}: {line}");
+        assert!(!line.to_lowercase().contains("checksum"), "{what}: {line}");
+        sqlx::query("delete from public._sqlx_migrations where version = 9999")
+            .execute(&db.pool)
+            .await
+            .unwrap();
+        sqlx::query("update public._sqlx_migrations set checksum = $1 where version = 1")
+            .bind(original)
+            .execute(&db.pool)
+            .await
+            .unwrap();
+    }
+    let again = effectwatch(&db.url, &["migrate"]).await;
+    assert_eq!(again.code, Some(0), "{}", again.stderr);
 }

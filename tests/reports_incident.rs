@@ -900,7 +900,9 @@ async fn hostile_text_cannot_escape_a_report() {
     let key = "refund:|evil](http://x)\x1b[2J<script>";
     let mut intent = refund(key, "INV-9\n| fake | row |", 100, "EUR", 300);
     intent.params = json!({"k": 1});
-    begin(pool, &intent).await;
+    // The ledger refuses control characters in keys; a report must stay
+    // safe even if one got in, so the row is forced past that rule.
+    common::force_effect(pool, &intent).await;
     dispatch(pool, key).await;
     complete(
         pool,

@@ -192,7 +192,7 @@ async fn hostile_keys_never_reach_the_terminal_raw() {
     let rig = Rig::new().await;
     let cli = Cli::new(&rig);
     let key = "refund:\u{1b}]52;c;ZXZpbA==\u{7}\u{1b}[2J\u{202e}:v1";
-    rig.unknown_effect(key, 100).await;
+    rig.hostile_unknown_effect(key, 100).await;
     for args in [
         vec!["reconcile", key],
         vec!["reconcile", key, "--format", "json"],

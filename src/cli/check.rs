@@ -236,6 +236,11 @@ pub fn prometheus(health: Option<&Health>, breaches: &[Breach]) -> String {
             );
         }
         gauge(
+            "effectwatch_ledger_weak_triggers",
+            "Ledger triggers that do not fire in every session mode (must be 0).",
+            &[(String::new(), health.weak_triggers.len() as f64)],
+        );
+        gauge(
             "effectwatch_check_thresholds_exceeded",
             "Thresholds of this check that the ledger exceeds.",
             &[(String::new(), breaches.len() as f64)],

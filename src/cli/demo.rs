@@ -107,12 +107,7 @@ async fn run_on(
     connect.max_connections = (args.agents as u32 + 2).max(4);
     connect.application_name = "effectwatch-demo".into();
     let pool = ledger::connect(&connect).await?;
-    migrate::run(&pool).await.map_err(|error| {
-        Failure::new(
-            FAILURE,
-            format!("{error} — if the demo's kept ledger is from another version, start over with `effectwatch demo --fresh`"),
-        )
-    })?;
+    migrate::run(&pool).await?;
     // Someone else's ledger keeps its policies unless a window was asked for.
     let update_windows = args.database_url.is_none() || args.pending_window.is_some();
     demo::install_demo_policies(&pool, args.pending_window, update_windows).await?;

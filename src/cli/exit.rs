@@ -18,7 +18,7 @@ pub fn code_for(error: &LedgerError) -> u8 {
     match error {
         LedgerError::BadUrl(_) => BAD_CONFIG,
         LedgerError::Unreachable(_) => UNREACHABLE,
-        LedgerError::SchemaMissing(_) => SCHEMA_MISSING,
+        LedgerError::SchemaMissing(_) | LedgerError::OtherVersion(_) => SCHEMA_MISSING,
         LedgerError::NotFound(_) => NOT_FOUND,
         LedgerError::Changed(_) => CHANGED,
         LedgerError::Refused(_) => REFUSED,

@@ -33,14 +33,14 @@ pub fn render(history: &EffectHistory) -> String {
         "provider",
         effect.provider.clone().unwrap_or_else(|| "—".into()),
     );
-    field("requested by", effect.requested_by.clone());
+    field("requested by", effect.requester());
     field("created", effect.created_at.to_rfc3339());
     field(
         "dispatched",
-        effect
-            .dispatched_at
-            .map(|t| t.to_rfc3339())
-            .unwrap_or_else(|| "not yet".into()),
+        match effect.dispatched_at {
+            Some(at) => format!("{} by {}", at.to_rfc3339(), effect.dispatcher()),
+            None => "not yet".into(),
+        },
     );
     field(
         "deadline",

@@ -30,6 +30,10 @@ pub struct Health {
     pub panes: Vec<PaneCount>,
     /// Effects in suspected double effects, when asked for.
     pub suspected: Option<i64>,
+    /// The ledger's triggers that do not fire in every session mode
+    /// (disabled, or enabled for origin sessions only): the state machine,
+    /// history and append-only guarantees then have a hole.
+    pub weak_triggers: Vec<String>,
 }
 
 /// One threshold exceeded.
@@ -38,7 +42,7 @@ pub struct Breach {
     pub what: String,
     pub value: i64,
     pub limit: i64,
-    /// `items` or `ms`.
+    /// `items`, `ms` or `triggers`.
     pub unit: &'static str,
 }
 
@@ -61,6 +65,7 @@ pub async fn measure(pool: &PgPool, with_suspected: bool) -> Result<Health, Ledg
         .fetch_one(&mut *tx)
         .await?,
     );
+    let weak_triggers = weak_triggers(&mut tx).await?;
     let suspected = if with_suspected {
         Some(
             sqlx::query_scalar::<_, i64>("select count(*) from ledger.suspected_double_effects")
@@ -74,7 +79,23 @@ pub async fn measure(pool: &PgPool, with_suspected: bool) -> Result<Health, Ledg
     Ok(Health {
         panes: counts,
         suspected,
+        weak_triggers,
     })
+}
+
+/// Triggers on the ledger's tables not set to ENABLE ALWAYS ('A'); what
+/// `alter table … disable trigger`, or a plain `enable trigger`, leaves.
+async fn weak_triggers(tx: &mut sqlx::PgConnection) -> Result<Vec<String>, LedgerError> {
+    Ok(sqlx::query_scalar(
+        "select c.relname || '.' || t.tgname
+           from pg_trigger t
+           join pg_class c on c.oid = t.tgrelid
+           join pg_namespace n on n.oid = c.relnamespace
+          where n.nspname = 'ledger' and not t.tgisinternal and t.tgenabled <> 'A'
+          order by 1",
+    )
+    .fetch_all(tx)
+    .await?)
 }
 
 impl Health {
@@ -96,6 +117,17 @@ impl Health {
 /// Every threshold the figures exceed (strictly above the limit).
 pub fn evaluate(health: &Health, thresholds: &Thresholds) -> Vec<Breach> {
     let mut breaches = Vec::new();
+    if !health.weak_triggers.is_empty() {
+        breaches.push(Breach {
+            what: format!(
+                "ledger triggers not enabled always ({})",
+                health.weak_triggers.join(", ")
+            ),
+            value: health.weak_triggers.len() as i64,
+            limit: 0,
+            unit: "triggers",
+        });
+    }
     let limits = [
         ("overdue", thresholds.max_overdue),
         ("unknown", thresholds.max_unknown),
@@ -162,6 +194,7 @@ mod tests {
                 count("escalations", 0, None),
             ],
             suspected: Some(1),
+            weak_triggers: Vec::new(),
         }
     }
 
@@ -181,5 +214,16 @@ mod tests {
         // duplicates are a day old but never judged by age.
         assert_eq!(what, ["held", "suspected double effects", "oldest overdue"]);
         assert!(evaluate(&health(), &Thresholds::default()).is_empty());
+    }
+
+    #[test]
+    fn a_weak_trigger_fails_whatever_the_thresholds() {
+        let health = Health {
+            weak_triggers: vec!["effects.effects_guard".into()],
+            ..health()
+        };
+        let breaches = evaluate(&health, &Thresholds::default());
+        assert_eq!(breaches.len(), 1);
+        assert!(breaches[0].what.contains("effects.effects_guard"));
     }
 }

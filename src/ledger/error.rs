@@ -14,6 +14,10 @@ pub enum LedgerError {
         "the ledger schema is missing or incomplete in this database ({0}): run `effectwatch migrate`"
     )]
     SchemaMissing(String),
+    #[error(
+        "this ledger was made by another version of effectwatch: {0} (a demo ledger starts over with `effectwatch demo --fresh`)"
+    )]
+    OtherVersion(String),
     #[error("no effect with key {0}")]
     NotFound(String),
     #[error("{0}: nothing written; refresh and decide again")]

@@ -6,7 +6,9 @@ use serde_json::Value;
 use sqlx::PgPool;
 
 use super::LedgerError;
-use super::model::{Attempt, AuditEntry, Effect, EffectEvent, Escalation, Reconciliation};
+use super::model::{
+    Attempt, AuditEntry, Effect, EffectEvent, Escalation, Reconciliation, name_and_login,
+};
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct EffectHistory {
@@ -48,7 +50,7 @@ pub async fn load(pool: &PgPool, op_key: &str) -> Result<EffectHistory, LedgerEr
         .await?
         .ok_or_else(|| LedgerError::NotFound(op_key.to_string()))?;
     let attempts = sqlx::query_as::<_, Attempt>(
-        "select id, kind, requested_by, request_id, params_hash, params, detail, flagged, at
+        "select id, kind, requested_by, db_role, request_id, params_hash, params, detail, flagged, at
            from ledger.attempts where effect_id = $1 order by at, id",
     )
     .bind(effect.id)
@@ -119,9 +121,20 @@ pub struct TimelineEntry {
 pub fn timeline(history: &EffectHistory) -> Vec<TimelineEntry> {
     let mut entries = Vec::new();
     for attempt in &history.attempts {
-        let who = attempt.requested_by.as_deref().unwrap_or("?");
+        let who = name_and_login(
+            attempt.requested_by.as_deref().unwrap_or("?"),
+            &attempt.db_role,
+        );
         let flag = if attempt.flagged { " ⚑" } else { "" };
         let mut text = format!("{}{flag} by {who}", attempt.kind);
+        if let Some(refusal) = attempt
+            .detail
+            .as_ref()
+            .and_then(|detail| detail.get("refused"))
+            .and_then(Value::as_str)
+        {
+            text.push_str(&format!(": {refusal}"));
+        }
         if let Some(offered) = attempt
             .params
             .as_ref()
@@ -147,8 +160,9 @@ pub fn timeline(history: &EffectHistory) -> Vec<TimelineEntry> {
             at: event.at,
             kind: "state",
             text: format!(
-                "{from} → {} by {} ({}){reason}",
-                event.to_state, event.actor, event.db_role
+                "{from} → {} by {}{reason}",
+                event.to_state,
+                name_and_login(&event.actor, &event.db_role)
             ),
         });
     }
@@ -187,8 +201,10 @@ pub fn timeline(history: &EffectHistory) -> Vec<TimelineEntry> {
             at: entry.at,
             kind: "audit",
             text: format!(
-                "#{} {} by {} ({}): {reason}",
-                entry.seq, entry.action, entry.operator, entry.db_role
+                "#{} {} by {}: {reason}",
+                entry.seq,
+                entry.action,
+                name_and_login(&entry.operator, &entry.db_role)
             ),
         });
     }

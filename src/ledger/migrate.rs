@@ -15,8 +15,14 @@ pub struct MigrationReport {
 }
 
 /// Applies what is missing; running it again applies nothing and says so.
+/// A ledger made by migrations other than these is refused with one line
+/// saying so, never half-upgraded.
 pub async fn run(pool: &PgPool) -> Result<MigrationReport, LedgerError> {
-    let done: Vec<i64> = applied_versions(pool).await?;
+    let applied = applied_migrations(pool).await?;
+    if let Some(problem) = foreign_migration(&applied) {
+        return Err(LedgerError::OtherVersion(problem));
+    }
+    let done: Vec<i64> = applied.iter().map(|(version, _)| *version).collect();
     MIGRATOR
         .run(pool)
         .await
@@ -32,7 +38,24 @@ pub async fn run(pool: &PgPool) -> Result<MigrationReport, LedgerError> {
     })
 }
 
-async fn applied_versions(pool: &PgPool) -> Result<Vec<i64>, LedgerError> {
+/// The first applied migration these migrations do not contain as applied:
+/// one they lack, or one whose text differs.
+fn foreign_migration(applied: &[(i64, Vec<u8>)]) -> Option<String> {
+    applied.iter().find_map(|(version, checksum)| {
+        match MIGRATOR.iter().find(|m| m.version == *version) {
+            None => Some(format!(
+                "migration {version:04} is not one this effectwatch knows"
+            )),
+            Some(ours) if ours.checksum.as_ref() != checksum.as_slice() => Some(format!(
+                "migration {version:04} ({}) differs from this effectwatch's",
+                ours.description
+            )),
+            Some(_) => None,
+        }
+    })
+}
+
+async fn applied_migrations(pool: &PgPool) -> Result<Vec<(i64, Vec<u8>)>, LedgerError> {
     let exists: bool =
         sqlx::query_scalar("select to_regclass('public._sqlx_migrations') is not null")
             .fetch_one(pool)
@@ -40,8 +63,8 @@ async fn applied_versions(pool: &PgPool) -> Result<Vec<i64>, LedgerError> {
     if !exists {
         return Ok(Vec::new());
     }
-    Ok(sqlx::query_scalar(
-        "select version from public._sqlx_migrations where success order by version",
+    Ok(sqlx::query_as(
+        "select version, checksum from public._sqlx_migrations where success order by version",
     )
     .fetch_all(pool)
     .await?)

@@ -108,6 +108,9 @@ pub struct Effect {
     pub currency: Option<String>,
     pub provider: Option<String>,
     pub requested_by: String,
+    /// The login role that created the effect, and alone may dispatch or
+    /// complete it; `requested_by` is only the name the caller gave.
+    pub owner_role: String,
     pub approval_ref: Option<String>,
     pub approval_version: Option<i32>,
     pub request_id: Option<String>,
@@ -124,6 +127,7 @@ pub struct Effect {
     pub created_at: DateTime<Utc>,
     pub dispatched_at: Option<DateTime<Utc>>,
     pub dispatched_by: Option<String>,
+    pub dispatched_role: Option<String>,
     pub updated_at: DateTime<Utc>,
     pub settled_at: Option<DateTime<Utc>>,
     pub compensates: Option<i64>,
@@ -133,11 +137,38 @@ pub struct Effect {
 impl Effect {
     /// The column list matching this struct, for `select {COLUMNS} from ledger.effects e`.
     pub const COLUMNS: &'static str = "e.id, e.op_key, e.action, e.target, e.params, e.params_hash, \
-        e.amount_minor, e.currency, e.provider, e.requested_by, e.approval_ref, e.approval_version, \
+        e.amount_minor, e.currency, e.provider, e.requested_by, e.owner_role, e.approval_ref, \
+        e.approval_version, \
         e.request_id, e.state, extract(epoch from e.pending_window)::bigint as pending_window_secs, \
         e.deadline_at, e.external_ref, e.result, e.failure_reason, e.retryable, e.late_result_at, \
-        e.attention, e.version, e.created_at, e.dispatched_at, e.dispatched_by, e.updated_at, \
+        e.attention, e.version, e.created_at, e.dispatched_at, e.dispatched_by, e.dispatched_role, \
+        e.updated_at, \
         e.settled_at, e.compensates, e.held_by";
+
+    /// Who asked for it: the name given, and the owning login if it differs.
+    pub fn requester(&self) -> String {
+        name_and_login(&self.requested_by, &self.owner_role)
+    }
+
+    /// Who dispatched it: the worker named, and the login if it differs.
+    pub fn dispatcher(&self) -> String {
+        let worker = self.dispatched_by.as_deref().unwrap_or("?");
+        match &self.dispatched_role {
+            Some(login) => name_and_login(worker, login),
+            None => worker.to_string(),
+        }
+    }
+}
+
+/// A name a caller gave (`requested_by`, `worker`, `operator`) beside the
+/// login role that made the call, when the two differ: the name is only
+/// asserted, the login is proof, and a reader must see both.
+pub fn name_and_login(name: &str, login: &str) -> String {
+    if name == login {
+        name.to_string()
+    } else {
+        format!("{name} (login {login})")
+    }
 }
 
 /// One call to the writer API for a key.
@@ -146,6 +177,8 @@ pub struct Attempt {
     pub id: i64,
     pub kind: String,
     pub requested_by: Option<String>,
+    /// The login role that made the call.
+    pub db_role: String,
     pub request_id: Option<String>,
     pub params_hash: Option<String>,
     pub params: Option<Value>,

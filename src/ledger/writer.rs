@@ -59,12 +59,22 @@ pub async fn begin_effect<'c>(
     Ok(begun)
 }
 
-#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Dispatch {
     /// Only a caller that claimed the effect may call the provider.
     pub claimed: bool,
     pub state: State,
     pub deadline_at: Option<DateTime<Utc>>,
+}
+
+/// The ledger keeps a refused call (another login's effect, a compensation)
+/// as a flagged attempt and answers with the reason instead of an error, so
+/// the record survives; a Rust caller gets the refusal as an error.
+fn refusal(refused: Option<String>) -> Result<(), LedgerError> {
+    match refused {
+        Some(reason) => Err(LedgerError::Refused(reason)),
+        None => Ok(()),
+    }
 }
 
 pub async fn mark_dispatched<'c>(
@@ -73,15 +83,28 @@ pub async fn mark_dispatched<'c>(
     request_id: Option<&str>,
     worker: &str,
 ) -> Result<Dispatch, LedgerError> {
-    Ok(sqlx::query_as::<_, Dispatch>(
-        "select claimed, state, deadline_at from ledger.mark_dispatched(
+    let (dispatch, refused) =
+        sqlx::query_as::<_, (bool, State, Option<DateTime<Utc>>, Option<String>)>(
+            "select claimed, state, deadline_at, refused from ledger.mark_dispatched(
             op_key => $1, request_id => $2, worker => $3)",
-    )
-    .bind(op_key)
-    .bind(request_id)
-    .bind(worker)
-    .fetch_one(executor)
-    .await?)
+        )
+        .bind(op_key)
+        .bind(request_id)
+        .bind(worker)
+        .fetch_one(executor)
+        .await
+        .map(|(claimed, state, deadline_at, refused)| {
+            (
+                Dispatch {
+                    claimed,
+                    state,
+                    deadline_at,
+                },
+                refused,
+            )
+        })?;
+    refusal(refused)?;
+    Ok(dispatch)
 }
 
 /// The outcome a worker observed.
@@ -111,7 +134,7 @@ pub struct Completion {
     pub worker: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Completed {
     pub applied: bool,
     pub state: State,
@@ -129,8 +152,8 @@ pub async fn complete_effect<'c>(
         Outcome::Failed { retryable } => Some(retryable),
         _ => None,
     };
-    Ok(sqlx::query_as::<_, Completed>(
-        "select applied, state, late from ledger.complete_effect(
+    let (completed, refused) = sqlx::query_as::<_, (bool, State, bool, Option<String>)>(
+        "select applied, state, late, refused from ledger.complete_effect(
             op_key => $1, outcome => $2, external_ref => $3, result => $4, retryable => $5,
             reason => $6, request_id => $7, worker => $8)",
     )
@@ -143,5 +166,17 @@ pub async fn complete_effect<'c>(
     .bind(&completion.request_id)
     .bind(&completion.worker)
     .fetch_one(executor)
-    .await?)
+    .await
+    .map(|(applied, state, late, refused)| {
+        (
+            Completed {
+                applied,
+                state,
+                late,
+            },
+            refused,
+        )
+    })?;
+    refusal(refused)?;
+    Ok(completed)
 }

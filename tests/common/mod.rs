@@ -13,6 +13,8 @@
 //!   a shared server, and a throwaway cluster does not fill the disk during long runs.
 #![allow(dead_code)] // each test file uses its own part of the harness
 
+pub mod roles;
+
 use std::str::FromStr;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -197,4 +199,41 @@ fn unique_name() -> String {
         std::process::id(),
         nanos & 0xffff_ffff_ffff
     )
+}
+
+/// Writes an effect the way a ledger without the visible-text rule (made by an
+/// older version, or by a superuser's hand) could still hold it, control and
+/// format characters in its key or target included: whoever wrote a row, the
+/// console and the CLI must show it safely.
+pub async fn force_effect(
+    pool: &PgPool,
+    intent: &effectwatch::ledger::writer::Intent,
+) -> effectwatch::ledger::Decision {
+    sqlx::query(
+        "alter table ledger.effects drop constraint if exists effects_op_key_visible,
+                                    drop constraint if exists effects_action_visible,
+                                    drop constraint if exists effects_target_visible",
+    )
+    .execute(pool)
+    .await
+    .unwrap_or_else(|e| panic!("lifting the visible-text rule: {e}"));
+    sqlx::query_scalar(
+        "select decision from ledger.open_effect($1, $2, $3, $4, $5,
+            make_interval(secs => $6::bigint), $7, $8, $9, $10, $11, $12)",
+    )
+    .bind(&intent.op_key)
+    .bind(&intent.action)
+    .bind(&intent.target)
+    .bind(&intent.params)
+    .bind(&intent.requested_by)
+    .bind(intent.pending_window_secs)
+    .bind(intent.amount_minor)
+    .bind(&intent.currency)
+    .bind(&intent.provider)
+    .bind(&intent.approval_ref)
+    .bind(intent.approval_version)
+    .bind(&intent.request_id)
+    .fetch_one(pool)
+    .await
+    .unwrap_or_else(|e| panic!("forcing effect {:?}: {e}", intent.op_key))
 }

@@ -78,6 +78,20 @@ impl Rig {
     /// and never hears back: the effect is unknown.
     pub async fn unknown_effect(&self, op_key: &str, amount_minor: i64) {
         self.begin_and_dispatch(op_key, amount_minor).await;
+        self.time_out(op_key).await;
+    }
+
+    /// An unknown effect whose key the writer API would refuse (control or
+    /// format characters), as a ledger may still hold one.
+    pub async fn hostile_unknown_effect(&self, op_key: &str, amount_minor: i64) {
+        let begun =
+            crate::common::force_effect(&self.db.pool, &Self::intent(op_key, amount_minor)).await;
+        assert_eq!(begun, Decision::Proceed);
+        self.dispatch(op_key).await;
+        self.time_out(op_key).await;
+    }
+
+    async fn time_out(&self, op_key: &str) {
         writer::complete_effect(
             &self.db.pool,
             op_key,
@@ -93,7 +107,22 @@ impl Rig {
     }
 
     pub async fn begin_and_dispatch(&self, op_key: &str, amount_minor: i64) {
-        let intent = Intent {
+        let begun = writer::begin_effect(&self.db.pool, &Self::intent(op_key, amount_minor))
+            .await
+            .expect("begin_effect");
+        assert_eq!(begun.decision, Decision::Proceed);
+        self.dispatch(op_key).await;
+    }
+
+    async fn dispatch(&self, op_key: &str) {
+        let claim = writer::mark_dispatched(&self.db.pool, op_key, None, "agent-7")
+            .await
+            .expect("mark_dispatched");
+        assert!(claim.claimed);
+    }
+
+    fn intent(op_key: &str, amount_minor: i64) -> Intent {
+        Intent {
             op_key: op_key.into(),
             action: "refund".into(),
             target: format!("invoice:{op_key}"),
@@ -103,15 +132,7 @@ impl Rig {
             currency: Some("EUR".into()),
             provider: Some("pay".into()),
             ..Intent::default()
-        };
-        let begun = writer::begin_effect(&self.db.pool, &intent)
-            .await
-            .expect("begin_effect");
-        assert_eq!(begun.decision, Decision::Proceed);
-        let claim = writer::mark_dispatched(&self.db.pool, op_key, None, "agent-7")
-            .await
-            .expect("mark_dispatched");
-        assert!(claim.claimed);
+        }
     }
 
     /// The provider performs the agent's request (as if the agent's call landed).

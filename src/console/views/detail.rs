@@ -62,11 +62,7 @@ pub fn draw(frame: &mut Frame, area: Rect, detail: &Detail, theme: &Theme) {
         effect.provider.clone().unwrap_or_else(|| "—".into()),
         Role::Text,
     ));
-    lines.push(field(
-        "requested by",
-        effect.requested_by.clone(),
-        Role::Text,
-    ));
+    lines.push(field("requested by", effect.requester(), Role::Text));
     if let Some(approval) = &effect.approval_ref {
         lines.push(field(
             "approval",
@@ -81,9 +77,9 @@ pub fn draw(frame: &mut Frame, area: Rect, detail: &Detail, theme: &Theme) {
     ));
     lines.push(field(
         "dispatched",
-        match (&effect.dispatched_at, &effect.dispatched_by) {
-            (Some(at), by) => format!("{} by {}", at.to_rfc3339(), by.as_deref().unwrap_or("?")),
-            (None, _) => "○ not yet (prepared)".into(),
+        match &effect.dispatched_at {
+            Some(at) => format!("{} by {}", at.to_rfc3339(), effect.dispatcher()),
+            None => "○ not yet (prepared)".into(),
         },
         Role::Text,
     ));
