@@ -142,15 +142,32 @@ begin
 end
 $$;
 
+-- Append-only, with the one sanctioned exception of retention: see
+-- ledger.prune_settled (0013_retention.sql) for why a DELETE through it is safe.
+create function ledger.append_only_except_prune() returns trigger
+language plpgsql as $$
+begin
+    if tg_op = 'DELETE'
+       and current_setting('ledger.prune_xact', true) = pg_current_xact_id()::text
+       and exists (select 1 from ledger.effects e
+                    where e.id = old.effect_id and e.state in ('succeeded', 'failed', 'cancelled')) then
+        return old;
+    end if;
+    raise exception 'ledger: % is append-only (% refused)', tg_table_schema || '.' || tg_table_name, tg_op
+        using errcode = 'insufficient_privilege',
+              hint = 'old settled effects are removed with ledger.prune_settled';
+end
+$$;
+
 create trigger effect_events_append_only
     before update or delete on ledger.effect_events
-    for each row execute function ledger.reject_change();
+    for each row execute function ledger.append_only_except_prune();
 create trigger effect_events_no_truncate
     before truncate on ledger.effect_events
     for each statement execute function ledger.reject_change();
 create trigger attempts_append_only
     before update or delete on ledger.attempts
-    for each row execute function ledger.reject_change();
+    for each row execute function ledger.append_only_except_prune();
 create trigger attempts_no_truncate
     before truncate on ledger.attempts
     for each statement execute function ledger.reject_change();

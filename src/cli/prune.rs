@@ -1,5 +1,5 @@
 //! `effectwatch prune`: retention. Removes settled effects older than a
-//! cutoff that nothing protects (sql/0010_reports.sql lists what is always
+//! cutoff that nothing protects (sql/0013_retention.sql lists what is always
 //! kept), after exporting them as JSON lines; never touches the audit trail.
 //! Needs the ledger owner's role: operators cannot prune.
 

@@ -1,5 +1,5 @@
 //! Retention: removing old settled effects with `ledger.prune_settled`
-//! (sql/0010_reports.sql says what it never removes and why). Owner only.
+//! (sql/0013_retention.sql says what it never removes and why). Owner only.
 //! With an export, every record is written and made durable before anything
 //! is deleted, and exactly the exported effects are deleted, in one
 //! transaction that holds them locked throughout.

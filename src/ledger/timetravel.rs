@@ -1,5 +1,5 @@
 //! The panes as they were at a past instant (`effectwatch --at T`), rebuilt
-//! by the `ledger.*_at(at_time)` functions of `sql/0010_reports.sql` from
+//! by the `ledger.*_at(at_time)` functions of `sql/0007_panes.sql` from
 //! the effect history. Rows have the live panes' types, so the console shows
 //! them unchanged; ages are measured at that instant, and `version` is 0,
 //! which no effect ever has, so an action taken from the past is refused.

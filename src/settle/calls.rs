@@ -1,4 +1,4 @@
-//! Rust callers of the settling functions of `sql/0008_settle.sql`, with
+//! Rust callers of the settling functions of `sql/0009_compensation.sql` and `sql/0010_escalation.sql`, with
 //! the rows they return. Each is one statement, so one transaction.
 
 use std::time::Duration;

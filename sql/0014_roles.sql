@@ -1,4 +1,5 @@
--- Least privilege. Roles are cluster-wide, so they are created only if
+-- Least privilege, in one place: every grant the ledger makes. Roles are
+-- cluster-wide, so they are created only if
 -- absent (several ledgers may share a cluster, and migrations of several
 -- databases may run at once); grants are per database.
 
@@ -61,3 +62,37 @@ grant execute on function ledger.audit_entry_hash(text, bigint, timestamptz, tex
     to effect_operator, effect_readonly;
 -- Views compute ages and call these helpers as the querying role.
 grant execute on function ledger.current_actor() to effect_agent, effect_operator, effect_readonly;
+
+-- Settling: operators get the operator steps, every console may read the records.
+grant select on ledger.compensation_requests, ledger.escalation_deliveries, ledger.awaiting_approval
+    to effect_operator, effect_readonly;
+grant execute on function
+    ledger.op_compensate(text, bigint, text, text),
+    ledger.op_approve_compensation(text, bigint, text, text),
+    ledger.op_reject_compensation(text, bigint, text, text),
+    ledger.op_dispatch_compensation(text, text),
+    ledger.op_complete_compensation(text, text, text, text, jsonb, boolean, text),
+    ledger.op_escalate(text, bigint, text, text, text),
+    ledger.claim_due_escalations(text, interval, integer, text),
+    ledger.record_escalation_delivery(text, integer, text, boolean, text, interval, integer),
+    ledger.op_acknowledge_escalation(text, text, text),
+    ledger.op_resolve_escalation(text, text, text)
+    to effect_operator;
+
+-- Finance, reports and time travel are readable by every console; retention
+-- (prune_export, prune_settled, prune_review) is the owner's alone — grant
+-- execute on prune_settled to a dedicated role to delegate it, never to operators.
+grant select on ledger.suspected_double_effects, ledger.exposure to effect_operator, effect_readonly;
+grant execute on function
+    ledger.approved_amount(jsonb),
+    ledger.compensation_status(bigint),
+    ledger.suspected_double_effects_since(timestamptz),
+    ledger.exposure_since(timestamptz),
+    ledger.open_states_at(timestamptz),
+    ledger.overdue_pending_at(timestamptz),
+    ledger.unknown_outcomes_at(timestamptz),
+    ledger.duplicate_attempts_at(timestamptz),
+    ledger.held_conflicts_at(timestamptz),
+    ledger.pane_counts_at(timestamptz),
+    ledger.pane_entries(timestamptz, timestamptz, text, text)
+    to effect_operator, effect_readonly;

@@ -179,6 +179,8 @@ create table ledger.escalations (
     delivery_attempts integer not null default 0,
     last_error       text,
     next_attempt_at  timestamptz not null default now(),
+    -- The code of the decision it asks for (ledger.decision_needed).
+    decision         text,
     created_by       text not null,
     created_at       timestamptz not null default now(),
     delivered_at     timestamptz,
@@ -194,6 +196,7 @@ create index escalations_open_idx on ledger.escalations (next_attempt_at)
 create index escalations_unresolved_idx on ledger.escalations (created_at)
     where state <> 'resolved';
 create index escalations_effect_idx on ledger.escalations (effect_id);
+create index escalations_decision_idx on ledger.escalations (effect_id, decision);
 
 -- Append-only and hash-chained: seq orders the chain, hash covers the entry
 -- and the previous hash, so an altered or removed entry breaks every later one.
@@ -214,3 +217,58 @@ create table ledger.audit_log (
 
 create index audit_log_effect_idx on ledger.audit_log (effect_id, seq);
 create index audit_log_at_idx on ledger.audit_log (at);
+
+create table ledger.compensation_requests (
+    id                   bigint generated always as identity primary key,
+    effect_id            bigint not null references ledger.effects (id),
+    op_key               text not null,
+    state                text not null check (state in ('awaiting_approval', 'created', 'rejected')),
+    amount_minor         bigint,
+    currency             text,
+    -- The limit in force when requested; null: no approval was needed.
+    approval_limit_minor bigint,
+    requested_by         text not null,
+    requested_role       text not null default session_user,
+    reason               text not null,
+    decided_by           text,
+    decided_role         text,
+    decided_at           timestamptz,
+    decision_reason      text,
+    compensation_id      bigint references ledger.effects (id),
+    compensation_key     text,
+    created_at           timestamptz not null default now(),
+    check ((state = 'created') = (compensation_id is not null))
+);
+
+-- At most one request per effect waits for approval.
+create unique index compensation_requests_awaiting_idx
+    on ledger.compensation_requests (effect_id) where state = 'awaiting_approval';
+create index compensation_requests_effect_idx on ledger.compensation_requests (effect_id, created_at);
+
+-- Every delivery attempt of an escalation, for the console and a post-mortem.
+create table ledger.escalation_deliveries (
+    id             bigint generated always as identity primary key,
+    escalation_id  bigint not null references ledger.escalations (id),
+    attempt        integer not null,
+    worker         text not null,
+    ok             boolean not null,
+    error          text,
+    duration_ms    integer,
+    at             timestamptz not null default now()
+);
+
+create index escalation_deliveries_idx on ledger.escalation_deliveries (escalation_id, at);
+
+-- Indexes for reading by time: a report over a range, time travel and
+-- retention cost what happened in that range, not the whole ledger.
+create index effects_settled_at_idx on ledger.effects (settled_at) where settled_at is not null;
+create index reconciliations_at_idx on ledger.reconciliations (at);
+-- Duplicate attempts by time: ledger.attempts_duplicate_idx (above).
+
+-- The panes. Each is served by a partial index over the rows that can
+-- appear in it, so a poll costs what is open, not what the ledger has seen.
+create index effects_pending_deadline_idx on ledger.effects (deadline_at) where state = 'pending';
+create index effects_unknown_idx on ledger.effects (updated_at) where state = 'unknown';
+create index effects_held_idx on ledger.effects (target, created_at) where state = 'held';
+create index effects_open_target_idx on ledger.effects (target, action, created_at)
+    where state in ('pending', 'unknown', 'held');

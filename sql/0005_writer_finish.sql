@@ -1,0 +1,224 @@
+-- The writer API, after begin_effect: claiming the dispatch and recording
+-- the outcome, each only for the login that owns the effect (0004).
+
+-- Why a writer call on an existing effect is refused, or null. An effect
+-- belongs to the login role that created it: another login (another fleet,
+-- or an agent forging a worker name) may not dispatch or complete it. A
+-- compensation belongs to the operator path, whoever asks. A superuser
+-- session is break-glass and may do anything anyway.
+create function ledger.writer_refusal(effect ledger.effects, call text) returns text
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    if (effect).compensates is not null or (effect).op_key ~* '^(compensate|escalate):' then
+        return format('%s is a compensation: only the operator path (ledger.op_dispatch_compensation, '
+                      'ledger.op_complete_compensation) may %s it', (effect).op_key, call);
+    end if;
+    if (effect).owner_role <> session_user::text
+       and not coalesce((select r.rolsuper from pg_roles r where r.rolname = session_user), false) then
+        return format('effect %s belongs to login role %s; login role %s may not %s it',
+                      (effect).op_key, (effect).owner_role, session_user, call);
+    end if;
+    return null;
+end
+$$;
+
+-- A refused writer call changes nothing but is kept, flagged, so an
+-- operator sees who tried to settle what is not theirs.
+create function ledger.record_refusal(
+    effect ledger.effects, call text, refusal text, worker text, request_id text
+) returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    perform ledger.record_attempt(effect, 'refused', worker, request_id, null,
+        detail => jsonb_build_object('call', call, 'login', session_user::text,
+                                     'owner_role', (effect).owner_role, 'refused', refusal),
+        flagged => true);
+    raise warning 'ledger: refused: %', refusal;
+end
+$$;
+
+create function ledger.effect_for_writer(op_key text) returns ledger.effects
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    effect ledger.effects;
+begin
+    select e.* into effect from ledger.effects e
+     where e.op_key = effect_for_writer.op_key for update;
+    if not found then
+        raise exception 'ledger: no effect with key %', effect_for_writer.op_key
+            using errcode = 'no_data_found', hint = 'call ledger.begin_effect first';
+    end if;
+    return effect;
+end
+$$;
+
+-- Claims a locked effect for dispatch: the agent's mark_dispatched and the
+-- operator's op_dispatch_compensation both end here. Not granted to anyone.
+create function ledger.claim_dispatch(effect ledger.effects, request_id text, worker text)
+returns table (claimed boolean, state text, deadline_at timestamptz)
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+begin
+    perform set_config('ledger.actor', coalesce(claim_dispatch.worker, effect.requested_by), true);
+
+    if effect.state = 'pending' and effect.dispatched_at is null then
+        update ledger.effects e
+           set dispatched_at = now(), dispatched_by = claim_dispatch.worker,
+               dispatched_role = session_user,
+               request_id = coalesce(claim_dispatch.request_id, e.request_id),
+               deadline_at = now() + e.pending_window
+         where e.id = effect.id
+        returning e.* into effect;
+        perform ledger.record_attempt(effect, 'dispatch', claim_dispatch.worker,
+            claim_dispatch.request_id, null);
+        return query select true, effect.state, effect.deadline_at;
+    else
+        perform ledger.record_attempt(effect, 'dispatch_refused', claim_dispatch.worker,
+            claim_dispatch.request_id, null,
+            detail => jsonb_build_object('state', effect.state,
+                                         'already_dispatched_at', effect.dispatched_at));
+        return query select false, effect.state, effect.deadline_at;
+    end if;
+end
+$$;
+
+-- Claims a pending effect for dispatch. Exactly one caller gets claimed =
+-- true; everyone else must not call the provider. A call from a login that
+-- does not own the effect gets claimed = false and the reason in refused.
+create function ledger.mark_dispatched(
+    op_key     text,
+    request_id text default null,
+    worker     text default null
+) returns table (claimed boolean, state text, deadline_at timestamptz, refused text)
+language plpgsql security definer
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    effect  ledger.effects;
+    refusal text;
+begin
+    effect := ledger.effect_for_writer(mark_dispatched.op_key);
+    refusal := ledger.writer_refusal(effect, 'dispatch');
+    if refusal is not null then
+        perform ledger.record_refusal(effect, 'mark_dispatched', refusal,
+                                      mark_dispatched.worker, mark_dispatched.request_id);
+        return query select false, effect.state, effect.deadline_at, refusal;
+        return;
+    end if;
+    return query select c.claimed, c.state, c.deadline_at, null::text
+                   from ledger.claim_dispatch(effect, mark_dispatched.request_id, mark_dispatched.worker) c;
+end
+$$;
+
+-- Records the outcome seen for a locked effect: the agent's complete_effect
+-- and the operator's op_complete_compensation both end here. A result for an
+-- effect that was settled another way (reconciled, resolved, cancelled) is
+-- kept as a flagged late result and never applied over the settled state.
+-- Not granted to anyone.
+create function ledger.record_completion(
+    effect ledger.effects, outcome text, external_ref text, result jsonb, retryable boolean,
+    reason text, request_id text, worker text
+) returns table (applied boolean, state text, late boolean)
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    evidence jsonb;
+begin
+    if record_completion.outcome not in ('succeeded', 'failed', 'unknown') or record_completion.outcome is null then
+        raise exception 'ledger: outcome must be succeeded, failed or unknown (got %)', record_completion.outcome
+            using errcode = 'invalid_parameter_value';
+    end if;
+    perform set_config('ledger.actor', coalesce(record_completion.worker, effect.requested_by), true);
+    perform set_config('ledger.reason', coalesce(record_completion.reason, 'worker reported ' || record_completion.outcome), true);
+    evidence := jsonb_strip_nulls(jsonb_build_object(
+        'outcome', record_completion.outcome, 'external_ref', record_completion.external_ref,
+        'result', record_completion.result, 'retryable', record_completion.retryable,
+        'reason', record_completion.reason));
+
+    if effect.state = 'pending'
+       or (effect.state = 'unknown' and record_completion.outcome <> 'unknown') then
+        update ledger.effects e
+           set state = record_completion.outcome,
+               external_ref = coalesce(record_completion.external_ref, e.external_ref),
+               result = coalesce(record_completion.result, e.result),
+               retryable = case when record_completion.outcome = 'failed'
+                                then coalesce(record_completion.retryable, false) end,
+               failure_reason = case when record_completion.outcome <> 'succeeded'
+                                     then record_completion.reason end
+         where e.id = effect.id
+        returning e.* into effect;
+        perform ledger.record_attempt(effect, 'completion', record_completion.worker,
+            record_completion.request_id, null, detail => evidence);
+        return query select true, effect.state, false;
+    elsif effect.state = record_completion.outcome
+          and effect.external_ref is not distinct from coalesce(record_completion.external_ref, effect.external_ref) then
+        -- The same answer delivered again (a retried completion): harmless.
+        perform ledger.record_attempt(effect, 'completion_repeat', record_completion.worker,
+            record_completion.request_id, null, detail => evidence);
+        return query select false, effect.state, false;
+    else
+        -- A success reported after the effect was recorded as failed means
+        -- the money did move: never let the key be retried, and flag it.
+        update ledger.effects e
+           set late_result_at = now(),
+               retryable = case when e.state = 'failed' and record_completion.outcome = 'succeeded'
+                                then false else e.retryable end,
+               attention = case when e.state = 'failed' and record_completion.outcome = 'succeeded'
+                                then 'mismatch' else e.attention end
+         where e.id = effect.id;
+        perform ledger.record_attempt(effect, 'late_result', record_completion.worker,
+            record_completion.request_id, null,
+            detail => evidence || jsonb_build_object('state_when_received', effect.state),
+            flagged => true);
+        return query select false, effect.state, true;
+    end if;
+end
+$$;
+
+-- Records the outcome the worker saw (see ledger.record_completion). A call
+-- from a login that does not own the effect changes nothing: applied =
+-- false and the reason in refused.
+create function ledger.complete_effect(
+    op_key       text,
+    outcome      text,
+    external_ref text    default null,
+    result       jsonb   default null,
+    retryable    boolean default null,
+    reason       text    default null,
+    request_id   text    default null,
+    worker       text    default null
+) returns table (applied boolean, state text, late boolean, refused text)
+language plpgsql security definer
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    effect  ledger.effects;
+    refusal text;
+begin
+    effect := ledger.effect_for_writer(complete_effect.op_key);
+    refusal := ledger.writer_refusal(effect, 'complete');
+    if refusal is not null then
+        perform ledger.record_refusal(effect, 'complete_effect', refusal,
+                                      complete_effect.worker, complete_effect.request_id);
+        return query select false, effect.state, false, refusal;
+        return;
+    end if;
+    return query select c.applied, c.state, c.late, null::text
+                   from ledger.record_completion(effect, complete_effect.outcome,
+                                                 complete_effect.external_ref, complete_effect.result,
+                                                 complete_effect.retryable, complete_effect.reason,
+                                                 complete_effect.request_id, complete_effect.worker) c;
+end
+$$;

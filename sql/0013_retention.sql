@@ -1,0 +1,175 @@
+-- Retention ------------------------------------------------------------------
+--
+-- ledger.prune_settled removes old settled effects with their attempts,
+-- state history, reconciliations and holds. What it never removes:
+--   * effects that are not settled, or settled in a way that still needs a
+--     person: pending, held, unknown, compensated, failed and retryable,
+--     flagged (attention, late result);
+--   * effects named by the audit trail: audit_log rows are never deleted,
+--     and nulling their effect_id would both be an UPDATE of an append-only
+--     table and break the hash chain (effect_id is hashed). So an effect any
+--     operator acted on stays as long as the audit trail, i.e. for good;
+--   * effects with an escalation (in any state: escalations keep the
+--     delivery record, and every escalation is audited anyway);
+--   * effects linked to another: a compensation or a compensated original,
+--     either side of a hold, the subject of a compensation request;
+--   * members of a suspected double effect (ledger.suspected_double_effects):
+--     the evidence finance needs.
+-- It never touches audit_log; it appends one entry of its own with counts.
+--
+-- The bypass of the append-only triggers on attempts and effect_events:
+-- those triggers now let a DELETE through only when (1) the transaction-
+-- local setting ledger.prune_xact equals the id of the current transaction,
+-- which prune_settled sets just before its deletes and clears right after,
+-- and (2) the row's effect still exists and is settled (succeeded, failed or
+-- cancelled): prune_settled deletes children before their effect. UPDATE
+-- and TRUNCATE stay refused. Why this is safe: only a role holding DELETE on
+-- those tables can try at all, which is the owner (agents, operators and
+-- read-only consoles hold none, and prune_settled is not granted to them);
+-- a value set by hand in one transaction never matches another's id; and the
+-- owner, who could forge it deliberately, could drop the trigger too: the
+-- trigger guards against accidents, the function makes the sanctioned path
+-- narrow and audited.
+
+-- Why an old settled effect must stay; null: it may be pruned.
+create function ledger.prune_review(cutoff timestamptz)
+returns table (effect_id bigint, op_key text, state text, kept_because text)
+language sql stable as $$
+    with old as (
+        select e.* from ledger.effects e
+         where e.settled_at is not null and e.settled_at < prune_review.cutoff
+    ),
+    suspected as (
+        select s.effect_id from ledger.suspected_double_effects_since(null) s
+    )
+    select o.id, o.op_key, o.state,
+           case
+               when o.state not in ('succeeded', 'failed', 'cancelled') then o.state
+               when o.state = 'failed' and coalesce(o.retryable, false) then 'retryable'
+               when o.attention is not null or o.late_result_at is not null then 'needs_attention'
+               when exists (select 1 from ledger.audit_log a where a.effect_id = o.id) then 'operator_action'
+               when exists (select 1 from ledger.escalations s where s.effect_id = o.id) then 'escalated'
+               when o.compensates is not null
+                    or exists (select 1 from ledger.effects x where x.compensates = o.id or x.held_by = o.id)
+                    or exists (select 1 from ledger.holds h where h.effect_id = o.id or h.holder_id = o.id)
+                    or exists (select 1 from ledger.compensation_requests r
+                                where r.effect_id = o.id or r.compensation_id = o.id) then 'linked'
+               when o.id in (select s.effect_id from suspected s) then 'suspected_double'
+           end
+      from old o
+$$;
+
+-- Locks the effects settled before the cutoff (so no operator action or
+-- escalation can name one while a prune runs) and returns those that may be
+-- pruned, each as one JSON record of everything prune_settled would delete:
+-- what `effectwatch prune --export` writes before deleting.
+create function ledger.prune_export(older_than interval)
+returns table (effect_id bigint, data jsonb)
+language plpgsql security definer
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    cutoff timestamptz;
+begin
+    if older_than is null or older_than < interval '0' then
+        raise exception 'ledger: prune needs an age of at least 0 (got %)', older_than
+            using errcode = 'invalid_parameter_value';
+    end if;
+    cutoff := now() - older_than;
+    perform pg_advisory_xact_lock(hashtextextended('ledger.prune', 0));
+    perform 1 from ledger.effects e
+      where e.settled_at is not null and e.settled_at < cutoff
+      order by e.id
+        for update;
+    return query
+    select e.id,
+           jsonb_build_object(
+               'effect', to_jsonb(e),
+               'attempts', coalesce((select jsonb_agg(to_jsonb(a) order by a.id)
+                                       from ledger.attempts a where a.effect_id = e.id), '[]'),
+               'events', coalesce((select jsonb_agg(to_jsonb(ev) order by ev.id)
+                                     from ledger.effect_events ev where ev.effect_id = e.id), '[]'),
+               'reconciliations', coalesce((select jsonb_agg(to_jsonb(r) order by r.id)
+                                              from ledger.reconciliations r where r.effect_id = e.id), '[]'),
+               'holds', coalesce((select jsonb_agg(to_jsonb(h) order by h.id)
+                                    from ledger.holds h where h.effect_id = e.id or h.holder_id = e.id), '[]'))
+      from ledger.prune_review(cutoff) v
+      join ledger.effects e on e.id = v.effect_id
+     where v.kept_because is null
+     order by e.id;
+end
+$$;
+
+-- Deletes the effects settled more than `older_than` ago that nothing
+-- protects (see above) — only those in only_ids when given, which is how
+-- the CLI deletes exactly what it exported — and appends one audit entry
+-- with the counts. Owner only.
+create function ledger.prune_settled(
+    older_than interval, operator text, reason text, only_ids bigint[] default null
+) returns table (effects bigint, attempts bigint, events bigint, reconciliations bigint, holds bigint,
+                 kept jsonb, cutoff timestamptz, audit_seq bigint)
+language plpgsql security definer
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    limit_at     timestamptz;
+    doomed       bigint[];
+    kept_counts  jsonb;
+    n_effects    bigint;
+    n_attempts   bigint;
+    n_events     bigint;
+    n_recons     bigint;
+    n_holds      bigint;
+    seq          bigint;
+begin
+    if coalesce(btrim(prune_settled.operator), '') = '' then
+        raise exception 'ledger: an operator name is required' using errcode = 'invalid_parameter_value';
+    end if;
+    if coalesce(btrim(prune_settled.reason), '') = '' then
+        raise exception 'ledger: a reason is required to prune' using errcode = 'invalid_parameter_value';
+    end if;
+    if prune_settled.older_than is null or prune_settled.older_than < interval '0' then
+        raise exception 'ledger: prune needs an age of at least 0 (got %)', prune_settled.older_than
+            using errcode = 'invalid_parameter_value';
+    end if;
+    limit_at := now() - prune_settled.older_than;
+    -- One prune at a time; lock the candidates before judging them, so an
+    -- audit entry or escalation naming one waits until we are done.
+    perform pg_advisory_xact_lock(hashtextextended('ledger.prune', 0));
+    perform 1 from ledger.effects e
+      where e.settled_at is not null and e.settled_at < limit_at
+      order by e.id
+        for update;
+
+    with review as (select * from ledger.prune_review(limit_at))
+    select (select coalesce(array_agg(v.effect_id order by v.effect_id), '{}') from review v
+             where v.kept_because is null
+               and (prune_settled.only_ids is null or v.effect_id = any (prune_settled.only_ids))),
+           (select coalesce(jsonb_object_agg(g.kept_because, g.n), '{}')
+              from (select v.kept_because, count(*) as n from review v
+                     where v.kept_because is not null group by v.kept_because) g)
+      into doomed, kept_counts;
+
+    perform set_config('ledger.prune_xact', pg_current_xact_id()::text, true);
+    delete from ledger.attempts a where a.effect_id = any (doomed);
+    get diagnostics n_attempts = row_count;
+    delete from ledger.effect_events ev where ev.effect_id = any (doomed);
+    get diagnostics n_events = row_count;
+    delete from ledger.reconciliations r where r.effect_id = any (doomed);
+    get diagnostics n_recons = row_count;
+    delete from ledger.holds h where h.effect_id = any (doomed) or h.holder_id = any (doomed);
+    get diagnostics n_holds = row_count;
+    delete from ledger.effects e where e.id = any (doomed) and e.state in ('succeeded', 'failed', 'cancelled');
+    get diagnostics n_effects = row_count;
+    perform set_config('ledger.prune_xact', '', true);
+
+    seq := ledger.audit(prune_settled.operator, 'prune', null::ledger.effects, prune_settled.reason,
+                        jsonb_build_object('older_than', prune_settled.older_than::text, 'cutoff', limit_at),
+                        jsonb_build_object('effects', n_effects, 'attempts', n_attempts, 'events', n_events,
+                                           'reconciliations', n_recons, 'holds', n_holds,
+                                           'kept', kept_counts));
+    return query select n_effects, n_attempts, n_events, n_recons, n_holds, kept_counts, limit_at, seq;
+end
+$$;
