@@ -60,6 +60,9 @@ create table ledger.effects (
     request_id        text,
     state             text not null check (state in
                         ('pending', 'held', 'unknown', 'succeeded', 'failed', 'compensated', 'cancelled')),
+    -- When it entered its state (set by the state machine): how long an
+    -- item has been unknown or held, at any instant.
+    state_since       timestamptz not null default now(),
     pending_window    interval not null,
     deadline_at       timestamptz,
     external_ref      text,
@@ -92,6 +95,15 @@ create index effects_updated_idx on ledger.effects (updated_at);
 
 -- Every call to the writer API for a key that already exists (and the first
 -- call that created it), so duplicates and mismatches can be seen and replayed.
+-- The attempts that make a key a duplicate: a call for a key that already
+-- existed, whatever it was answered. One list, for the index, the pane and
+-- the reports.
+create function ledger.counts_as_duplicate(kind text) returns boolean
+language sql immutable parallel safe as $$
+    select kind in ('replay', 'in_flight', 'retry', 'stop', 'mismatch', 'held',
+                    'late_result', 'dispatch_refused', 'refused')
+$$;
+
 create table ledger.attempts (
     id            bigint generated always as identity primary key,
     effect_id     bigint not null references ledger.effects (id),
@@ -113,8 +125,7 @@ create table ledger.attempts (
 );
 
 create index attempts_effect_idx on ledger.attempts (effect_id, at);
-create index attempts_duplicate_idx on ledger.attempts (at)
-    where kind in ('replay', 'in_flight', 'retry', 'stop', 'mismatch', 'held', 'late_result', 'dispatch_refused', 'refused');
+create index attempts_duplicate_idx on ledger.attempts (at) where ledger.counts_as_duplicate(kind);
 create index attempts_flagged_idx on ledger.attempts (effect_id) where flagged;
 
 -- History of every state change. Written by a trigger; never updated.
@@ -132,6 +143,41 @@ create table ledger.effect_events (
 
 create index effect_events_effect_idx on ledger.effect_events (effect_id, at);
 create index effect_events_at_idx on ledger.effect_events (at);
+
+-- The ledger as of any instant: every version of an effect's changing
+-- columns, written by the state machine's history trigger with each insert
+-- and update. ledger.effects_at(T) overlays the version current at T on the
+-- effect's row, so the panes, finance and time travel read one definition
+-- at any instant. Never updated.
+create table ledger.effect_versions (
+    effect_id       bigint not null references ledger.effects (id),
+    version         bigint not null,
+    at              timestamptz not null default now(),
+    state           text not null,
+    state_since     timestamptz not null,
+    dispatched_at   timestamptz,
+    deadline_at     timestamptz,
+    external_ref    text,
+    failure_reason  text,
+    retryable       boolean,
+    late_result_at  timestamptz,
+    attention       text,
+    settled_at      timestamptz,
+    held_by         bigint,
+    primary key (effect_id, version)
+);
+
+-- The same for the rarely written rows that change: escalations and
+-- compensation requests, each version kept whole.
+create table ledger.row_versions (
+    id          bigint generated always as identity primary key,
+    relname     text not null check (relname in ('escalations', 'compensation_requests')),
+    row_id      bigint not null,
+    at          timestamptz not null default now(),
+    image       jsonb not null
+);
+
+create index row_versions_row_idx on ledger.row_versions (relname, row_id, id);
 
 -- Which effect holds which: one row per hold, closed when released or cancelled.
 create table ledger.holds (
@@ -237,6 +283,7 @@ create table ledger.compensation_requests (
     compensation_id      bigint references ledger.effects (id),
     compensation_key     text,
     created_at           timestamptz not null default now(),
+    updated_at           timestamptz not null default now(),
     check ((state = 'created') = (compensation_id is not null))
 );
 

@@ -32,6 +32,8 @@ begin
             raise exception 'ledger: effect % cannot be created in state %', new.op_key, new.state
                 using errcode = 'check_violation';
         end if;
+        new.state_since := now();
+        new.updated_at := now();
         return new;
     end if;
 
@@ -75,6 +77,9 @@ begin
 
     new.version := old.version + 1;
     new.updated_at := now();
+    if new.state is distinct from old.state then
+        new.state_since := now();
+    end if;
     if new.state is distinct from old.state
        and new.state in ('succeeded', 'failed', 'compensated', 'cancelled') then
         new.settled_at := now();
@@ -116,6 +121,12 @@ begin
                 new.state, ledger.current_actor(), session_user::text,
                 nullif(current_setting('ledger.reason', true), ''));
     end if;
+    insert into ledger.effect_versions (
+        effect_id, version, state, state_since, dispatched_at, deadline_at, external_ref,
+        failure_reason, retryable, late_result_at, attention, settled_at, held_by)
+    values (new.id, new.version, new.state, new.state_since, new.dispatched_at, new.deadline_at,
+            new.external_ref, new.failure_reason, new.retryable, new.late_result_at, new.attention,
+            new.settled_at, new.held_by);
     -- Consoles LISTEN on this channel to refresh before their next poll.
     -- A transaction that notifies commits under a database-wide lock, one at
     -- a time, which cut writer throughput by more than half; the happy path
@@ -171,6 +182,12 @@ create trigger attempts_append_only
 create trigger attempts_no_truncate
     before truncate on ledger.attempts
     for each statement execute function ledger.reject_change();
+create trigger effect_versions_append_only
+    before update or delete on ledger.effect_versions
+    for each row execute function ledger.append_only_except_prune();
+create trigger effect_versions_no_truncate
+    before truncate on ledger.effect_versions
+    for each statement execute function ledger.reject_change();
 
 -- ENABLE ALWAYS: a trigger left at the default does not fire in a session
 -- with session_replication_role = replica, which any superuser may set for
@@ -181,3 +198,5 @@ alter table ledger.effect_events enable always trigger effect_events_append_only
 alter table ledger.effect_events enable always trigger effect_events_no_truncate;
 alter table ledger.attempts enable always trigger attempts_append_only;
 alter table ledger.attempts enable always trigger attempts_no_truncate;
+alter table ledger.effect_versions enable always trigger effect_versions_append_only;
+alter table ledger.effect_versions enable always trigger effect_versions_no_truncate;

@@ -1,170 +1,13 @@
--- The panes: what an operator must look at now, and as it was at any past
--- instant. Their partial indexes are in 0001_tables.sql.
+-- What the console shows, each written once as a function of an instant
+-- over the ledger as of that instant (0006_as_of.sql): the four panes,
+-- open escalations, compensations awaiting approval, the audit trail and
+-- the count of each. The live view of each is its function at null (now);
+-- `effectwatch --at T`, `list --at` and reports call the function at T. The
+-- order each is read in is the console's (src/ledger/panes.rs), the same
+-- live and past. Partial indexes serving the live form: 0001_tables.sql.
 
-create view ledger.overdue_pending as
-select e.op_key,
-       e.id as effect_id,
-       e.action,
-       e.target,
-       e.amount_minor,
-       e.currency,
-       e.provider,
-       e.requested_by,
-       e.created_at,
-       e.dispatched_at,
-       e.dispatched_at is not null as dispatched,
-       e.deadline_at,
-       now() - e.deadline_at as overdue_by,
-       now() - e.created_at as age,
-       e.version
-  from ledger.effects e
- where e.state = 'pending'
-   and e.deadline_at < now();
-
-create view ledger.unknown_outcomes as
-select e.op_key,
-       e.id as effect_id,
-       e.action,
-       e.target,
-       e.amount_minor,
-       e.currency,
-       e.provider,
-       e.requested_by,
-       coalesce(since.at, e.updated_at) as unknown_since,
-       now() - coalesce(since.at, e.updated_at) as unknown_for,
-       coalesce(tries.attempts, 0) as attempts,
-       e.failure_reason as last_error,
-       coalesce(recon.count, 0) as reconciliations,
-       recon.last_finding,
-       coalesce(recon.findings, '{}') as findings,
-       e.attention,
-       e.version
-  from ledger.effects e
-  left join lateral (
-        select max(ev.at) as at from ledger.effect_events ev
-         where ev.effect_id = e.id and ev.to_state = 'unknown') since on true
-  left join lateral (
-        select count(*) as attempts from ledger.attempts a where a.effect_id = e.id) tries on true
-  left join lateral (
-        select count(*) as count,
-               (array_agg(r.finding order by r.at desc))[1] as last_finding,
-               array_agg(r.finding order by r.at) as findings
-          from ledger.reconciliations r where r.effect_id = e.id) recon on true
- where e.state = 'unknown';
-
-create view ledger.duplicate_attempts as
-select e.op_key,
-       e.id as effect_id,
-       e.action,
-       e.target,
-       e.state,
-       d.attempts,
-       d.replays,
-       d.in_flight,
-       d.mismatches,
-       d.late_results,
-       d.first_seen,
-       d.last_seen,
-       d.requesters,
-       d.mismatches > 0 as has_mismatch,
-       e.version
-  from (select a.effect_id,
-               count(*) as attempts,
-               count(*) filter (where a.kind = 'replay') as replays,
-               count(*) filter (where a.kind = 'in_flight') as in_flight,
-               count(*) filter (where a.kind = 'mismatch') as mismatches,
-               count(*) filter (where a.kind = 'late_result') as late_results,
-               min(a.at) as first_seen,
-               max(a.at) as last_seen,
-               array_agg(distinct a.requested_by) filter (where a.requested_by is not null) as requesters
-          from ledger.attempts a
-         where a.kind in ('replay', 'in_flight', 'retry', 'stop', 'mismatch', 'held',
-                          'late_result', 'dispatch_refused', 'refused')
-           -- A pane, not an archive: the last day's repeats, and every flagged
-           -- one (a mismatch, a late result) until the ledger is pruned.
-           and (a.at > now() - interval '24 hours' or a.flagged)
-         group by a.effect_id) d
-  join ledger.effects e on e.id = d.effect_id;
-
-create view ledger.held_conflicts as
-select e.op_key,
-       e.id as effect_id,
-       e.target,
-       e.action,
-       e.amount_minor,
-       e.currency,
-       e.requested_by,
-       e.created_at as held_since,
-       now() - e.created_at as held_for,
-       h.op_key as holder_op_key,
-       h.id as holder_effect_id,
-       h.state as holder_state,
-       now() - h.created_at as holder_age,
-       h.amount_minor as holder_amount_minor,
-       h.currency as holder_currency,
-       e.version
-  from ledger.effects e
-  join ledger.effects h on h.id = e.held_by
- where e.state = 'held';
-
-create view ledger.open_escalations as
-select s.op_key,
-       s.id as escalation_id,
-       s.escalation_key,
-       s.effect_id,
-       s.sink,
-       s.decision_needed,
-       s.state,
-       s.delivery_attempts,
-       s.last_error,
-       s.created_by,
-       s.created_at,
-       s.delivered_at,
-       s.acknowledged_by,
-       now() - s.created_at as age
-  from ledger.escalations s
- where s.state <> 'resolved';
-
--- One row per pane with its size and oldest item: what a monitor or a
--- console header needs without reading the panes themselves.
-create view ledger.pane_counts as
-select 'overdue' as pane, count(*) as items, max(overdue_by) as oldest from ledger.overdue_pending
-union all
-select 'unknown', count(*), max(unknown_for) from ledger.unknown_outcomes
-union all
-select 'duplicates', count(*), now() - min(first_seen) from ledger.duplicate_attempts
-union all
-select 'held', count(*), max(held_for) from ledger.held_conflicts;
-
--- Time travel ----------------------------------------------------------------
--- The panes as they were at a past instant, rebuilt from effect_events
--- (state changes), attempts (dispatches, duplicates), reconciliations and
--- holds. Same columns as the live views, ages measured at that instant. A
--- deadline then is the start of the pending period or the dispatch within
--- it, whichever is later, plus the effect's pending_window: exactly what
--- begin_effect, mark_dispatched, a retry and a release set deadline_at to.
--- `version` is 0, which no effect ever has: an action taken from a row of
--- the past is refused as "changed since you looked".
-
--- Effects that were open (pending, unknown, held) at an instant, with that
--- state and when they entered it. An effect settled now whose settled_at
--- is not after the instant was settled then (settled_at is the time of the
--- last state change of a settled effect), so only open effects and those
--- settled since are read.
-create function ledger.open_states_at(at_time timestamptz)
-returns table (effect_id bigint, state text, state_since timestamptz)
-language sql stable as $$
-    select e.id, s.to_state, s.at
-      from ledger.effects e
-     cross join lateral (
-            select ev.to_state, ev.at from ledger.effect_events ev
-             where ev.effect_id = e.id and ev.at <= open_states_at.at_time
-             order by ev.at desc, ev.id desc limit 1) s
-     where e.created_at <= open_states_at.at_time
-       and (e.state in ('pending', 'unknown', 'held') or e.settled_at > open_states_at.at_time)
-       and s.to_state in ('pending', 'unknown', 'held')
-$$;
-
+-- Pending past its deadline: the call was prepared or sent and no answer
+-- came within the pending window.
 create function ledger.overdue_pending_at(at_time timestamptz)
 returns table (
     op_key text, effect_id bigint, action text, target text, amount_minor bigint, currency text,
@@ -172,20 +15,14 @@ returns table (
     dispatched boolean, deadline_at timestamptz, overdue_by interval, age interval, version bigint)
 language sql stable as $$
     select e.op_key, e.id, e.action, e.target, e.amount_minor, e.currency, e.provider, e.requested_by,
-           e.created_at, d.at, d.at is not null, dl.deadline_at,
-           overdue_pending_at.at_time - dl.deadline_at, overdue_pending_at.at_time - e.created_at,
-           0::bigint
-      from ledger.open_states_at(overdue_pending_at.at_time) s
-      join ledger.effects e on e.id = s.effect_id
-     cross join lateral (
-            select max(a.at) as at from ledger.attempts a
-             where a.effect_id = e.id and a.kind = 'dispatch'
-               and a.at >= s.state_since and a.at <= overdue_pending_at.at_time) d
-     cross join lateral (select greatest(s.state_since, d.at) + e.pending_window as deadline_at) dl
-     where s.state = 'pending'
-       and dl.deadline_at < overdue_pending_at.at_time
+           e.created_at, e.dispatched_at, e.dispatched_at is not null, e.deadline_at,
+           ledger.instant(at_time) - e.deadline_at, ledger.instant(at_time) - e.created_at, e.version
+      from ledger.effects_at(at_time) e
+     where e.state = 'pending'
+       and e.deadline_at < ledger.instant(at_time)
 $$;
 
+-- Outcome unknown: never retried blindly, reconciled instead.
 create function ledger.unknown_outcomes_at(at_time timestamptz)
 returns table (
     op_key text, effect_id bigint, action text, target text, amount_minor bigint, currency text,
@@ -194,40 +31,28 @@ returns table (
     attention text, version bigint)
 language sql stable as $$
     select e.op_key, e.id, e.action, e.target, e.amount_minor, e.currency, e.provider, e.requested_by,
-           s.state_since, unknown_outcomes_at.at_time - s.state_since,
+           e.state_since, ledger.instant(at_time) - e.state_since,
            (select count(*) from ledger.attempts a
-             where a.effect_id = e.id and a.at <= unknown_outcomes_at.at_time),
-           -- The reason the worker gave with the outcome that made it unknown.
-           (select a.detail ->> 'reason' from ledger.attempts a
-             where a.effect_id = e.id and a.kind = 'completion' and a.at = s.state_since
-             order by a.id desc limit 1),
+             where a.effect_id = e.id and a.at <= ledger.instant(at_time)),
+           e.failure_reason,
            coalesce(recon.count, 0),
            recon.last_finding,
            coalesce(recon.findings, '{}'),
-           case when conclusive.finding in ('duplicate', 'mismatch') then conclusive.finding end,
-           0::bigint
-      from ledger.open_states_at(unknown_outcomes_at.at_time) s
-      join ledger.effects e on e.id = s.effect_id
+           e.attention,
+           e.version
+      from ledger.effects_at(at_time) e
       left join lateral (
             select count(*) as count,
                    (array_agg(r.finding order by r.at desc, r.id desc))[1] as last_finding,
                    array_agg(r.finding order by r.at, r.id) as findings
               from ledger.reconciliations r
-             where r.effect_id = e.id and r.at <= unknown_outcomes_at.at_time) recon on true
-      -- The flag is that of the latest conclusive reconciliation since the
-      -- effect was last settled (settling clears it).
-      left join lateral (
-            select r.finding from ledger.reconciliations r
-             where r.effect_id = e.id and r.at <= unknown_outcomes_at.at_time
-               and r.finding <> 'indeterminate'
-               and r.at > coalesce((select max(ev.at) from ledger.effect_events ev
-                                     where ev.effect_id = e.id and ev.at <= unknown_outcomes_at.at_time
-                                       and ev.to_state in ('succeeded', 'failed', 'compensated', 'cancelled')),
-                                   '-infinity')
-             order by r.at desc, r.id desc limit 1) conclusive on true
-     where s.state = 'unknown'
+             where r.effect_id = e.id and r.at <= ledger.instant(at_time)) recon on true
+     where e.state = 'unknown'
 $$;
 
+-- One row per key called again (ledger.counts_as_duplicate). A pane, not
+-- an archive: the last day's repeats, and every flagged one (a mismatch, a
+-- late result, a refused call) until the ledger is pruned.
 create function ledger.duplicate_attempts_at(at_time timestamptz)
 returns table (
     op_key text, effect_id bigint, action text, target text, state text, attempts bigint,
@@ -235,9 +60,9 @@ returns table (
     first_seen timestamptz, last_seen timestamptz, requesters text[], has_mismatch boolean,
     version bigint)
 language sql stable as $$
-    select e.op_key, e.id, e.action, e.target, s.to_state, d.attempts, d.replays, d.in_flight,
+    select e.op_key, e.id, e.action, e.target, e.state, d.attempts, d.replays, d.in_flight,
            d.mismatches, d.late_results, d.first_seen, d.last_seen, d.requesters,
-           d.mismatches > 0, 0::bigint
+           d.mismatches > 0, e.version
       from (select a.effect_id,
                    count(*) as attempts,
                    count(*) filter (where a.kind = 'replay') as replays,
@@ -248,17 +73,14 @@ language sql stable as $$
                    max(a.at) as last_seen,
                    array_agg(distinct a.requested_by) filter (where a.requested_by is not null) as requesters
               from ledger.attempts a
-             where a.kind in ('replay', 'in_flight', 'retry', 'stop', 'mismatch', 'held',
-                              'late_result', 'dispatch_refused', 'refused')
-               and a.at <= duplicate_attempts_at.at_time
+             where ledger.counts_as_duplicate(a.kind)
+               and a.at <= ledger.instant(at_time)
+               and (a.at > ledger.instant(at_time) - interval '24 hours' or a.flagged)
              group by a.effect_id) d
-      join ledger.effects e on e.id = d.effect_id
-     cross join lateral (
-            select ev.to_state from ledger.effect_events ev
-             where ev.effect_id = e.id and ev.at <= duplicate_attempts_at.at_time
-             order by ev.at desc, ev.id desc limit 1) s
+      join ledger.effects_at(at_time) e on e.id = d.effect_id
 $$;
 
+-- Held: not dispatched because another open effect on the target conflicts.
 create function ledger.held_conflicts_at(at_time timestamptz)
 returns table (
     op_key text, effect_id bigint, target text, action text, amount_minor bigint, currency text,
@@ -267,34 +89,76 @@ returns table (
     holder_currency text, version bigint)
 language sql stable as $$
     select e.op_key, e.id, e.target, e.action, e.amount_minor, e.currency, e.requested_by,
-           s.state_since, held_conflicts_at.at_time - s.state_since,
-           h.op_key, h.id, hs.to_state, held_conflicts_at.at_time - h.created_at,
-           h.amount_minor, h.currency, 0::bigint
-      from ledger.open_states_at(held_conflicts_at.at_time) s
-      join ledger.effects e on e.id = s.effect_id
-     cross join lateral (
-            select ho.holder_id from ledger.holds ho
-             where ho.effect_id = e.id and ho.created_at <= held_conflicts_at.at_time
-               and (ho.closed_at is null or ho.closed_at > held_conflicts_at.at_time)
-             order by ho.id desc limit 1) hold
-      join ledger.effects h on h.id = hold.holder_id
-     cross join lateral (
-            select ev.to_state from ledger.effect_events ev
-             where ev.effect_id = h.id and ev.at <= held_conflicts_at.at_time
-             order by ev.at desc, ev.id desc limit 1) hs
-     where s.state = 'held'
+           e.state_since, ledger.instant(at_time) - e.state_since,
+           h.op_key, h.id, h.state, ledger.instant(at_time) - h.created_at,
+           h.amount_minor, h.currency, e.version
+      from ledger.effects_at(at_time) e
+      join ledger.effects_at(at_time) h on h.id = e.held_by
+     where e.state = 'held'
 $$;
 
--- ledger.pane_counts as it was at an instant.
+create function ledger.open_escalations_at(at_time timestamptz)
+returns table (
+    op_key text, escalation_id bigint, escalation_key text, effect_id bigint, sink text,
+    decision_needed text, state text, delivery_attempts integer, last_error text, created_by text,
+    created_at timestamptz, delivered_at timestamptz, acknowledged_by text, age interval,
+    effect_version bigint)
+language sql stable as $$
+    select s.op_key, s.id, s.escalation_key, s.effect_id, s.sink, s.decision_needed, s.state,
+           s.delivery_attempts, s.last_error, s.created_by, s.created_at, s.delivered_at,
+           s.acknowledged_by, ledger.instant(at_time) - s.created_at, e.version
+      from ledger.escalations_at(at_time) s
+      join ledger.effects_at(at_time) e on e.id = s.effect_id
+     where s.state <> 'resolved'
+$$;
+
+-- Compensations waiting for a second operator.
+create function ledger.awaiting_approval_at(at_time timestamptz)
+returns table (
+    op_key text, request_id bigint, effect_id bigint, action text, target text,
+    amount_minor bigint, currency text, approval_limit_minor bigint, requested_by text,
+    reason text, requested_at timestamptz, waiting_for interval, state text, version bigint)
+language sql stable as $$
+    select r.op_key, r.id, r.effect_id, e.action, e.target, r.amount_minor, r.currency,
+           r.approval_limit_minor, r.requested_by, r.reason, r.created_at,
+           ledger.instant(at_time) - r.created_at, e.state, e.version
+      from ledger.compensation_requests_at(at_time) r
+      join ledger.effects_at(at_time) e on e.id = r.effect_id
+     where r.state = 'awaiting_approval'
+$$;
+
+-- The audit trail as it stood: entries made up to the instant.
+create function ledger.audit_log_at(at_time timestamptz) returns setof ledger.audit_log
+language sql stable as $$
+    select a.* from ledger.audit_log a where at_time is null or a.at <= at_time
+$$;
+
+-- One row per view with its size and oldest item: what a monitor or a
+-- console header needs without reading the views themselves. Finance has
+-- its own count (ledger.finance_counts_at, 0011_finance.sql), over a window.
 create function ledger.pane_counts_at(at_time timestamptz)
 returns table (pane text, items bigint, oldest interval)
 language sql stable as $$
-    select 'overdue', count(*), max(v.overdue_by) from ledger.overdue_pending_at(pane_counts_at.at_time) v
+    select 'overdue', count(*), max(v.overdue_by) from ledger.overdue_pending_at(at_time) v
     union all
-    select 'unknown', count(*), max(v.unknown_for) from ledger.unknown_outcomes_at(pane_counts_at.at_time) v
+    select 'unknown', count(*), max(v.unknown_for) from ledger.unknown_outcomes_at(at_time) v
     union all
-    select 'duplicates', count(*), pane_counts_at.at_time - min(v.first_seen)
-      from ledger.duplicate_attempts_at(pane_counts_at.at_time) v
+    select 'duplicates', count(*), ledger.instant(at_time) - min(v.first_seen)
+      from ledger.duplicate_attempts_at(at_time) v
     union all
-    select 'held', count(*), max(v.held_for) from ledger.held_conflicts_at(pane_counts_at.at_time) v
+    select 'held', count(*), max(v.held_for) from ledger.held_conflicts_at(at_time) v
+    union all
+    select 'escalations', count(*), max(v.age) from ledger.open_escalations_at(at_time) v
+    union all
+    select 'approvals', count(*), max(v.waiting_for) from ledger.awaiting_approval_at(at_time) v
+    union all
+    select 'audit', count(*), ledger.instant(at_time) - min(v.at) from ledger.audit_log_at(at_time) v
 $$;
+
+create view ledger.overdue_pending as select * from ledger.overdue_pending_at(null);
+create view ledger.unknown_outcomes as select * from ledger.unknown_outcomes_at(null);
+create view ledger.duplicate_attempts as select * from ledger.duplicate_attempts_at(null);
+create view ledger.held_conflicts as select * from ledger.held_conflicts_at(null);
+create view ledger.open_escalations as select * from ledger.open_escalations_at(null);
+create view ledger.awaiting_approval as select * from ledger.awaiting_approval_at(null);
+create view ledger.pane_counts as select * from ledger.pane_counts_at(null);

@@ -40,26 +40,6 @@ insert into ledger.action_policies (action, exclusive_per_target)
 values ('compensate', false)
 on conflict (action) do nothing;
 
--- The pane of compensations waiting for a second operator.
-create view ledger.awaiting_approval as
-select r.op_key,
-       r.id as request_id,
-       r.effect_id,
-       e.action,
-       e.target,
-       r.amount_minor,
-       r.currency,
-       r.approval_limit_minor,
-       r.requested_by,
-       r.reason,
-       r.created_at as requested_at,
-       now() - r.created_at as waiting_for,
-       e.state,
-       e.version
-  from ledger.compensation_requests r
-  join ledger.effects e on e.id = r.effect_id
- where r.state = 'awaiting_approval';
-
 -- Keys stay within the 512 characters an op_key may have.
 create function ledger.compensation_key(op_key text, n integer) returns text
 language sql immutable

@@ -15,7 +15,8 @@ $$;
 -- waits for a second operator), the state of its latest compensation effect
 -- ('pending', 'dispatched', 'held', 'unknown', 'succeeded', 'failed',
 -- 'cancelled'), 'rejected' (the last request was turned down) or 'none'.
-create function ledger.compensation_status(effect_id bigint, out status text, out compensation_key text)
+create function ledger.compensation_status_at(effect_id bigint, at_time timestamptz,
+                                              out status text, out compensation_key text)
 language sql stable as $$
     select case
                when req.state = 'awaiting_approval' then 'awaiting_approval'
@@ -28,12 +29,12 @@ language sql stable as $$
             select c.op_key,
                    case when c.state = 'pending' and c.dispatched_at is not null then 'dispatched'
                         else c.state end as status
-              from ledger.effects c
-             where c.compensates = compensation_status.effect_id
+              from ledger.effects_at(compensation_status_at.at_time) c
+             where c.compensates = compensation_status_at.effect_id
              order by c.id desc limit 1) comp on true
       left join lateral (
-            select r.state from ledger.compensation_requests r
-             where r.effect_id = compensation_status.effect_id
+            select r.state from ledger.compensation_requests_at(compensation_status_at.at_time) r
+             where r.effect_id = compensation_status_at.effect_id
              order by r.id desc limit 1) req on true
 $$;
 
@@ -57,7 +58,7 @@ $$;
 -- longer succeeded, so a double that was reversed leaves this list (and
 -- shows under "compensated" in ledger.exposure). `since` keeps the targets
 -- with a success since then; null: all.
-create function ledger.suspected_double_effects_since(since timestamptz)
+create function ledger.suspected_double_effects_at(at_time timestamptz, since timestamptz)
 returns table (
     target text, action text, op_key text, effect_id bigint,
     amount_minor bigint, currency text, provider text, external_ref text,
@@ -70,15 +71,15 @@ language sql stable as $$
     with touched as (
         -- settled_at <= updated_at, so the updated_at index narrows the scan.
         select distinct e.target, e.action
-          from ledger.effects e
+          from ledger.effects_at(suspected_double_effects_at.at_time) e
          where e.state = 'succeeded' and e.compensates is null
-           and (suspected_double_effects_since.since is null
-                or (e.updated_at >= suspected_double_effects_since.since
-                    and e.settled_at >= suspected_double_effects_since.since))
+           and (suspected_double_effects_at.since is null
+                or (e.updated_at >= suspected_double_effects_at.since
+                    and e.settled_at >= suspected_double_effects_at.since))
     ),
     members as (
         select e.*
-          from ledger.effects e
+          from ledger.effects_at(suspected_double_effects_at.at_time) e
           join touched t on t.target = e.target and t.action = e.action
          where e.state = 'succeeded' and e.compensates is null
     ),
@@ -89,7 +90,7 @@ language sql stable as $$
         select a.target, a.action, a.currency, sum(a.approved)::bigint as approved
           from (select distinct on (e.target, e.action, e.currency, coalesce(e.approval_ref, e.op_key))
                        e.target, e.action, e.currency, ledger.approved_amount(e.params) as approved
-                  from ledger.effects e
+                  from ledger.effects_at(suspected_double_effects_at.at_time) e
                   join touched t on t.target = e.target and t.action = e.action
                  where e.compensates is null and e.currency is not null
                    and ledger.approved_amount(e.params) is not null
@@ -125,20 +126,20 @@ language sql stable as $$
            cs.status in ('awaiting_approval', 'pending', 'dispatched', 'held', 'unknown'),
            f.version
       from figured f
-     cross join lateral ledger.compensation_status(f.id) cs
+     cross join lateral ledger.compensation_status_at(f.id, suspected_double_effects_at.at_time) cs
      where cardinality(f.reasons) > 0
      order by f.target, f.action, f.currency nulls last, f.settled_at, f.id
 $$;
 
 create view ledger.suspected_double_effects as
-select * from ledger.suspected_double_effects_since(null);
+select * from ledger.suspected_double_effects_at(null, null);
 
 -- Money at risk per currency (effects without an amount are not money):
 -- in unknown effects, in suspected double effects (their excess, see
 -- above), already compensated, and in compensation requests awaiting a
 -- second operator. `since`: unknown effects created, doubles with a success,
 -- compensations settled and requests made since then; null: all.
-create function ledger.exposure_since(since timestamptz)
+create function ledger.exposure_at(at_time timestamptz, since timestamptz)
 returns table (
     currency text,
     unknown_effects bigint, unknown_minor bigint,
@@ -148,28 +149,28 @@ returns table (
 language sql stable as $$
     with items as (
         select e.currency, 'unknown' as kind, count(*) as n, sum(e.amount_minor) as minor
-          from ledger.effects e
+          from ledger.effects_at(exposure_at.at_time) e
          where e.state = 'unknown' and e.currency is not null
-           and (exposure_since.since is null or e.created_at >= exposure_since.since)
+           and (exposure_at.since is null or e.created_at >= exposure_at.since)
          group by e.currency
         union all
         select g.currency, 'suspected', sum(g.n), sum(g.excess)
           from (select s.currency, count(*) as n, max(s.excess_minor) as excess
-                  from ledger.suspected_double_effects_since(exposure_since.since) s
+                  from ledger.suspected_double_effects_at(exposure_at.at_time, exposure_at.since) s
                  where s.currency is not null
                  group by s.target, s.action, s.currency) g
          group by g.currency
         union all
         select e.currency, 'compensated', count(*), sum(e.amount_minor)
-          from ledger.effects e
+          from ledger.effects_at(exposure_at.at_time) e
          where e.state = 'compensated' and e.currency is not null
-           and (exposure_since.since is null or e.settled_at >= exposure_since.since)
+           and (exposure_at.since is null or e.settled_at >= exposure_at.since)
          group by e.currency
         union all
         select r.currency, 'awaiting_approval', count(*), sum(r.amount_minor)
-          from ledger.compensation_requests r
+          from ledger.compensation_requests_at(exposure_at.at_time) r
          where r.state = 'awaiting_approval' and r.currency is not null
-           and (exposure_since.since is null or r.created_at >= exposure_since.since)
+           and (exposure_at.since is null or r.created_at >= exposure_at.since)
          group by r.currency
     )
     select i.currency,
@@ -187,4 +188,4 @@ language sql stable as $$
 $$;
 
 create view ledger.exposure as
-select * from ledger.exposure_since(null);
+select * from ledger.exposure_at(null, null);

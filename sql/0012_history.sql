@@ -82,14 +82,12 @@ language sql stable as $$
     first_duplicates as (
         select f.effect_id, f.first_seen
           from (select distinct a.effect_id from ledger.attempts a
-                 where a.kind in ('replay', 'in_flight', 'retry', 'stop', 'mismatch', 'held',
-                                  'late_result', 'dispatch_refused', 'refused')
+                 where ledger.counts_as_duplicate(a.kind)
                    and a.at >= pane_entries.since and a.at < pane_entries.until) recent
          cross join lateral (
                 select recent.effect_id, min(a.at) as first_seen from ledger.attempts a
                  where a.effect_id = recent.effect_id
-                   and a.kind in ('replay', 'in_flight', 'retry', 'stop', 'mismatch', 'held',
-                                  'late_result', 'dispatch_refused', 'refused')) f
+                   and ledger.counts_as_duplicate(a.kind)) f
          where f.first_seen >= pane_entries.since
     ),
     duplicates as (

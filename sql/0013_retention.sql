@@ -1,7 +1,7 @@
 -- Retention ------------------------------------------------------------------
 --
 -- ledger.prune_settled removes old settled effects with their attempts,
--- state history, reconciliations and holds. What it never removes:
+-- state history, versions, reconciliations and holds. What it never removes:
 --   * effects that are not settled, or settled in a way that still needs a
 --     person: pending, held, unknown, compensated, failed and retryable,
 --     flagged (attention, late result);
@@ -40,7 +40,7 @@ language sql stable as $$
          where e.settled_at is not null and e.settled_at < prune_review.cutoff
     ),
     suspected as (
-        select s.effect_id from ledger.suspected_double_effects_since(null) s
+        select s.effect_id from ledger.suspected_double_effects_at(null, null) s
     )
     select o.id, o.op_key, o.state,
            case
@@ -157,6 +157,7 @@ begin
     get diagnostics n_attempts = row_count;
     delete from ledger.effect_events ev where ev.effect_id = any (doomed);
     get diagnostics n_events = row_count;
+    delete from ledger.effect_versions v where v.effect_id = any (doomed);
     delete from ledger.reconciliations r where r.effect_id = any (doomed);
     get diagnostics n_recons = row_count;
     delete from ledger.holds h where h.effect_id = any (doomed) or h.holder_id = any (doomed);

@@ -83,16 +83,25 @@ grant execute on function
 -- (prune_export, prune_settled, prune_review) is the owner's alone — grant
 -- execute on prune_settled to a dedicated role to delegate it, never to operators.
 grant select on ledger.suspected_double_effects, ledger.exposure to effect_operator, effect_readonly;
+-- Every view is read through its function of an instant (views inline them
+-- as the querying role), so every console may call each of them.
 grant execute on function
-    ledger.approved_amount(jsonb),
-    ledger.compensation_status(bigint),
-    ledger.suspected_double_effects_since(timestamptz),
-    ledger.exposure_since(timestamptz),
-    ledger.open_states_at(timestamptz),
+    ledger.instant(timestamptz),
+    ledger.effects_at(timestamptz),
+    ledger.escalations_at(timestamptz),
+    ledger.compensation_requests_at(timestamptz),
+    ledger.counts_as_duplicate(text),
     ledger.overdue_pending_at(timestamptz),
     ledger.unknown_outcomes_at(timestamptz),
     ledger.duplicate_attempts_at(timestamptz),
     ledger.held_conflicts_at(timestamptz),
+    ledger.open_escalations_at(timestamptz),
+    ledger.awaiting_approval_at(timestamptz),
+    ledger.audit_log_at(timestamptz),
     ledger.pane_counts_at(timestamptz),
+    ledger.approved_amount(jsonb),
+    ledger.compensation_status_at(bigint, timestamptz),
+    ledger.suspected_double_effects_at(timestamptz, timestamptz),
+    ledger.exposure_at(timestamptz, timestamptz),
     ledger.pane_entries(timestamptz, timestamptz, text, text)
     to effect_operator, effect_readonly;

@@ -53,12 +53,29 @@ async fn run(cli: Cli, explicit_url: bool) -> Result<(), Failure> {
     // Time travel shows the past: nothing may be acted on from it.
     config.read_only |= cli.read_only || cli.at.is_some();
     let command = cli.command.unwrap_or(Command::Watch);
-    if cli.at.is_some() && !matches!(command, Command::Watch) {
+    if cli.at.is_some()
+        && !matches!(
+            command,
+            Command::Watch | Command::List { .. } | Command::Finance(_)
+        )
+    {
         return Err(Failure::new(
             USAGE,
-            "--at is for the console (time travel); for a past range use `effectwatch report --since … --until …`",
+            "--at is for the console, `list` and `finance` (time travel); for a past range use `effectwatch report --since … --until …`",
         ));
     }
+    if let Some(at) = cli.at
+        && at > chrono::Utc::now()
+    {
+        return Err(Failure::new(
+            USAGE,
+            format!(
+                "--at {} is in the future: the ledger has no record of it yet",
+                at.to_rfc3339()
+            ),
+        ));
+    }
+    let at = cli.at;
     if let Command::Demo(mut args) = command {
         args.database_url = cli.database_url.clone().filter(|_| explicit_url);
         args.theme = cli.theme.clone();
@@ -120,12 +137,12 @@ async fn run(cli: Cli, explicit_url: bool) -> Result<(), Failure> {
             format,
             limit,
             filter,
-        } => cli::list::run(&pool, pane, format, limit, filter.as_deref()).await,
+        } => cli::list::run(&pool, at, pane, format, limit, filter.as_deref()).await,
         Command::Show { op_key, format } => cli::show::run(&pool, &op_key, format).await,
         Command::Audit {
             command: AuditCommand::Verify { format },
         } => cli::audit::verify(&pool, format).await,
-        Command::Finance(args) => cli::finance::run(&pool, args).await,
+        Command::Finance(args) => cli::finance::run(&pool, at, args).await,
         Command::Report(args) => cli::report::run(&pool, args).await,
         Command::Check(_) => unreachable!("handled above"),
         Command::Prune(args) => cli::prune::run(&pool, &config, args).await,

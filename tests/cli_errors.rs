@@ -450,3 +450,31 @@ async fn a_ledger_made_by_other_migrations_is_one_line_not_a_checksum_error() {
     let again = effectwatch(&db.url, &["migrate"]).await;
     assert_eq!(again.code, Some(0), "{}", again.stderr);
 }
+
+#[tokio::test]
+async fn list_and_finance_read_the_past_and_refuse_the_future() {
+    let db = common::test_db().await;
+    let future = effectwatch(
+        &db.url,
+        &["list", "unknown", "--at", "2099-01-01T00:00:00Z"],
+    )
+    .await;
+    assert_eq!(future.code, Some(2), "{}", future.stderr);
+    assert!(
+        one_line(&future).contains("in the future"),
+        "{}",
+        future.stderr
+    );
+
+    let mut intent = intent("at-1", "invoice:AT");
+    intent.pending_window_secs = Some(60);
+    begin_effect(&db.pool, &intent).await.unwrap();
+    let past = effectwatch(&db.url, &["list", "held", "--at", "1m"]).await;
+    assert_eq!(past.code, Some(0), "{}", past.stderr);
+    assert!(past.stdout.contains("nothing open at"), "{}", past.stdout);
+    let finance = effectwatch(&db.url, &["finance", "--at", "1m"]).await;
+    assert_eq!(finance.code, Some(0), "{}", finance.stderr);
+    assert!(finance.stdout.contains(" as of "), "{}", finance.stdout);
+    let report = effectwatch(&db.url, &["report", "--at", "1m"]).await;
+    assert_eq!(report.code, Some(2), "{}", report.stderr);
+}

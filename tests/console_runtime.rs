@@ -32,14 +32,13 @@ use effectwatch::settle::{Request, calls};
 use serde_json::json;
 use settle_support::{PROVIDER_TIMEOUT_MS, Rig};
 
-fn settings(interval: Duration, finance: bool) -> PollSettings {
+fn settings(interval: Duration) -> PollSettings {
     PollSettings {
         filter: Filter::default(),
         interval,
         paused: false,
         offsets: [0; 4],
         at: None,
-        finance,
     }
 }
 
@@ -128,7 +127,7 @@ async fn a_database_that_goes_silent_turns_the_console_stale() {
     let mut connect = ConnectSettings::new(proxy.url.clone());
     connect.statement_timeout = Duration::from_secs(1);
     let (_settings_sender, settings_receiver) =
-        watch::channel(settings(Duration::from_millis(200), false));
+        watch::channel(settings(Duration::from_millis(200)));
     let (sender, mut messages) = mpsc::channel(256);
     let poller = poller::spawn(connect, settings_receiver, sender);
     next_snapshot(&mut messages).await;
@@ -178,7 +177,7 @@ async fn a_database_that_goes_silent_turns_the_console_stale() {
 #[tokio::test]
 async fn a_failing_finance_review_leaves_the_panes_fresh() {
     let db = common::test_db().await;
-    sqlx::query("alter function ledger.exposure_since rename to exposure_since_gone")
+    sqlx::query("alter function ledger.exposure_at rename to exposure_at_gone")
         .execute(&db.pool)
         .await
         .unwrap();
@@ -186,18 +185,13 @@ async fn a_failing_finance_review_leaves_the_panes_fresh() {
         .await
         .unwrap();
 
-    let snapshot = poller::poll(&pool, &settings(Duration::from_secs(2), true))
+    let snapshot = poller::poll(&pool, &settings(Duration::from_secs(2)))
         .await
         .expect("the panes are read although the finance review fails");
     assert_eq!(snapshot.panes.len(), Pane::ALL.len());
     assert_eq!(snapshot.finance, None);
     let error = snapshot.finance_error.expect("the failure is reported");
-    assert!(error.contains("exposure_since"), "{error}");
-
-    let closed = poller::poll(&pool, &settings(Duration::from_secs(2), false))
-        .await
-        .unwrap();
-    assert_eq!((closed.finance, closed.finance_error), (None, None));
+    assert!(error.contains("exposure_at"), "{error}");
 }
 
 #[test]
@@ -242,8 +236,7 @@ fn the_finance_view_shows_a_failed_review_instead_of_the_exposure() {
 #[tokio::test]
 async fn notify_bursts_do_not_override_the_poll_interval() {
     let db = common::test_db().await;
-    let (settings_sender, settings_receiver) =
-        watch::channel(settings(Duration::from_secs(60), false));
+    let (settings_sender, settings_receiver) = watch::channel(settings(Duration::from_secs(60)));
     let (sender, mut messages) = mpsc::channel(256);
     let poller = poller::spawn(
         ConnectSettings::new(db.url.clone()),
@@ -493,7 +486,7 @@ async fn quitting_waits_for_an_action_under_way() {
     assert!(status.success(), "{status:?}");
 
     // The reconciliation ran to its end before the console left.
-    let audit = effectwatch::ledger::audit::recent(&db.pool, 20)
+    let audit = effectwatch::ledger::audit::recent(&db.pool, None, 20)
         .await
         .unwrap();
     assert!(

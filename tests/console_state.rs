@@ -61,6 +61,8 @@ fn snapshot(overdue: Vec<OverdueRow>, total: i64, offset: usize) -> Snapshot {
         }],
         approvals: Vec::new(),
         audit: Vec::new(),
+        escalation_count: None,
+        audit_count: None,
         finance: None,
         offsets: [offset, 0, 0, 0],
         // Anything else a snapshot carries, as the fixtures have it.

@@ -50,6 +50,8 @@ fn empty_snapshot() -> Snapshot {
         escalations: Vec::new(),
         approvals: Vec::new(),
         audit: Vec::new(),
+        escalation_count: None,
+        audit_count: None,
         finance: None,
         ..fixtures::snapshot(0)
     }

@@ -303,7 +303,10 @@ async fn each_pane_lists_exactly_its_items() {
             ("overdue", 2),
             ("unknown", 2),
             ("duplicates", 3),
-            ("held", 2)
+            ("held", 2),
+            ("escalations", 0),
+            ("approvals", 0),
+            ("audit", 2)
         ]
     );
 

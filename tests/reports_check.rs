@@ -41,7 +41,7 @@ async fn exit_codes_say_ok_exceeded_or_cannot_tell() {
     );
     assert_eq!(
         stdout(&ok),
-        "OK: overdue 0, unknown 0, duplicates 0, held 0, escalations 0\n"
+        "OK: overdue 0, unknown 0, duplicates 0, held 0, escalations 0, approvals 0\n"
     );
 
     // One effect whose outcome nobody knows.
@@ -119,7 +119,8 @@ async fn exit_codes_say_ok_exceeded_or_cannot_tell() {
             ("unknown", 1),
             ("duplicates", 0),
             ("held", 0),
-            ("escalations", 0)
+            ("escalations", 0),
+            ("approvals", 0)
         ]
     );
 

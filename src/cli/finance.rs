@@ -42,13 +42,17 @@ pub enum FinancePart {
 
 const CELL_WIDTH: usize = 40;
 
-pub async fn run(pool: &PgPool, args: FinanceArgs) -> Result<(), Failure> {
+pub async fn run(
+    pool: &PgPool,
+    at: Option<chrono::DateTime<chrono::Utc>>,
+    args: FinanceArgs,
+) -> Result<(), Failure> {
     let FinanceArgs {
         since,
         format,
         only,
     } = args;
-    let mut review = finance::review(pool, since).await?;
+    let mut review = finance::review(pool, at, since).await?;
     match only {
         Some(FinancePart::Suspected) => review.exposure.clear(),
         Some(FinancePart::Exposure) => review.suspected.clear(),
@@ -75,10 +79,13 @@ fn opt(text: Option<&str>) -> String {
 
 fn table(review: &FinanceReview, only: Option<FinancePart>) -> String {
     let mut out = String::new();
-    let since = review
+    let mut since = review
         .since
         .map(|at| format!(" since {}", at.format("%Y-%m-%d %H:%M:%S UTC")))
         .unwrap_or_default();
+    if let Some(at) = review.at {
+        since.push_str(&format!(" as of {}", at.format("%Y-%m-%d %H:%M:%S UTC")));
+    }
     if only != Some(FinancePart::Exposure) {
         let groups = finance::groups(&review.suspected);
         if groups.is_empty() {

@@ -5,12 +5,14 @@ use super::Format;
 use super::exit::{Failure, USAGE};
 use crate::format::{duration_ms, optional_money};
 use crate::ledger::panes::{self, Filter, Pane, PaneRows};
+use crate::ledger::timetravel;
 use crate::text::{safe_json, sanitize_line, truncate};
 
 const CELL_WIDTH: usize = 48;
 
 pub async fn run(
     pool: &PgPool,
+    at: Option<chrono::DateTime<chrono::Utc>>,
     pane: Pane,
     format: Format,
     limit: i64,
@@ -18,12 +20,18 @@ pub async fn run(
 ) -> Result<(), Failure> {
     let filter =
         Filter::parse(filter.unwrap_or_default()).map_err(|error| Failure::new(USAGE, error))?;
-    let rows = panes::fetch(pool, pane, &filter, limit, 0).await?;
+    let rows = match at {
+        Some(at) => timetravel::fetch_at(pool, pane, at, &filter, limit, 0).await?,
+        None => panes::fetch(pool, pane, &filter, limit, 0).await?,
+    };
     match format {
         Format::Json => println!("{}", safe_json(&rows)),
         Format::Table => {
             if rows.is_empty() {
-                println!("{}: nothing open", pane.title());
+                match at {
+                    Some(at) => println!("{}: nothing open at {}", pane.title(), at.to_rfc3339()),
+                    None => println!("{}: nothing open", pane.title()),
+                }
             } else {
                 println!("{}", render_table(&rows));
             }

@@ -54,9 +54,9 @@ pub struct Cli {
     #[arg(long, global = true)]
     pub no_notify: bool,
 
-    /// Time travel: the console's panes as they were at this instant (RFC 3339 or a time ago,
-    /// e.g. 2h), rebuilt from the ledger's history; always read-only.
-    #[arg(long, value_name = "TIME", value_parser = time_args::parse_instant)]
+    /// Time travel: the console, `list` and `finance` as the ledger stood at this instant
+    /// (RFC 3339 or a time ago, e.g. 2h); always read-only.
+    #[arg(long, global = true, value_name = "TIME", value_parser = time_args::parse_instant)]
     pub at: Option<chrono::DateTime<chrono::Utc>>,
 
     #[command(subcommand)]

@@ -76,7 +76,10 @@ pub struct Snapshot {
     pub escalations: Vec<EscalationRow>,
     pub approvals: Vec<ApprovalRow>,
     pub audit: Vec<AuditEntry>,
-    /// Read only while the finance view is open: it is a review, not a poll.
+    /// Escalations plus approvals, and audit entries, in the whole ledger at
+    /// the snapshot's instant; None under a filter (the tab counts what matches).
+    pub escalation_count: Option<i64>,
+    pub audit_count: Option<i64>,
     pub finance: Option<FinanceReview>,
     /// Why the finance review could not be read; the panes are still fresh.
     pub finance_error: Option<String>,
@@ -385,7 +388,9 @@ impl App {
             .cloned()
             .collect();
         self.models[4] = model::escalation_model(&escalations, &approvals);
-        self.totals[4] = (escalations.len() + approvals.len()) as i64;
+        self.totals[4] = snapshot
+            .escalation_count
+            .unwrap_or((escalations.len() + approvals.len()) as i64);
         if let Some(finance) = &snapshot.finance {
             let suspected: Vec<_> = finance
                 .suspected
@@ -409,7 +414,7 @@ impl App {
             .cloned()
             .collect();
         self.models[5] = model::audit_model(&audit);
-        self.totals[5] = audit.len() as i64;
+        self.totals[5] = snapshot.audit_count.unwrap_or(audit.len() as i64);
         self.offsets = snapshot.offsets;
         // The table models hold what is shown; the raw rows would only
         // double the memory of a large window.

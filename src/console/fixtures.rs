@@ -370,6 +370,8 @@ pub fn snapshot_with(rows: Vec<OverdueRow>, total: i64) -> Snapshot {
         escalations: escalation_rows(),
         approvals: approval_rows(),
         audit: audit_entries(),
+        escalation_count: None,
+        audit_count: None,
         finance: Some(finance()),
         finance_error: None,
         polled_at: now(),
@@ -546,6 +548,7 @@ pub fn finance() -> FinanceReview {
         version: 3,
     };
     FinanceReview {
+        at: None,
         since: Some(ago(30 * 86_400)),
         suspected: vec![
             suspect(

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use sqlx::PgPool;
 use sqlx::postgres::PgListener;
+use sqlx::{Acquire, AssertSqlSafe, PgPool};
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::JoinHandle;
 
@@ -25,8 +25,6 @@ pub struct PollSettings {
     pub offsets: [usize; 4],
     /// Time travel: read the panes as they were at this instant.
     pub at: Option<DateTime<Utc>>,
-    /// The finance view is open: read suspected doubles and exposure too.
-    pub finance: bool,
 }
 
 const AUDIT_ROWS: i64 = 300;
@@ -200,46 +198,73 @@ pub async fn poll(pool: &PgPool, settings: &PollSettings) -> Result<Snapshot, Le
         };
         counts.push((pane, count));
     }
-    let escalations = sqlx::query_as::<_, EscalationRow>(
+    // The past is read from each view's function at the instant; now, from the view.
+    let source = |view: &str| match settings.at {
+        Some(_) => format!("ledger.{view}_at($2)"),
+        None => format!("ledger.{view}"),
+    };
+    let mut escalations = sqlx::query_as::<_, EscalationRow>(AssertSqlSafe(format!(
         "select s.escalation_key, s.op_key, s.sink, s.decision_needed, s.state, s.delivery_attempts,
                 s.last_error, s.created_by, s.created_at,
-                (extract(epoch from s.age) * 1000)::bigint as age_ms, e.version as effect_version
-           from ledger.open_escalations s join ledger.effects e on e.id = s.effect_id
-          order by s.created_at desc limit $1",
-    )
-    .bind(ESCALATION_ROWS)
-    .fetch_all(&mut *tx)
-    .await?;
-    let approvals = sqlx::query_as::<_, ApprovalRow>(
+                (extract(epoch from s.age) * 1000)::bigint as age_ms, s.effect_version
+           from {} s order by s.created_at desc limit $1",
+        source("open_escalations")
+    )))
+    .bind(ESCALATION_ROWS);
+    let mut approvals = sqlx::query_as::<_, ApprovalRow>(AssertSqlSafe(format!(
         "select request_id, op_key, target, amount_minor, currency, requested_by, reason,
                 (extract(epoch from waiting_for) * 1000)::bigint as waiting_ms, version
-           from ledger.awaiting_approval order by requested_at limit $1",
-    )
-    .bind(ESCALATION_ROWS)
-    .fetch_all(&mut *tx)
-    .await?;
-    let audit = audit::recent(&mut *tx, AUDIT_ROWS).await?;
+           from {} v order by requested_at limit $1",
+        source("awaiting_approval")
+    )))
+    .bind(ESCALATION_ROWS);
+    if let Some(at) = settings.at {
+        escalations = escalations.bind(at);
+        approvals = approvals.bind(at);
+    }
+    let escalations = escalations.fetch_all(&mut *tx).await?;
+    let approvals = approvals.fetch_all(&mut *tx).await?;
+    // Unfiltered, the tabs of the other views count from the same snapshot.
+    let count_of = |view: &str| {
+        all_counts
+            .iter()
+            .find(|count| count.pane == view)
+            .map(|count| count.items)
+    };
+    let escalation_count = count_of("escalations")
+        .zip(count_of("approvals"))
+        .map(|(escalations, approvals)| escalations + approvals);
+    let audit_count = count_of("audit");
+    let audit = audit::recent(&mut *tx, settings.at, AUDIT_ROWS).await?;
+    // In the same snapshot as the panes, so its tab count agrees with them;
+    // under a savepoint, so a failing review (a sum out of range) leaves
+    // every pane fresh.
+    let (finance, finance_error) = {
+        let mut review = tx.begin().await?;
+        match finance_review(&mut review, settings).await {
+            Ok(found) => {
+                review.commit().await?;
+                (Some(found), None)
+            }
+            Err(error) => {
+                review.rollback().await?;
+                (None, Some(error.to_string()))
+            }
+        }
+    };
     let (database, role): (String, String) =
         sqlx::query_as("select current_database()::text, session_user::text")
             .fetch_one(&mut *tx)
             .await?;
     tx.commit().await?;
-    // Apart from the panes: a failing review (a sum out of range) must not
-    // leave every pane stale.
-    let (finance, finance_error) = if settings.finance {
-        match finance_review(pool, settings).await {
-            Ok(review) => (Some(review), None),
-            Err(error) => (None, Some(error.to_string())),
-        }
-    } else {
-        (None, None)
-    };
     Ok(Snapshot {
         panes: rows,
         counts,
         escalations,
         approvals,
         audit,
+        escalation_count,
+        audit_count,
         finance,
         finance_error,
         polled_at: Utc::now(),
@@ -250,23 +275,18 @@ pub async fn poll(pool: &PgPool, settings: &PollSettings) -> Result<Snapshot, Le
     })
 }
 
-/// Suspected doubles and exposure, read from one snapshot of their own.
+/// Suspected doubles and exposure over the finance window ending at the instant.
 async fn finance_review(
-    pool: &PgPool,
+    tx: &mut sqlx::PgConnection,
     settings: &PollSettings,
 ) -> Result<FinanceReview, LedgerError> {
     let since = settings.at.unwrap_or_else(Utc::now) - chrono::Duration::days(FINANCE_DAYS);
-    let mut tx = pool.begin().await?;
-    sqlx::query("set transaction isolation level repeatable read read only")
-        .execute(&mut *tx)
-        .await?;
-    let review = FinanceReview {
+    Ok(FinanceReview {
+        at: settings.at,
         since: Some(since),
-        suspected: finance::suspected(&mut *tx, Some(since)).await?,
-        exposure: finance::exposure(&mut *tx, Some(since)).await?,
-    };
-    tx.commit().await?;
-    Ok(review)
+        suspected: finance::suspected(&mut *tx, settings.at, Some(since)).await?,
+        exposure: finance::exposure(&mut *tx, settings.at, Some(since)).await?,
+    })
 }
 
 #[cfg(test)]

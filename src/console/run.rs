@@ -276,7 +276,6 @@ fn poll_settings(app: &App) -> PollSettings {
         paused: app.paused,
         offsets: app.offsets,
         at: app.at,
-        finance: app.current_view() == super::app::View::Finance,
     }
 }
 

@@ -171,8 +171,16 @@ pub struct HeadlessSummary {
     pub panes: Vec<PaneCount>,
 }
 
+/// The four panes' counts (the agents fill those; escalations and approvals
+/// wait for an operator).
 pub async fn pane_counts(pool: &PgPool) -> Result<Vec<PaneCount>, LedgerError> {
-    panes::counts(pool).await
+    let mut counts = panes::counts(pool).await?;
+    counts.retain(|count| {
+        panes::Pane::ALL
+            .iter()
+            .any(|pane| pane.name() == count.pane)
+    });
+    Ok(counts)
 }
 
 /// The demo's provider and escalation sink, both served by the fake provider.

@@ -27,15 +27,17 @@ pub async fn verify<'c>(executor: impl PgExecutor<'c>) -> Result<ChainReport, Le
     .await?)
 }
 
-/// The newest entries first, up to `limit`.
+/// The newest entries made up to `at` (None: now) first, up to `limit`.
 pub async fn recent<'c>(
     executor: impl PgExecutor<'c>,
+    at: Option<chrono::DateTime<chrono::Utc>>,
     limit: i64,
 ) -> Result<Vec<AuditEntry>, LedgerError> {
     Ok(sqlx::query_as::<_, AuditEntry>(
         "select seq, at, operator, db_role, action, effect_id, op_key, reason, before, after, hash
-           from ledger.audit_log order by seq desc limit $1",
+           from ledger.audit_log_at($1) order by seq desc limit $2",
     )
+    .bind(at)
     .bind(limit)
     .fetch_all(executor)
     .await?)

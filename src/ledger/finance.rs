@@ -60,15 +60,18 @@ pub struct Exposure {
 /// Both parts, read from one snapshot so they agree.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct FinanceReview {
+    /// The instant it is as of; None: now.
+    pub at: Option<DateTime<Utc>>,
     pub since: Option<DateTime<Utc>>,
     pub suspected: Vec<SuspectedEffect>,
     pub exposure: Vec<Exposure>,
 }
 
-/// Suspected double effects on targets with a success since `since` (all when None),
-/// grouped by target, action and currency.
+/// Suspected double effects as they stood at `at` (None: now) on targets with a
+/// success since `since` (all when None), grouped by target, action and currency.
 pub async fn suspected<'c>(
     executor: impl PgExecutor<'c>,
+    at: Option<DateTime<Utc>>,
     since: Option<DateTime<Utc>>,
 ) -> Result<Vec<SuspectedEffect>, LedgerError> {
     Ok(sqlx::query_as::<_, SuspectedEffect>(
@@ -76,23 +79,26 @@ pub async fn suspected<'c>(
                 approval_ref, approval_version, requested_by, succeeded_at, reasons, succeeded_effects,
                 total_minor, approved_minor, excess_minor, compensation, compensation_key,
                 compensation_under_way, version
-           from ledger.suspected_double_effects_since($1)",
+           from ledger.suspected_double_effects_at($1, $2)",
     )
+    .bind(at)
     .bind(since)
     .fetch_all(executor)
     .await?)
 }
 
-/// Exposure per currency, in currency order.
+/// Exposure per currency at `at` (None: now), in currency order.
 pub async fn exposure<'c>(
     executor: impl PgExecutor<'c>,
+    at: Option<DateTime<Utc>>,
     since: Option<DateTime<Utc>>,
 ) -> Result<Vec<Exposure>, LedgerError> {
     Ok(sqlx::query_as::<_, Exposure>(
         "select currency, unknown_effects, unknown_minor, suspected_effects, suspected_excess_minor,
                 compensated_effects, compensated_minor, awaiting_approval, awaiting_approval_minor
-           from ledger.exposure_since($1)",
+           from ledger.exposure_at($1, $2)",
     )
+    .bind(at)
     .bind(since)
     .fetch_all(executor)
     .await?)
@@ -100,6 +106,7 @@ pub async fn exposure<'c>(
 
 pub async fn review(
     pool: &PgPool,
+    at: Option<DateTime<Utc>>,
     since: Option<DateTime<Utc>>,
 ) -> Result<FinanceReview, LedgerError> {
     let mut tx = pool.begin().await?;
@@ -110,10 +117,11 @@ pub async fn review(
     sqlx::query("set local statement_timeout = '5min'")
         .execute(&mut *tx)
         .await?;
-    let suspected = suspected(&mut *tx, since).await?;
-    let exposure = exposure(&mut *tx, since).await?;
+    let suspected = suspected(&mut *tx, at, since).await?;
+    let exposure = exposure(&mut *tx, at, since).await?;
     tx.commit().await?;
     Ok(FinanceReview {
+        at,
         since,
         suspected,
         exposure,
