@@ -128,32 +128,29 @@ create index attempts_effect_idx on ledger.attempts (effect_id, at);
 create index attempts_duplicate_idx on ledger.attempts (at) where ledger.counts_as_duplicate(kind);
 create index attempts_flagged_idx on ledger.attempts (effect_id) where flagged;
 
--- History of every state change. Written by a trigger; never updated.
-create table ledger.effect_events (
-    id          bigint generated always as identity primary key,
-    effect_id   bigint not null references ledger.effects (id),
-    op_key      text not null,
-    from_state  text,
-    to_state    text not null,
-    actor       text not null,
-    db_role     text not null,
-    reason      text,
-    at          timestamptz not null default now()
-);
-
-create index effect_events_effect_idx on ledger.effect_events (effect_id, at);
-create index effect_events_at_idx on ledger.effect_events (at);
-
--- The ledger as of any instant: every version of an effect's changing
--- columns, written by the state machine's history trigger with each insert
--- and update. ledger.effects_at(T) overlays the version current at T on the
+-- The history of every effect: one row per version, written by the state
+-- machine's history trigger with each insert and update, never updated.
+-- It is both the audit of state changes (ledger.effect_events is the rows
+-- where the state changed, with who and why) and the ledger as of any
+-- instant: ledger.effects_at(T) overlays the version current at T on the
 -- effect's row, so the panes, finance and time travel read one definition
--- at any instant. Never updated.
+-- at any instant. `id` orders versions across effects (not indexed: nothing
+-- looks a version up by it).
 create table ledger.effect_versions (
-    effect_id       bigint not null references ledger.effects (id),
+    id              bigint generated always as identity,
+    -- No foreign key: only the history trigger of the effect row writes
+    -- here, in the transaction that changed the row, so a reference check
+    -- would re-prove that on the writer's hot path, twice per effect.
+    -- Retention deletes an effect's versions with it.
+    effect_id       bigint not null,
     version         bigint not null,
     at              timestamptz not null default now(),
+    -- The state before this version (null for the first), and who made it.
+    from_state      text,
     state           text not null,
+    actor           text not null,
+    db_role         text not null,
+    reason          text,
     state_since     timestamptz not null,
     dispatched_at   timestamptz,
     deadline_at     timestamptz,
@@ -166,6 +163,10 @@ create table ledger.effect_versions (
     held_by         bigint,
     primary key (effect_id, version)
 );
+
+-- What entered the unknown and held panes over a range (reports).
+create index effect_versions_unknown_held_idx on ledger.effect_versions (at)
+    where state in ('unknown', 'held') and from_state is distinct from state;
 
 -- The same for the rarely written rows that change: escalations and
 -- compensation requests, each version kept whole.

@@ -114,19 +114,14 @@ $$;
 create function ledger.effects_history() returns trigger
 language plpgsql as $$
 begin
-    if tg_op = 'INSERT' or new.state is distinct from old.state then
-        insert into ledger.effect_events (effect_id, op_key, from_state, to_state, actor, db_role, reason)
-        values (new.id, new.op_key,
-                case when tg_op = 'UPDATE' then old.state end,
-                new.state, ledger.current_actor(), session_user::text,
-                nullif(current_setting('ledger.reason', true), ''));
-    end if;
     insert into ledger.effect_versions (
-        effect_id, version, state, state_since, dispatched_at, deadline_at, external_ref,
-        failure_reason, retryable, late_result_at, attention, settled_at, held_by)
-    values (new.id, new.version, new.state, new.state_since, new.dispatched_at, new.deadline_at,
-            new.external_ref, new.failure_reason, new.retryable, new.late_result_at, new.attention,
-            new.settled_at, new.held_by);
+        effect_id, version, from_state, state, actor, db_role, reason, state_since, dispatched_at,
+        deadline_at, external_ref, failure_reason, retryable, late_result_at, attention, settled_at,
+        held_by)
+    values (new.id, new.version, case when tg_op = 'UPDATE' then old.state end, new.state,
+            ledger.current_actor(), session_user::text, nullif(current_setting('ledger.reason', true), ''),
+            new.state_since, new.dispatched_at, new.deadline_at, new.external_ref, new.failure_reason,
+            new.retryable, new.late_result_at, new.attention, new.settled_at, new.held_by);
     -- Consoles LISTEN on this channel to refresh before their next poll.
     -- A transaction that notifies commits under a database-wide lock, one at
     -- a time, which cut writer throughput by more than half; the happy path
@@ -144,6 +139,13 @@ $$;
 create trigger effects_history
     after insert or update on ledger.effects
     for each row execute function ledger.effects_history();
+
+-- Every state change: the versions that changed the state.
+create view ledger.effect_events as
+select v.id, v.effect_id, e.op_key, v.from_state, v.state as to_state, v.actor, v.db_role, v.reason, v.at
+  from ledger.effect_versions v
+  join ledger.effects e on e.id = v.effect_id
+ where v.from_state is distinct from v.state;
 
 create function ledger.reject_change() returns trigger
 language plpgsql as $$
@@ -170,12 +172,6 @@ begin
 end
 $$;
 
-create trigger effect_events_append_only
-    before update or delete on ledger.effect_events
-    for each row execute function ledger.append_only_except_prune();
-create trigger effect_events_no_truncate
-    before truncate on ledger.effect_events
-    for each statement execute function ledger.reject_change();
 create trigger attempts_append_only
     before update or delete on ledger.attempts
     for each row execute function ledger.append_only_except_prune();
@@ -194,8 +190,6 @@ create trigger effect_versions_no_truncate
 -- one transaction; these must fire whoever writes, in every session mode.
 alter table ledger.effects enable always trigger effects_guard;
 alter table ledger.effects enable always trigger effects_history;
-alter table ledger.effect_events enable always trigger effect_events_append_only;
-alter table ledger.effect_events enable always trigger effect_events_no_truncate;
 alter table ledger.attempts enable always trigger attempts_append_only;
 alter table ledger.attempts enable always trigger attempts_no_truncate;
 alter table ledger.effect_versions enable always trigger effect_versions_append_only;

@@ -17,7 +17,7 @@
 --     the evidence finance needs.
 -- It never touches audit_log; it appends one entry of its own with counts.
 --
--- The bypass of the append-only triggers on attempts and effect_events:
+-- The bypass of the append-only triggers on attempts and effect_versions:
 -- those triggers now let a DELETE through only when (1) the transaction-
 -- local setting ledger.prune_xact equals the id of the current transaction,
 -- which prune_settled sets just before its deletes and clears right after,
@@ -90,6 +90,8 @@ begin
                                        from ledger.attempts a where a.effect_id = e.id), '[]'),
                'events', coalesce((select jsonb_agg(to_jsonb(ev) order by ev.id)
                                      from ledger.effect_events ev where ev.effect_id = e.id), '[]'),
+               'versions', coalesce((select jsonb_agg(to_jsonb(v) order by v.version)
+                                       from ledger.effect_versions v where v.effect_id = e.id), '[]'),
                'reconciliations', coalesce((select jsonb_agg(to_jsonb(r) order by r.id)
                                               from ledger.reconciliations r where r.effect_id = e.id), '[]'),
                'holds', coalesce((select jsonb_agg(to_jsonb(h) order by h.id)
@@ -155,8 +157,8 @@ begin
     perform set_config('ledger.prune_xact', pg_current_xact_id()::text, true);
     delete from ledger.attempts a where a.effect_id = any (doomed);
     get diagnostics n_attempts = row_count;
-    delete from ledger.effect_events ev where ev.effect_id = any (doomed);
-    get diagnostics n_events = row_count;
+    -- Counted as events: the versions that changed the state.
+    select count(*) into n_events from ledger.effect_events ev where ev.effect_id = any (doomed);
     delete from ledger.effect_versions v where v.effect_id = any (doomed);
     delete from ledger.reconciliations r where r.effect_id = any (doomed);
     get diagnostics n_recons = row_count;

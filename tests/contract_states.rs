@@ -517,7 +517,7 @@ async fn history_and_attempts_are_append_only() {
     }
     set_state(pool, key, "unknown").await.unwrap();
 
-    for table in ["ledger.effect_events", "ledger.attempts"] {
+    for table in ["ledger.effect_versions", "ledger.attempts"] {
         let count = |pool: PgPool| async move {
             sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(format!(
                 "select count(*) from {table}"
@@ -529,9 +529,11 @@ async fn history_and_attempts_are_append_only() {
         let rows = count(pool.clone()).await;
         assert!(rows >= 2, "{table} should have rows to protect");
         for statement in [
-            format!("update {table} set op_key = 'rewritten'"),
+            format!("update {table} set at = now()"),
             format!("delete from {table}"),
-            format!("delete from {table} where op_key = '{key}'"),
+            format!(
+                "delete from {table} where effect_id = (select id from ledger.effects where op_key = '{key}')"
+            ),
             format!("truncate {table}"),
         ] {
             let (code, message) = db_error(

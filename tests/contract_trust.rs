@@ -388,7 +388,7 @@ async fn the_ledgers_triggers_fire_in_every_session_mode() {
             "state machine",
             "update ledger.effects set state = 'pending' where op_key = 'sm-succ'",
         ),
-        ("history", "delete from ledger.effect_events"),
+        ("history", "delete from ledger.effect_versions"),
         ("attempts", "update ledger.attempts set flagged = true"),
         ("audit", "delete from ledger.audit_log"),
     ] {

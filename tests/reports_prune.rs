@@ -431,7 +431,7 @@ async fn the_history_stays_append_only_outside_a_prune() {
             .await,
     );
     refused(
-        sqlx::query("delete from ledger.effect_events")
+        sqlx::query("delete from ledger.effect_versions")
             .execute(pool)
             .await,
     );
@@ -467,9 +467,12 @@ async fn the_history_stays_append_only_outside_a_prune() {
         .await
         .unwrap();
     refused(
-        sqlx::query("update ledger.effect_events set reason = 'rewritten' where op_key = 'a:done'")
-            .execute(&mut *tx)
-            .await,
+        sqlx::query(
+            "update ledger.effect_versions set reason = 'rewritten'
+              where effect_id = (select id from ledger.effects where op_key = 'a:done')",
+        )
+        .execute(&mut *tx)
+        .await,
     );
     drop(tx);
     let done = find_effect(pool, "a:done").await.unwrap().unwrap();
