@@ -40,6 +40,16 @@ language sql stable as $$
      where at_time is not null and e.updated_at > at_time and e.created_at <= at_time
 $$;
 
+-- One effect as it stood at T. Views join an effect by id through this,
+-- as a lateral call: each id is then one primary-key lookup. A plain join
+-- with ledger.effects_at(T) is flattened into a hash join over every row of
+-- the ledger; `limit 1` (an id is one row at any instant) keeps the planner
+-- from flattening it.
+create function ledger.effect_at(effect_id bigint, at_time timestamptz) returns setof ledger.effects
+language sql stable as $$
+    select e.* from ledger.effects_at(at_time) e where e.id = effect_id limit 1
+$$;
+
 -- Escalations and compensation requests keep each version whole.
 create function ledger.keep_row_version() returns trigger
 language plpgsql as $$

@@ -77,7 +77,7 @@ language sql stable as $$
                and a.at <= ledger.instant(at_time)
                and (a.at > ledger.instant(at_time) - interval '24 hours' or a.flagged)
              group by a.effect_id) d
-      join ledger.effects_at(at_time) e on e.id = d.effect_id
+     cross join lateral ledger.effect_at(d.effect_id, at_time) e
 $$;
 
 -- Held: not dispatched because another open effect on the target conflicts.
@@ -93,7 +93,7 @@ language sql stable as $$
            h.op_key, h.id, h.state, ledger.instant(at_time) - h.created_at,
            h.amount_minor, h.currency, e.version
       from ledger.effects_at(at_time) e
-      join ledger.effects_at(at_time) h on h.id = e.held_by
+     cross join lateral ledger.effect_at(e.held_by, at_time) h
      where e.state = 'held'
 $$;
 
@@ -108,7 +108,7 @@ language sql stable as $$
            s.delivery_attempts, s.last_error, s.created_by, s.created_at, s.delivered_at,
            s.acknowledged_by, ledger.instant(at_time) - s.created_at, e.version
       from ledger.escalations_at(at_time) s
-      join ledger.effects_at(at_time) e on e.id = s.effect_id
+     cross join lateral ledger.effect_at(s.effect_id, at_time) e
      where s.state <> 'resolved'
 $$;
 
@@ -123,7 +123,7 @@ language sql stable as $$
            r.approval_limit_minor, r.requested_by, r.reason, r.created_at,
            ledger.instant(at_time) - r.created_at, e.state, e.version
       from ledger.compensation_requests_at(at_time) r
-      join ledger.effects_at(at_time) e on e.id = r.effect_id
+     cross join lateral ledger.effect_at(r.effect_id, at_time) e
      where r.state = 'awaiting_approval'
 $$;
 

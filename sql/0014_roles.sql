@@ -88,6 +88,7 @@ grant select on ledger.suspected_double_effects, ledger.exposure to effect_opera
 grant execute on function
     ledger.instant(timestamptz),
     ledger.effects_at(timestamptz),
+    ledger.effect_at(bigint, timestamptz),
     ledger.escalations_at(timestamptz),
     ledger.compensation_requests_at(timestamptz),
     ledger.counts_as_duplicate(text),
