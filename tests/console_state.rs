@@ -11,8 +11,8 @@ use effectwatch::console::app::{
     App, Command, DialogField, Message, OperatorRequest, Snapshot, WINDOW,
 };
 use effectwatch::console::fixtures;
-use effectwatch::console::model::EscalationRow;
 use effectwatch::console::theme::Role;
+use effectwatch::ledger::escalations::EscalationRow;
 use effectwatch::ledger::panes::{Filter, OverdueRow, Pane, PaneRows};
 
 fn row(op_key: &str, version: i64) -> OverdueRow {

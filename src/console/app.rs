@@ -8,8 +8,9 @@ use chrono::{DateTime, Utc};
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
 use super::action::{Action, Confirmation, Scope};
-use super::model::{self, ApprovalRow, EscalationRow, TableModel};
+use super::model::{self, APPROVAL_ROW, TableModel};
 use super::theme::Role;
+use crate::ledger::escalations::{ApprovalRow, EscalationRow};
 use crate::ledger::finance::FinanceReview;
 use crate::ledger::history::EffectHistory;
 use crate::ledger::model::AuditEntry;
@@ -26,10 +27,6 @@ pub enum View {
     Audit,
     Finance,
 }
-
-/// The escalations view also lists compensations awaiting a second
-/// operator; their rows carry this prefix instead of an escalation key.
-pub const APPROVAL_ROW: &str = "approval:";
 
 pub const VIEW_COUNT: usize = 7;
 

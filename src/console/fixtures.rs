@@ -8,7 +8,7 @@ use chrono::{DateTime, TimeZone, Utc};
 use serde_json::json;
 
 use super::app::Snapshot;
-use super::model::{ApprovalRow, EscalationRow};
+use crate::ledger::escalations::{ApprovalRow, EscalationRow};
 use crate::ledger::finance::{Exposure, FinanceReview, SuspectedEffect};
 use crate::ledger::history::EffectHistory;
 use crate::ledger::model::{Attempt, AuditEntry, Effect, EffectEvent, Reconciliation, State};

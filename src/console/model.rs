@@ -3,9 +3,9 @@
 
 use chrono::{DateTime, Utc};
 
-use super::app::APPROVAL_ROW;
 use super::theme::Role;
 use crate::format::{duration_ms, optional_money};
+use crate::ledger::escalations::{ApprovalRow, EscalationRow};
 use crate::ledger::finance::SuspectedEffect;
 use crate::ledger::model::AuditEntry;
 use crate::ledger::panes::PaneRows;
@@ -300,22 +300,9 @@ pub fn pane_model(rows: &PaneRows) -> TableModel {
     }
 }
 
-/// An open escalation, as the console lists it.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, sqlx::FromRow)]
-pub struct EscalationRow {
-    pub escalation_key: String,
-    pub op_key: String,
-    pub sink: String,
-    pub decision_needed: String,
-    pub state: String,
-    pub delivery_attempts: i32,
-    pub last_error: Option<String>,
-    pub created_by: String,
-    pub created_at: DateTime<Utc>,
-    pub age_ms: i64,
-    /// The escalated effect's version, so r, c and e work on the row.
-    pub effect_version: i64,
-}
+/// The id prefix of an approval's row in the escalations view: the keys that
+/// act on an escalation do not apply to it.
+pub const APPROVAL_ROW: &str = "approval:";
 
 /// Open escalations, then the compensations waiting for a second operator
 /// (approve with `A`, reject with `D`).
@@ -452,21 +439,6 @@ pub fn state_role(state: &str) -> Role {
         "pending" | "held" => Role::Warn,
         _ => Role::Muted,
     }
-}
-
-/// A compensation waiting for a second operator (`ledger.awaiting_approval`).
-#[derive(Debug, Clone, PartialEq, serde::Serialize, sqlx::FromRow)]
-pub struct ApprovalRow {
-    pub request_id: i64,
-    pub op_key: String,
-    pub target: String,
-    pub amount_minor: Option<i64>,
-    pub currency: Option<String>,
-    pub requested_by: String,
-    pub reason: String,
-    pub waiting_ms: i64,
-    /// The original effect's version, which approve and reject check.
-    pub version: i64,
 }
 
 /// Suspected double effects: one row per succeeded effect of a suspect group.

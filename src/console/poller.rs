@@ -7,15 +7,16 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use sqlx::postgres::PgListener;
-use sqlx::{Acquire, AssertSqlSafe, PgPool};
+use sqlx::{Acquire, PgPool};
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::JoinHandle;
 
 use super::app::{Message, Snapshot, WINDOW};
-use super::model::{ApprovalRow, EscalationRow};
 use crate::ledger::finance::{self, FinanceReview};
 use crate::ledger::panes::{self, Filter, Pane};
-use crate::ledger::{self, ConnectSettings, LedgerError, NOTIFY_CHANNEL, audit, timetravel};
+use crate::ledger::{
+    self, ConnectSettings, LedgerError, NOTIFY_CHANNEL, audit, escalations, snapshot, timetravel,
+};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct PollSettings {
@@ -166,10 +167,7 @@ fn spawn_listener(pool: PgPool, wake: Arc<Notify>) -> JoinHandle<()> {
 /// One consistent read of everything the console shows.
 pub async fn poll(pool: &PgPool, settings: &PollSettings) -> Result<Snapshot, LedgerError> {
     let started = Instant::now();
-    let mut tx = pool.begin().await?;
-    sqlx::query("set transaction isolation level repeatable read read only")
-        .execute(&mut *tx)
-        .await?;
+    let mut tx = crate::ledger::snapshot::begin(pool).await?;
     let mut rows = Vec::with_capacity(4);
     let mut counts = Vec::with_capacity(4);
     let all_counts = match (settings.filter.is_empty(), settings.at) {
@@ -198,32 +196,8 @@ pub async fn poll(pool: &PgPool, settings: &PollSettings) -> Result<Snapshot, Le
         };
         counts.push((pane, count));
     }
-    // The past is read from each view's function at the instant; now, from the view.
-    let source = |view: &str| match settings.at {
-        Some(_) => format!("ledger.{view}_at($2)"),
-        None => format!("ledger.{view}"),
-    };
-    let mut escalations = sqlx::query_as::<_, EscalationRow>(AssertSqlSafe(format!(
-        "select s.escalation_key, s.op_key, s.sink, s.decision_needed, s.state, s.delivery_attempts,
-                s.last_error, s.created_by, s.created_at,
-                (extract(epoch from s.age) * 1000)::bigint as age_ms, s.effect_version
-           from {} s order by s.created_at desc limit $1",
-        source("open_escalations")
-    )))
-    .bind(ESCALATION_ROWS);
-    let mut approvals = sqlx::query_as::<_, ApprovalRow>(AssertSqlSafe(format!(
-        "select request_id, op_key, target, amount_minor, currency, requested_by, reason,
-                (extract(epoch from waiting_for) * 1000)::bigint as waiting_ms, version
-           from {} v order by requested_at limit $1",
-        source("awaiting_approval")
-    )))
-    .bind(ESCALATION_ROWS);
-    if let Some(at) = settings.at {
-        escalations = escalations.bind(at);
-        approvals = approvals.bind(at);
-    }
-    let escalations = escalations.fetch_all(&mut *tx).await?;
-    let approvals = approvals.fetch_all(&mut *tx).await?;
+    let escalations = escalations::open(&mut *tx, settings.at, ESCALATION_ROWS).await?;
+    let approvals = escalations::awaiting_approval(&mut *tx, settings.at, ESCALATION_ROWS).await?;
     // Unfiltered, the tabs of the other views count from the same snapshot.
     let count_of = |view: &str| {
         all_counts
@@ -252,10 +226,7 @@ pub async fn poll(pool: &PgPool, settings: &PollSettings) -> Result<Snapshot, Le
             }
         }
     };
-    let (database, role): (String, String) =
-        sqlx::query_as("select current_database()::text, session_user::text")
-            .fetch_one(&mut *tx)
-            .await?;
+    let (database, role) = snapshot::whoami(&mut tx).await?;
     tx.commit().await?;
     Ok(Snapshot {
         panes: rows,

@@ -51,10 +51,7 @@ pub struct Breach {
 pub const AGED_PANES: [&str; 4] = ["overdue", "unknown", "held", "escalations"];
 
 pub async fn measure(pool: &PgPool, with_suspected: bool) -> Result<Health, LedgerError> {
-    let mut tx = pool.begin().await?;
-    sqlx::query("set transaction isolation level repeatable read read only")
-        .execute(&mut *tx)
-        .await?;
+    let mut tx = super::snapshot::begin(pool).await?;
     // The audit trail is a record, not something waiting for anyone.
     let counts: Vec<PaneCount> = panes::counts(&mut *tx)
         .await?

@@ -109,10 +109,7 @@ pub async fn review(
     at: Option<DateTime<Utc>>,
     since: Option<DateTime<Utc>>,
 ) -> Result<FinanceReview, LedgerError> {
-    let mut tx = pool.begin().await?;
-    sqlx::query("set transaction isolation level repeatable read read only")
-        .execute(&mut *tx)
-        .await?;
+    let mut tx = super::snapshot::begin(pool).await?;
     // Reads every succeeded effect of the touched targets: a review, not a poll.
     sqlx::query("set local statement_timeout = '5min'")
         .execute(&mut *tx)

@@ -36,10 +36,7 @@ pub async fn find_effect(pool: &PgPool, op_key: &str) -> Result<Option<Effect>, 
 /// Reads the effect and its records in one repeatable-read snapshot, so the
 /// parts agree with each other even while workers write.
 pub async fn load(pool: &PgPool, op_key: &str) -> Result<EffectHistory, LedgerError> {
-    let mut tx = pool.begin().await?;
-    sqlx::query("set transaction isolation level repeatable read read only")
-        .execute(&mut *tx)
-        .await?;
+    let mut tx = super::snapshot::begin(pool).await?;
     let sql = format!(
         "select {} from ledger.effects e where e.op_key = $1",
         Effect::COLUMNS

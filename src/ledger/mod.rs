@@ -6,6 +6,7 @@ pub mod audit;
 pub mod check;
 pub mod connect;
 pub mod error;
+pub mod escalations;
 pub mod finance;
 pub mod history;
 pub mod migrate;
@@ -13,6 +14,7 @@ pub mod model;
 pub mod panes;
 pub mod report;
 pub mod retention;
+pub mod snapshot;
 pub mod timetravel;
 pub mod writer;
 
