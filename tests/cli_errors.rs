@@ -3,13 +3,15 @@
 
 mod common;
 
+use common::intent;
+
 use std::process::Output;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use effectwatch::ledger::Decision;
 use effectwatch::ledger::actions::{self, SeenVersion};
-use effectwatch::ledger::writer::{Intent, begin_effect};
+use effectwatch::ledger::writer::begin_effect;
 use serde_json::{Value, json};
 use sqlx::{AssertSqlSafe, Connection, PgConnection};
 use tokio::process::Command;
@@ -132,19 +134,6 @@ impl Drop for EmptyDb {
             })
         })
         .join();
-    }
-}
-
-fn intent(op_key: &str, target: &str) -> Intent {
-    Intent {
-        op_key: op_key.to_string(),
-        action: "refund".to_string(),
-        target: target.to_string(),
-        params: json!({"amount_minor": 1200, "currency": "EUR"}),
-        requested_by: "agent-1".to_string(),
-        amount_minor: Some(1200),
-        currency: Some("EUR".into()),
-        ..Intent::default()
     }
 }
 

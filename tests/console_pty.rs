@@ -4,6 +4,8 @@
 
 mod common;
 
+use common::intent;
+
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -11,10 +13,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use portable_pty::{Child, CommandBuilder, PtySize, native_pty_system};
-use serde_json::json;
 
 use effectwatch::ledger::Decision;
-use effectwatch::ledger::writer::{Intent, begin_effect};
+use effectwatch::ledger::writer::begin_effect;
 
 const ROWS: u16 = 35;
 const COLS: u16 = 140;
@@ -223,19 +224,6 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 
 fn rfind(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).rposition(|w| w == needle)
-}
-
-fn intent(op_key: &str, target: &str) -> Intent {
-    Intent {
-        op_key: op_key.to_string(),
-        action: "refund".to_string(),
-        target: target.to_string(),
-        params: json!({"amount_minor": 1200, "currency": "EUR"}),
-        requested_by: "agent-1".to_string(),
-        amount_minor: Some(1200),
-        currency: Some("EUR".into()),
-        ..Intent::default()
-    }
 }
 
 /// Whether one row of the screen shows both texts.

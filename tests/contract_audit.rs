@@ -4,29 +4,20 @@
 
 mod common;
 
+use common::intent;
+
 use std::sync::Arc;
 
 use effectwatch::ledger::actions::{self, Finding, Resolution, SeenVersion};
 use effectwatch::ledger::audit::{self, ChainReport};
 use effectwatch::ledger::history::{find_effect, load};
 use effectwatch::ledger::writer::{
-    Completion, Intent, Outcome, begin_effect, complete_effect, mark_dispatched,
+    Completion, Outcome, begin_effect, complete_effect, mark_dispatched,
 };
 use effectwatch::ledger::{Decision, Effect, LedgerError, State};
 use serde_json::{Value, json};
 use sqlx::{Connection, PgPool};
 use tokio::sync::Barrier;
-
-fn intent(op_key: &str, target: &str) -> Intent {
-    Intent {
-        op_key: op_key.to_string(),
-        action: "refund".to_string(),
-        target: target.to_string(),
-        params: json!({"amount_minor": 2500, "currency": "EUR"}),
-        requested_by: "agent-1".to_string(),
-        ..Intent::default()
-    }
-}
 
 async fn effect(pool: &PgPool, op_key: &str) -> Effect {
     find_effect(pool, op_key)

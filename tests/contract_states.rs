@@ -4,24 +4,14 @@
 
 mod common;
 
+use common::intent;
+
 use effectwatch::ledger::history::find_effect;
 use effectwatch::ledger::writer::{
-    Completion, Intent, Outcome, begin_effect, complete_effect, mark_dispatched,
+    Completion, Outcome, begin_effect, complete_effect, mark_dispatched,
 };
 use effectwatch::ledger::{Decision, Effect, State};
-use serde_json::json;
 use sqlx::{Connection, PgPool};
-
-fn intent(op_key: &str, target: &str) -> Intent {
-    Intent {
-        op_key: op_key.to_string(),
-        action: "refund".to_string(),
-        target: target.to_string(),
-        params: json!({"amount_minor": 100, "currency": "EUR"}),
-        requested_by: "agent-1".to_string(),
-        ..Intent::default()
-    }
-}
 
 async fn effect(pool: &PgPool, op_key: &str) -> Effect {
     find_effect(pool, op_key)

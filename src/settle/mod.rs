@@ -92,25 +92,6 @@ pub enum Request {
 }
 
 impl Request {
-    /// Whether the request writes to the ledger. Every one does today (a
-    /// reconciliation stores its finding); the console's action table and
-    /// read-only filtering ask this rather than assume it.
-    pub fn writes(&self) -> bool {
-        match self {
-            Request::Reconcile { .. }
-            | Request::Compensate { .. }
-            | Request::Escalate { .. }
-            | Request::Resolve { .. }
-            | Request::Release { .. }
-            | Request::Cancel { .. }
-            | Request::Annotate { .. }
-            | Request::Approve { .. }
-            | Request::Reject { .. }
-            | Request::Acknowledge { .. }
-            | Request::ResolveEscalation { .. } => true,
-        }
-    }
-
     pub fn name(&self) -> &'static str {
         match self {
             Request::Reconcile { .. } => "reconcile",
@@ -187,13 +168,6 @@ pub enum SettleError {
 }
 
 impl SettleError {
-    pub fn ledger(&self) -> Option<&LedgerError> {
-        match self {
-            SettleError::Ledger(error) => Some(error),
-            _ => None,
-        }
-    }
-
     /// The message, safe for a terminal.
     pub fn line(&self) -> String {
         sanitize_line(&self.to_string())
@@ -274,36 +248,14 @@ impl Settler {
         }
     }
 
-    pub fn operator(&self) -> &str {
-        &self.operator
-    }
-
     pub fn is_read_only(&self) -> bool {
         self.read_only
     }
 
-    pub fn config(&self) -> &Config {
-        &self.config
-    }
-
-    /// Configuration problems of the providers and sinks, one line each.
-    pub fn adapter_problems(&self) -> Vec<String> {
-        let providers = self
-            .adapters
-            .providers
-            .values()
-            .filter_map(|p| p.as_ref().err());
-        let sinks = self
-            .adapters
-            .sinks
-            .values()
-            .filter_map(|s| s.as_ref().err());
-        providers.chain(sinks).cloned().collect()
-    }
-
-    /// The one dispatcher: read-only is refused here for every writing request.
+    /// The one dispatcher, and the ledger-side read-only gate: every request
+    /// writes (a reconciliation stores its finding), so read-only refuses all.
     pub async fn perform(&self, request: Request) -> Result<Report, SettleError> {
-        if self.read_only && request.writes() {
+        if self.read_only {
             return Err(SettleError::ReadOnly(request.name()));
         }
         match request {
@@ -530,7 +482,6 @@ mod tests {
             },
         ];
         for request in requests {
-            assert!(request.writes());
             assert!(!request.name().is_empty());
             assert!(!request.key().is_empty());
         }

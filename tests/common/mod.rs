@@ -15,6 +15,20 @@
 
 pub mod roles;
 
+/// A EUR 12.00 refund on `target`, asked by agent-1: the intent most tests write.
+pub fn intent(op_key: &str, target: &str) -> effectwatch::ledger::writer::Intent {
+    effectwatch::ledger::writer::Intent {
+        op_key: op_key.to_string(),
+        action: "refund".to_string(),
+        target: target.to_string(),
+        params: serde_json::json!({"amount_minor": 1200, "currency": "EUR"}),
+        requested_by: "agent-1".to_string(),
+        amount_minor: Some(1200),
+        currency: Some("EUR".into()),
+        ..Default::default()
+    }
+}
+
 use std::str::FromStr;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
