@@ -115,6 +115,20 @@ pub enum ConfigSource {
 }
 
 impl Config {
+    /// How this process connects for `part` (console, poller, settle, demo…):
+    /// the configured statement timeout on every pool, and a name a DBA can
+    /// tell apart in pg_stat_activity (`effectwatch:alice:poller`).
+    pub fn connect_settings(
+        &self,
+        url: impl Into<String>,
+        part: &str,
+    ) -> crate::ledger::ConnectSettings {
+        let mut settings = crate::ledger::ConnectSettings::new(url);
+        settings.statement_timeout = std::time::Duration::from_secs(self.statement_timeout_secs);
+        settings.application_name = application_name(&self.operator, part);
+        settings
+    }
+
     pub fn default_path() -> Option<PathBuf> {
         directories::ProjectDirs::from("", "", "effectwatch")
             .map(|dirs| dirs.config_dir().join("config.toml"))
@@ -261,6 +275,26 @@ pub fn one_line_toml_error(text: &str, error: &toml::de::Error) -> String {
     }
 }
 
+/// `effectwatch:<operator>:<part>` in printable ASCII (the server replaces anything
+/// else with `?`), within the 63 bytes PostgreSQL keeps.
+fn application_name(operator: &str, part: &str) -> String {
+    let clean = |text: &str| -> String {
+        text.chars()
+            .map(|c| {
+                if c.is_ascii_graphic() || c == ' ' {
+                    c
+                } else {
+                    '?'
+                }
+            })
+            .collect()
+    };
+    let part = clean(part);
+    let room = 63usize.saturating_sub("effectwatch:".len() + part.len() + 1);
+    let operator: String = clean(operator).chars().take(room).collect();
+    format!("effectwatch:{operator}:{part}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -320,6 +354,24 @@ mod tests {
             "headers.Authorization = { env = \"EFFECTWATCH_TEST_SURELY_UNSET\", prefix = \"Bearer \" }",
         );
         assert!(Config::from_toml(&text).is_ok());
+    }
+
+    #[test]
+    fn connections_are_named_by_operator_and_part_within_63_bytes() {
+        let config = Config {
+            operator: "alice".into(),
+            ..Config::default()
+        };
+        let settings = config.connect_settings("postgres://db/ledger", "poller");
+        assert_eq!(settings.application_name, "effectwatch:alice:poller");
+        assert_eq!(
+            settings.statement_timeout.as_secs(),
+            config.statement_timeout_secs
+        );
+        let long = application_name(&"ö\u{1b}".repeat(40), "settle");
+        assert!(long.len() <= 63, "{long}");
+        assert!(long.is_ascii() && !long.contains('\u{1b}'), "{long}");
+        assert!(long.ends_with(":settle"), "{long}");
     }
 
     #[test]

@@ -6,7 +6,7 @@ use effectwatch::cli::exit::{BAD_CONFIG, Failure, USAGE};
 use effectwatch::cli::{self, AuditCommand, Cli, Command};
 use effectwatch::config::Config;
 use effectwatch::console::run::Housekeeping;
-use effectwatch::ledger::{self, ConnectSettings};
+use effectwatch::ledger;
 use effectwatch::settle::{SettleError, Settler};
 
 fn main() -> ExitCode {
@@ -110,7 +110,9 @@ async fn run(cli: Cli, explicit_url: bool) -> Result<(), Failure> {
         let args = if config.read_only {
             args
         } else {
-            let pool = ledger::connect_lazy(&ConnectSettings::new(args.database_url.clone()))?;
+            let pool = ledger::connect_lazy(
+                &config.connect_settings(args.database_url.clone(), "settle"),
+            )?;
             let settler = Arc::new(Settler::new(
                 pool,
                 Arc::new(config.clone()),
@@ -128,7 +130,7 @@ async fn run(cli: Cli, explicit_url: bool) -> Result<(), Failure> {
         };
         return cli::watch::run(&config, args).await;
     }
-    let pool = ledger::connect(&ConnectSettings::new(url)).await?;
+    let pool = ledger::connect(&config.connect_settings(url, command.name())).await?;
     match command {
         Command::Watch | Command::Config | Command::Demo(_) => unreachable!("handled above"),
         Command::Migrate => cli::migrate::run(&pool).await,

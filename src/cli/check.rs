@@ -127,7 +127,7 @@ pub async fn run(database_url: Option<String>, args: CheckArgs) -> Result<(), Fa
 
 async fn measure(url: String, args: &CheckArgs) -> Result<Health, LedgerError> {
     let mut settings = ConnectSettings::new(url);
-    settings.application_name = "effectwatch-check".to_string();
+    settings.application_name = "effectwatch:check".to_string();
     settings.connect_timeout = Duration::from_secs(args.timeout.max(1));
     settings.statement_timeout = Duration::from_secs(args.timeout.max(1) * 2);
     settings.max_connections = 1;

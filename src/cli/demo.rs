@@ -14,7 +14,7 @@ use crate::demo::provider_client::ProviderClient;
 use crate::demo::simulator::{Simulator, SimulatorOptions};
 use crate::demo::{self, HeadlessSummary};
 use crate::fakeprovider::FakeProvider;
-use crate::ledger::{self, ConnectSettings, migrate};
+use crate::ledger::{self, migrate};
 use crate::localpg::LocalCluster;
 use crate::text::safe_json;
 
@@ -103,9 +103,8 @@ async fn run_on(
     cluster_port: Option<u16>,
     signals: &mut StopSignals,
 ) -> Result<(), Failure> {
-    let mut connect = ConnectSettings::new(url.clone());
+    let mut connect = config.connect_settings(url.clone(), "demo");
     connect.max_connections = (args.agents as u32 + 2).max(4);
-    connect.application_name = "effectwatch-demo".into();
     let pool = ledger::connect(&connect).await?;
     migrate::run(&pool).await?;
     // Someone else's ledger keeps its policies unless a window was asked for.

@@ -108,6 +108,26 @@ pub enum Command {
     Settle(settle::SettleCommand),
 }
 
+impl Command {
+    /// The subcommand's name, for the connection's application_name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Command::Demo(_) => "demo",
+            Command::Watch => "console",
+            Command::Config => "config",
+            Command::Migrate => "migrate",
+            Command::List { .. } => "list",
+            Command::Show { .. } => "show",
+            Command::Audit { .. } => "audit",
+            Command::Finance(_) => "finance",
+            Command::Report(_) => "report",
+            Command::Check(_) => "check",
+            Command::Prune(_) => "prune",
+            Command::Settle(_) => "settle",
+        }
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub enum AuditCommand {
     /// Check the whole hash chain; exits non-zero when it is broken.

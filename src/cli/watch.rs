@@ -7,7 +7,6 @@ use crate::console::action::Action;
 use crate::console::app::OperatorRequest;
 use crate::console::run::{self, ConsoleOptions, Housekeeping, NotificationOptions, Performer};
 use crate::console::theme::Theme;
-use crate::ledger::ConnectSettings;
 use crate::ledger::actions::Resolution;
 use crate::settle::{Request, Settler};
 
@@ -38,8 +37,7 @@ pub async fn run(config: &Config, args: WatchArgs) -> Result<(), Failure> {
         None => config.poll_interval(),
     };
     crate::logging::to_file(&config.log_path()).map_err(|e| Failure::new(BAD_CONFIG, e))?;
-    let mut connect = ConnectSettings::new(args.database_url);
-    connect.statement_timeout = Duration::from_secs(config.statement_timeout_secs);
+    let connect = config.connect_settings(args.database_url, "console");
     // Fail fast on a wrong URL before taking over the terminal.
     connect.options()?;
     let notifications =
