@@ -37,6 +37,8 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 const SETTLE: Duration = Duration::from_millis(150);
 /// The least time between the starts of two polls woken by NOTIFY.
 const MIN_WAKE_GAP: Duration = Duration::from_millis(250);
+/// The most a poll woken by NOTIFY waits after the previous one started.
+const MAX_WAKE_GAP: Duration = Duration::from_secs(1);
 /// How much longer than the statement timeout a poll may take before the
 /// database counts as gone: a peer that vanished without a reset never
 /// answers, and the server-side timeout cannot fire where no server is.
@@ -52,11 +54,14 @@ impl Drop for Listening {
 }
 
 /// When a poll woken by NOTIFY may start: once the burst has settled, and
-/// never sooner than `max(250 ms, interval / 4)` after the previous poll
-/// started, so a busy ledger does not turn the interval into a few polls a
-/// second. Settings the operator changed are not held back by this.
+/// never sooner than a quarter of the interval after the previous poll
+/// started (so a busy ledger does not turn a short interval into many polls
+/// a second), but never later than a second after it either: a change the
+/// console was told about shows within about a second, whatever the
+/// interval. Settings the operator changed are not held back by this.
 pub fn wake_poll_at(last_start: Instant, now: Instant, interval: Duration) -> Instant {
-    (now + SETTLE).max(last_start + (interval / 4).max(MIN_WAKE_GAP))
+    let gap = (interval / 4).clamp(MIN_WAKE_GAP, MAX_WAKE_GAP);
+    (now + SETTLE).max(last_start + gap)
 }
 
 pub fn spawn(
@@ -277,17 +282,20 @@ mod tests {
     }
 
     #[test]
-    fn wake_ups_never_poll_sooner_than_a_quarter_interval_apart() {
+    fn wake_ups_keep_a_quarter_interval_apart_but_never_more_than_a_second() {
         let start = Instant::now();
         let now = start + Duration::from_millis(10);
         assert_eq!(
             wake_poll_at(start, now, Duration::from_secs(2)),
             start + Duration::from_millis(500)
         );
-        assert_eq!(
-            wake_poll_at(start, now, Duration::from_secs(60)),
-            start + Duration::from_secs(15)
-        );
+        for interval in [60, 300] {
+            assert_eq!(
+                wake_poll_at(start, now, Duration::from_secs(interval)),
+                start + Duration::from_secs(1),
+                "interval {interval} s"
+            );
+        }
     }
 
     #[test]
