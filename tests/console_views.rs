@@ -593,3 +593,20 @@ fn every_cut_is_marked_even_on_narrow_terminals() {
         );
     }
 }
+
+#[test]
+fn the_header_under_time_travel_says_history_not_live() {
+    let mut app = app_with(full_snapshot(), true);
+    let live = screen(&app);
+    assert!(live.lines().next().unwrap().contains("● live"), "{live}");
+    app.at =
+        Some(chrono::TimeZone::with_ymd_and_hms(&chrono::Utc, 2026, 11, 30, 13, 0, 0).unwrap());
+    let past = screen(&app);
+    let header = past.lines().next().unwrap();
+    assert!(header.contains("⏲ history"), "{header}");
+    assert!(header.contains("AS OF 2026-11-30 13:00:00 UTC"), "{header}");
+    assert!(
+        !header.contains("live") && !header.contains("every"),
+        "{header}"
+    );
+}

@@ -29,6 +29,8 @@ pub fn draw_header(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     }
     let (connection, role) = match &app.connection {
         Connection::Connecting => ("◌ connecting".to_string(), Role::Warn),
+        // The past does not change: nothing is live about it.
+        Connection::Live if app.at.is_some() => ("⏲ history".to_string(), Role::Warn),
         Connection::Live if app.paused => ("‖ paused".to_string(), Role::Warn),
         Connection::Live => ("● live".to_string(), Role::Ok),
         Connection::Stale { since, .. } => (
@@ -45,15 +47,20 @@ pub fn draw_header(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         header.fg(theme.role(role).fg.unwrap_or(theme.text)),
     ));
     if let Some(snapshot) = &app.snapshot {
-        spans.push(Span::styled(
-            format!(
+        let polled = match app.at {
+            Some(_) => format!(
+                "│ read {} UTC ({} ms) ",
+                snapshot.polled_at.format("%H:%M:%S"),
+                snapshot.latency.as_millis()
+            ),
+            None => format!(
                 "│ polled {} UTC ({} ms, every {:.1} s) ",
                 snapshot.polled_at.format("%H:%M:%S"),
                 snapshot.latency.as_millis(),
                 app.poll_interval.as_secs_f64()
             ),
-            header,
-        ));
+        };
+        spans.push(Span::styled(polled, header));
     }
     if let Some(at) = app.at {
         spans.push(Span::styled(
