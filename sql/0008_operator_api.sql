@@ -187,7 +187,8 @@ $$;
 create function ledger.record_reconciliation(
     op_key text, expected_version bigint, operator text, provider text, finding text,
     external_refs text[] default '{}', evidence jsonb default '{}'::jsonb, duration_ms integer default null
-) returns table (state text, version bigint, reconciliation_id bigint, audit_seq bigint)
+) returns table (state text, version bigint, reconciliation_id bigint, audit_seq bigint,
+                 recorded_finding text)
 language plpgsql security definer
 set search_path = pg_catalog, pg_temp
 as $$
@@ -267,6 +268,7 @@ begin
                         before, ledger.effect_snapshot(effect)
                             || jsonb_build_object('finding', applied_finding,
                                                   'reconciliation_id', recon_id));
-    return query select effect.state, effect.version, recon_id, seq;
+    -- The finding as recorded, which the ledger may have narrowed (see above).
+    return query select effect.state, effect.version, recon_id, seq, applied_finding;
 end
 $$;

@@ -375,3 +375,41 @@ async fn reconcile_latency_is_measured() {
     );
     assert!(median < Duration::from_millis(500));
 }
+
+#[tokio::test]
+async fn the_report_says_what_the_ledger_recorded_not_what_the_provider_said() {
+    let rig = Rig::new().await;
+    let settler = rig.settler("alice");
+    // Sent a moment ago and still inside its window: the provider has nothing
+    // yet, which proves nothing, so the ledger records indeterminate.
+    rig.begin_and_dispatch("refund:INV-W:v1", 700).await;
+    let report = settler
+        .perform(reconcile("refund:INV-W:v1", None))
+        .await
+        .unwrap();
+    assert_eq!(
+        report.detail["finding"], "indeterminate",
+        "{}",
+        report.detail
+    );
+    assert_eq!(report.detail["provider_finding"], "absent");
+    assert!(
+        report
+            .summary
+            .contains("indeterminate (provider said absent)"),
+        "{}",
+        report.summary
+    );
+    assert!(
+        report.summary.contains("pending → pending"),
+        "{}",
+        report.summary
+    );
+    let recorded: String = sqlx::query_scalar(
+        "select finding from ledger.reconciliations where op_key = 'refund:INV-W:v1'",
+    )
+    .fetch_one(&rig.db.pool)
+    .await
+    .unwrap();
+    assert_eq!(recorded, "indeterminate");
+}

@@ -126,6 +126,9 @@ pub struct ReconciliationOutcome {
     pub version: i64,
     pub reconciliation_id: i64,
     pub audit_seq: i64,
+    /// What the ledger recorded: the provider's finding, or a narrower one
+    /// (an `absent` inside the call's window is `indeterminate`).
+    pub finding: String,
 }
 
 pub async fn record_reconciliation<'c>(
@@ -136,7 +139,7 @@ pub async fn record_reconciliation<'c>(
     finding: &Finding,
 ) -> Result<ReconciliationOutcome, LedgerError> {
     Ok(sqlx::query_as::<_, ReconciliationOutcome>(
-        "select state, version, reconciliation_id, audit_seq from ledger.record_reconciliation(
+        "select state, version, reconciliation_id, audit_seq, recorded_finding as finding from ledger.record_reconciliation(
             op_key => $1, expected_version => $2, operator => $3, provider => $4, finding => $5,
             external_refs => $6, evidence => $7, duration_ms => $8)",
     )

@@ -70,11 +70,19 @@ impl Settler {
             .and_then(|m| m.as_str())
             .map(|m| format!(" ({m})"))
             .unwrap_or_default();
+        // What the ledger recorded is what happened; the provider's answer
+        // is shown beside it when the ledger narrowed it.
+        let provider_said = assessment.finding.as_str();
+        let narrowed = if recorded.finding == provider_said {
+            String::new()
+        } else {
+            format!(" (provider said {provider_said})")
+        };
         Ok(Report::new(
             format!(
-                "reconciled {op_key} with {}: {}{refs}{why} — {} → {} in {duration_ms} ms",
+                "reconciled {op_key} with {}: {}{narrowed}{refs}{why} — {} → {} in {duration_ms} ms",
                 provider.name(),
-                assessment.finding.as_str(),
+                recorded.finding,
                 effect.state,
                 recorded.state
             ),
@@ -82,7 +90,8 @@ impl Settler {
                 "action": "reconcile",
                 "op_key": op_key,
                 "provider": provider.name(),
-                "finding": assessment.finding,
+                "finding": recorded.finding,
+                "provider_finding": assessment.finding,
                 "external_refs": assessment.external_refs,
                 "differences": assessment.differences,
                 "state_before": effect.state,
