@@ -561,3 +561,74 @@ async fn a_writing_console_retries_failed_escalation_deliveries() {
     console.press(b"q");
     assert!(console.wait_exit(Duration::from_secs(5)).await.success());
 }
+
+#[tokio::test]
+async fn a_lost_listen_connection_comes_back_and_the_console_says_while_it_is_gone() {
+    let db = common::test_db().await;
+    let (_settings_sender, settings_receiver) = watch::channel(settings(Duration::from_secs(300)));
+    let (sender, mut messages) = mpsc::channel(256);
+    let poller = poller::spawn(
+        ConnectSettings::new(db.url.clone()),
+        settings_receiver,
+        sender,
+    );
+    next_snapshot(&mut messages).await;
+    let notify = || async {
+        sqlx::query("select pg_notify($1, 'changed')")
+            .bind(NOTIFY_CHANNEL)
+            .execute(&db.pool)
+            .await
+            .unwrap();
+    };
+    let listeners = || async {
+        sqlx::query_scalar::<_, i32>(
+            "select pid from pg_stat_activity
+              where datname = current_database() and query ilike 'listen%'",
+        )
+        .fetch_all(&db.pool)
+        .await
+        .unwrap()
+    };
+    // Wait for the LISTEN session, then see a NOTIFY wake a poll that says it listens.
+    let started = Instant::now();
+    while listeners().await.is_empty() {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "no LISTEN session"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    notify().await;
+    let woken = next_snapshot(&mut messages).await;
+    assert!(woken.listening);
+
+    for round in 0..3 {
+        // The LISTEN session ends, as in a restart or a pooler's reaping.
+        for pid in listeners().await {
+            sqlx::query("select pg_terminate_backend($1)")
+                .bind(pid)
+                .execute(&db.pool)
+                .await
+                .unwrap();
+        }
+        // It comes back, and its reconnect polls once for what was missed.
+        let back = next_snapshot(&mut messages).await;
+        assert!(
+            back.listening,
+            "round {round}: the poll after the reconnect"
+        );
+        notify().await;
+        let asked = Instant::now();
+        let woken = next(&mut messages, Duration::from_secs(3)).await;
+        assert!(
+            matches!(woken, Some(Message::Snapshot(_))),
+            "round {round}: a NOTIFY after the reconnect woke nothing within 3 s"
+        );
+        assert!(
+            asked.elapsed() < Duration::from_secs(2),
+            "round {round}: {:?}",
+            asked.elapsed()
+        );
+    }
+    poller.abort();
+}

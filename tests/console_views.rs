@@ -52,6 +52,7 @@ fn empty_snapshot() -> Snapshot {
         audit: Vec::new(),
         escalation_count: None,
         audit_count: None,
+        listening: true,
         finance: None,
         ..fixtures::snapshot(0)
     }
@@ -609,4 +610,17 @@ fn the_header_under_time_travel_says_history_not_live() {
         !header.contains("live") && !header.contains("every"),
         "{header}"
     );
+}
+
+#[test]
+fn a_console_that_is_not_listening_says_so() {
+    let listening = screen(&app_with(full_snapshot(), false));
+    assert!(!listening.lines().next().unwrap().contains("not listening"));
+    let deaf = Snapshot {
+        listening: false,
+        ..full_snapshot()
+    };
+    let screen = screen(&app_with(deaf, false));
+    let header = screen.lines().next().unwrap();
+    assert!(header.contains("● live · not listening"), "{header}");
 }

@@ -77,6 +77,9 @@ pub struct Snapshot {
     /// the snapshot's instant; None under a filter (the tab counts what matches).
     pub escalation_count: Option<i64>,
     pub audit_count: Option<i64>,
+    /// Whether the poller's LISTEN connection was up: if not, changes show
+    /// only at the next regular poll.
+    pub listening: bool,
     pub finance: Option<FinanceReview>,
     /// Why the finance review could not be read; the panes are still fresh.
     pub finance_error: Option<String>,

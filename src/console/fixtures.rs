@@ -372,6 +372,7 @@ pub fn snapshot_with(rows: Vec<OverdueRow>, total: i64) -> Snapshot {
         audit: audit_entries(),
         escalation_count: None,
         audit_count: None,
+        listening: true,
         finance: Some(finance()),
         finance_error: None,
         polled_at: now(),

@@ -3,6 +3,7 @@
 //! trying with backoff when the database goes away. The UI never waits on it.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
@@ -71,6 +72,7 @@ pub fn spawn(
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
         let wake = Arc::new(Notify::new());
+        let listening = Arc::new(AtomicBool::new(false));
         let answer_within = connect.statement_timeout + ANSWER_GRACE;
         let mut backoff = Duration::from_millis(250);
         let mut pool: Option<PgPool> = None;
@@ -82,8 +84,11 @@ pub fn spawn(
             if pool.is_none() {
                 match ledger::connect(&connect).await {
                     Ok(connected) => {
-                        _listener =
-                            Some(Listening(spawn_listener(connected.clone(), wake.clone())));
+                        _listener = Some(Listening(spawn_listener(
+                            connected.clone(),
+                            wake.clone(),
+                            listening.clone(),
+                        )));
                         pool = Some(connected);
                         backoff = Duration::from_millis(250);
                     }
@@ -107,7 +112,10 @@ pub fn spawn(
                 last_start = Instant::now();
                 let message =
                     match tokio::time::timeout(answer_within, poll(connected, &current)).await {
-                        Ok(Ok(snapshot)) => Message::Snapshot(Box::new(snapshot)),
+                        Ok(Ok(mut snapshot)) => {
+                            snapshot.listening = listening.load(Ordering::Relaxed);
+                            Message::Snapshot(Box::new(snapshot))
+                        }
                         Ok(Err(error)) => {
                             if error.is_connection() {
                                 pool = None;
@@ -154,17 +162,39 @@ pub fn spawn(
     })
 }
 
-/// Turns NOTIFY on the ledger channel into an early poll.
-fn spawn_listener(pool: PgPool, wake: Arc<Notify>) -> JoinHandle<()> {
+/// Turns NOTIFY on the ledger channel into an early poll. Its connection
+/// is made again whenever it ends (a restarted server, a terminated
+/// backend, a pooler), with backoff; `listening` says whether it is up now,
+/// and each reconnect wakes one poll for what changed while it was down.
+fn spawn_listener(pool: PgPool, wake: Arc<Notify>, listening: Arc<AtomicBool>) -> JoinHandle<()> {
     tokio::spawn(async move {
-        let Ok(mut listener) = PgListener::connect_with(&pool).await else {
-            return;
-        };
-        if listener.listen(NOTIFY_CHANNEL).await.is_err() {
-            return;
-        }
-        while listener.recv().await.is_ok() {
-            wake.notify_one();
+        let mut backoff = Duration::from_millis(250);
+        let mut reconnect = false;
+        loop {
+            let listener = match PgListener::connect_with(&pool).await {
+                Ok(mut listener) => match listener.listen(NOTIFY_CHANNEL).await {
+                    Ok(()) => Some(listener),
+                    Err(_) => None,
+                },
+                Err(_) => None,
+            };
+            let Some(mut listener) = listener else {
+                listening.store(false, Ordering::Relaxed);
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+                continue;
+            };
+            listening.store(true, Ordering::Relaxed);
+            backoff = Duration::from_millis(250);
+            if reconnect {
+                wake.notify_one();
+            }
+            reconnect = true;
+            // try_recv answers None when the connection is gone: make a new one.
+            while let Ok(Some(_)) = listener.try_recv().await {
+                wake.notify_one();
+            }
+            listening.store(false, Ordering::Relaxed);
         }
     })
 }
@@ -241,6 +271,7 @@ pub async fn poll(pool: &PgPool, settings: &PollSettings) -> Result<Snapshot, Le
         audit,
         escalation_count,
         audit_count,
+        listening: false,
         finance,
         finance_error,
         polled_at: Utc::now(),

@@ -46,6 +46,15 @@ pub fn draw_header(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         format!("{connection} "),
         header.fg(theme.role(role).fg.unwrap_or(theme.text)),
     ));
+    let deaf = app.at.is_none()
+        && matches!(app.connection, Connection::Live)
+        && app.snapshot.as_ref().is_some_and(|s| !s.listening);
+    if deaf {
+        spans.push(Span::styled(
+            "· not listening: changes show at the next poll ",
+            header.fg(theme.warn),
+        ));
+    }
     if let Some(snapshot) = &app.snapshot {
         let polled = match app.at {
             Some(_) => format!(
