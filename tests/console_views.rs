@@ -397,9 +397,11 @@ fn stale_connection_header() {
     app.update(Message::PollFailed(error.to_string()));
     // A fixed age, so the header reads the same on every run.
     app.connection = Connection::Stale {
-        since: Instant::now() - Duration::from_secs(75),
+        since: Instant::now() - Duration::from_secs(5),
         error: error.to_string(),
     };
+    // Stale for as long as the data is old, not since the failure was noticed.
+    app.data_since = Some(Instant::now() - Duration::from_secs(75));
     let screen = screen(&app);
     insta::assert_snapshot!("stale_header", screen);
     assert!(line_with(&screen, "effectwatch").contains("✗ stale for 1m15s · reconnecting"));
@@ -623,4 +625,18 @@ fn a_console_that_is_not_listening_says_so() {
     let screen = screen(&app_with(deaf, false));
     let header = screen.lines().next().unwrap();
     assert!(header.contains("● live · not listening"), "{header}");
+}
+
+#[test]
+fn a_live_console_whose_poll_is_overdue_says_how_old_its_data_is() {
+    let mut app = app_with(full_snapshot(), false);
+    assert!(line_with(&screen(&app), "effectwatch").contains("● live"));
+    // The database went quiet: the next poll has not answered for 30 s.
+    app.data_since = Some(Instant::now() - Duration::from_secs(30));
+    let header = line_with(&screen(&app), "effectwatch").to_string();
+    assert!(
+        header.contains("⧗ no answer yet · data 30s old"),
+        "{header}"
+    );
+    assert!(!header.contains("● live"), "{header}");
 }

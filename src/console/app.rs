@@ -191,6 +191,9 @@ pub struct App {
     pub lists: [ListState; VIEW_COUNT],
     pub models: [TableModel; VIEW_COUNT],
     pub totals: [i64; VIEW_COUNT],
+    /// When the data on screen was read (the start of its poll): how old
+    /// it is, whatever the connection is doing now.
+    pub data_since: Option<Instant>,
     pub offsets: [usize; 4],
     pub snapshot: Option<Box<Snapshot>>,
     pub connection: Connection,
@@ -220,6 +223,7 @@ impl App {
             lists: Default::default(),
             models: Default::default(),
             totals: [0; VIEW_COUNT],
+            data_since: None,
             offsets: [0; 4],
             snapshot: None,
             connection: Connection::Connecting,
@@ -369,6 +373,11 @@ impl App {
 
     /// Replaces the data while keeping each selection on its item.
     pub fn apply_snapshot(&mut self, snapshot: Box<Snapshot>) {
+        self.data_since = Some(
+            Instant::now()
+                .checked_sub(snapshot.latency)
+                .unwrap_or_else(Instant::now),
+        );
         for (index, pane) in Pane::ALL.iter().enumerate() {
             if let Some((_, rows)) = snapshot.panes.iter().find(|(p, _)| p == pane) {
                 self.models[index] = model::pane_model(rows);

@@ -27,16 +27,28 @@ pub fn draw_header(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             header,
         ));
     }
+    // Age is the data's own: from the poll that read it, not from when a
+    // failure was noticed (a poll can take seconds to fail).
+    let data_age_ms = app
+        .data_since
+        .map(|since| since.elapsed().as_millis() as i64);
+    let overdue_after_ms = app.poll_interval.as_millis() as i64 + 2_000;
     let (connection, role) = match &app.connection {
         Connection::Connecting => ("◌ connecting".to_string(), Role::Warn),
         // The past does not change: nothing is live about it.
         Connection::Live if app.at.is_some() => ("⏲ history".to_string(), Role::Warn),
         Connection::Live if app.paused => ("‖ paused".to_string(), Role::Warn),
-        Connection::Live => ("● live".to_string(), Role::Ok),
+        Connection::Live => match data_age_ms {
+            Some(age) if age > overdue_after_ms => (
+                format!("⧗ no answer yet · data {} old", duration_ms(age)),
+                Role::Warn,
+            ),
+            _ => ("● live".to_string(), Role::Ok),
+        },
         Connection::Stale { since, .. } => (
             format!(
                 "✗ stale for {} · reconnecting",
-                duration_ms(since.elapsed().as_millis() as i64)
+                duration_ms(data_age_ms.unwrap_or(since.elapsed().as_millis() as i64))
             ),
             Role::Critical,
         ),
