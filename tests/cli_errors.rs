@@ -467,3 +467,31 @@ async fn list_and_finance_read_the_past_and_refuse_the_future() {
     let report = effectwatch(&db.url, &["report", "--at", "1m"]).await;
     assert_eq!(report.code, Some(2), "{}", report.stderr);
 }
+
+#[tokio::test]
+async fn the_console_refuses_to_start_on_what_waiting_cannot_fix() {
+    let db = common::test_db().await;
+    let empty = EmptyDb::create(&db).await;
+    let no_schema = effectwatch(&empty.url, &["watch"]).await;
+    assert_eq!(no_schema.code, Some(5), "{}", no_schema.stderr);
+    assert!(
+        one_line(&no_schema).contains("effectwatch migrate"),
+        "{}",
+        no_schema.stderr
+    );
+    assert!(
+        no_schema.stdout.is_empty(),
+        "the console took the screen: {:?}",
+        no_schema.stdout
+    );
+
+    let missing = url_with_database(&db.url, "ew_no_such_database");
+    let refused = effectwatch(&missing, &["watch"]).await;
+    assert_eq!(refused.code, Some(4), "{}", refused.stderr);
+    let line = one_line(&refused);
+    assert!(
+        line.contains("refused the connection") && line.contains("does not exist"),
+        "{line}"
+    );
+    assert!(refused.stdout.is_empty());
+}

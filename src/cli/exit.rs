@@ -17,7 +17,7 @@ pub const NOT_APPLICABLE: u8 = 9;
 pub fn code_for(error: &LedgerError) -> u8 {
     match error {
         LedgerError::BadUrl(_) => BAD_CONFIG,
-        LedgerError::Unreachable(_) => UNREACHABLE,
+        LedgerError::Unreachable(_) | LedgerError::LoginRefused(_) => UNREACHABLE,
         LedgerError::SchemaMissing(_) | LedgerError::OtherVersion(_) => SCHEMA_MISSING,
         LedgerError::NotFound(_) => NOT_FOUND,
         LedgerError::Changed(_) => CHANGED,

@@ -8,6 +8,7 @@ use crate::console::app::OperatorRequest;
 use crate::console::run::{self, ConsoleOptions, Housekeeping, NotificationOptions, Performer};
 use crate::console::theme::Theme;
 use crate::ledger::actions::Resolution;
+use crate::ledger::{self, ConnectSettings};
 use crate::settle::{Request, Settler};
 
 /// What the command line adds to the config file.
@@ -40,6 +41,7 @@ pub async fn run(config: &Config, args: WatchArgs) -> Result<(), Failure> {
     let connect = config.connect_settings(args.database_url, "console");
     // Fail fast on a wrong URL before taking over the terminal.
     connect.options()?;
+    refuse_what_waiting_cannot_fix(&connect).await?;
     let notifications =
         (config.notifications.enabled && !args.no_notify).then(|| NotificationOptions {
             min_interval: Duration::from_secs(config.notifications.min_interval_secs),
@@ -61,6 +63,27 @@ pub async fn run(config: &Config, args: WatchArgs) -> Result<(), Failure> {
     })
     .await
     .map_err(|error| Failure::new(FAILURE, format!("terminal error: {error}")))
+}
+
+/// One look at the ledger before the console takes the screen: a login the
+/// server turns down or a missing schema ends here, with the CLI's exit code
+/// and message, instead of a console waiting for a first poll that never
+/// comes. A server that is down or slow is left to the console, which
+/// shows it as unreachable and reconnects by itself.
+async fn refuse_what_waiting_cannot_fix(connect: &ConnectSettings) -> Result<(), Failure> {
+    let mut probe = connect.clone();
+    probe.connect_timeout = Duration::from_secs(2);
+    probe.max_connections = 1;
+    let looked = async {
+        let pool = ledger::connect(&probe).await?;
+        let counted = crate::ledger::panes::counts(&pool).await.map(|_| ());
+        pool.close().await;
+        counted
+    };
+    match tokio::time::timeout(Duration::from_secs(3), looked).await {
+        Ok(Err(error)) if error.is_permanent() => Err(error.into()),
+        _ => Ok(()),
+    }
 }
 
 /// A performer that refuses everything, for consoles that must not write.

@@ -10,6 +10,10 @@ pub enum LedgerError {
         "cannot reach the database: {0} (is the server running, and the host, port and credentials of the URL right?)"
     )]
     Unreachable(String),
+    /// The server answered and turned the login down (password, role,
+    /// database): retrying will not help until someone fixes the settings.
+    #[error("the database refused the connection: {0}")]
+    LoginRefused(String),
     #[error(
         "the ledger schema is missing or incomplete in this database ({0}): run `effectwatch migrate`"
     )]
@@ -47,7 +51,7 @@ impl LedgerError {
                     Some("22023" | "23514" | "22P02" | "23502") => {
                         LedgerError::Invalid(strip_prefix(&message))
                     }
-                    Some("28P01" | "28000" | "3D000") => LedgerError::Unreachable(message),
+                    Some("28P01" | "28000" | "3D000") => LedgerError::LoginRefused(message),
                     _ => LedgerError::Database(message),
                 }
             }
@@ -63,7 +67,22 @@ impl LedgerError {
 
     /// Whether the failure is about reaching the server rather than what was asked.
     pub fn is_connection(&self) -> bool {
-        matches!(self, LedgerError::Unreachable(_))
+        matches!(
+            self,
+            LedgerError::Unreachable(_) | LedgerError::LoginRefused(_)
+        )
+    }
+
+    /// Whether trying again later cannot succeed without a change of settings
+    /// or schema: the console refuses to start on these rather than wait.
+    pub fn is_permanent(&self) -> bool {
+        matches!(
+            self,
+            LedgerError::LoginRefused(_)
+                | LedgerError::BadUrl(_)
+                | LedgerError::SchemaMissing(_)
+                | LedgerError::OtherVersion(_)
+        )
     }
 }
 
