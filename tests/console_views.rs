@@ -388,6 +388,30 @@ fn waiting_for_the_first_poll() {
     insta::assert_snapshot!("connecting", screen);
     assert!(screen.contains("◌ connecting"));
     assert!(screen.contains("waiting for the first poll…"));
+    // Nothing is known yet: no tab may read as an all-clear.
+    assert!(
+        screen.contains("1 Overdue (?)") && !screen.contains("(0)"),
+        "{screen}"
+    );
+}
+
+#[test]
+fn a_console_without_answers_names_the_server_it_waits_on() {
+    let mut app = App::new("alice".to_string(), false, Duration::from_secs(2));
+    app.server = Some("db.internal:5432/ledger".to_string());
+    let header = screen(&app).lines().next().unwrap().to_string();
+    assert!(
+        header.contains("◌ connecting · db.internal:5432/ledger"),
+        "{header}"
+    );
+    let live = app_with(full_snapshot(), false);
+    let mut live = live;
+    live.server = Some("db.internal:5432/ledger".to_string());
+    let header = screen(&live).lines().next().unwrap().to_string();
+    assert!(
+        !header.contains("db.internal"),
+        "named only while it does not answer: {header}"
+    );
 }
 
 #[test]

@@ -194,6 +194,8 @@ pub struct App {
     /// When the data on screen was read (the start of its poll): how old
     /// it is, whatever the connection is doing now.
     pub data_since: Option<Instant>,
+    /// The server polled (`host:port/db`), named while it does not answer.
+    pub server: Option<String>,
     pub offsets: [usize; 4],
     pub snapshot: Option<Box<Snapshot>>,
     pub connection: Connection,
@@ -224,6 +226,7 @@ impl App {
             models: Default::default(),
             totals: [0; VIEW_COUNT],
             data_since: None,
+            server: None,
             offsets: [0; 4],
             snapshot: None,
             connection: Connection::Connecting,

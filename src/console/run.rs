@@ -126,6 +126,7 @@ async fn event_loop(
         options.poll_interval,
     );
     app.at = options.at;
+    app.server = Some(options.connect.server());
     let (settings_sender, settings) = watch::channel(poll_settings(&app));
     running.tasks.push(poller::spawn(
         options.connect.clone(),

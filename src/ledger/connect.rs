@@ -46,6 +46,22 @@ impl ConnectSettings {
     }
 }
 
+impl ConnectSettings {
+    /// `host:port/database` without user or password, for saying which
+    /// server the console is waiting on.
+    pub fn server(&self) -> String {
+        match self.options() {
+            Ok(options) => format!(
+                "{}:{}/{}",
+                options.get_host(),
+                options.get_port(),
+                options.get_database().unwrap_or("?")
+            ),
+            Err(_) => "?".to_string(),
+        }
+    }
+}
+
 /// Opens a pool and proves it works with one round trip, so a wrong URL or
 /// a down server is reported here, once, rather than at the first query.
 pub async fn connect(settings: &ConnectSettings) -> Result<PgPool, LedgerError> {
@@ -93,4 +109,15 @@ pub fn connect_lazy(settings: &ConnectSettings) -> Result<PgPool, LedgerError> {
         .max_connections(settings.max_connections)
         .acquire_timeout(settings.connect_timeout)
         .connect_lazy_with(settings.options()?))
+}
+
+#[cfg(test)]
+mod server_tests {
+    use super::ConnectSettings;
+
+    #[test]
+    fn the_server_is_named_without_its_credentials() {
+        let settings = ConnectSettings::new("postgres://ops:s3cret@db.internal:6543/ledger");
+        assert_eq!(settings.server(), "db.internal:6543/ledger");
+    }
 }

@@ -58,6 +58,14 @@ pub fn draw_header(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         format!("{connection} "),
         header.fg(theme.role(role).fg.unwrap_or(theme.text)),
     ));
+    if !matches!(app.connection, Connection::Live)
+        && let Some(server) = &app.server
+    {
+        spans.push(Span::styled(
+            format!("· {} ", sanitize_line(server)),
+            header.fg(theme.role(role).fg.unwrap_or(theme.text)),
+        ));
+    }
     let deaf = app.at.is_none()
         && matches!(app.connection, Connection::Live)
         && app.snapshot.as_ref().is_some_and(|s| !s.listening);
@@ -106,7 +114,12 @@ pub fn draw_tabs(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     let mut spans = Vec::new();
     for (index, view) in VIEWS.iter().enumerate() {
         let count = app.totals[index];
-        let label = format!(" {} {} ({count}) ", index + 1, view.tab());
+        // Before the first answer nothing is known: never a reassuring 0.
+        let shown = match app.snapshot {
+            Some(_) => count.to_string(),
+            None => "?".to_string(),
+        };
+        let label = format!(" {} {} ({shown}) ", index + 1, view.tab());
         let style = if index == app.view {
             theme.selection()
         } else if count > 0 && matches!(view, View::Pane(_)) {
