@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::intent;
+use common::{intent, url_with_database};
 
 use std::process::Output;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -65,22 +65,6 @@ fn one_line(run: &Run) -> &str {
         run.stderr
     );
     text
-}
-
-/// `url` with its database replaced.
-fn url_with_database(url: &str, database: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((base, query)) => (base, Some(query)),
-        None => (url, None),
-    };
-    let start = base.find("://").map_or(0, |i| i + 3);
-    let end = base[start..].find('/').map_or(base.len(), |i| start + i);
-    let mut out = format!("{}/{database}", &base[..end]);
-    if let Some(query) = query {
-        out.push('?');
-        out.push_str(query);
-    }
-    out
 }
 
 /// An empty database (no ledger schema) on the test server; dropped when this is dropped.

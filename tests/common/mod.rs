@@ -183,7 +183,7 @@ fn options(url: &str) -> PgConnectOptions {
 }
 
 /// `url` with its database (path) replaced, keeping credentials, host and parameters.
-fn url_with_database(url: &str, database: &str) -> String {
+pub fn url_with_database(url: &str, database: &str) -> String {
     let (base, query) = match url.split_once('?') {
         Some((base, query)) => (base, Some(query)),
         None => (url, None),
