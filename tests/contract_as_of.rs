@@ -58,74 +58,41 @@ struct Reading {
     finance: Value,
 }
 
-/// Reads every live view in one snapshot; returns the snapshot's instant.
-async fn read_live(pool: &PgPool) -> (DateTime<Utc>, Reading) {
-    let mut tx = pool.begin().await.unwrap();
-    sqlx::query("set transaction isolation level repeatable read read only")
-        .execute(&mut *tx)
-        .await
-        .unwrap();
-    let at: DateTime<Utc> = sqlx::query_scalar("select now()")
-        .fetch_one(&mut *tx)
-        .await
-        .unwrap();
-    let mut views = Vec::new();
-    for (live, _) in VIEWS {
-        let rows: Value = sqlx::query_scalar(AssertSqlSafe(rows_sql(live)))
-            .fetch_one(&mut *tx)
-            .await
-            .unwrap_or_else(|e| panic!("{live}: {e}"));
-        views.push((live.to_string(), rows));
-    }
-    let mut pane_rows = Vec::new();
-    for pane in Pane::ALL {
-        let rows = panes::fetch(&mut *tx, pane, &Filter::default(), 500, 0)
-            .await
-            .unwrap();
-        pane_rows.push((pane.name().to_string(), serde_json::to_value(rows).unwrap()));
-    }
-    let counts = serde_json::to_value(panes::counts(&mut *tx).await.unwrap()).unwrap();
-    let audit = serde_json::to_value(audit::recent(&mut *tx, None, 300).await.unwrap()).unwrap();
-    let finance = json!({
-        "suspected": finance::suspected(&mut *tx, None, None).await.unwrap(),
-        "exposure": finance::exposure(&mut *tx, None, None).await.unwrap(),
-    });
-    tx.commit().await.unwrap();
-    (
-        at,
-        Reading {
-            views,
-            panes: pane_rows,
-            counts,
-            audit,
-            finance,
-        },
-    )
-}
-
-/// Reads every view as of `at`, as `--at` does.
-async fn read_as_of(pool: &PgPool, at: DateTime<Utc>) -> Reading {
+/// Reads every view the console and the CLI read: live (`at` None) or as of `at`, as
+/// `--at` does.
+async fn read(conn: &mut sqlx::PgConnection, at: Option<DateTime<Utc>>) -> Reading {
     let mut views = Vec::new();
     for (live, as_of) in VIEWS {
-        let rows: Value = sqlx::query_scalar(AssertSqlSafe(rows_sql(as_of)))
-            .bind(at)
-            .fetch_one(pool)
+        let sql = rows_sql(if at.is_some() { as_of } else { live });
+        let mut query = sqlx::query_scalar::<_, Value>(AssertSqlSafe(sql));
+        if let Some(at) = at {
+            query = query.bind(at);
+        }
+        let rows = query
+            .fetch_one(&mut *conn)
             .await
-            .unwrap_or_else(|e| panic!("{as_of}: {e}"));
+            .unwrap_or_else(|e| panic!("{live} at {at:?}: {e}"));
         views.push((live.to_string(), rows));
     }
     let mut pane_rows = Vec::new();
     for pane in Pane::ALL {
-        let rows = timetravel::fetch_at(pool, pane, at, &Filter::default(), 500, 0)
-            .await
-            .unwrap();
-        pane_rows.push((pane.name().to_string(), serde_json::to_value(rows).unwrap()));
+        let none = Filter::default();
+        let rows = match at {
+            None => panes::fetch(&mut *conn, pane, &none, 500, 0).await,
+            Some(at) => timetravel::fetch_at(&mut *conn, pane, at, &none, 500, 0).await,
+        };
+        let rows = serde_json::to_value(rows.unwrap()).unwrap();
+        pane_rows.push((pane.name().to_string(), rows));
     }
-    let counts = serde_json::to_value(timetravel::counts_at(pool, at).await.unwrap()).unwrap();
-    let audit = serde_json::to_value(audit::recent(pool, Some(at), 300).await.unwrap()).unwrap();
+    let counts = match at {
+        None => panes::counts(&mut *conn).await,
+        Some(at) => timetravel::counts_at(&mut *conn, at).await,
+    };
+    let counts = serde_json::to_value(counts.unwrap()).unwrap();
+    let audit = serde_json::to_value(audit::recent(&mut *conn, at, 300).await.unwrap()).unwrap();
     let finance = json!({
-        "suspected": finance::suspected(pool, Some(at), None).await.unwrap(),
-        "exposure": finance::exposure(pool, Some(at), None).await.unwrap(),
+        "suspected": finance::suspected(&mut *conn, at, None).await.unwrap(),
+        "exposure": finance::exposure(&mut *conn, at, None).await.unwrap(),
     });
     Reading {
         views,
@@ -134,6 +101,24 @@ async fn read_as_of(pool: &PgPool, at: DateTime<Utc>) -> Reading {
         audit,
         finance,
     }
+}
+
+/// Reads every live view in one snapshot; returns the snapshot's instant.
+async fn read_live(pool: &PgPool) -> (DateTime<Utc>, Reading) {
+    let mut tx = effectwatch::ledger::snapshot::begin(pool).await.unwrap();
+    let at: DateTime<Utc> = sqlx::query_scalar("select now()")
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+    let reading = read(&mut tx, None).await;
+    tx.commit().await.unwrap();
+    (at, reading)
+}
+
+/// Reads every view as of `at`, as `--at` does.
+async fn read_as_of(pool: &PgPool, at: DateTime<Utc>) -> Reading {
+    let mut conn = pool.acquire().await.unwrap();
+    read(&mut conn, Some(at)).await
 }
 
 fn refund(op_key: &str, target: &str, amount_minor: i64, window_secs: i64) -> Intent {

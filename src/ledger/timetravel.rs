@@ -1,8 +1,9 @@
-//! The panes as they were at a past instant (`effectwatch --at T`), rebuilt
-//! by the `ledger.*_at(at_time)` functions of `sql/0007_panes.sql` from
-//! the effect history. Rows have the live panes' types, so the console shows
-//! them unchanged; ages are measured at that instant, and `version` is 0,
-//! which no effect ever has, so an action taken from the past is refused.
+//! The panes as they were at a past instant (`effectwatch --at T`), read
+//! from the `ledger.*_at(at_time)` functions of `sql/0007_panes.sql`: the
+//! same rules as the live views, over the ledger as it stood at T. Rows have
+//! the live panes' types, so the console shows them unchanged; ages are
+//! measured at that instant, and `version` is the one the effect had then,
+//! so an action taken from the past passes only if nothing changed since.
 
 use chrono::{DateTime, Utc};
 use sqlx::{PgExecutor, Postgres, QueryBuilder};
