@@ -88,13 +88,28 @@ create table ledger.effects (
     check (state <> 'held' or held_by is not null)
 );
 
-create index effects_target_idx on ledger.effects (target, action);
+-- Every index on this table is written by every writer call that changes
+-- the row (an update that changes the state is never HOT), so each one has
+-- to earn its place on the hot path (see BENCHMARKS.md).
+--
+-- By target: the conflict check of every begin_effect (the open effects on
+-- a target, oldest first), finance's groups and the detail view's related
+-- effects. One index for all three: a target has few effects.
+create index effects_target_idx on ledger.effects (target, action, created_at);
 create index effects_compensates_idx on ledger.effects (compensates) where compensates is not null;
 create index effects_external_ref_idx on ledger.effects (external_ref) where external_ref is not null;
-create index effects_updated_idx on ledger.effects (updated_at);
+-- Rows are appended and updated in time order, so a block range summary is
+-- enough to find what changed since T (time travel, finance's since) and
+-- costs the writer nothing per row, where a b-tree costs an entry for
+-- every insert and every update.
+create index effects_updated_idx on ledger.effects using brin (updated_at);
 
--- Every call to the writer API for a key that already exists (and the first
--- call that created it), so duplicates and mismatches can be seen and replayed.
+-- The writer calls beyond the happy path's own, so duplicates and
+-- mismatches can be seen and replayed: every call for a key that already
+-- exists, each dispatch claim, refused calls, repeated and late results. The
+-- first call and the outcome are the effect's row and its versions (who,
+-- when, why), so the path of an effect that goes well writes no attempt
+-- beyond its dispatch.
 -- The attempts that make a key a duplicate: a call for a key that already
 -- existed, whatever it was answered. One list, for the index, the pane and
 -- the reports.
@@ -110,7 +125,7 @@ create table ledger.attempts (
     op_key        text not null,
     kind          text not null check (kind in
                     ('replay', 'in_flight', 'retry', 'stop', 'mismatch', 'held',
-                     'dispatch', 'dispatch_refused', 'completion', 'completion_repeat', 'late_result',
+                     'dispatch', 'dispatch_refused', 'completion_repeat', 'late_result',
                      'refused')),
     requested_by  text,
     -- The login role that made the call, beside the name it gave.
@@ -309,7 +324,7 @@ create index escalation_deliveries_idx on ledger.escalation_deliveries (escalati
 
 -- Indexes for reading by time: a report over a range, time travel and
 -- retention cost what happened in that range, not the whole ledger.
-create index effects_settled_at_idx on ledger.effects (settled_at) where settled_at is not null;
+create index effects_settled_at_idx on ledger.effects using brin (settled_at);
 create index reconciliations_at_idx on ledger.reconciliations (at);
 -- Duplicate attempts by time: ledger.attempts_duplicate_idx (above).
 
@@ -318,5 +333,3 @@ create index reconciliations_at_idx on ledger.reconciliations (at);
 create index effects_pending_deadline_idx on ledger.effects (deadline_at) where state = 'pending';
 create index effects_unknown_idx on ledger.effects (updated_at) where state = 'unknown';
 create index effects_held_idx on ledger.effects (target, created_at) where state = 'held';
-create index effects_open_target_idx on ledger.effects (target, action, created_at)
-    where state in ('pending', 'unknown', 'held');

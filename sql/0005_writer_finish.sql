@@ -155,11 +155,13 @@ begin
                retryable = case when record_completion.outcome = 'failed'
                                 then coalesce(record_completion.retryable, false) end,
                failure_reason = case when record_completion.outcome <> 'succeeded'
-                                     then record_completion.reason end
+                                     then record_completion.reason end,
+               request_id = coalesce(record_completion.request_id, e.request_id)
          where e.id = effect.id
         returning e.* into effect;
-        perform ledger.record_attempt(effect, 'completion', record_completion.worker,
-            record_completion.request_id, null, detail => evidence);
+        -- The new version records who completed it, when and why, and the
+        -- row the outcome: an attempt row would repeat both on every
+        -- effect's hot path.
         return query select true, effect.state, false;
     elsif effect.state = record_completion.outcome
           and effect.external_ref is not distinct from coalesce(record_completion.external_ref, effect.external_ref) then

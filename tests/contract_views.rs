@@ -412,16 +412,21 @@ async fn each_pane_is_served_by_its_partial_index() {
     let pool = &db.pool;
     build_ledger(pool).await;
 
-    // A ledger that has seen thousands of effects, all settled, written through the API.
+    // A ledger that has seen thousands of effects, all dispatched and settled, written
+    // through the API: its attempts are thousands of dispatch claims, none a duplicate.
     let settled: i64 = sqlx::query_scalar(
         "with begun as materialized (
              select g, b.decision
                from generate_series(1, 5000) g,
                     lateral ledger.begin_effect(
                         op_key => 'bulk:' || g, action => 'bulk', target => 'bulk:' || g,
-                        params => jsonb_build_object('n', g), requested_by => 'bulk') b)
+                        params => jsonb_build_object('n', g), requested_by => 'bulk') b),
+         dispatched as materialized (
+             select begun.g, begun.decision
+               from begun, lateral ledger.mark_dispatched(op_key => 'bulk:' || begun.g) d
+              where d.claimed)
          select count(*)
-           from begun,
+           from dispatched as begun,
                 lateral ledger.complete_effect(op_key => 'bulk:' || begun.g, outcome => 'succeeded',
                                                external_ref => 'ref-' || begun.g) c
           where begun.decision = 'proceed' and c.applied and c.state = 'succeeded'",

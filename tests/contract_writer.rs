@@ -64,6 +64,19 @@ async fn attempt_kinds(pool: &PgPool, op_key: &str) -> Vec<String> {
         .unwrap()
 }
 
+/// The state of each version of an effect, in order: its history as the ledger keeps it.
+async fn version_states(pool: &PgPool, op_key: &str) -> Vec<String> {
+    sqlx::query_scalar(
+        "select v.state from ledger.effect_versions v
+           join ledger.effects e on e.id = v.effect_id
+          where e.op_key = $1 order by v.version",
+    )
+    .bind(op_key)
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
 async fn attempts_of_kind(pool: &PgPool, op_key: &str, kind: &str) -> i64 {
     sqlx::query_scalar("select count(*) from ledger.attempts where op_key = $1 and kind = $2")
         .bind(op_key)
@@ -190,9 +203,15 @@ async fn the_same_request_twice_replays_the_stored_result() {
     assert_eq!(sql.get::<Value, _>("result"), stored);
     assert_eq!(effect_rows(pool, key).await, 1);
     assert_eq!(attempts_of_kind(pool, key, "replay").await, 2);
+    // The completion is the effect's third version, not an attempt: attempts are the
+    // calls beyond the happy path's own.
     assert_eq!(
         attempt_kinds(pool, key).await,
-        ["dispatch", "completion", "replay", "replay"]
+        ["dispatch", "replay", "replay"]
+    );
+    assert_eq!(
+        version_states(pool, key).await,
+        ["pending", "pending", "succeeded"]
     );
 }
 
@@ -318,7 +337,6 @@ async fn a_webhook_delivered_several_times_does_its_work_once() {
             "dispatch",
             "in_flight",
             "dispatch_refused",
-            "completion",
             "replay",
             "dispatch_refused"
         ]
