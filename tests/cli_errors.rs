@@ -259,15 +259,16 @@ async fn hostile_keys_never_put_an_escape_on_the_terminal() {
     );
     // Also in the duplicates pane and the audit trail.
     common::force_effect(&db.pool, &intent(hostile_key, hostile_target)).await;
-    actions::annotate(
-        &db.pool,
-        hostile_key,
-        SeenVersion(1),
-        "op\u{1b}[8m",
-        "note \u{1b}]0;title\u{7}",
-    )
-    .await
-    .unwrap();
+    actions::ANNOTATE
+        .call(
+            &db.pool,
+            hostile_key,
+            SeenVersion(1),
+            "op\u{1b}[8m",
+            "note \u{1b}]0;title\u{7}",
+        )
+        .await
+        .unwrap();
 
     for args in [
         &["list", "held"][..],
@@ -305,15 +306,16 @@ async fn audit_verify_exits_0_when_intact_and_names_the_broken_entry() {
         .await
         .unwrap();
     for i in 1..=3 {
-        actions::annotate(
-            &db.pool,
-            "refund:AV:1",
-            SeenVersion(1),
-            "alice",
-            &format!("note {i}"),
-        )
-        .await
-        .unwrap();
+        actions::ANNOTATE
+            .call(
+                &db.pool,
+                "refund:AV:1",
+                SeenVersion(1),
+                "alice",
+                &format!("note {i}"),
+            )
+            .await
+            .unwrap();
     }
     let intact = effectwatch(&db.url, &["audit", "verify"]).await;
     assert_eq!(intact.code, Some(0), "{}", intact.stderr);

@@ -6,14 +6,13 @@ use std::time::Duration;
 use chrono::{TimeZone, Utc};
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
-use effectwatch::console::action::{Action, Scope, TABLE};
-use effectwatch::console::app::{
-    App, Command, DialogField, Message, OperatorRequest, Snapshot, WINDOW,
-};
+use effectwatch::console::action::{Action, Scope, Subject, TABLE};
+use effectwatch::console::app::{App, Command, DialogField, Message, Snapshot, WINDOW};
 use effectwatch::console::fixtures;
 use effectwatch::console::theme::Role;
 use effectwatch::ledger::escalations::EscalationRow;
 use effectwatch::ledger::panes::{Filter, OverdueRow, Pane, PaneRows};
+use effectwatch::settle::Request;
 
 fn row(op_key: &str, version: i64) -> OverdueRow {
     let at = Utc.with_ymd_and_hms(2026, 3, 14, 9, 0, 0).unwrap();
@@ -115,7 +114,7 @@ fn status(app: &App) -> String {
         .unwrap_or_default()
 }
 
-fn performs(commands: &[Command]) -> Vec<&OperatorRequest> {
+fn performs(commands: &[Command]) -> Vec<&Request> {
     commands
         .iter()
         .filter_map(|command| match command {
@@ -442,9 +441,15 @@ fn a_reason_is_required() {
     key(&mut app, KeyCode::Down);
     let commands = key(&mut app, KeyCode::Enter);
     let requests = performs(&commands);
-    assert_eq!(requests.len(), 1);
-    assert_eq!(requests[0].action, Action::Escalate);
-    assert_eq!(requests[0].reason, "bank is down");
+    assert_eq!(
+        requests,
+        [&Request::Escalate {
+            op_key: "a".to_string(),
+            seen: Some(1),
+            sink: None,
+            reason: "bank is down".to_string()
+        }]
+    );
 }
 
 #[test]
@@ -454,7 +459,13 @@ fn compensate_needs_the_end_of_the_key_typed() {
     assert!(char(&mut app, 'c').is_empty());
     let dialog = app.dialog.as_ref().unwrap();
     assert_eq!(dialog.required_suffix.as_deref(), Some("inv-0042"));
-    assert_eq!(dialog.targets, vec![("pay:inv-0042".to_string(), 2)]);
+    assert_eq!(
+        dialog.subject,
+        Subject::Effect {
+            op_key: "pay:inv-0042".to_string(),
+            seen: 2
+        }
+    );
 
     type_text(&mut app, "customer asked for a refund");
     key(&mut app, KeyCode::Tab);
@@ -476,12 +487,10 @@ fn compensate_needs_the_end_of_the_key_typed() {
     let commands = key(&mut app, KeyCode::Enter);
     assert_eq!(
         commands,
-        vec![Command::Perform(OperatorRequest {
-            action: Action::Compensate,
-            targets: vec![("pay:inv-0042".to_string(), 2)],
-            escalation_key: None,
+        vec![Command::Perform(Request::Compensate {
+            op_key: "pay:inv-0042".to_string(),
+            seen: Some(2),
             reason: "customer asked for a refund".to_string(),
-            external_ref: None,
         })]
     );
     assert!(app.dialog.is_none());
@@ -499,7 +508,13 @@ fn the_version_sent_is_the_one_the_operator_saw() {
     app.update(Message::Snapshot(Box::new(snapshot(newer, 1, 0))));
     key(&mut app, KeyCode::Right);
     let commands = key(&mut app, KeyCode::Enter);
-    assert_eq!(performs(&commands)[0].targets, vec![("a".to_string(), 1)]);
+    assert_eq!(
+        performs(&commands),
+        [&Request::Reconcile {
+            op_key: "a".to_string(),
+            seen: Some(1)
+        }]
+    );
 }
 
 #[test]
@@ -514,10 +529,13 @@ fn escalation_actions_need_the_escalations_view() {
     key(&mut app, KeyCode::Tab);
     key(&mut app, KeyCode::Left);
     let commands = key(&mut app, KeyCode::Enter);
-    let request = performs(&commands)[0].clone();
-    assert_eq!(request.action, Action::Acknowledge);
-    assert_eq!(request.escalation_key.as_deref(), Some("esc:1"));
-    assert!(request.targets.is_empty());
+    assert_eq!(
+        performs(&commands),
+        [&Request::Acknowledge {
+            escalation_key: "esc:1".to_string(),
+            reason: "seen".to_string()
+        }]
+    );
 }
 
 #[test]
@@ -533,7 +551,13 @@ fn scopes_in_the_table_match_what_the_dispatcher_asks_for() {
             .dialog
             .as_ref()
             .unwrap_or_else(|| panic!("{:?} opened no dialog: {}", entry.action, status(&app)));
-        assert_eq!(dialog.targets, vec![("a".to_string(), 1)]);
+        assert_eq!(
+            dialog.subject,
+            Subject::Effect {
+                op_key: "a".to_string(),
+                seen: 1
+            }
+        );
         assert!(!dialog.confirm_selected);
     }
 }
@@ -557,11 +581,11 @@ fn reconcile_all_targets_every_row_of_the_filtered_pane() {
     key(&mut app, KeyCode::Right);
     let commands = key(&mut app, KeyCode::Enter);
     let requests = performs(&commands);
-    assert_eq!(requests.len(), 1);
-    assert_eq!(requests[0].action, Action::ReconcileAll);
     assert_eq!(
-        requests[0].targets,
-        vec![("a".to_string(), 1), ("c".to_string(), 3)]
+        requests,
+        [&Request::ReconcileMany {
+            targets: vec![("a".to_string(), 1), ("c".to_string(), 3)]
+        }]
     );
 }
 

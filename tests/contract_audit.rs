@@ -192,15 +192,16 @@ async fn every_operator_action_writes_exactly_one_audit_entry() {
     assert_eq!(entry.after.as_ref().unwrap()["finding"], "absent");
     assert_eq!(audit_count(pool).await, 2);
 
-    let out = actions::release(
-        pool,
-        "k:release",
-        seen(pool, "k:release").await,
-        "alice",
-        "ok",
-    )
-    .await
-    .unwrap();
+    let out = actions::RELEASE
+        .call(
+            pool,
+            "k:release",
+            seen(pool, "k:release").await,
+            "alice",
+            "ok",
+        )
+        .await
+        .unwrap();
     let entry = check(
         out.audit_seq,
         last_entry(pool).await,
@@ -210,28 +211,30 @@ async fn every_operator_action_writes_exactly_one_audit_entry() {
     assert_eq!(entry.before.as_ref().unwrap()["state"], "held");
     assert_eq!(entry.after.as_ref().unwrap()["state"], "pending");
 
-    let out = actions::cancel(
-        pool,
-        "k:cancel",
-        seen(pool, "k:cancel").await,
-        "alice",
-        "dup",
-    )
-    .await
-    .unwrap();
+    let out = actions::CANCEL
+        .call(
+            pool,
+            "k:cancel",
+            seen(pool, "k:cancel").await,
+            "alice",
+            "dup",
+        )
+        .await
+        .unwrap();
     let entry = check(out.audit_seq, last_entry(pool).await, "cancel", "k:cancel");
     assert_eq!(entry.after.as_ref().unwrap()["state"], "cancelled");
 
     let before_note = effect(pool, "k:holder").await;
-    let out = actions::annotate(
-        pool,
-        "k:holder",
-        seen(pool, "k:holder").await,
-        "alice",
-        "customer called",
-    )
-    .await
-    .unwrap();
+    let out = actions::ANNOTATE
+        .call(
+            pool,
+            "k:holder",
+            seen(pool, "k:holder").await,
+            "alice",
+            "customer called",
+        )
+        .await
+        .unwrap();
     let entry = check(
         out.audit_seq,
         last_entry(pool).await,
@@ -286,7 +289,9 @@ async fn an_action_and_its_audit_entry_commit_or_roll_back_together() {
     assert_eq!(effect(pool, "k:tx").await, before);
 
     // An action that does not apply writes nothing either.
-    let refused = actions::release(pool, "k:tx", SeenVersion(before.version), "alice", "x").await;
+    let refused = actions::RELEASE
+        .call(pool, "k:tx", SeenVersion(before.version), "alice", "x")
+        .await;
     assert!(
         matches!(refused, Err(LedgerError::NotApplicable(_))),
         "{refused:?}"
@@ -309,7 +314,8 @@ async fn an_action_and_its_audit_entry_commit_or_roll_back_together() {
     assert_eq!(effect(pool, "k:tx").await, before);
 
     // The chain continues from what was committed: the rolled-back seq is reused, no gap.
-    let out = actions::annotate(pool, "k:tx", SeenVersion(before.version), "alice", "note")
+    let out = actions::ANNOTATE
+        .call(pool, "k:tx", SeenVersion(before.version), "alice", "note")
         .await
         .unwrap();
     assert_eq!(out.audit_seq, 1);
@@ -363,21 +369,27 @@ async fn an_action_on_a_stale_version_is_refused_and_writes_nothing() {
     // cancel: another operator released the hold in the meantime.
     held(pool, "s:holder", "s:cancel").await;
     let looked = seen(pool, "s:cancel").await;
-    actions::release(pool, "s:cancel", looked, "bob", "go ahead")
+    actions::RELEASE
+        .call(pool, "s:cancel", looked, "bob", "go ahead")
         .await
         .unwrap();
     let current = effect(pool, "s:cancel").await;
-    let attempt = actions::cancel(pool, "s:cancel", looked, "alice", "dup").await;
+    let attempt = actions::CANCEL
+        .call(pool, "s:cancel", looked, "alice", "dup")
+        .await;
     assert_changed(pool, "s:cancel", attempt, 1, &current).await;
 
     // release: the held effect was cancelled by someone else.
     held(pool, "s:holder2", "s:release").await;
     let looked = seen(pool, "s:release").await;
-    actions::cancel(pool, "s:release", looked, "bob", "dup")
+    actions::CANCEL
+        .call(pool, "s:release", looked, "bob", "dup")
         .await
         .unwrap();
     let current = effect(pool, "s:release").await;
-    let attempt = actions::release(pool, "s:release", looked, "alice", "go").await;
+    let attempt = actions::RELEASE
+        .call(pool, "s:release", looked, "alice", "go")
+        .await;
     assert_changed(pool, "s:release", attempt, 2, &current).await;
 
     // annotate: the worker dispatched it since.
@@ -389,7 +401,9 @@ async fn an_action_on_a_stale_version_is_refused_and_writes_nothing() {
         .await
         .unwrap();
     let current = effect(pool, "s:annotate").await;
-    let attempt = actions::annotate(pool, "s:annotate", looked, "alice", "note").await;
+    let attempt = actions::ANNOTATE
+        .call(pool, "s:annotate", looked, "alice", "note")
+        .await;
     assert_changed(pool, "s:annotate", attempt, 2, &current).await;
 
     // reconcile: the late answer arrived first.
@@ -424,7 +438,8 @@ async fn audit_entries_cannot_be_updated_deleted_or_truncated() {
         .await
         .unwrap();
     for i in 0..3 {
-        actions::annotate(pool, "a:1", SeenVersion(1), "alice", &format!("note {i}"))
+        actions::ANNOTATE
+            .call(pool, "a:1", SeenVersion(1), "alice", &format!("note {i}"))
             .await
             .unwrap();
     }
@@ -495,15 +510,16 @@ async fn five_entries(pool: &PgPool) {
         .await
         .unwrap();
     for i in 1..=5 {
-        actions::annotate(
-            pool,
-            "a:chain",
-            SeenVersion(1),
-            "alice",
-            &format!("note {i}"),
-        )
-        .await
-        .unwrap();
+        actions::ANNOTATE
+            .call(
+                pool,
+                "a:chain",
+                SeenVersion(1),
+                "alice",
+                &format!("note {i}"),
+            )
+            .await
+            .unwrap();
     }
     let report = verify(pool).await;
     assert!(report.is_intact());
@@ -607,15 +623,16 @@ async fn concurrent_operators_keep_one_unbroken_chain() {
                 } else {
                     "c:shared".to_string()
                 };
-                let out = actions::annotate(
-                    &mut conn,
-                    &key,
-                    SeenVersion(1),
-                    &format!("operator-{i}"),
-                    &format!("note {n} from {i}"),
-                )
-                .await
-                .unwrap_or_else(|e| panic!("operator {i}: {e}"));
+                let out = actions::ANNOTATE
+                    .call(
+                        &mut conn,
+                        &key,
+                        SeenVersion(1),
+                        &format!("operator-{i}"),
+                        &format!("note {n} from {i}"),
+                    )
+                    .await
+                    .unwrap_or_else(|e| panic!("operator {i}: {e}"));
                 seqs.push(out.audit_seq);
             }
             conn.close().await.unwrap();

@@ -343,15 +343,18 @@ async fn an_operator_changes_rows_through_the_operator_functions_only() {
     .await
     .unwrap();
     assert_eq!(resolved.state, State::Succeeded);
-    let released = actions::release(&mut conn, "r:held", SeenVersion(1), "alice", "checked")
+    let released = actions::RELEASE
+        .call(&mut conn, "r:held", SeenVersion(1), "alice", "checked")
         .await
         .unwrap();
     assert_eq!(released.state, State::Pending);
-    let cancelled = actions::cancel(&mut conn, "r:held-2", SeenVersion(1), "alice", "dup")
+    let cancelled = actions::CANCEL
+        .call(&mut conn, "r:held-2", SeenVersion(1), "alice", "dup")
         .await
         .unwrap();
     assert_eq!(cancelled.state, State::Cancelled);
-    actions::annotate(&mut conn, "r:pending", SeenVersion(1), "alice", "looking")
+    actions::ANNOTATE
+        .call(&mut conn, "r:pending", SeenVersion(1), "alice", "looking")
         .await
         .unwrap();
     let intact: Option<i64> =
@@ -441,7 +444,8 @@ async fn a_read_only_role_reads_and_writes_nothing() {
     let db = common::test_db().await;
     let pool = &db.pool;
     set_up(pool).await;
-    actions::annotate(pool, "r:pending", SeenVersion(1), "alice", "a note")
+    actions::ANNOTATE
+        .call(pool, "r:pending", SeenVersion(1), "alice", "a note")
         .await
         .unwrap();
     let role = LoginRole::create(&db, "effect_readonly").await;
@@ -491,7 +495,9 @@ async fn a_read_only_role_reads_and_writes_nothing() {
     ] {
         assert_denied(call, exec(&mut conn, call).await);
     }
-    let annotate = actions::annotate(&mut conn, "r:pending", SeenVersion(1), "ro", "x").await;
+    let annotate = actions::ANNOTATE
+        .call(&mut conn, "r:pending", SeenVersion(1), "ro", "x")
+        .await;
     assert!(
         matches!(annotate, Err(LedgerError::Refused(_))),
         "{annotate:?}"

@@ -155,15 +155,16 @@ async fn build_ledger(pool: &PgPool) {
         Decision::Held,
     )
     .await;
-    actions::cancel(
-        pool,
-        "v:held-cancelled",
-        SeenVersion(1),
-        "alice",
-        "duplicate",
-    )
-    .await
-    .unwrap();
+    actions::CANCEL
+        .call(
+            pool,
+            "v:held-cancelled",
+            SeenVersion(1),
+            "alice",
+            "duplicate",
+        )
+        .await
+        .unwrap();
     begin(
         pool,
         &intent("v:holder-9", "booking", "invoice:9", LONG),
@@ -183,7 +184,8 @@ async fn build_ledger(pool: &PgPool) {
         Decision::Proceed,
     )
     .await;
-    actions::cancel(pool, "v:cancelled", SeenVersion(1), "alice", "not needed")
+    actions::CANCEL
+        .call(pool, "v:cancelled", SeenVersion(1), "alice", "not needed")
         .await
         .unwrap();
     // Duplicate attempts: a replay, an in-flight repeat, a mismatch.

@@ -655,15 +655,16 @@ async fn a_second_key_on_an_exclusive_target_is_held_until_released_or_cancelled
     );
 
     // Releasing the hold makes it pending, and it leaves the pane.
-    let released = actions::release(
-        pool,
-        &b.op_key,
-        version(pool, &b.op_key).await,
-        "alice",
-        "A was checked by hand",
-    )
-    .await
-    .unwrap();
+    let released = actions::RELEASE
+        .call(
+            pool,
+            &b.op_key,
+            version(pool, &b.op_key).await,
+            "alice",
+            "A was checked by hand",
+        )
+        .await
+        .unwrap();
     assert_eq!(released.state, State::Pending);
     let row = effect(pool, &b.op_key).await;
     assert_eq!(row.state, State::Pending);
@@ -691,15 +692,16 @@ async fn a_second_key_on_an_exclusive_target_is_held_until_released_or_cancelled
     );
 
     // Cancelling a hold makes it cancelled and it leaves the pane; the key is closed for good.
-    let cancelled = actions::cancel(
-        pool,
-        &c.op_key,
-        version(pool, &c.op_key).await,
-        "alice",
-        "duplicate of A",
-    )
-    .await
-    .unwrap();
+    let cancelled = actions::CANCEL
+        .call(
+            pool,
+            &c.op_key,
+            version(pool, &c.op_key).await,
+            "alice",
+            "duplicate of A",
+        )
+        .await
+        .unwrap();
     assert_eq!(cancelled.state, State::Cancelled);
     assert_eq!(effect(pool, &c.op_key).await.state, State::Cancelled);
     assert!(held_keys(pool).await.is_empty());

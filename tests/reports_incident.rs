@@ -221,15 +221,16 @@ async fn script(pool: &PgPool) -> Incident {
 
     reconcile(pool, "refund:INV-3:v1", "exists_once", &["pay_D"]).await;
     let held = effect(pool, "refund:INV-5:v2").await;
-    actions::cancel(
-        pool,
-        "refund:INV-5:v2",
-        SeenVersion(held.version),
-        "bob",
-        "duplicate of v1",
-    )
-    .await
-    .unwrap();
+    actions::CANCEL
+        .call(
+            pool,
+            "refund:INV-5:v2",
+            SeenVersion(held.version),
+            "bob",
+            "duplicate of v1",
+        )
+        .await
+        .unwrap();
     let compensate = |key: &'static str| {
         sqlx::query_scalar::<_, String>(
             "select status from ledger.op_compensate(op_key => $1, expected_version => null,

@@ -188,15 +188,16 @@ async fn ledger_of_every_kind(pool: &PgPool) -> DateTime<Utc> {
     .unwrap();
     settle(pool, "k:annotated", "t:annotated", Outcome::Succeeded).await;
     let annotated = find_effect(pool, "k:annotated").await.unwrap().unwrap();
-    actions::annotate(
-        pool,
-        "k:annotated",
-        SeenVersion(annotated.version),
-        "bob",
-        "checked with the bank",
-    )
-    .await
-    .unwrap();
+    actions::ANNOTATE
+        .call(
+            pool,
+            "k:annotated",
+            SeenVersion(annotated.version),
+            "bob",
+            "checked with the bank",
+        )
+        .await
+        .unwrap();
     settle(pool, "k:double:v1", "t:double", Outcome::Succeeded).await;
     settle(pool, "k:double:v2", "t:double", Outcome::Succeeded).await;
     settle(pool, "k:late", "t:late", Outcome::Succeeded).await;
@@ -476,7 +477,8 @@ async fn the_history_stays_append_only_outside_a_prune() {
     );
     drop(tx);
     let done = find_effect(pool, "a:done").await.unwrap().unwrap();
-    actions::annotate(pool, "a:done", SeenVersion(done.version), "bob", "a note")
+    actions::ANNOTATE
+        .call(pool, "a:done", SeenVersion(done.version), "bob", "a note")
         .await
         .unwrap();
     refused(

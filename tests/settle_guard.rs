@@ -6,7 +6,7 @@ mod common;
 mod settle_support;
 
 use effectwatch::fakeprovider::Route;
-use effectwatch::ledger::actions::Resolution;
+use effectwatch::ledger::actions::{self, Resolution};
 use effectwatch::ledger::writer::{self, Intent};
 use effectwatch::ledger::{LedgerError, State};
 use effectwatch::settle::{Request, SettleError, Settler};
@@ -40,20 +40,23 @@ fn every_request(op_key: &str, seen: Option<i64>) -> Vec<Request> {
                 external_ref: "fx_1".into(),
             },
         },
-        Request::Release {
+        Request::Operator {
+            call: &actions::RELEASE,
             op_key: key.clone(),
             seen,
             reason: reason.clone(),
         },
-        Request::Cancel {
+        Request::Operator {
+            call: &actions::CANCEL,
             op_key: key.clone(),
             seen,
             reason: reason.clone(),
         },
-        Request::Annotate {
+        Request::Operator {
+            call: &actions::ANNOTATE,
             op_key: key.clone(),
             seen,
-            note: reason.clone(),
+            reason: reason.clone(),
         },
         Request::Approve {
             op_key: key.clone(),
@@ -159,20 +162,23 @@ async fn the_readonly_role_is_refused_by_the_database_itself() {
             sink: None,
             reason: "x".into(),
         },
-        Request::Release {
+        Request::Operator {
+            call: &actions::RELEASE,
             op_key: held.clone(),
             seen: None,
             reason: "x".into(),
         },
-        Request::Cancel {
+        Request::Operator {
+            call: &actions::CANCEL,
             op_key: held,
             seen: None,
             reason: "x".into(),
         },
-        Request::Annotate {
+        Request::Operator {
+            call: &actions::ANNOTATE,
             op_key: "refund:ROLE:v1".into(),
             seen: None,
-            note: "x".into(),
+            reason: "x".into(),
         },
     ];
     for request in attempts {
@@ -205,10 +211,11 @@ async fn the_readonly_role_is_refused_by_the_database_itself() {
     let agent = role_pool(&rig.db, "effect_agent").await;
     let settler = Settler::new(agent, rig.config.clone(), "agent-7", false);
     let error = settler
-        .perform(Request::Annotate {
+        .perform(Request::Operator {
+            call: &actions::ANNOTATE,
             op_key: "refund:ROLE:v1".into(),
             seen: None,
-            note: "x".into(),
+            reason: "x".into(),
         })
         .await
         .unwrap_err();
@@ -225,10 +232,11 @@ async fn a_stale_version_is_refused_with_nothing_written() {
     let seen = rig.effect("refund:OLD:v1").await.version;
     // Someone else acted since the operator looked.
     rig.settler("bob")
-        .perform(Request::Annotate {
+        .perform(Request::Operator {
+            call: &actions::ANNOTATE,
             op_key: "refund:OLD:v1".into(),
             seen: None,
-            note: "looking".into(),
+            reason: "looking".into(),
         })
         .await
         .unwrap();
@@ -311,7 +319,8 @@ async fn resolve_release_cancel_and_annotate_by_hand_with_reasons() {
         .unwrap();
     assert_eq!(rig.effect("refund:HAND:v2").await.state, State::Failed);
     alice
-        .perform(Request::Release {
+        .perform(Request::Operator {
+            call: &actions::RELEASE,
             op_key: held_one.clone(),
             seen: None,
             reason: "different seat".into(),
@@ -320,7 +329,8 @@ async fn resolve_release_cancel_and_annotate_by_hand_with_reasons() {
         .unwrap();
     assert_eq!(rig.effect(&held_one).await.state, State::Pending);
     alice
-        .perform(Request::Cancel {
+        .perform(Request::Operator {
+            call: &actions::CANCEL,
             op_key: held_two.clone(),
             seen: None,
             reason: "duplicate booking".into(),
@@ -329,16 +339,18 @@ async fn resolve_release_cancel_and_annotate_by_hand_with_reasons() {
         .unwrap();
     assert_eq!(rig.effect(&held_two).await.state, State::Cancelled);
     alice
-        .perform(Request::Annotate {
+        .perform(Request::Operator {
+            call: &actions::ANNOTATE,
             op_key: "refund:HAND:v2".into(),
             seen: None,
-            note: "called the bank".into(),
+            reason: "called the bank".into(),
         })
         .await
         .unwrap();
 
     let no_reason = alice
-        .perform(Request::Release {
+        .perform(Request::Operator {
+            call: &actions::RELEASE,
             op_key: held_one.clone(),
             seen: None,
             reason: "".into(),

@@ -7,7 +7,8 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::sync::Arc;
 use std::time::Duration;
 
-use clap::{ArgGroup, Args, Subcommand};
+use clap::error::ErrorKind;
+use clap::{ArgGroup, ArgMatches, Args, FromArgMatches, Subcommand};
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 use serde_json::json;
 use sqlx::PgPool;
@@ -15,7 +16,7 @@ use sqlx::PgPool;
 use super::Format;
 use super::exit::{BAD_CONFIG, FAILURE, Failure, REFUSED, USAGE, code_for};
 use crate::config::Config;
-use crate::ledger::actions::Resolution;
+use crate::ledger::actions::{OPERATOR_CALLS, OperatorCall, Resolution};
 use crate::ledger::panes::{self, Filter, Pane, PaneRows};
 use crate::settle::{BulkItem, Report, Request, SettleError, Settler, calls};
 use crate::text::{safe_json, sanitize_line, truncate};
@@ -31,12 +32,9 @@ pub enum SettleCommand {
     Escalate(EscalateArgs),
     /// Settle an effect by hand, with evidence: --succeeded REF, or --failed.
     Resolve(ResolveArgs),
-    /// Let a held effect go ahead.
-    Release(ActionArgs),
-    /// Withdraw a held or never-dispatched effect.
-    Cancel(ActionArgs),
-    /// Put a note on the record (--reason is the note).
-    Annotate(ActionArgs),
+    /// release, cancel, annotate, …: one subcommand per operator call of the ledger.
+    #[command(flatten)]
+    Operator(OperatorCommand),
     /// Approve a compensation another operator requested; it is sent at once.
     Approve(ActionArgs),
     /// Turn down a compensation request (the requester may withdraw their own).
@@ -55,7 +53,6 @@ pub struct ActionArgs {
     /// Why: required, written in the audit trail.
     #[arg(long, visible_alias = "note")]
     pub reason: String,
-    /// The version you decided on; refused if the effect changed since (default: the current one).
     /// The version you decided on; refused if the effect changed since (default: the current one).
     #[arg(long, value_name = "N")]
     pub expect_version: Option<i64>,
@@ -162,6 +159,56 @@ pub struct EscalationArgs {
     pub format: Format,
 }
 
+/// `effectwatch <call> KEY --reason …` for every [`OPERATOR_CALLS`] entry: the
+/// subcommands are made from the ledger's list, so an action of that shape
+/// needs no code here.
+#[derive(Debug)]
+pub struct OperatorCommand {
+    call: &'static OperatorCall,
+    args: ActionArgs,
+}
+
+impl FromArgMatches for OperatorCommand {
+    fn from_arg_matches(matches: &ArgMatches) -> Result<Self, clap::Error> {
+        let Some((name, arguments)) = matches.subcommand() else {
+            return Err(clap::Error::new(ErrorKind::MissingSubcommand));
+        };
+        let call = OperatorCall::named(name).ok_or_else(|| {
+            clap::Error::raw(
+                ErrorKind::InvalidSubcommand,
+                format!("no operator action is called {name}"),
+            )
+        })?;
+        Ok(OperatorCommand {
+            call,
+            args: ActionArgs::from_arg_matches(arguments)?,
+        })
+    }
+
+    fn update_from_arg_matches(&mut self, matches: &ArgMatches) -> Result<(), clap::Error> {
+        *self = OperatorCommand::from_arg_matches(matches)?;
+        Ok(())
+    }
+}
+
+impl Subcommand for OperatorCommand {
+    fn augment_subcommands(command: clap::Command) -> clap::Command {
+        OPERATOR_CALLS.iter().fold(command, |command, call| {
+            command.subcommand(ActionArgs::augment_args(
+                clap::Command::new(call.name).about(call.about),
+            ))
+        })
+    }
+
+    fn augment_subcommands_for_update(command: clap::Command) -> clap::Command {
+        OperatorCommand::augment_subcommands(command)
+    }
+
+    fn has_subcommand(name: &str) -> bool {
+        OperatorCall::named(name).is_some()
+    }
+}
+
 fn parse_pane(text: &str) -> Result<Pane, String> {
     text.parse()
 }
@@ -231,35 +278,15 @@ pub async fn run(pool: &PgPool, config: &Config, command: SettleCommand) -> Resu
             };
             perform(&settler, request, args.format).await
         }
-        SettleCommand::Release(args) => {
+        SettleCommand::Operator(OperatorCommand { call, args }) => {
             let (format, op_key, seen, reason) = args.parts();
-            perform(
-                &settler,
-                Request::Release {
-                    op_key,
-                    seen,
-                    reason,
-                },
-                format,
-            )
-            .await
-        }
-        SettleCommand::Cancel(args) => {
-            let (format, op_key, seen, reason) = args.parts();
-            perform(
-                &settler,
-                Request::Cancel {
-                    op_key,
-                    seen,
-                    reason,
-                },
-                format,
-            )
-            .await
-        }
-        SettleCommand::Annotate(args) => {
-            let (format, op_key, seen, note) = args.parts();
-            perform(&settler, Request::Annotate { op_key, seen, note }, format).await
+            let request = Request::Operator {
+                call,
+                op_key,
+                seen,
+                reason,
+            };
+            perform(&settler, request, format).await
         }
         SettleCommand::Approve(args) => {
             let (format, op_key, seen, reason) = args.parts();

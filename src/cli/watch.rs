@@ -3,11 +3,8 @@ use std::time::Duration;
 
 use super::exit::{BAD_CONFIG, FAILURE, Failure};
 use crate::config::Config;
-use crate::console::action::Action;
-use crate::console::app::OperatorRequest;
 use crate::console::run::{self, ConsoleOptions, Housekeeping, NotificationOptions, Performer};
 use crate::console::theme::Theme;
-use crate::ledger::actions::Resolution;
 use crate::ledger::{self, ConnectSettings};
 use crate::settle::{Request, Settler};
 
@@ -88,126 +85,23 @@ async fn refuse_what_waiting_cannot_fix(connect: &ConnectSettings) -> Result<(),
 
 /// A performer that refuses everything, for consoles that must not write.
 pub fn refusing_performer() -> Performer {
-    Arc::new(|request: OperatorRequest| {
-        Box::pin(async move { Err(format!("read-only: {:?} refused", request.action)) })
+    Arc::new(|request: Request| {
+        let refused = format!("read-only: {} refused", request.name());
+        Box::pin(async move { Err(refused) })
     })
 }
 
 /// The console's writing actions, carried out by the same [`Settler`] the
 /// CLI uses: one code path for every way an operator acts.
 pub fn settling_performer(settler: Arc<Settler>) -> Performer {
-    Arc::new(move |request: OperatorRequest| {
+    Arc::new(move |request: Request| {
         let settler = settler.clone();
-        Box::pin(async move { perform(&settler, request).await })
+        Box::pin(async move {
+            settler
+                .perform(request)
+                .await
+                .map(|report| report.summary)
+                .map_err(|error| error.line())
+        })
     })
-}
-
-async fn perform(settler: &Settler, request: OperatorRequest) -> Result<String, String> {
-    let reason = request.reason.clone();
-    if request.action == Action::ReconcileAll {
-        let items = settler
-            .reconcile_many(request.targets)
-            .await
-            .map_err(|e| e.to_string())?;
-        let total = items.len();
-        let failed = items.iter().filter(|item| item.result.is_err()).count();
-        let mut findings: Vec<String> = items
-            .iter()
-            .filter_map(|item| item.result.as_ref().ok())
-            .filter_map(|report| {
-                report
-                    .detail
-                    .get("finding")
-                    .and_then(|f| f.as_str())
-                    .map(str::to_string)
-            })
-            .collect();
-        findings.sort();
-        findings.dedup();
-        return Ok(format!(
-            "reconciled {} of {total} ({failed} failed): {}",
-            total - failed,
-            findings.join(", ")
-        ));
-    }
-    if let Some(escalation_key) = request.escalation_key {
-        let settle_request = match request.action {
-            Action::Acknowledge => Request::Acknowledge {
-                escalation_key,
-                reason,
-            },
-            _ => Request::ResolveEscalation {
-                escalation_key,
-                reason,
-            },
-        };
-        return settler
-            .perform(settle_request)
-            .await
-            .map(|r| r.summary)
-            .map_err(|e| e.to_string());
-    }
-    let Some((op_key, seen)) = request.targets.into_iter().next() else {
-        return Err("nothing selected".to_string());
-    };
-    let seen = Some(seen);
-    let settle_request = match request.action {
-        Action::Reconcile => Request::Reconcile { op_key, seen },
-        Action::Compensate => Request::Compensate {
-            op_key,
-            seen,
-            reason,
-        },
-        Action::Escalate => Request::Escalate {
-            op_key,
-            seen,
-            sink: None,
-            reason,
-        },
-        Action::ResolveSucceeded => Request::Resolve {
-            op_key,
-            seen,
-            reason,
-            resolution: Resolution::Succeeded {
-                external_ref: request.external_ref.unwrap_or_default(),
-            },
-        },
-        Action::ResolveFailed => Request::Resolve {
-            op_key,
-            seen,
-            reason,
-            resolution: Resolution::Failed { retryable: false },
-        },
-        Action::Release => Request::Release {
-            op_key,
-            seen,
-            reason,
-        },
-        Action::Cancel => Request::Cancel {
-            op_key,
-            seen,
-            reason,
-        },
-        Action::Annotate => Request::Annotate {
-            op_key,
-            seen,
-            note: reason,
-        },
-        Action::Approve => Request::Approve {
-            op_key,
-            seen,
-            reason,
-        },
-        Action::Reject => Request::Reject {
-            op_key,
-            seen,
-            reason,
-        },
-        other => return Err(format!("{other:?} does not write")),
-    };
-    settler
-        .perform(settle_request)
-        .await
-        .map(|report| report.summary)
-        .map_err(|error| error.to_string())
 }

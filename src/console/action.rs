@@ -1,11 +1,17 @@
-//! Everything an operator can do in the console, in one table. The help
-//! screen, the key bar and read-only filtering are all generated from it,
-//! and read-only is enforced in one place: [`Action::allowed`].
+//! Everything an operator can do in the console, in one table: the keys
+//! that run it, the help line, the key bar, whether it writes, what its
+//! dialog asks and the settling request the dialog's answers become. Key
+//! handling, help, the key bar and read-only filtering are all read from
+//! it, and read-only is enforced in one place: [`Action::allowed`].
 
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
-use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+use super::view::View;
+use crate::ledger::actions::{self, OperatorCall, Resolution};
+use crate::ledger::panes::Pane;
+use crate::settle::Request;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Action {
     Quit,
     Help,
@@ -34,9 +40,9 @@ pub enum Action {
     Escalate,
     ResolveSucceeded,
     ResolveFailed,
-    Release,
-    Cancel,
-    Annotate,
+    /// An operator call of the common shape (release, cancel, annotate, …):
+    /// its row below is all the console needs to offer it.
+    Operator(&'static OperatorCall),
     Approve,
     Reject,
     Acknowledge,
@@ -61,391 +67,519 @@ pub enum Scope {
     Everywhere,
     /// Needs a selected effect (a pane row or the detail view).
     Effect,
+    /// Every effect the current (filtered) pane lists.
+    Pane,
     /// Needs a selected escalation.
     Escalation,
 }
 
+/// A field of an action's dialog, in the order the dialog shows them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DialogField {
+    /// The provider's reference for an effect settled by hand as succeeded.
+    ExternalRef,
+    Reason,
+    KeySuffix,
+    Buttons,
+}
+
+/// What a writing action is about, as the dialog found it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Subject {
+    /// An effect and the version the operator saw.
+    Effect {
+        op_key: String,
+        seen: i64,
+    },
+    /// Every effect of the pane, each with the version the operator saw.
+    Pane {
+        targets: Vec<(String, i64)>,
+    },
+    Escalation {
+        escalation_key: String,
+    },
+}
+
+/// What the operator typed into the dialog, trimmed.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Answers {
+    pub reason: String,
+    pub external_ref: String,
+}
+
+/// A key that runs an action: a character, or another key, with or without Ctrl.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Binding {
+    code: KeyCode,
+    ctrl: bool,
+}
+
+const fn key(ch: char) -> Binding {
+    Binding {
+        code: KeyCode::Char(ch),
+        ctrl: false,
+    }
+}
+
+const fn ctrl(ch: char) -> Binding {
+    Binding {
+        code: KeyCode::Char(ch),
+        ctrl: true,
+    }
+}
+
+const fn special(code: KeyCode) -> Binding {
+    Binding { code, ctrl: false }
+}
+
+/// How the dialog's answers become the settling request.
+pub type MakeRequest = fn(Action, Subject, Answers) -> Option<Request>;
+
 pub struct ActionInfo {
     pub action: Action,
+    /// The keys as the help screen and the key bar show them.
     pub keys: &'static str,
+    pub bindings: &'static [Binding],
     /// One or two words for the key bar.
     pub label: &'static str,
     pub description: &'static str,
     pub writes: bool,
     pub confirmation: Confirmation,
+    /// The dialog asks for the provider's reference too.
+    pub asks_external_ref: bool,
     pub scope: Scope,
-    /// Shown in the one-line key bar.
+    /// Shown in the one-line key bar everywhere.
     pub in_key_bar: bool,
+    /// Shown in the key bar in these views, where it is what matters most.
+    pub featured_in: &'static [View],
+    /// For a writing action: the request its confirmed dialog sends.
+    pub request: Option<MakeRequest>,
 }
 
-// One call per table row: positional arguments keep the table readable at a glance.
-#[allow(clippy::too_many_arguments)]
-const fn info(
-    action: Action,
-    keys: &'static str,
-    label: &'static str,
-    description: &'static str,
-    writes: bool,
-    confirmation: Confirmation,
-    scope: Scope,
-    in_key_bar: bool,
-) -> ActionInfo {
-    ActionInfo {
-        action,
-        keys,
-        label,
-        description,
-        writes,
-        confirmation,
-        scope,
-        in_key_bar,
+/// A row that only moves, shows or polls: no dialog, no request.
+const SHOWS: ActionInfo = ActionInfo {
+    action: Action::Help,
+    keys: "",
+    bindings: &[],
+    label: "",
+    description: "",
+    writes: false,
+    confirmation: Confirmation::None,
+    asks_external_ref: false,
+    scope: Scope::Everywhere,
+    in_key_bar: false,
+    featured_in: &[],
+    request: None,
+};
+
+/// A row that writes to the ledger for a selected effect, with a reason.
+const WRITES: ActionInfo = ActionInfo {
+    writes: true,
+    confirmation: Confirmation::Reason,
+    scope: Scope::Effect,
+    ..SHOWS
+};
+
+fn on_effect(
+    subject: Subject,
+    make: impl FnOnce(String, Option<i64>) -> Request,
+) -> Option<Request> {
+    match subject {
+        Subject::Effect { op_key, seen } => Some(make(op_key, Some(seen))),
+        _ => None,
     }
 }
 
-use Confirmation as C;
-use Scope as S;
+fn on_escalation(subject: Subject, make: impl FnOnce(String) -> Request) -> Option<Request> {
+    match subject {
+        Subject::Escalation { escalation_key } => Some(make(escalation_key)),
+        _ => None,
+    }
+}
+
+/// The request of an [`Action::Operator`] row: its call, for the selected effect.
+fn operator_call(action: Action, subject: Subject, answers: Answers) -> Option<Request> {
+    let Action::Operator(call) = action else {
+        return None;
+    };
+    on_effect(subject, |op_key, seen| Request::Operator {
+        call,
+        op_key,
+        seen,
+        reason: answers.reason,
+    })
+}
 
 pub const TABLE: &[ActionInfo] = &[
-    info(
-        Action::Help,
-        "?",
-        "help",
-        "help: every key of this view",
-        false,
-        C::None,
-        S::Everywhere,
-        true,
-    ),
-    info(
-        Action::Quit,
-        "q",
-        "quit",
-        "quit",
-        false,
-        C::None,
-        S::Everywhere,
-        true,
-    ),
-    info(
-        Action::NextView,
-        "Tab",
-        "next view",
-        "next view",
-        false,
-        C::None,
-        S::Everywhere,
-        false,
-    ),
-    info(
-        Action::PrevView,
-        "S-Tab",
-        "prev view",
-        "previous view",
-        false,
-        C::None,
-        S::Everywhere,
-        false,
-    ),
-    info(
-        Action::GoToView(0),
-        "1-7",
-        "views",
-        "go to a view: 1 overdue … 7 finance",
-        false,
-        C::None,
-        S::Everywhere,
-        false,
-    ),
-    info(
-        Action::Up,
-        "↑/k",
-        "up",
-        "move up",
-        false,
-        C::None,
-        S::Everywhere,
-        false,
-    ),
-    info(
-        Action::Down,
-        "↓/j",
-        "down",
-        "move down",
-        false,
-        C::None,
-        S::Everywhere,
-        false,
-    ),
-    info(
-        Action::PageUp,
-        "PgUp",
-        "page up",
-        "page up",
-        false,
-        C::None,
-        S::Everywhere,
-        false,
-    ),
-    info(
-        Action::PageDown,
-        "PgDn",
-        "page down",
-        "page down",
-        false,
-        C::None,
-        S::Everywhere,
-        false,
-    ),
-    info(
-        Action::Home,
-        "Home/g",
-        "first",
-        "first item",
-        false,
-        C::None,
-        S::Everywhere,
-        false,
-    ),
-    info(
-        Action::End,
-        "End/G",
-        "last",
-        "last item",
-        false,
-        C::None,
-        S::Everywhere,
-        false,
-    ),
-    info(
-        Action::Open,
-        "Enter",
-        "open",
-        "open the effect: every field and its timeline",
-        false,
-        C::None,
-        S::Effect,
-        true,
-    ),
-    info(
-        Action::Back,
-        "Esc",
-        "back",
-        "back / clear filter",
-        false,
-        C::None,
-        S::Everywhere,
-        false,
-    ),
-    info(
-        Action::Filter,
-        "/",
-        "filter",
-        "filter: words, or key: target: action: provider: requester:",
-        false,
-        C::None,
-        S::Everywhere,
-        true,
-    ),
-    info(
-        Action::SortNext,
-        "s",
-        "sort",
-        "sort by the next column",
-        false,
-        C::None,
-        S::Everywhere,
-        false,
-    ),
-    info(
-        Action::SortReverse,
-        "S",
-        "reverse",
-        "reverse the sort",
-        false,
-        C::None,
-        S::Everywhere,
-        false,
-    ),
-    info(
-        Action::Pause,
-        "p",
-        "pause",
-        "pause / resume polling",
-        false,
-        C::None,
-        S::Everywhere,
-        true,
-    ),
-    info(
-        Action::Copy,
-        "y",
-        "copy key",
-        "copy the key (OSC 52, works over SSH)",
-        false,
-        C::None,
-        S::Effect,
-        true,
-    ),
-    info(
-        Action::Faster,
-        "+",
-        "faster",
-        "poll more often",
-        false,
-        C::None,
-        S::Everywhere,
-        false,
-    ),
-    info(
-        Action::Slower,
-        "-",
-        "slower",
-        "poll less often",
-        false,
-        C::None,
-        S::Everywhere,
-        false,
-    ),
-    info(
-        Action::Refresh,
-        "F5/C-r",
-        "refresh",
-        "poll now",
-        false,
-        C::None,
-        S::Everywhere,
-        false,
-    ),
-    info(
-        Action::Reconcile,
-        "r",
-        "reconcile",
-        "reconcile: ask the provider what exists for this key",
-        true,
-        C::Confirm,
-        S::Effect,
-        true,
-    ),
-    info(
-        Action::ReconcileAll,
-        "R",
-        "reconcile all",
-        "reconcile every item of this (filtered) pane",
-        true,
-        C::Confirm,
-        S::Everywhere,
-        false,
-    ),
-    info(
-        Action::Compensate,
-        "c",
-        "compensate",
-        "compensate: reverse it with a new, linked effect",
-        true,
-        C::ReasonAndKey,
-        S::Effect,
-        true,
-    ),
-    info(
-        Action::Escalate,
-        "e",
-        "escalate",
-        "escalate to a person (the configured sink)",
-        true,
-        C::Reason,
-        S::Effect,
-        true,
-    ),
-    info(
-        Action::ResolveSucceeded,
-        "o",
-        "resolve ✓",
-        "resolve as succeeded, with the provider's reference",
-        true,
-        C::ReasonAndKey,
-        S::Effect,
-        false,
-    ),
-    info(
-        Action::ResolveFailed,
-        "f",
-        "resolve ✗",
-        "resolve by hand as failed",
-        true,
-        C::Reason,
-        S::Effect,
-        false,
-    ),
-    info(
-        Action::Release,
-        "l",
-        "release",
-        "release a hold: the held effect may be dispatched",
-        true,
-        C::Reason,
-        S::Effect,
-        false,
-    ),
-    info(
-        Action::Cancel,
-        "x",
-        "cancel",
-        "cancel a hold or an undispatched effect",
-        true,
-        C::Reason,
-        S::Effect,
-        false,
-    ),
-    info(
-        Action::Annotate,
-        "a",
-        "annotate",
-        "annotate: a note in the audit trail",
-        true,
-        C::Reason,
-        S::Effect,
-        false,
-    ),
-    info(
-        Action::Approve,
-        "A",
-        "approve",
-        "approve a compensation awaiting a second operator",
-        true,
-        C::ReasonAndKey,
-        S::Effect,
-        false,
-    ),
-    info(
-        Action::Reject,
-        "D",
-        "reject",
-        "reject a compensation awaiting approval",
-        true,
-        C::Reason,
-        S::Effect,
-        false,
-    ),
-    info(
-        Action::Acknowledge,
-        "K",
-        "acknowledge",
-        "acknowledge an escalation",
-        true,
-        C::Reason,
-        S::Escalation,
-        true,
-    ),
-    info(
-        Action::CloseEscalation,
-        "Z",
-        "close",
-        "resolve an escalation (close the loop)",
-        true,
-        C::Reason,
-        S::Escalation,
-        true,
-    ),
+    ActionInfo {
+        action: Action::Help,
+        keys: "?",
+        bindings: &[key('?')],
+        label: "help",
+        description: "help: every key of this view",
+        in_key_bar: true,
+        ..SHOWS
+    },
+    ActionInfo {
+        action: Action::Quit,
+        keys: "q",
+        bindings: &[key('q'), ctrl('c')],
+        label: "quit",
+        description: "quit",
+        in_key_bar: true,
+        ..SHOWS
+    },
+    ActionInfo {
+        action: Action::NextView,
+        keys: "Tab",
+        bindings: &[special(KeyCode::Tab)],
+        label: "next view",
+        description: "next view",
+        ..SHOWS
+    },
+    ActionInfo {
+        action: Action::PrevView,
+        keys: "S-Tab",
+        bindings: &[special(KeyCode::BackTab)],
+        label: "prev view",
+        description: "previous view",
+        ..SHOWS
+    },
+    ActionInfo {
+        action: Action::GoToView(0),
+        keys: "1-7",
+        bindings: &[],
+        label: "views",
+        description: "go to a view: 1 overdue … 7 finance",
+        ..SHOWS
+    },
+    ActionInfo {
+        action: Action::Up,
+        keys: "↑/k",
+        bindings: &[special(KeyCode::Up), key('k')],
+        label: "up",
+        description: "move up",
+        ..SHOWS
+    },
+    ActionInfo {
+        action: Action::Down,
+        keys: "↓/j",
+        bindings: &[special(KeyCode::Down), key('j')],
+        label: "down",
+        description: "move down",
+        ..SHOWS
+    },
+    ActionInfo {
+        action: Action::PageUp,
+        keys: "PgUp",
+        bindings: &[special(KeyCode::PageUp)],
+        label: "page up",
+        description: "page up",
+        ..SHOWS
+    },
+    ActionInfo {
+        action: Action::PageDown,
+        keys: "PgDn",
+        bindings: &[special(KeyCode::PageDown)],
+        label: "page down",
+        description: "page down",
+        ..SHOWS
+    },
+    ActionInfo {
+        action: Action::Home,
+        keys: "Home/g",
+        bindings: &[special(KeyCode::Home), key('g')],
+        label: "first",
+        description: "first item",
+        ..SHOWS
+    },
+    ActionInfo {
+        action: Action::End,
+        keys: "End/G",
+        bindings: &[special(KeyCode::End), key('G')],
+        label: "last",
+        description: "last item",
+        ..SHOWS
+    },
+    ActionInfo {
+        action: Action::Open,
+        keys: "Enter",
+        bindings: &[special(KeyCode::Enter)],
+        label: "open",
+        description: "open the effect: every field and its timeline",
+        scope: Scope::Effect,
+        in_key_bar: true,
+        ..SHOWS
+    },
+    ActionInfo {
+        action: Action::Back,
+        keys: "Esc",
+        bindings: &[special(KeyCode::Esc)],
+        label: "back",
+        description: "back / clear filter",
+        ..SHOWS
+    },
+    ActionInfo {
+        action: Action::Filter,
+        keys: "/",
+        bindings: &[key('/')],
+        label: "filter",
+        description: "filter: words, or key: target: action: provider: requester:",
+        in_key_bar: true,
+        ..SHOWS
+    },
+    ActionInfo {
+        action: Action::SortNext,
+        keys: "s",
+        bindings: &[key('s')],
+        label: "sort",
+        description: "sort by the next column",
+        ..SHOWS
+    },
+    ActionInfo {
+        action: Action::SortReverse,
+        keys: "S",
+        bindings: &[key('S')],
+        label: "reverse",
+        description: "reverse the sort",
+        ..SHOWS
+    },
+    ActionInfo {
+        action: Action::Pause,
+        keys: "p",
+        bindings: &[key('p')],
+        label: "pause",
+        description: "pause / resume polling",
+        in_key_bar: true,
+        ..SHOWS
+    },
+    ActionInfo {
+        action: Action::Copy,
+        keys: "y",
+        bindings: &[key('y')],
+        label: "copy key",
+        description: "copy the key (OSC 52, works over SSH)",
+        scope: Scope::Effect,
+        in_key_bar: true,
+        ..SHOWS
+    },
+    ActionInfo {
+        action: Action::Faster,
+        keys: "+",
+        bindings: &[key('+'), key('=')],
+        label: "faster",
+        description: "poll more often",
+        ..SHOWS
+    },
+    ActionInfo {
+        action: Action::Slower,
+        keys: "-",
+        bindings: &[key('-')],
+        label: "slower",
+        description: "poll less often",
+        ..SHOWS
+    },
+    ActionInfo {
+        action: Action::Refresh,
+        keys: "F5/C-r",
+        bindings: &[special(KeyCode::F(5)), ctrl('r')],
+        label: "refresh",
+        description: "poll now",
+        ..SHOWS
+    },
+    ActionInfo {
+        action: Action::Reconcile,
+        keys: "r",
+        bindings: &[key('r')],
+        label: "reconcile",
+        description: "reconcile: ask the provider what exists for this key",
+        confirmation: Confirmation::Confirm,
+        in_key_bar: true,
+        request: Some(|_, subject, _| {
+            on_effect(subject, |op_key, seen| Request::Reconcile { op_key, seen })
+        }),
+        ..WRITES
+    },
+    ActionInfo {
+        action: Action::ReconcileAll,
+        keys: "R",
+        bindings: &[key('R')],
+        label: "reconcile all",
+        description: "reconcile every item of this (filtered) pane",
+        confirmation: Confirmation::Confirm,
+        scope: Scope::Pane,
+        request: Some(|_, subject, _| match subject {
+            Subject::Pane { targets } => Some(Request::ReconcileMany { targets }),
+            _ => None,
+        }),
+        ..WRITES
+    },
+    ActionInfo {
+        action: Action::Compensate,
+        keys: "c",
+        bindings: &[key('c')],
+        label: "compensate",
+        description: "compensate: reverse it with a new, linked effect",
+        confirmation: Confirmation::ReasonAndKey,
+        in_key_bar: true,
+        request: Some(|_, subject, answers| {
+            on_effect(subject, |op_key, seen| Request::Compensate {
+                op_key,
+                seen,
+                reason: answers.reason,
+            })
+        }),
+        ..WRITES
+    },
+    ActionInfo {
+        action: Action::Escalate,
+        keys: "e",
+        bindings: &[key('e')],
+        label: "escalate",
+        description: "escalate to a person (the configured sink)",
+        in_key_bar: true,
+        request: Some(|_, subject, answers| {
+            on_effect(subject, |op_key, seen| Request::Escalate {
+                op_key,
+                seen,
+                sink: None,
+                reason: answers.reason,
+            })
+        }),
+        ..WRITES
+    },
+    ActionInfo {
+        action: Action::ResolveSucceeded,
+        keys: "o",
+        bindings: &[key('o')],
+        label: "resolve ✓",
+        description: "resolve as succeeded, with the provider's reference",
+        confirmation: Confirmation::ReasonAndKey,
+        asks_external_ref: true,
+        featured_in: &[View::Pane(Pane::Overdue)],
+        request: Some(|_, subject, answers| {
+            on_effect(subject, |op_key, seen| Request::Resolve {
+                op_key,
+                seen,
+                reason: answers.reason,
+                resolution: Resolution::Succeeded {
+                    external_ref: answers.external_ref,
+                },
+            })
+        }),
+        ..WRITES
+    },
+    ActionInfo {
+        action: Action::ResolveFailed,
+        keys: "f",
+        bindings: &[key('f')],
+        label: "resolve ✗",
+        description: "resolve by hand as failed",
+        featured_in: &[View::Pane(Pane::Overdue)],
+        request: Some(|_, subject, answers| {
+            on_effect(subject, |op_key, seen| Request::Resolve {
+                op_key,
+                seen,
+                reason: answers.reason,
+                resolution: Resolution::Failed { retryable: false },
+            })
+        }),
+        ..WRITES
+    },
+    ActionInfo {
+        action: Action::Operator(&actions::RELEASE),
+        keys: "l",
+        bindings: &[key('l')],
+        label: "release",
+        description: "release a hold: the held effect may be dispatched",
+        featured_in: &[View::Pane(Pane::Held)],
+        request: Some(operator_call),
+        ..WRITES
+    },
+    ActionInfo {
+        action: Action::Operator(&actions::CANCEL),
+        keys: "x",
+        bindings: &[key('x')],
+        label: "cancel",
+        description: "cancel a hold or an undispatched effect",
+        featured_in: &[View::Pane(Pane::Held)],
+        request: Some(operator_call),
+        ..WRITES
+    },
+    ActionInfo {
+        action: Action::Operator(&actions::ANNOTATE),
+        keys: "a",
+        bindings: &[key('a')],
+        label: "annotate",
+        description: "annotate: a note in the audit trail",
+        request: Some(operator_call),
+        ..WRITES
+    },
+    ActionInfo {
+        action: Action::Approve,
+        keys: "A",
+        bindings: &[key('A')],
+        label: "approve",
+        description: "approve a compensation awaiting a second operator",
+        confirmation: Confirmation::ReasonAndKey,
+        featured_in: &[View::Escalations],
+        request: Some(|_, subject, answers| {
+            on_effect(subject, |op_key, seen| Request::Approve {
+                op_key,
+                seen,
+                reason: answers.reason,
+            })
+        }),
+        ..WRITES
+    },
+    ActionInfo {
+        action: Action::Reject,
+        keys: "D",
+        bindings: &[key('D')],
+        label: "reject",
+        description: "reject a compensation awaiting approval",
+        featured_in: &[View::Escalations],
+        request: Some(|_, subject, answers| {
+            on_effect(subject, |op_key, seen| Request::Reject {
+                op_key,
+                seen,
+                reason: answers.reason,
+            })
+        }),
+        ..WRITES
+    },
+    ActionInfo {
+        action: Action::Acknowledge,
+        keys: "K",
+        bindings: &[key('K')],
+        label: "acknowledge",
+        description: "acknowledge an escalation",
+        scope: Scope::Escalation,
+        in_key_bar: true,
+        request: Some(|_, subject, answers| {
+            on_escalation(subject, |escalation_key| Request::Acknowledge {
+                escalation_key,
+                reason: answers.reason,
+            })
+        }),
+        ..WRITES
+    },
+    ActionInfo {
+        action: Action::CloseEscalation,
+        keys: "Z",
+        bindings: &[key('Z')],
+        label: "close",
+        description: "resolve an escalation (close the loop)",
+        scope: Scope::Escalation,
+        in_key_bar: true,
+        request: Some(|_, subject, answers| {
+            on_escalation(subject, |escalation_key| Request::ResolveEscalation {
+                escalation_key,
+                reason: answers.reason,
+            })
+        }),
+        ..WRITES
+    },
 ];
 
 impl Action {
@@ -469,48 +603,49 @@ impl Action {
         !(read_only && self.writes())
     }
 
-    /// Maps a key press to an action; the key labels in TABLE describe these.
+    /// The action a key runs: the digits pick a view, every other key is a
+    /// binding of one row of [`TABLE`].
     pub fn from_key(key: KeyEvent) -> Option<Action> {
         let ctrl = key.modifiers.contains(KeyModifiers::CONTROL);
-        Some(match key.code {
-            KeyCode::Char('c') if ctrl => Action::Quit,
-            KeyCode::Char('r') if ctrl => Action::Refresh,
-            KeyCode::Char('q') => Action::Quit,
-            KeyCode::Char('?') => Action::Help,
-            KeyCode::Tab => Action::NextView,
-            KeyCode::BackTab => Action::PrevView,
-            KeyCode::Char(digit @ '1'..='7') => Action::GoToView(digit as usize - '1' as usize),
-            KeyCode::Up | KeyCode::Char('k') => Action::Up,
-            KeyCode::Down | KeyCode::Char('j') => Action::Down,
-            KeyCode::PageUp => Action::PageUp,
-            KeyCode::PageDown => Action::PageDown,
-            KeyCode::Home | KeyCode::Char('g') => Action::Home,
-            KeyCode::End | KeyCode::Char('G') => Action::End,
-            KeyCode::Enter => Action::Open,
-            KeyCode::Esc => Action::Back,
-            KeyCode::Char('/') => Action::Filter,
-            KeyCode::Char('s') => Action::SortNext,
-            KeyCode::Char('S') => Action::SortReverse,
-            KeyCode::Char('p') => Action::Pause,
-            KeyCode::Char('y') => Action::Copy,
-            KeyCode::Char('+') | KeyCode::Char('=') => Action::Faster,
-            KeyCode::Char('-') => Action::Slower,
-            KeyCode::F(5) => Action::Refresh,
-            KeyCode::Char('r') => Action::Reconcile,
-            KeyCode::Char('R') => Action::ReconcileAll,
-            KeyCode::Char('c') => Action::Compensate,
-            KeyCode::Char('e') => Action::Escalate,
-            KeyCode::Char('o') => Action::ResolveSucceeded,
-            KeyCode::Char('f') => Action::ResolveFailed,
-            KeyCode::Char('l') => Action::Release,
-            KeyCode::Char('x') => Action::Cancel,
-            KeyCode::Char('a') => Action::Annotate,
-            KeyCode::Char('A') => Action::Approve,
-            KeyCode::Char('D') => Action::Reject,
-            KeyCode::Char('K') => Action::Acknowledge,
-            KeyCode::Char('Z') => Action::CloseEscalation,
-            _ => return None,
-        })
+        if let KeyCode::Char(digit @ '1'..='7') = key.code
+            && !ctrl
+        {
+            return Some(Action::GoToView(digit as usize - '1' as usize));
+        }
+        TABLE
+            .iter()
+            .find(|entry| {
+                entry
+                    .bindings
+                    .iter()
+                    .any(|binding| binding.code == key.code && binding.ctrl == ctrl)
+            })
+            .map(|entry| entry.action)
+    }
+
+    /// The settling request for what the dialog found and the operator typed.
+    pub fn request(self, subject: Subject, answers: Answers) -> Option<Request> {
+        (self.info().request?)(self, subject, answers)
+    }
+
+    /// The fields its dialog asks for, then the buttons.
+    pub fn dialog_fields(self) -> Vec<DialogField> {
+        let info = self.info();
+        let mut fields = Vec::new();
+        if info.asks_external_ref {
+            fields.push(DialogField::ExternalRef);
+        }
+        if matches!(
+            info.confirmation,
+            Confirmation::Reason | Confirmation::ReasonAndKey
+        ) {
+            fields.push(DialogField::Reason);
+        }
+        if info.confirmation == Confirmation::ReasonAndKey {
+            fields.push(DialogField::KeySuffix);
+        }
+        fields.push(DialogField::Buttons);
+        fields
     }
 }
 
@@ -541,7 +676,57 @@ mod tests {
             assert!(entry.action.allowed(false));
         }
         assert!(!Action::Compensate.allowed(true));
+        assert!(!Action::Operator(&actions::RELEASE).allowed(true));
         assert!(Action::Open.allowed(true));
+    }
+
+    #[test]
+    fn every_binding_runs_one_action_and_every_writing_action_makes_a_request() {
+        for entry in TABLE {
+            for binding in entry.bindings {
+                let modifiers = if binding.ctrl {
+                    KeyModifiers::CONTROL
+                } else {
+                    KeyModifiers::NONE
+                };
+                let pressed = KeyEvent::new(binding.code, modifiers);
+                assert_eq!(
+                    Action::from_key(pressed),
+                    Some(entry.action),
+                    "{:?}",
+                    binding
+                );
+            }
+            assert_eq!(entry.writes, entry.request.is_some(), "{:?}", entry.action);
+        }
+        let ack = Action::Operator(&actions::RELEASE);
+        assert_eq!(
+            ack.request(
+                Subject::Effect {
+                    op_key: "k".into(),
+                    seen: 3
+                },
+                Answers {
+                    reason: "seen".into(),
+                    ..Answers::default()
+                }
+            ),
+            Some(Request::Operator {
+                call: &actions::RELEASE,
+                op_key: "k".into(),
+                seen: Some(3),
+                reason: "seen".into()
+            })
+        );
+        assert_eq!(
+            ack.request(
+                Subject::Escalation {
+                    escalation_key: "e".into()
+                },
+                Answers::default()
+            ),
+            None
+        );
     }
 
     #[test]

@@ -7,62 +7,21 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
-use super::action::{Action, Confirmation, Scope};
+pub use super::action::DialogField;
+use super::action::{Action, Answers, Confirmation, Scope, Subject};
 use super::model::{self, APPROVAL_ROW, TableModel};
 use super::theme::Role;
+pub use super::view::{VIEW_COUNT, VIEWS, View};
 use crate::ledger::escalations::{ApprovalRow, EscalationRow};
 use crate::ledger::finance::FinanceReview;
 use crate::ledger::history::EffectHistory;
 use crate::ledger::model::AuditEntry;
 use crate::ledger::panes::{Filter, Pane, PaneRows};
+use crate::settle::Request;
 
 /// Rows fetched per pane and poll: memory and poll cost stay bounded however
 /// many items are open; moving past the window fetches the next one.
 pub const WINDOW: usize = 500;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum View {
-    Pane(Pane),
-    Escalations,
-    Audit,
-    Finance,
-}
-
-pub const VIEW_COUNT: usize = 7;
-
-pub const VIEWS: [View; VIEW_COUNT] = [
-    View::Pane(Pane::Overdue),
-    View::Pane(Pane::Unknown),
-    View::Pane(Pane::Duplicates),
-    View::Pane(Pane::Held),
-    View::Escalations,
-    View::Audit,
-    View::Finance,
-];
-
-impl View {
-    /// The tab label: short enough for seven tabs on one line.
-    pub fn tab(self) -> &'static str {
-        match self {
-            View::Pane(Pane::Overdue) => "Overdue",
-            View::Pane(Pane::Unknown) => "Unknown",
-            View::Pane(Pane::Duplicates) => "Duplicates",
-            View::Pane(Pane::Held) => "Held",
-            View::Escalations => "Escalations",
-            View::Audit => "Audit",
-            View::Finance => "Finance",
-        }
-    }
-
-    pub fn title(self) -> &'static str {
-        match self {
-            View::Pane(pane) => pane.title(),
-            View::Escalations => "Escalations",
-            View::Audit => "Audit log",
-            View::Finance => "Finance",
-        }
-    }
-}
 
 /// One poll's worth of data; the UI renders from the latest one.
 #[derive(Debug, Clone, PartialEq)]
@@ -109,20 +68,9 @@ pub enum Command {
     /// Poll settings (filter, interval, pause, window offsets) changed.
     Repoll,
     LoadDetail(String),
-    Perform(OperatorRequest),
+    /// A writing action the operator confirmed, as the settling request it became.
+    Perform(Request),
     Copy(String),
-}
-
-/// A writing action the operator confirmed.
-#[derive(Debug, Clone, PartialEq)]
-pub struct OperatorRequest {
-    pub action: Action,
-    /// For effects: (op_key, the version the operator saw).
-    pub targets: Vec<(String, i64)>,
-    pub escalation_key: Option<String>,
-    pub reason: String,
-    /// For resolve-as-succeeded: the provider's reference the operator typed.
-    pub external_ref: Option<String>,
 }
 
 /// Messages into the update function.
@@ -153,22 +101,13 @@ pub struct Detail {
     pub scroll: u16,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DialogField {
-    Reason,
-    ExternalRef,
-    KeySuffix,
-    Buttons,
-}
-
 #[derive(Debug, Clone, PartialEq)]
 pub struct Dialog {
     pub action: Action,
     pub title: String,
     /// What will happen, in a sentence.
     pub summary: String,
-    pub targets: Vec<(String, i64)>,
-    pub escalation_key: Option<String>,
+    pub subject: Subject,
     pub reason: String,
     pub external_ref: String,
     pub key_suffix: String,
@@ -769,27 +708,8 @@ impl App {
 
     fn open_dialog(&mut self, action: Action) -> Vec<Command> {
         let info = action.info();
-        let mut dialog = Dialog {
-            action,
-            title: info
-                .description
-                .split(':')
-                .next()
-                .unwrap_or(info.description)
-                .to_string(),
-            summary: String::new(),
-            targets: Vec::new(),
-            escalation_key: None,
-            reason: String::new(),
-            external_ref: String::new(),
-            key_suffix: String::new(),
-            required_suffix: None,
-            focus: DialogField::Reason,
-            confirm_selected: false,
-            error: None,
-        };
-        match (action, info.scope) {
-            (Action::ReconcileAll, _) => {
+        let (subject, summary) = match info.scope {
+            Scope::Pane => {
                 let targets: Vec<(String, i64)> = self.models[self.view]
                     .rows
                     .iter()
@@ -804,50 +724,62 @@ impl App {
                 } else {
                     format!(" matching {:?}", self.filter_text)
                 };
-                dialog.summary = format!(
+                let summary = format!(
                     "Ask the provider about {} effects of {}{filtered}, one after the other.",
                     targets.len(),
                     self.current_view().title()
                 );
-                dialog.targets = targets;
+                (Subject::Pane { targets }, summary)
             }
-            (_, Scope::Escalation) => {
+            Scope::Escalation => {
                 let Some(row) = self.selected_row().filter(|row| {
                     self.current_view() == View::Escalations && !row.id.starts_with(APPROVAL_ROW)
                 }) else {
                     self.set_status("select an escalation first (view 5)", Role::Muted);
                     return Vec::new();
                 };
-                dialog.summary = format!(
+                let summary = format!(
                     "{} {}",
                     info.description,
                     crate::text::sanitize_line(&row.id)
                 );
-                dialog.escalation_key = Some(row.id.clone());
+                let escalation_key = row.id.clone();
+                (Subject::Escalation { escalation_key }, summary)
             }
-            _ => {
-                let Some((op_key, version)) = self.selected_effect() else {
+            Scope::Effect | Scope::Everywhere => {
+                let Some((op_key, seen)) = self.selected_effect() else {
                     self.set_status("select an effect first", Role::Muted);
                     return Vec::new();
                 };
-                dialog.summary = format!(
+                let summary = format!(
                     "{} — {}{}",
                     info.description,
                     crate::text::sanitize_line(&op_key),
                     self.selected_context()
                 );
-                if info.confirmation == Confirmation::ReasonAndKey {
-                    dialog.required_suffix = Some(key_suffix(&op_key));
-                }
-                dialog.targets = vec![(op_key, version)];
+                (Subject::Effect { op_key, seen }, summary)
             }
-        }
-        dialog.focus = match info.confirmation {
-            Confirmation::Confirm | Confirmation::None => DialogField::Buttons,
-            _ if action == Action::ResolveSucceeded => DialogField::ExternalRef,
-            _ => DialogField::Reason,
         };
-        self.dialog = Some(dialog);
+        let required_suffix = match (&subject, info.confirmation) {
+            (Subject::Effect { op_key, .. }, Confirmation::ReasonAndKey) => {
+                Some(key_suffix(op_key))
+            }
+            _ => None,
+        };
+        let fields = action.dialog_fields();
+        self.dialog = Some(Dialog {
+            action,
+            title: action_title(action).to_string(),
+            summary,
+            subject,
+            reason: String::new(),
+            external_ref: String::new(),
+            key_suffix: String::new(),
+            required_suffix,
+            focus: fields[0],
+            confirm_selected: false,
+            error: None,
+        });
         Vec::new()
     }
 
@@ -855,8 +787,7 @@ impl App {
         let Some(dialog) = &mut self.dialog else {
             return Vec::new();
         };
-        let info = dialog.action.info();
-        let fields = dialog_fields(dialog.action, info.confirmation);
+        let fields = dialog.action.dialog_fields();
         match key.code {
             KeyCode::Esc => {
                 self.dialog = None;
@@ -890,31 +821,25 @@ impl App {
                     return Vec::new();
                 }
                 let dialog = self.dialog.take().expect("dialog is open");
-                let count = dialog.targets.len();
-                let what = dialog
-                    .action
-                    .info()
-                    .description
-                    .split(':')
-                    .next()
-                    .unwrap_or("")
-                    .to_string();
+                let what = action_title(dialog.action);
                 self.set_status(
-                    if count > 1 {
-                        format!("… {what}: {count} effects")
-                    } else {
-                        format!("… {what}")
+                    match &dialog.subject {
+                        Subject::Pane { targets } => format!("… {what}: {} effects", targets.len()),
+                        _ => format!("… {what}"),
                     },
                     Role::Muted,
                 );
-                return vec![Command::Perform(OperatorRequest {
-                    action: dialog.action,
-                    targets: dialog.targets,
-                    escalation_key: dialog.escalation_key,
+                let answers = Answers {
                     reason: dialog.reason.trim().to_string(),
-                    external_ref: Some(dialog.external_ref.trim().to_string())
-                        .filter(|r| !r.is_empty()),
-                })];
+                    external_ref: dialog.external_ref.trim().to_string(),
+                };
+                return match dialog.action.request(dialog.subject, answers) {
+                    Some(request) => vec![Command::Perform(request)],
+                    None => {
+                        self.set_status(format!("{what}: does not apply here"), Role::Warn);
+                        Vec::new()
+                    }
+                };
             }
             KeyCode::Backspace => {
                 if let Some(text) = dialog_text(dialog) {
@@ -940,22 +865,10 @@ impl App {
     }
 }
 
-fn dialog_fields(action: Action, confirmation: Confirmation) -> Vec<DialogField> {
-    let mut fields = Vec::new();
-    if action == Action::ResolveSucceeded {
-        fields.push(DialogField::ExternalRef);
-    }
-    if matches!(
-        confirmation,
-        Confirmation::Reason | Confirmation::ReasonAndKey
-    ) {
-        fields.push(DialogField::Reason);
-    }
-    if confirmation == Confirmation::ReasonAndKey {
-        fields.push(DialogField::KeySuffix);
-    }
-    fields.push(DialogField::Buttons);
-    fields
+/// The dialog's title and the status line's word: the description up to its colon.
+fn action_title(action: Action) -> &'static str {
+    let description = action.info().description;
+    description.split(':').next().unwrap_or(description)
 }
 
 fn dialog_text(dialog: &mut Dialog) -> Option<&mut String> {
@@ -976,7 +889,7 @@ fn validate_dialog(dialog: &Dialog) -> Result<(), String> {
     {
         return Err("a reason is required".to_string());
     }
-    if dialog.action == Action::ResolveSucceeded && dialog.external_ref.trim().is_empty() {
+    if dialog.action.info().asks_external_ref && dialog.external_ref.trim().is_empty() {
         return Err("the provider's external reference is required".to_string());
     }
     if let Some(required) = &dialog.required_suffix

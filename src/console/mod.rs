@@ -11,4 +11,5 @@ pub mod notify;
 pub mod poller;
 pub mod run;
 pub mod theme;
+pub mod view;
 pub mod views;

@@ -14,18 +14,17 @@ use ratatui::DefaultTerminal;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
-use super::app::{App, Command, Message, OperatorRequest};
+use super::app::{App, Command, Message};
 use super::notify::{self, Tracker};
 use super::poller::{self, PollSettings};
 use super::theme::Theme;
 use super::{clipboard, views};
 use crate::ledger::{ConnectSettings, history};
+use crate::settle::Request;
 
 /// Carries out a confirmed operator request and says what happened, in one line.
 pub type Performer = Arc<
-    dyn Fn(OperatorRequest) -> Pin<Box<dyn Future<Output = Result<String, String>> + Send>>
-        + Send
-        + Sync,
+    dyn Fn(Request) -> Pin<Box<dyn Future<Output = Result<String, String>> + Send>> + Send + Sync,
 >;
 
 pub struct ConsoleOptions {

@@ -53,61 +53,82 @@ pub async fn resolve<'c>(
     .await?)
 }
 
-pub async fn release<'c>(
-    executor: impl PgExecutor<'c>,
-    op_key: &str,
-    seen: SeenVersion,
-    operator: &str,
-    reason: &str,
-) -> Result<ActionOutcome, LedgerError> {
-    Ok(sqlx::query_as::<_, ActionOutcome>(
-        "select state, version, audit_seq from ledger.op_release(
-            op_key => $1, expected_version => $2, operator => $3, reason => $4)",
-    )
-    .bind(op_key)
-    .bind(seen.0)
-    .bind(operator)
-    .bind(reason)
-    .fetch_one(executor)
-    .await?)
+/// An operator action of the common shape: one SQL function taking the key,
+/// the version the operator saw, the operator and a reason, answering the
+/// effect's state and version and the audit entry. Each constant below is
+/// the whole Rust side of one such action: the CLI makes a subcommand of
+/// each one in [`OPERATOR_CALLS`], and the console's action table names the
+/// one its key runs.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct OperatorCall {
+    /// The command's name (`effectwatch release …`) and the audit trail's word.
+    pub name: &'static str,
+    /// The past tense, for what a report says happened.
+    pub done: &'static str,
+    /// One line of help for the command.
+    pub about: &'static str,
+    /// What the operator's text is called (a reason, or a note).
+    pub reason_word: &'static str,
+    /// The SQL function: `(op_key, expected_version, operator, reason)`.
+    function: &'static str,
 }
 
-pub async fn cancel<'c>(
-    executor: impl PgExecutor<'c>,
-    op_key: &str,
-    seen: SeenVersion,
-    operator: &str,
-    reason: &str,
-) -> Result<ActionOutcome, LedgerError> {
-    Ok(sqlx::query_as::<_, ActionOutcome>(
-        "select state, version, audit_seq from ledger.op_cancel(
-            op_key => $1, expected_version => $2, operator => $3, reason => $4)",
-    )
-    .bind(op_key)
-    .bind(seen.0)
-    .bind(operator)
-    .bind(reason)
-    .fetch_one(executor)
-    .await?)
-}
+pub const RELEASE: OperatorCall = OperatorCall {
+    name: "release",
+    done: "released",
+    about: "Let a held effect go ahead.",
+    reason_word: "reason",
+    function: "ledger.op_release",
+};
 
-pub async fn annotate<'c>(
-    executor: impl PgExecutor<'c>,
-    op_key: &str,
-    seen: SeenVersion,
-    operator: &str,
-    note: &str,
-) -> Result<ActionOutcome, LedgerError> {
-    Ok(sqlx::query_as::<_, ActionOutcome>(
-        "select state, version, audit_seq from ledger.op_annotate(
-            op_key => $1, expected_version => $2, operator => $3, note => $4)",
-    )
-    .bind(op_key)
-    .bind(seen.0)
-    .bind(operator)
-    .bind(note)
-    .fetch_one(executor)
-    .await?)
+pub const CANCEL: OperatorCall = OperatorCall {
+    name: "cancel",
+    done: "cancelled",
+    about: "Withdraw a held or never-dispatched effect.",
+    reason_word: "reason",
+    function: "ledger.op_cancel",
+};
+
+pub const ANNOTATE: OperatorCall = OperatorCall {
+    name: "annotate",
+    done: "annotated",
+    about: "Put a note on the record (--reason is the note).",
+    reason_word: "note",
+    function: "ledger.op_annotate",
+};
+
+/// Every operator action of the common shape, in the order the CLI lists them.
+pub const OPERATOR_CALLS: &[&OperatorCall] = &[&RELEASE, &CANCEL, &ANNOTATE];
+
+impl OperatorCall {
+    pub fn named(name: &str) -> Option<&'static OperatorCall> {
+        OPERATOR_CALLS
+            .iter()
+            .copied()
+            .find(|call| call.name == name)
+    }
+
+    pub async fn call<'c>(
+        &self,
+        executor: impl PgExecutor<'c>,
+        op_key: &str,
+        seen: SeenVersion,
+        operator: &str,
+        reason: &str,
+    ) -> Result<ActionOutcome, LedgerError> {
+        // Positional: the functions name their text argument reason or note.
+        let sql = format!(
+            "select state, version, audit_seq from {}($1, $2, $3, $4)",
+            self.function
+        );
+        Ok(sqlx::query_as::<_, ActionOutcome>(sqlx::AssertSqlSafe(sql))
+            .bind(op_key)
+            .bind(seen.0)
+            .bind(operator)
+            .bind(reason)
+            .fetch_one(executor)
+            .await?)
+    }
 }
 
 /// What a provider said about an effect, as stored by `record_reconciliation`.

@@ -23,7 +23,7 @@ use thiserror::Error;
 use crate::adapters::provider::Provider;
 use crate::adapters::sink::Sink;
 use crate::config::Config;
-use crate::ledger::actions::{self, ActionOutcome, Resolution, SeenVersion};
+use crate::ledger::actions::{self, ActionOutcome, OperatorCall, Resolution, SeenVersion};
 use crate::ledger::history;
 use crate::ledger::{Effect, LedgerError};
 use crate::text::sanitize_line;
@@ -37,6 +37,10 @@ pub enum Request {
     Reconcile {
         op_key: String,
         seen: Option<i64>,
+    },
+    /// Every `(op_key, version seen)`, a few at a time; each succeeds or fails on its own.
+    ReconcileMany {
+        targets: Vec<(String, i64)>,
     },
     Compensate {
         op_key: String,
@@ -56,20 +60,12 @@ pub enum Request {
         reason: String,
         resolution: Resolution,
     },
-    Release {
+    /// An operator action of the common shape (release, cancel, annotate, …).
+    Operator {
+        call: &'static OperatorCall,
         op_key: String,
         seen: Option<i64>,
         reason: String,
-    },
-    Cancel {
-        op_key: String,
-        seen: Option<i64>,
-        reason: String,
-    },
-    Annotate {
-        op_key: String,
-        seen: Option<i64>,
-        note: String,
     },
     Approve {
         op_key: String,
@@ -94,13 +90,11 @@ pub enum Request {
 impl Request {
     pub fn name(&self) -> &'static str {
         match self {
-            Request::Reconcile { .. } => "reconcile",
+            Request::Reconcile { .. } | Request::ReconcileMany { .. } => "reconcile",
             Request::Compensate { .. } => "compensate",
             Request::Escalate { .. } => "escalate",
             Request::Resolve { .. } => "resolve",
-            Request::Release { .. } => "release",
-            Request::Cancel { .. } => "cancel",
-            Request::Annotate { .. } => "annotate",
+            Request::Operator { call, .. } => call.name,
             Request::Approve { .. } => "approve",
             Request::Reject { .. } => "reject",
             Request::Acknowledge { .. } => "acknowledge",
@@ -108,18 +102,20 @@ impl Request {
         }
     }
 
-    /// The effect (or escalation) key the request is about.
+    /// The effect (or escalation) key the request is about; the first of many.
     pub fn key(&self) -> &str {
         match self {
             Request::Reconcile { op_key, .. }
             | Request::Compensate { op_key, .. }
             | Request::Escalate { op_key, .. }
             | Request::Resolve { op_key, .. }
-            | Request::Release { op_key, .. }
-            | Request::Cancel { op_key, .. }
-            | Request::Annotate { op_key, .. }
+            | Request::Operator { op_key, .. }
             | Request::Approve { op_key, .. }
             | Request::Reject { op_key, .. } => op_key,
+            Request::ReconcileMany { targets } => targets
+                .first()
+                .map(|(op_key, _)| op_key.as_str())
+                .unwrap_or(""),
             Request::Acknowledge { escalation_key, .. }
             | Request::ResolveEscalation { escalation_key, .. } => escalation_key,
         }
@@ -260,6 +256,9 @@ impl Settler {
         }
         match request {
             Request::Reconcile { op_key, seen } => self.reconcile(&op_key, seen).await,
+            Request::ReconcileMany { targets } => {
+                Ok(bulk_report(&self.reconcile_many(targets).await?))
+            }
             Request::Compensate {
                 op_key,
                 seen,
@@ -277,31 +276,17 @@ impl Settler {
                 reason,
                 resolution,
             } => self.resolve(&op_key, seen, &reason, &resolution).await,
-            Request::Release {
+            Request::Operator {
+                call,
                 op_key,
                 seen,
                 reason,
             } => {
                 let seen = self.seen(&op_key, seen).await?;
-                let outcome =
-                    actions::release(&self.pool, &op_key, seen, &self.operator, &reason).await?;
-                Ok(simple_report("released", &op_key, &outcome))
-            }
-            Request::Cancel {
-                op_key,
-                seen,
-                reason,
-            } => {
-                let seen = self.seen(&op_key, seen).await?;
-                let outcome =
-                    actions::cancel(&self.pool, &op_key, seen, &self.operator, &reason).await?;
-                Ok(simple_report("cancelled", &op_key, &outcome))
-            }
-            Request::Annotate { op_key, seen, note } => {
-                let seen = self.seen(&op_key, seen).await?;
-                let outcome =
-                    actions::annotate(&self.pool, &op_key, seen, &self.operator, &note).await?;
-                Ok(simple_report("annotated", &op_key, &outcome))
+                let outcome = call
+                    .call(&self.pool, &op_key, seen, &self.operator, &reason)
+                    .await?;
+                Ok(simple_report(call.done, &op_key, &outcome))
             }
             Request::Approve {
                 op_key,
@@ -449,6 +434,28 @@ fn changed(op_key: &str, now: i64, seen: i64) -> SettleError {
     )))
 }
 
+/// One line for a bulk reconciliation: how many, and the findings seen.
+fn bulk_report(items: &[BulkItem]) -> Report {
+    let total = items.len();
+    let failed = items.iter().filter(|item| item.result.is_err()).count();
+    let mut findings: Vec<&str> = items
+        .iter()
+        .filter_map(|item| item.result.as_ref().ok())
+        .filter_map(|report| report.detail.get("finding").and_then(Value::as_str))
+        .collect();
+    findings.sort_unstable();
+    findings.dedup();
+    Report::new(
+        format!(
+            "reconciled {} of {total} ({failed} failed): {}",
+            total - failed,
+            findings.join(", ")
+        ),
+        json!({ "action": "reconcile", "reconciled": total - failed, "failed": failed,
+                "findings": findings }),
+    )
+}
+
 fn simple_report(done: &str, op_key: &str, outcome: &ActionOutcome) -> Report {
     Report::new(
         format!(
@@ -475,10 +482,11 @@ mod tests {
                 escalation_key: "e".into(),
                 reason: "r".into(),
             },
-            Request::Annotate {
+            Request::Operator {
+                call: &actions::ANNOTATE,
                 op_key: "k".into(),
                 seen: Some(1),
-                note: "n".into(),
+                reason: "n".into(),
             },
         ];
         for request in requests {

@@ -4,7 +4,7 @@ use ratatui::style::Modifier;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Clear, Paragraph, Wrap};
 
-use crate::console::action::{Action, Confirmation};
+use crate::console::action::Confirmation;
 use crate::console::app::{Dialog, DialogField};
 use crate::console::theme::{Role, Theme};
 use crate::text::sanitize_line;
@@ -30,7 +30,7 @@ pub fn draw(frame: &mut Frame, area: Rect, dialog: &Dialog, theme: &Theme) {
             ),
         ])
     };
-    if dialog.action == Action::ResolveSucceeded {
+    if dialog.action.info().asks_external_ref {
         lines.push(input(
             "provider reference",
             &dialog.external_ref,

@@ -4,11 +4,11 @@ use ratatui::style::Modifier;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
 
-use crate::console::action::{Action, Scope, TABLE};
+use crate::console::action::{Scope, TABLE};
 use crate::console::app::{App, Connection, VIEWS, View};
 use crate::console::theme::{Role, Theme};
 use crate::format::duration_ms;
-use crate::ledger::panes::Pane;
+
 use crate::text::sanitize_line;
 
 pub fn draw_header(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
@@ -176,16 +176,10 @@ pub fn draw_status(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
 /// The one-line key bar, generated from the action table.
 pub fn draw_key_bar(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     let mut spans = Vec::new();
-    // The settling keys that matter most where the operator is.
-    let for_view: &[Action] = match app.current_view() {
-        View::Pane(Pane::Held) => &[Action::Release, Action::Cancel],
-        View::Pane(Pane::Overdue) => &[Action::ResolveSucceeded, Action::ResolveFailed],
-        View::Escalations => &[Action::Approve, Action::Reject],
-        _ => &[],
-    };
+    let view = app.current_view();
     let entries = TABLE
         .iter()
-        .filter(|entry| entry.in_key_bar || for_view.contains(&entry.action));
+        .filter(|entry| entry.in_key_bar || entry.featured_in.contains(&view));
     for entry in entries {
         if !entry.action.allowed(app.read_only) {
             continue;
