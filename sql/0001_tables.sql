@@ -83,6 +83,10 @@ create table ledger.effects (
     settled_at        timestamptz,
     compensates       bigint references ledger.effects (id),
     held_by           bigint references ledger.effects (id),
+    -- An operator has seen this key's repeated and flagged calls up to here
+    -- (ledger.op_acknowledge_duplicates): the duplicates pane shows only
+    -- what came after; the attempts themselves stay.
+    duplicates_acknowledged_at timestamptz,
     check (pending_window > interval '0'),
     check ((amount_minor is null) = (currency is null)),
     check (state <> 'held' or held_by is not null)
@@ -176,6 +180,7 @@ create table ledger.effect_versions (
     attention       text,
     settled_at      timestamptz,
     held_by         bigint,
+    duplicates_acknowledged_at timestamptz,
     primary key (effect_id, version)
 );
 

@@ -117,11 +117,12 @@ begin
     insert into ledger.effect_versions (
         effect_id, version, from_state, state, actor, db_role, reason, state_since, dispatched_at,
         deadline_at, external_ref, failure_reason, retryable, late_result_at, attention, settled_at,
-        held_by)
+        held_by, duplicates_acknowledged_at)
     values (new.id, new.version, case when tg_op = 'UPDATE' then old.state end, new.state,
             ledger.current_actor(), session_user::text, nullif(current_setting('ledger.reason', true), ''),
             new.state_since, new.dispatched_at, new.deadline_at, new.external_ref, new.failure_reason,
-            new.retryable, new.late_result_at, new.attention, new.settled_at, new.held_by);
+            new.retryable, new.late_result_at, new.attention, new.settled_at, new.held_by,
+            new.duplicates_acknowledged_at);
     -- Consoles LISTEN on this channel to refresh before their next poll.
     -- A transaction that notifies commits under a database-wide lock, one at
     -- a time, which cut writer throughput by more than half; the happy path

@@ -52,7 +52,8 @@ $$;
 
 -- One row per key called again (ledger.counts_as_duplicate). A pane, not
 -- an archive: the last day's repeats, and every flagged one (a mismatch, a
--- late result, a refused call) until the ledger is pruned.
+-- late result, a refused call) until an operator acknowledges them
+-- (ledger.op_acknowledge_duplicates) or the ledger is pruned.
 create function ledger.duplicate_attempts_at(at_time timestamptz)
 returns table (
     op_key text, effect_id bigint, action text, target text, state text, attempts bigint,
@@ -76,6 +77,8 @@ language sql stable as $$
              where ledger.counts_as_duplicate(a.kind)
                and a.at <= ledger.instant(at_time)
                and (a.at > ledger.instant(at_time) - interval '24 hours' or a.flagged)
+               and a.at > coalesce((select x.duplicates_acknowledged_at
+                                      from ledger.effect_at(a.effect_id, at_time) x), '-infinity')
              group by a.effect_id) d
      cross join lateral ledger.effect_at(d.effect_id, at_time) e
 $$;

@@ -14,7 +14,8 @@ language sql immutable as $$
         'state', (effect).state, 'version', (effect).version,
         'external_ref', (effect).external_ref, 'retryable', (effect).retryable,
         'failure_reason', (effect).failure_reason, 'attention', (effect).attention,
-        'held_by', (effect).held_by))
+        'held_by', (effect).held_by,
+        'duplicates_acknowledged_at', (effect).duplicates_acknowledged_at))
 $$;
 
 -- Locks the effect and checks the operator saw its current version.
@@ -176,6 +177,40 @@ begin
                                        op_annotate.operator, op_annotate.note, true);
     seq := ledger.audit(op_annotate.operator, 'annotate', effect, op_annotate.note,
                         ledger.effect_snapshot(effect), null);
+    return query select effect.state, effect.version, seq;
+end
+$$;
+
+-- An operator has looked at a key's repeated and flagged calls and settled
+-- what they mean: they leave the duplicates pane (which keeps flagged ones
+-- for good otherwise) and stay in the attempts, the history and reports.
+-- Only a key the pane lists can be acknowledged; later calls show again.
+create function ledger.op_acknowledge_duplicates(
+    op_key text, expected_version bigint, operator text, reason text
+) returns table (state text, version bigint, audit_seq bigint)
+language plpgsql security definer
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    effect ledger.effects;
+    before jsonb;
+    seq bigint;
+begin
+    effect := ledger.lock_for_operator(op_acknowledge_duplicates.op_key,
+                                       op_acknowledge_duplicates.expected_version,
+                                       op_acknowledge_duplicates.operator,
+                                       op_acknowledge_duplicates.reason, true);
+    if not exists (select 1 from ledger.duplicate_attempts_at(null) d where d.effect_id = effect.id) then
+        raise exception 'ledger: effect % has no repeated or flagged calls to acknowledge', effect.op_key
+            using errcode = 'EW422';
+    end if;
+    before := ledger.effect_snapshot(effect);
+    update ledger.effects e set duplicates_acknowledged_at = now()
+     where e.id = effect.id
+    returning e.* into effect;
+    seq := ledger.audit(op_acknowledge_duplicates.operator, 'acknowledge_duplicates', effect,
+                        op_acknowledge_duplicates.reason, before, ledger.effect_snapshot(effect));
     return query select effect.state, effect.version, seq;
 end
 $$;

@@ -54,6 +54,7 @@ grant execute on function
     ledger.op_release(text, bigint, text, text),
     ledger.op_cancel(text, bigint, text, text),
     ledger.op_annotate(text, bigint, text, text),
+    ledger.op_acknowledge_duplicates(text, bigint, text, text),
     ledger.record_reconciliation(text, bigint, text, text, text, text[], jsonb, integer),
     ledger.verify_audit_chain()
     to effect_operator;

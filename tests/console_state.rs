@@ -738,3 +738,33 @@ fn a_key_with_control_characters_is_never_copied() {
         assert_eq!(status.role, Role::Warn);
     }
 }
+
+#[test]
+fn acknowledging_repeats_sends_the_ledgers_call_for_the_version_seen() {
+    let mut app = app_with(&["a"]);
+    assert!(char(&mut app, 'd').is_empty());
+    assert_eq!(
+        app.dialog.as_ref().map(|dialog| dialog.focus),
+        Some(DialogField::Reason)
+    );
+    type_text(&mut app, "agent retried on a timeout");
+    key(&mut app, KeyCode::Tab);
+    key(&mut app, KeyCode::Left);
+    let commands = key(&mut app, KeyCode::Enter);
+    assert_eq!(
+        performs(&commands),
+        [&Request::Operator {
+            call: &effectwatch::ledger::actions::ACKNOWLEDGE_DUPLICATES,
+            op_key: "a".to_string(),
+            seen: Some(1),
+            reason: "agent retried on a timeout".to_string()
+        }]
+    );
+
+    // Read-only: the key is refused before any dialog opens.
+    let mut app = App::new("ro".to_string(), true, Duration::from_secs(2));
+    app.update(Message::Snapshot(Box::new(snapshot(rows(&["a"]), 1, 0))));
+    assert!(char(&mut app, 'd').is_empty());
+    assert!(app.dialog.is_none());
+    assert!(status(&app).contains("read-only"), "{}", status(&app));
+}

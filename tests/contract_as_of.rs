@@ -271,6 +271,17 @@ async fn every_view_as_of_an_instant_is_what_the_live_view_showed_then() {
     sql(pool, "select * from ledger.op_resolve('b1', null, 'carol', 'provider dashboard shows it', 'succeeded', 'ref-b1')").await;
     samples.push(read_live(pool).await);
 
+    // c1's flagged mismatch is acknowledged: off the duplicates pane; then the agent
+    // replays c1 once more and it is back, with that one repeat.
+    sql(
+        pool,
+        "select * from ledger.op_acknowledge_duplicates('c1', null, 'carol', 'agent bug, fixed')",
+    )
+    .await;
+    samples.push(read_live(pool).await);
+    begin(pool, &refund("c1", "invoice:C", 900, 30), Decision::Replay).await;
+    samples.push(read_live(pool).await);
+
     // The history must have put something in every view at some instant, or the
     // comparison below proves nothing about it.
     for (index, (live, _)) in VIEWS.iter().enumerate() {

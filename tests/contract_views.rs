@@ -558,3 +558,113 @@ async fn pane_changes_are_announced_on_the_notify_channel() {
     let next = next_notification(&mut listener).await;
     assert_eq!(next["op_key"], other);
 }
+
+async fn audit_actions(pool: &PgPool, op_key: &str) -> Vec<String> {
+    sqlx::query_scalar(
+        "select a.action from ledger.audit_log a join ledger.effects e on e.id = a.effect_id
+          where e.op_key = $1 order by a.seq",
+    )
+    .bind(op_key)
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn acknowledged_repeats_leave_the_duplicates_pane_and_stay_on_record() {
+    let db = common::test_db().await;
+    let pool = &db.pool;
+    let ack = &actions::ACKNOWLEDGE_DUPLICATES;
+
+    // A flagged mismatch stays in the pane for good; a replay is a plain repeat.
+    let original = intent("d:mismatch", "refund", "acct:d1", 300);
+    begin(pool, &original, Decision::Proceed).await;
+    let mut changed = original.clone();
+    changed.params = json!({"amount_minor": 9900, "currency": "EUR"});
+    begin(pool, &changed, Decision::Rejected).await;
+    let quiet = intent("d:quiet", "refund", "acct:d2", 300);
+    begin(pool, &quiet, Decision::Proceed).await;
+    assert_eq!(
+        view_keys(pool, "ledger.duplicate_attempts").await,
+        set(&["d:mismatch"])
+    );
+    let seen = sqlx::query_scalar::<_, i64>("select version from ledger.effects where op_key = $1")
+        .bind("d:mismatch")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    let before: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("select now()")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+
+    // Refused without a reason, on a version the operator did not see, and for a key the
+    // pane does not list: nothing is written.
+    assert!(matches!(
+        ack.call(pool, "d:mismatch", SeenVersion(seen), "alice", " ")
+            .await,
+        Err(effectwatch::ledger::LedgerError::Invalid(_))
+    ));
+    assert!(matches!(
+        ack.call(pool, "d:mismatch", SeenVersion(seen + 1), "alice", "seen")
+            .await,
+        Err(effectwatch::ledger::LedgerError::Changed(_))
+    ));
+    assert!(matches!(
+        ack.call(pool, "d:quiet", SeenVersion(1), "alice", "seen")
+            .await,
+        Err(effectwatch::ledger::LedgerError::NotApplicable(_))
+    ));
+    assert!(audit_actions(pool, "d:mismatch").await.is_empty());
+
+    let done = ack
+        .call(
+            pool,
+            "d:mismatch",
+            SeenVersion(seen),
+            "alice",
+            "agent bug, ticket 42",
+        )
+        .await
+        .unwrap();
+    assert_eq!(done.version, seen + 1);
+    assert!(
+        view_keys(pool, "ledger.duplicate_attempts")
+            .await
+            .is_empty()
+    );
+    assert_eq!(
+        audit_actions(pool, "d:mismatch").await,
+        ["acknowledge_duplicates"]
+    );
+    // The attempt stays, and the pane as it stood before shows it still.
+    let mismatches: i64 = sqlx::query_scalar(
+        "select count(*) from ledger.attempts where op_key = 'd:mismatch' and kind = 'mismatch'",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    assert_eq!(mismatches, 1);
+    let then: Vec<String> =
+        sqlx::query_scalar("select op_key from ledger.duplicate_attempts_at($1)")
+            .bind(before)
+            .fetch_all(pool)
+            .await
+            .unwrap();
+    assert_eq!(then, ["d:mismatch"]);
+
+    // A repeat after the acknowledgement shows again, counted from there.
+    begin(pool, &changed, Decision::Rejected).await;
+    let PaneRows::Duplicates(rows) =
+        panes::fetch(pool, Pane::Duplicates, &Filter::default(), 10, 0)
+            .await
+            .unwrap()
+    else {
+        panic!("duplicates rows expected");
+    };
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        (rows[0].op_key.as_str(), rows[0].attempts),
+        ("d:mismatch", 1)
+    );
+}

@@ -215,3 +215,66 @@ async fn hostile_keys_never_reach_the_terminal_raw() {
         );
     }
 }
+
+#[tokio::test]
+async fn each_operator_call_of_the_ledger_is_a_command() {
+    let rig = Rig::new().await;
+    let cli = Cli::new(&rig);
+    let help = cli.run(&["--help"]).await;
+    for command in ["release", "cancel", "annotate", "acknowledge-duplicates"] {
+        assert!(
+            text(&help.stdout).contains(command),
+            "{command} missing from:\n{}",
+            text(&help.stdout)
+        );
+    }
+
+    // A key whose replays put it in the duplicates pane.
+    rig.unknown_effect("refund:ACK:v1", 100).await;
+    let intent = Rig::intent("refund:ACK:v1", 100);
+    effectwatch::ledger::writer::begin_effect(&rig.db.pool, &intent)
+        .await
+        .unwrap();
+    let out = cli
+        .run(&[
+            "acknowledge-duplicates",
+            "refund:ACK:v1",
+            "--format",
+            "json",
+        ])
+        .await;
+    assert_eq!(out.status.code(), Some(2), "--reason is required");
+
+    let out = cli
+        .run(&[
+            "acknowledge-duplicates",
+            "refund:ACK:v1",
+            "--reason",
+            "the agent retried on a timeout",
+            "--format",
+            "json",
+        ])
+        .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["detail"]["op_key"], "refund:ACK:v1");
+    let listed: i64 = sqlx::query_scalar(
+        "select count(*) from ledger.duplicate_attempts where op_key = 'refund:ACK:v1'",
+    )
+    .fetch_one(&rig.db.pool)
+    .await
+    .unwrap();
+    assert_eq!(listed, 0);
+
+    // Nothing left to acknowledge: the ledger says so, exit code 9, nothing written.
+    let out = cli
+        .run(&[
+            "acknowledge-duplicates",
+            "refund:ACK:v1",
+            "--reason",
+            "again",
+        ])
+        .await;
+    assert_eq!(out.status.code(), Some(9), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("no repeated or flagged calls"));
+}

@@ -516,6 +516,16 @@ pub const TABLE: &[ActionInfo] = &[
         ..WRITES
     },
     ActionInfo {
+        action: Action::Operator(&actions::ACKNOWLEDGE_DUPLICATES),
+        keys: "d",
+        bindings: &[key('d')],
+        label: "ack repeats",
+        description: "acknowledge repeats: off this pane, kept in history",
+        featured_in: &[View::Pane(Pane::Duplicates)],
+        request: Some(operator_call),
+        ..WRITES
+    },
+    ActionInfo {
         action: Action::Approve,
         keys: "A",
         bindings: &[key('A')],
@@ -676,7 +686,7 @@ mod tests {
             assert!(entry.action.allowed(false));
         }
         assert!(!Action::Compensate.allowed(true));
-        assert!(!Action::Operator(&actions::RELEASE).allowed(true));
+        assert!(!Action::Operator(&actions::ACKNOWLEDGE_DUPLICATES).allowed(true));
         assert!(Action::Open.allowed(true));
     }
 
@@ -699,7 +709,7 @@ mod tests {
             }
             assert_eq!(entry.writes, entry.request.is_some(), "{:?}", entry.action);
         }
-        let ack = Action::Operator(&actions::RELEASE);
+        let ack = Action::Operator(&actions::ACKNOWLEDGE_DUPLICATES);
         assert_eq!(
             ack.request(
                 Subject::Effect {
@@ -712,7 +722,7 @@ mod tests {
                 }
             ),
             Some(Request::Operator {
-                call: &actions::RELEASE,
+                call: &actions::ACKNOWLEDGE_DUPLICATES,
                 op_key: "k".into(),
                 seen: Some(3),
                 reason: "seen".into()

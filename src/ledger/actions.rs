@@ -97,8 +97,18 @@ pub const ANNOTATE: OperatorCall = OperatorCall {
     function: "ledger.op_annotate",
 };
 
+pub const ACKNOWLEDGE_DUPLICATES: OperatorCall = OperatorCall {
+    name: "acknowledge-duplicates",
+    done: "acknowledged the repeated calls of",
+    about: "Take a key's repeated and flagged calls off the duplicates pane (they stay in its \
+            history and the reports).",
+    reason_word: "reason",
+    function: "ledger.op_acknowledge_duplicates",
+};
+
 /// Every operator action of the common shape, in the order the CLI lists them.
-pub const OPERATOR_CALLS: &[&OperatorCall] = &[&RELEASE, &CANCEL, &ANNOTATE];
+pub const OPERATOR_CALLS: &[&OperatorCall] =
+    &[&RELEASE, &CANCEL, &ANNOTATE, &ACKNOWLEDGE_DUPLICATES];
 
 impl OperatorCall {
     pub fn named(name: &str) -> Option<&'static OperatorCall> {

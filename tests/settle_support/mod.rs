@@ -121,7 +121,7 @@ impl Rig {
         assert!(claim.claimed);
     }
 
-    fn intent(op_key: &str, amount_minor: i64) -> Intent {
+    pub fn intent(op_key: &str, amount_minor: i64) -> Intent {
         Intent {
             op_key: op_key.into(),
             action: "refund".into(),
