@@ -25,10 +25,11 @@ use effectwatch::console::poller::{self, PollSettings};
 use effectwatch::console::theme::{Role, Theme};
 use effectwatch::console::views;
 use effectwatch::fakeprovider::{FakeProvider, Fault, Route};
+use effectwatch::ledger::escalations;
 use effectwatch::ledger::panes::{Filter, Pane};
 use effectwatch::ledger::writer::{self, Completion, Intent, Outcome};
 use effectwatch::ledger::{ConnectSettings, NOTIFY_CHANNEL};
-use effectwatch::settle::{Request, calls};
+use effectwatch::settle::Request;
 use serde_json::json;
 use settle_support::{PROVIDER_TIMEOUT_MS, Rig};
 
@@ -535,7 +536,7 @@ async fn a_writing_console_retries_failed_escalation_deliveries() {
         .as_str()
         .unwrap()
         .to_string();
-    let status = calls::escalation_status(&rig.db.pool, &key)
+    let status = escalations::escalation_status(&rig.db.pool, &key)
         .await
         .unwrap()
         .unwrap();
@@ -553,7 +554,7 @@ async fn a_writing_console_retries_failed_escalation_deliveries() {
             s.contains("✉ delivered 1 escalation(s)")
         })
         .await;
-    let status = calls::escalation_status(&rig.db.pool, &key)
+    let status = escalations::escalation_status(&rig.db.pool, &key)
         .await
         .unwrap()
         .unwrap();

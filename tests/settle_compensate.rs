@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use effectwatch::adapters::provider::{CompensationOutcome, EffectQuery, Provider};
 use effectwatch::fakeprovider::{Fault, Route};
+use effectwatch::ledger::compensation;
 use effectwatch::ledger::{LedgerError, State};
-use effectwatch::settle::{Request, SettleError, calls};
+use effectwatch::settle::{Request, SettleError};
 use settle_support::Rig;
 
 fn compensate(op_key: &str, seen: Option<i64>) -> Request {
@@ -143,7 +144,7 @@ async fn a_crash_between_dispatch_and_record_then_a_rerun_does_not_compensate_tw
     // The first run: created, claimed, sent — and the console dies before
     // it records the answer.
     let pool = &rig.operator_pool;
-    let start = calls::compensate(
+    let start = compensation::compensate(
         pool,
         "refund:CRASH:v1",
         original.version,
@@ -154,7 +155,7 @@ async fn a_crash_between_dispatch_and_record_then_a_rerun_does_not_compensate_tw
     .unwrap();
     let key = start.compensation_key.unwrap();
     assert!(
-        calls::dispatch_compensation(pool, &key, "alice")
+        compensation::dispatch_compensation(pool, &key, "alice")
             .await
             .unwrap()
             .claimed

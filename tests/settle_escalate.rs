@@ -7,7 +7,8 @@ mod settle_support;
 use std::time::{Duration, Instant};
 
 use effectwatch::fakeprovider::{Fault, Route};
-use effectwatch::settle::{Request, Settler, calls};
+use effectwatch::ledger::escalations;
+use effectwatch::settle::{Request, Settler};
 use serde_json::Value;
 use settle_support::{PROVIDER_TIMEOUT_MS, Rig};
 
@@ -24,7 +25,7 @@ fn escalate(op_key: &str, sink: Option<&str>) -> Request {
 async fn deliver_until_delivered(settler: &Settler, rig: &Rig, key: &str) -> usize {
     for pass in 1..=100 {
         settler.deliver_due_escalations().await.unwrap();
-        let status = calls::escalation_status(&rig.db.pool, key)
+        let status = escalations::escalation_status(&rig.db.pool, key)
             .await
             .unwrap()
             .unwrap();
@@ -67,7 +68,7 @@ async fn a_sink_that_fails_twice_then_succeeds_delivers_the_escalation_once() {
         "{}",
         report.summary
     );
-    let status = calls::escalation_status(&rig.db.pool, &key)
+    let status = escalations::escalation_status(&rig.db.pool, &key)
         .await
         .unwrap()
         .unwrap();
@@ -89,7 +90,7 @@ async fn a_sink_that_fails_twice_then_succeeds_delivers_the_escalation_once() {
     let hooks = rig.fake.hooks();
     assert_eq!(hooks.len(), 1, "delivered once");
     assert_eq!(hooks[0].idempotency_key.as_deref(), Some(key.as_str()));
-    let status = calls::escalation_status(&rig.db.pool, &key)
+    let status = escalations::escalation_status(&rig.db.pool, &key)
         .await
         .unwrap()
         .unwrap();
@@ -290,7 +291,7 @@ async fn a_hanging_sink_is_bounded_and_its_state_visible() {
         .unwrap();
     assert!(started.elapsed() < Duration::from_millis(PROVIDER_TIMEOUT_MS + 1500));
     let key = report.detail["escalation_key"].as_str().unwrap();
-    let status = calls::escalation_status(&rig.db.pool, key)
+    let status = escalations::escalation_status(&rig.db.pool, key)
         .await
         .unwrap()
         .unwrap();
@@ -322,7 +323,7 @@ async fn two_consoles_delivering_at_once_deliver_once() {
     let (first, second) = tokio::join!(a.deliver_due_escalations(), b.deliver_due_escalations());
     assert_eq!(first.unwrap() + second.unwrap(), 1);
     assert_eq!(rig.fake.hooks().len(), 1);
-    let status = calls::escalation_status(&rig.db.pool, &key)
+    let status = escalations::escalation_status(&rig.db.pool, &key)
         .await
         .unwrap()
         .unwrap();

@@ -17,8 +17,9 @@ use super::Format;
 use super::exit::{BAD_CONFIG, FAILURE, Failure, REFUSED, USAGE, code_for};
 use crate::config::Config;
 use crate::ledger::actions::{OPERATOR_CALLS, OperatorCall, Resolution};
+use crate::ledger::escalations;
 use crate::ledger::panes::{self, Filter, Pane, PaneRows};
-use crate::settle::{BulkItem, Report, Request, SettleError, Settler, calls};
+use crate::settle::{BulkItem, Report, Request, SettleError, Settler};
 use crate::text::{safe_json, sanitize_line, truncate};
 
 #[derive(Debug, Subcommand)]
@@ -469,7 +470,7 @@ fn print_bulk(done: &[BulkItem], format: Format) {
 }
 
 async fn list_escalations(pool: &PgPool, limit: i64, format: Format) -> Result<(), Failure> {
-    let open = calls::open_escalations(pool, limit.max(1)).await?;
+    let open = escalations::unresolved(pool, limit.max(1)).await?;
     match format {
         Format::Json => println!("{}", safe_json(&open)),
         Format::Table if open.is_empty() => println!("no open escalations"),

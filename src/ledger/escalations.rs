@@ -1,8 +1,14 @@
-//! Open escalations and compensations awaiting a second operator, as the
-//! console lists them, now or as they stood at an instant
+//! Escalations (`sql/0010_escalation.sql`): handing an effect to a person,
+//! the delivery loop's leases and attempts, acknowledging and resolving;
+//! and the open escalations and compensations awaiting a second operator
+//! as the console lists them, now or as they stood at an instant
 //! (`sql/0007_panes.sql`).
 
+use std::time::Duration;
+
 use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::Value;
 use sqlx::{AssertSqlSafe, PgExecutor};
 
 use super::LedgerError;
@@ -84,4 +90,185 @@ pub async fn awaiting_approval<'c>(
         query = query.bind(at);
     }
     Ok(query.fetch_all(executor).await?)
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+pub struct EscalationStart {
+    /// created | existing
+    pub status: String,
+    pub escalation_key: String,
+    pub state: String,
+    pub sink_name: String,
+    pub decision: String,
+    pub decision_needed: String,
+    pub audit_seq: Option<i64>,
+}
+
+pub async fn escalate<'c>(
+    executor: impl PgExecutor<'c>,
+    op_key: &str,
+    seen: i64,
+    operator: &str,
+    reason: &str,
+    sink: &str,
+) -> Result<EscalationStart, LedgerError> {
+    Ok(sqlx::query_as::<_, EscalationStart>(
+        "select status, escalation_key, state, sink_name, decision, decision_needed, audit_seq
+           from ledger.op_escalate(op_key => $1, expected_version => $2, operator => $3,
+                                   reason => $4, sink => $5)",
+    )
+    .bind(op_key)
+    .bind(seen)
+    .bind(operator)
+    .bind(reason)
+    .bind(sink)
+    .fetch_one(executor)
+    .await?)
+}
+
+/// An escalation claimed for one delivery attempt.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct Claimed {
+    pub escalation_key: String,
+    pub sink: String,
+    pub payload: Value,
+    pub attempt: i32,
+}
+
+fn interval_ms(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX / 1000)
+}
+
+pub async fn claim_due_escalations<'c>(
+    executor: impl PgExecutor<'c>,
+    worker: &str,
+    lease: Duration,
+    max_items: i32,
+    only_key: Option<&str>,
+) -> Result<Vec<Claimed>, LedgerError> {
+    Ok(sqlx::query_as::<_, Claimed>(
+        "select escalation_key, sink, payload, attempt
+           from ledger.claim_due_escalations(worker => $1,
+                lease => make_interval(secs => $2::double precision / 1000),
+                max_items => $3, only_key => $4)",
+    )
+    .bind(worker)
+    .bind(interval_ms(lease))
+    .bind(max_items)
+    .bind(only_key)
+    .fetch_all(executor)
+    .await?)
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+pub struct DeliveryRecorded {
+    pub state: String,
+    pub delivery_attempts: i32,
+    pub next_attempt_at: DateTime<Utc>,
+}
+
+#[allow(clippy::too_many_arguments)]
+pub async fn record_delivery<'c>(
+    executor: impl PgExecutor<'c>,
+    escalation_key: &str,
+    attempt: i32,
+    worker: &str,
+    ok: bool,
+    error: Option<&str>,
+    retry_after: Duration,
+    duration_ms: i32,
+) -> Result<DeliveryRecorded, LedgerError> {
+    Ok(sqlx::query_as::<_, DeliveryRecorded>(
+        "select state, delivery_attempts, next_attempt_at
+           from ledger.record_escalation_delivery(escalation_key => $1, attempt => $2, worker => $3,
+                ok => $4, error => $5,
+                retry_after => make_interval(secs => $6::double precision / 1000),
+                duration_ms => $7)",
+    )
+    .bind(escalation_key)
+    .bind(attempt)
+    .bind(worker)
+    .bind(ok)
+    .bind(error)
+    .bind(interval_ms(retry_after))
+    .bind(duration_ms)
+    .fetch_one(executor)
+    .await?)
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+pub struct EscalationClosed {
+    /// changed | unchanged
+    pub status: String,
+    pub state: String,
+    pub op_key: String,
+    pub sink: String,
+    pub audit_seq: Option<i64>,
+}
+
+/// Acknowledges (`resolve = false`) or resolves an escalation.
+pub async fn close_escalation<'c>(
+    executor: impl PgExecutor<'c>,
+    escalation_key: &str,
+    operator: &str,
+    reason: &str,
+    resolve: bool,
+) -> Result<EscalationClosed, LedgerError> {
+    let sql = if resolve {
+        "select status, state, op_key, sink, audit_seq
+           from ledger.op_resolve_escalation(escalation_key => $1, operator => $2, reason => $3)"
+    } else {
+        "select status, state, op_key, sink, audit_seq
+           from ledger.op_acknowledge_escalation(escalation_key => $1, operator => $2, reason => $3)"
+    };
+    Ok(sqlx::query_as::<_, EscalationClosed>(sql)
+        .bind(escalation_key)
+        .bind(operator)
+        .bind(reason)
+        .fetch_one(executor)
+        .await?)
+}
+
+/// One escalation as the console shows it, with its delivery state.
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+pub struct EscalationStatus {
+    pub escalation_key: String,
+    pub op_key: String,
+    pub sink: String,
+    pub decision: Option<String>,
+    pub state: String,
+    pub delivery_attempts: i32,
+    pub last_error: Option<String>,
+    pub next_attempt_at: DateTime<Utc>,
+    pub delivered_at: Option<DateTime<Utc>>,
+}
+
+pub async fn escalation_status<'c>(
+    executor: impl PgExecutor<'c>,
+    escalation_key: &str,
+) -> Result<Option<EscalationStatus>, LedgerError> {
+    Ok(sqlx::query_as::<_, EscalationStatus>(
+        "select escalation_key, op_key, sink, decision, state, delivery_attempts, last_error,
+                next_attempt_at, delivered_at
+           from ledger.escalations where escalation_key = $1",
+    )
+    .bind(escalation_key)
+    .fetch_optional(executor)
+    .await?)
+}
+
+/// Escalations not yet resolved, oldest first, with their delivery state.
+pub async fn unresolved<'c>(
+    executor: impl PgExecutor<'c>,
+    limit: i64,
+) -> Result<Vec<EscalationStatus>, LedgerError> {
+    Ok(sqlx::query_as::<_, EscalationStatus>(
+        "select escalation_key, op_key, sink, decision, state, delivery_attempts, last_error,
+                next_attempt_at, delivered_at
+           from ledger.escalations where state <> 'resolved'
+          order by created_at, id limit $1",
+    )
+    .bind(limit)
+    .fetch_all(executor)
+    .await?)
 }

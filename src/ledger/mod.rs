@@ -4,6 +4,7 @@
 pub mod actions;
 pub mod audit;
 pub mod check;
+pub mod compensation;
 pub mod connect;
 pub mod error;
 pub mod escalations;

@@ -6,10 +6,10 @@
 
 use serde_json::{Value, json};
 
-use super::calls::{self, CompensationResult};
 use super::{Report, SettleError, Settler, require_reason};
 use crate::adapters::provider::{CompensationOutcome, EffectQuery};
 use crate::format::optional_money;
+use crate::ledger::compensation::{self, CompensationResult};
 use crate::ledger::{Effect, State};
 use crate::text::sanitize_line;
 
@@ -17,7 +17,7 @@ use crate::text::sanitize_line;
 enum Dispatch {
     Sent {
         outcome: CompensationOutcome,
-        recorded: calls::CompensationRecorded,
+        recorded: compensation::CompensationRecorded,
         evidence: Value,
     },
     /// Not sent by us: already dispatched, settled, or claimed by another operator.
@@ -39,7 +39,8 @@ impl Settler {
         if effect.state == State::Succeeded {
             self.check_sendable(&effect, reason)?;
         }
-        let start = calls::compensate(&self.pool, op_key, seen, &self.operator, reason).await?;
+        let start =
+            compensation::compensate(&self.pool, op_key, seen, &self.operator, reason).await?;
         let amount = optional_money(start.amount_minor, start.currency.as_deref());
         match (start.status.as_str(), start.compensation_key.clone()) {
             ("awaiting_approval", _) => {
@@ -86,7 +87,8 @@ impl Settler {
         if effect.state == State::Succeeded {
             self.check_sendable(&effect, reason)?;
         }
-        let approval = calls::approve(&self.pool, op_key, seen, &self.operator, reason).await?;
+        let approval =
+            compensation::approve(&self.pool, op_key, seen, &self.operator, reason).await?;
         let amount = optional_money(effect.amount_minor, effect.currency.as_deref());
         let dispatch = self
             .dispatch_compensation(&effect, &approval.compensation_key, reason)
@@ -118,7 +120,8 @@ impl Settler {
     ) -> Result<Report, SettleError> {
         require_reason(reason, "reject")?;
         let (_, seen) = self.look(op_key, seen).await?;
-        let rejection = calls::reject(&self.pool, op_key, seen, &self.operator, reason).await?;
+        let rejection =
+            compensation::reject(&self.pool, op_key, seen, &self.operator, reason).await?;
         Ok(Report::new(
             format!(
                 "rejected the compensation of {op_key} requested by {} (audit #{})",
@@ -173,7 +176,8 @@ impl Settler {
                 ))
             })?;
         let claim =
-            calls::dispatch_compensation(&self.pool, compensation_key, &self.operator).await?;
+            compensation::dispatch_compensation(&self.pool, compensation_key, &self.operator)
+                .await?;
         if !claim.claimed {
             return Ok(Dispatch::NotSent {
                 state: compensation.state,
@@ -192,7 +196,7 @@ impl Settler {
                 ("unknown", None, None, Some(reason.as_str()))
             }
         };
-        let recorded = calls::complete_compensation(
+        let recorded = compensation::complete_compensation(
             &self.pool,
             compensation_key,
             &self.operator,

@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::json;
 
-use super::calls::{self, Claimed};
 use super::{Report, SettleError, Settler, require_reason};
 use crate::adapters::RetryConfig;
 use crate::adapters::sink::Closing;
+use crate::ledger::escalations::{self, Claimed};
 use crate::text::sanitize_line;
 
 /// How many escalations one delivery pass takes on.
@@ -71,7 +71,7 @@ impl Settler {
         let sink = self.choose_sink(sink)?;
         let (_, seen) = self.look(op_key, seen).await?;
         let started =
-            calls::escalate(&self.pool, op_key, seen, &self.operator, reason, &sink).await?;
+            escalations::escalate(&self.pool, op_key, seen, &self.operator, reason, &sink).await?;
         // A first attempt right away; failures are retried by the background loop.
         let delivery = if matches!(started.state.as_str(), "open" | "failed") {
             self.deliver_pass(Some(&started.escalation_key))
@@ -139,7 +139,7 @@ impl Settler {
         &self,
         only_key: Option<&str>,
     ) -> Result<Vec<DeliveryOutcome>, SettleError> {
-        let due = calls::claim_due_escalations(
+        let due = escalations::claim_due_escalations(
             &self.pool,
             &self.worker(),
             self.lease(),
@@ -194,7 +194,7 @@ impl Settler {
         };
         let duration_ms = i32::try_from(started.elapsed().as_millis()).unwrap_or(i32::MAX);
         let error = error.map(|e| sanitize_line(&e));
-        let recorded = calls::record_delivery(
+        let recorded = escalations::record_delivery(
             &self.pool,
             &claimed.escalation_key,
             claimed.attempt,
@@ -230,9 +230,14 @@ impl Settler {
             ("acknowledge", "acknowledged")
         };
         require_reason(reason, verb)?;
-        let closed =
-            calls::close_escalation(&self.pool, escalation_key, &self.operator, reason, resolve)
-                .await?;
+        let closed = escalations::close_escalation(
+            &self.pool,
+            escalation_key,
+            &self.operator,
+            reason,
+            resolve,
+        )
+        .await?;
         // Committed; telling the sink is best effort and reported, not fatal.
         let sink_told = if closed.status == "changed" {
             match self.sink(&closed.sink) {

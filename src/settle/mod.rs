@@ -6,7 +6,6 @@
 //! writing request; a console connected as `effect_readonly` is refused by
 //! the database itself whatever this says.
 
-pub mod calls;
 mod compensate;
 mod escalate;
 pub mod finding;
