@@ -1,13 +1,9 @@
 use std::process::ExitCode;
 
-use std::sync::{Arc, Mutex};
-
 use effectwatch::cli::exit::{BAD_CONFIG, Failure, USAGE};
 use effectwatch::cli::{self, AuditCommand, Cli, Command};
 use effectwatch::config::Config;
-use effectwatch::console::run::Housekeeping;
 use effectwatch::ledger;
-use effectwatch::settle::{SettleError, Settler};
 
 fn main() -> ExitCode {
     let matches = <Cli as clap::CommandFactory>::command().get_matches();
@@ -97,36 +93,15 @@ async fn run(cli: Cli, explicit_url: bool) -> Result<(), Failure> {
         Failure::new(BAD_CONFIG, "no database given: pass --database-url, set DATABASE_URL, or set database_url in the config file")
     })?;
     if let Command::Watch = command {
+        let operator = cli::watch::OperatorWiring::for_console(&config, &url)?;
         let args = cli::watch::WatchArgs {
             database_url: url,
             theme: cli.theme.clone(),
             poll_interval: cli.poll_interval,
             no_notify: cli.no_notify,
-            performer: cli::watch::refusing_performer(),
+            operator,
             background_status: None,
-            housekeeping: None,
             at: cli.at,
-        };
-        let args = if config.read_only {
-            args
-        } else {
-            let pool = ledger::connect_lazy(
-                &config.connect_settings(args.database_url.clone(), "settle"),
-            )?;
-            let settler = Arc::new(Settler::new(
-                pool,
-                Arc::new(config.clone()),
-                config.operator.clone(),
-                false,
-            ));
-            // Without a sink a pass would only record "not configured" as a
-            // failed attempt on escalations another worker can deliver.
-            let housekeeping = (!config.sinks.is_empty()).then(|| delivery(settler.clone()));
-            cli::watch::WatchArgs {
-                performer: cli::watch::settling_performer(settler),
-                housekeeping,
-                ..args
-            }
         };
         return cli::watch::run(&config, args).await;
     }
@@ -150,29 +125,4 @@ async fn run(cli: Cli, explicit_url: bool) -> Result<(), Failure> {
         Command::Prune(args) => cli::prune::run(&pool, &config, args).await,
         Command::Settle(command) => cli::settle::run(&pool, &config, command).await,
     }
-}
-
-/// Retries due escalation deliveries while the console is open, as the demo
-/// does. An error is shown once, not every pass, so it does not keep
-/// replacing the outcome of the operator's own actions in the status line.
-fn delivery(settler: Arc<Settler>) -> Housekeeping {
-    let last_error = Arc::new(Mutex::new(None::<String>));
-    Arc::new(move || {
-        let (settler, last_error) = (settler.clone(), last_error.clone());
-        Box::pin(async move {
-            let result = settler.deliver_due_escalations().await;
-            let mut last_error = last_error.lock().unwrap_or_else(|e| e.into_inner());
-            match result {
-                Ok(count) => {
-                    *last_error = None;
-                    (count > 0).then(|| format!("✉ delivered {count} escalation(s)"))
-                }
-                Err(SettleError::Sink(_)) => None,
-                Err(error) => {
-                    let line = format!("escalation delivery: {}", error.line());
-                    (last_error.replace(line.clone()).as_ref() != Some(&line)).then_some(line)
-                }
-            }
-        })
-    })
 }

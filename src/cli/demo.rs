@@ -190,7 +190,6 @@ async fn run_on(
             .map_err(Failure::from)
     } else {
         let status_stats = stats.clone();
-        let housekeeping_settler = settler.clone();
         let console = watch::run(
             &demo_config,
             WatchArgs {
@@ -199,18 +198,8 @@ async fn run_on(
                 poll_interval: None,
                 no_notify: args.no_notify,
                 at: None,
-                performer: watch::settling_performer(settler.clone()),
+                operator: watch::OperatorWiring::settling(&demo_config, pool.clone()),
                 background_status: Some(Arc::new(move || status_stats.line())),
-                housekeeping: Some(Arc::new(move || {
-                    let settler = housekeeping_settler.clone();
-                    Box::pin(async move {
-                        match settler.deliver_due_escalations().await {
-                            Ok(0) => None,
-                            Ok(count) => Some(format!("✉ delivered {count} escalation(s)")),
-                            Err(error) => Some(format!("escalation delivery: {error}")),
-                        }
-                    })
-                })),
             },
         );
         tokio::select! {

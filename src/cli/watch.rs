@@ -1,12 +1,14 @@
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use sqlx::PgPool;
 
 use super::exit::{BAD_CONFIG, FAILURE, Failure};
 use crate::config::Config;
 use crate::console::run::{self, ConsoleOptions, Housekeeping, NotificationOptions, Performer};
 use crate::console::theme::Theme;
 use crate::ledger::{self, ConnectSettings};
-use crate::settle::{Request, Settler};
+use crate::settle::{Request, SettleError, Settler};
 
 /// What the command line adds to the config file.
 pub struct WatchArgs {
@@ -14,9 +16,9 @@ pub struct WatchArgs {
     pub theme: Option<String>,
     pub poll_interval: Option<f64>,
     pub no_notify: bool,
-    pub performer: Performer,
+    /// How the console's writing actions are carried out, and its background work.
+    pub operator: OperatorWiring,
     pub background_status: Option<Arc<dyn Fn() -> String + Send + Sync>>,
-    pub housekeeping: Option<Housekeeping>,
     /// Time travel: show the panes as they were at this instant (read-only).
     pub at: Option<chrono::DateTime<chrono::Utc>>,
 }
@@ -53,9 +55,9 @@ pub async fn run(config: &Config, args: WatchArgs) -> Result<(), Failure> {
         poll_interval,
         notifications,
         mouse: config.mouse,
-        performer: args.performer,
+        performer: args.operator.performer,
         background_status: args.background_status,
-        housekeeping: args.housekeeping,
+        housekeeping: args.operator.housekeeping,
         at: args.at,
     })
     .await
@@ -83,8 +85,48 @@ async fn refuse_what_waiting_cannot_fix(connect: &ConnectSettings) -> Result<(),
     }
 }
 
+/// What stands behind a console's writing keys: the one place `effectwatch`
+/// and `effectwatch demo` get their performer and housekeeping from.
+pub struct OperatorWiring {
+    pub performer: Performer,
+    pub housekeeping: Option<Housekeeping>,
+}
+
+impl OperatorWiring {
+    /// A read-only console refuses every writing action; any other settles
+    /// through a [`Settler`] on a pool of its own, and delivers due
+    /// escalations while it is open when a sink is configured (without one a
+    /// pass would only record "not configured" as a failed attempt on
+    /// escalations another worker can deliver).
+    pub fn for_console(config: &Config, database_url: &str) -> Result<OperatorWiring, Failure> {
+        if config.read_only {
+            return Ok(OperatorWiring {
+                performer: refusing_performer(),
+                housekeeping: None,
+            });
+        }
+        let pool =
+            ledger::connect_lazy(&config.connect_settings(database_url.to_string(), "settle"))?;
+        Ok(OperatorWiring::settling(config, pool))
+    }
+
+    /// Settles on `pool` (the demo passes the pool its agents use).
+    pub fn settling(config: &Config, pool: PgPool) -> OperatorWiring {
+        let settler = Arc::new(Settler::new(
+            pool,
+            Arc::new(config.clone()),
+            config.operator.clone(),
+            config.read_only,
+        ));
+        OperatorWiring {
+            housekeeping: (!config.sinks.is_empty()).then(|| delivery(settler.clone())),
+            performer: settling_performer(settler),
+        }
+    }
+}
+
 /// A performer that refuses everything, for consoles that must not write.
-pub fn refusing_performer() -> Performer {
+fn refusing_performer() -> Performer {
     Arc::new(|request: Request| {
         let refused = format!("read-only: {} refused", request.name());
         Box::pin(async move { Err(refused) })
@@ -93,7 +135,7 @@ pub fn refusing_performer() -> Performer {
 
 /// The console's writing actions, carried out by the same [`Settler`] the
 /// CLI uses: one code path for every way an operator acts.
-pub fn settling_performer(settler: Arc<Settler>) -> Performer {
+fn settling_performer(settler: Arc<Settler>) -> Performer {
     Arc::new(move |request: Request| {
         let settler = settler.clone();
         Box::pin(async move {
@@ -102,6 +144,31 @@ pub fn settling_performer(settler: Arc<Settler>) -> Performer {
                 .await
                 .map(|report| report.summary)
                 .map_err(|error| error.line())
+        })
+    })
+}
+
+/// Retries due escalation deliveries while the console is open, as the demo
+/// does. An error is shown once, not every pass, so it does not keep
+/// replacing the outcome of the operator's own actions in the status line.
+fn delivery(settler: Arc<Settler>) -> Housekeeping {
+    let last_error = Arc::new(Mutex::new(None::<String>));
+    Arc::new(move || {
+        let (settler, last_error) = (settler.clone(), last_error.clone());
+        Box::pin(async move {
+            let result = settler.deliver_due_escalations().await;
+            let mut last_error = last_error.lock().unwrap_or_else(|e| e.into_inner());
+            match result {
+                Ok(count) => {
+                    *last_error = None;
+                    (count > 0).then(|| format!("✉ delivered {count} escalation(s)"))
+                }
+                Err(SettleError::Sink(_)) => None,
+                Err(error) => {
+                    let line = format!("escalation delivery: {}", error.line());
+                    (last_error.replace(line.clone()).as_ref() != Some(&line)).then_some(line)
+                }
+            }
         })
     })
 }
