@@ -12,3 +12,4 @@ pub mod localpg;
 pub mod logging;
 pub mod settle;
 pub mod text;
+pub mod time_args;

@@ -633,3 +633,40 @@ async fn a_lost_listen_connection_comes_back_and_the_console_says_while_it_is_go
     }
     poller.abort();
 }
+
+#[tokio::test]
+async fn a_console_reading_an_instant_polls_once_per_instant_and_never_listens() {
+    let db = common::test_db().await;
+    let t1 = chrono::Utc::now() - chrono::Duration::minutes(5);
+    let t2 = t1 + chrono::Duration::minutes(1);
+    let (settings_sender, settings_receiver) = watch::channel(PollSettings {
+        at: Some(t1),
+        ..settings(Duration::from_millis(200))
+    });
+    let (sender, mut messages) = mpsc::channel(256);
+    let poller = poller::spawn(
+        ConnectSettings::new(db.url.clone()),
+        settings_receiver,
+        sender,
+    );
+    let first = next_snapshot(&mut messages).await;
+    assert_eq!(first.finance.as_ref().and_then(|f| f.at), Some(t1));
+    assert!(!first.listening, "the past sends no notifications to listen for");
+
+    // Seven intervals pass: the past does not change, so nothing is read again.
+    assert!(
+        next(&mut messages, Duration::from_millis(1_400)).await.is_none(),
+        "polled the same instant again"
+    );
+
+    // The responder steps the instant: one read, at the new instant.
+    settings_sender
+        .send(PollSettings {
+            at: Some(t2),
+            ..settings(Duration::from_millis(200))
+        })
+        .unwrap();
+    let stepped = next_snapshot(&mut messages).await;
+    assert_eq!(stepped.finance.as_ref().and_then(|f| f.at), Some(t2));
+    poller.abort();
+}

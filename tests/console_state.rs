@@ -7,7 +7,7 @@ use chrono::{TimeZone, Utc};
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
 use effectwatch::console::action::{Action, Scope, Subject, TABLE};
-use effectwatch::console::app::{App, Command, DialogField, Message, Snapshot, WINDOW};
+use effectwatch::console::app::{App, Command, DialogField, Message, Prompt, Snapshot, WINDOW};
 use effectwatch::console::fixtures;
 use effectwatch::console::theme::Role;
 use effectwatch::ledger::escalations::EscalationRow;
@@ -186,7 +186,7 @@ fn each_view_keeps_its_own_selection() {
 fn filter_editing_parses_on_enter_and_repolls() {
     let mut app = app_with(&["a", "b"]);
     assert!(char(&mut app, '/').is_empty());
-    assert!(app.editing_filter);
+    assert!(app.editing_filter());
     type_text(&mut app, "target:acct refundx");
     key(&mut app, KeyCode::Backspace);
     assert_eq!(app.filter_text, "target:acct refund");
@@ -194,7 +194,7 @@ fn filter_editing_parses_on_enter_and_repolls() {
 
     let commands = key(&mut app, KeyCode::Enter);
     assert_eq!(commands, vec![Command::Repoll]);
-    assert!(!app.editing_filter);
+    assert!(!app.editing_filter());
     assert_eq!(
         app.filter,
         Filter {
@@ -214,7 +214,7 @@ fn a_field_without_a_value_is_an_error_and_esc_clears() {
     type_text(&mut app, "target:");
     assert!(key(&mut app, KeyCode::Enter).is_empty());
     assert!(
-        app.editing_filter,
+        app.editing_filter(),
         "the operator stays in the filter to fix it"
     );
     assert!(app.filter.is_empty());
@@ -228,7 +228,7 @@ fn a_field_without_a_value_is_an_error_and_esc_clears() {
 
     let commands = key(&mut app, KeyCode::Esc);
     assert_eq!(commands, vec![Command::Repoll]);
-    assert!(!app.editing_filter);
+    assert!(!app.editing_filter());
     assert!(app.filter_text.is_empty());
     assert!(app.filter.is_empty());
 }
@@ -767,4 +767,66 @@ fn acknowledging_repeats_sends_the_ledgers_call_for_the_version_seen() {
     assert!(char(&mut app, 'd').is_empty());
     assert!(app.dialog.is_none());
     assert!(status(&app).contains("read-only"), "{}", status(&app));
+}
+
+#[test]
+fn a_responder_steps_the_instant_and_never_past_now() {
+    let t0 = Utc.with_ymd_and_hms(2026, 11, 30, 13, 0, 0).unwrap();
+    let mut app = app_with(&["a"]);
+    // Live: there is no instant to move.
+    assert!(char(&mut app, '[').is_empty());
+    assert!(status(&app).contains("--at"), "{}", status(&app));
+    assert_eq!(app.at, None);
+
+    app.at = Some(t0);
+    assert_eq!(char(&mut app, ']'), vec![Command::Repoll]);
+    assert_eq!(app.at, Some(t0 + chrono::Duration::minutes(1)));
+    assert_eq!(char(&mut app, '{'), vec![Command::Repoll]);
+    assert_eq!(app.at, Some(t0 - chrono::Duration::minutes(9)));
+    assert_eq!(char(&mut app, '['), vec![Command::Repoll]);
+    assert_eq!(app.at, Some(t0 - chrono::Duration::minutes(10)));
+    assert!(
+        status(&app).contains("2026-11-30T12:50:00Z"),
+        "{}",
+        status(&app)
+    );
+
+    // Stepping past now stops at now and says why.
+    app.at = Some(Utc::now() - chrono::Duration::seconds(30));
+    assert_eq!(char(&mut app, '}'), vec![Command::Repoll]);
+    assert!(app.at.unwrap() <= Utc::now());
+    assert!(status(&app).contains("that is now"), "{}", status(&app));
+}
+
+#[test]
+fn a_responder_types_the_instant() {
+    let t0 = Utc.with_ymd_and_hms(2026, 11, 30, 13, 0, 0).unwrap();
+    let mut app = app_with(&["a"]);
+    app.at = Some(t0);
+    assert!(char(&mut app, 't').is_empty());
+    assert_eq!(
+        app.prompt,
+        Some(Prompt::Instant("2026-11-30T13:00:00Z".to_string()))
+    );
+    // Keys go to the prompt, not to actions: this 'r' is no reconcile dialog.
+    app.update(Message::Key(KeyEvent::new(
+        KeyCode::Char('u'),
+        KeyModifiers::CONTROL,
+    )));
+    type_text(&mut app, "yesterday-ish");
+    assert!(key(&mut app, KeyCode::Enter).is_empty());
+    assert!(status(&app).contains("invalid time"), "{}", status(&app));
+    assert!(app.dialog.is_none());
+    assert_eq!(app.at, Some(t0), "a bad instant changes nothing");
+
+    for _ in 0.."yesterday-ish".len() {
+        key(&mut app, KeyCode::Backspace);
+    }
+    type_text(&mut app, "2026-11-29T08:30:00Z");
+    assert_eq!(key(&mut app, KeyCode::Enter), vec![Command::Repoll]);
+    assert_eq!(app.prompt, None);
+    assert_eq!(
+        app.at,
+        Some(Utc.with_ymd_and_hms(2026, 11, 29, 8, 30, 0).unwrap())
+    );
 }

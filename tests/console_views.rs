@@ -636,6 +636,22 @@ fn the_header_under_time_travel_says_history_not_live() {
         !header.contains("live") && !header.contains("every"),
         "{header}"
     );
+    // The instant's keys are offered under time travel only.
+    assert!(!live.contains("-1 min"), "{live}");
+    let key_bar = past.lines().last().unwrap();
+    assert!(
+        key_bar.contains("[  -1 min") && key_bar.contains("t  instant"),
+        "{key_bar}"
+    );
+    app.update(Message::Key(crossterm::event::KeyEvent::new(
+        crossterm::event::KeyCode::Char('t'),
+        crossterm::event::KeyModifiers::NONE,
+    )));
+    let prompt = screen(&app);
+    assert!(
+        prompt.contains("⏲ 2026-11-30T13:00:00Z▏  Enter travel"),
+        "{prompt}"
+    );
 }
 
 #[test]

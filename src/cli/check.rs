@@ -11,11 +11,11 @@ use serde::Serialize;
 
 use super::exit::Failure;
 use super::report::write_output;
-use super::time_args::parse_duration;
 use crate::format::duration_ms;
 use crate::ledger::check::{self, Breach, Health, Thresholds};
 use crate::ledger::{self, ConnectSettings, LedgerError};
 use crate::text::{safe_json, sanitize_line};
+use crate::time_args::parse_duration;
 
 pub const EXCEEDED: u8 = 1;
 pub const CANNOT_TELL: u8 = 2;

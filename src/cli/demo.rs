@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use super::exit::{BAD_CONFIG, FAILURE, Failure, REFUSED, UNREACHABLE};
-use super::time_args::parse_duration;
 use super::watch::{self, WatchArgs};
 use crate::config::Config;
 use crate::demo::provider_client::ProviderClient;
@@ -17,6 +16,7 @@ use crate::fakeprovider::FakeProvider;
 use crate::ledger::{self, migrate};
 use crate::localpg::LocalCluster;
 use crate::text::safe_json;
+use crate::time_args::parse_duration;
 
 #[derive(Debug, clap::Args)]
 pub struct DemoArgs {

@@ -16,7 +16,7 @@ use crate::text::{safe_json, sanitize_line, truncate};
 #[derive(Debug, Clone, Args)]
 pub struct FinanceArgs {
     /// Only what happened since: RFC 3339, a date, or a time ago (30d).
-    #[arg(long, value_parser = super::time_args::parse_instant)]
+    #[arg(long, value_parser = crate::time_args::parse_instant)]
     pub since: Option<DateTime<Utc>>,
     #[arg(long, value_enum, default_value_t = FinanceFormat::Table)]
     pub format: FinanceFormat,

@@ -12,7 +12,6 @@ pub mod prune;
 pub mod report;
 pub mod settle;
 pub mod show;
-pub mod time_args;
 pub mod watch;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -56,7 +55,7 @@ pub struct Cli {
 
     /// Time travel: the console, `list` and `finance` as the ledger stood at this instant
     /// (RFC 3339 or a time ago, e.g. 2h); always read-only.
-    #[arg(long, global = true, value_name = "TIME", value_parser = time_args::parse_instant)]
+    #[arg(long, global = true, value_name = "TIME", value_parser = crate::time_args::parse_instant)]
     pub at: Option<chrono::DateTime<chrono::Utc>>,
 
     #[command(subcommand)]

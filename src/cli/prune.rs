@@ -11,11 +11,11 @@ use sqlx::PgPool;
 
 use super::exit::{FAILURE, Failure, REFUSED};
 use super::report::AtomicFile;
-use super::time_args::{parse_duration, parse_instant};
 use crate::config::Config;
 use crate::format::duration_ms;
 use crate::ledger::retention::{self, Cutoff, ExportSink, PruneError};
 use crate::text::sanitize_line;
+use crate::time_args::{parse_duration, parse_instant};
 
 #[derive(Debug, Clone, Args)]
 pub struct PruneArgs {

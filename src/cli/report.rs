@@ -12,11 +12,11 @@ use clap::{Args, ValueEnum};
 use sqlx::PgPool;
 
 use super::exit::{FAILURE, Failure};
-use super::time_args::parse_instant;
 use crate::format::{duration_ms, optional_money};
 use crate::ledger::panes::{Pane, PaneRows};
 use crate::ledger::report::{self, PaneEntry, Progress, Report, ReportScope};
 use crate::text::{safe_json, sanitize_line, truncate};
+use crate::time_args::parse_instant;
 
 #[derive(Debug, Clone, Args)]
 pub struct ReportArgs {

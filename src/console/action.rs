@@ -34,6 +34,10 @@ pub enum Action {
     Faster,
     Slower,
     Refresh,
+    /// Time travel: move the instant by this many minutes.
+    Step(i64),
+    /// Time travel: type the instant.
+    TypeInstant,
     Reconcile,
     ReconcileAll,
     Compensate,
@@ -71,6 +75,8 @@ pub enum Scope {
     Pane,
     /// Needs a selected escalation.
     Escalation,
+    /// Only a time-travel console (`effectwatch --at`) has an instant to move.
+    History,
 }
 
 /// A field of an action's dialog, in the order the dialog shows them.
@@ -388,6 +394,54 @@ pub const TABLE: &[ActionInfo] = &[
         ..SHOWS
     },
     ActionInfo {
+        action: Action::Step(-1),
+        keys: "[",
+        bindings: &[key('[')],
+        label: "-1 min",
+        description: "a minute earlier",
+        scope: Scope::History,
+        in_key_bar: true,
+        ..SHOWS
+    },
+    ActionInfo {
+        action: Action::Step(1),
+        keys: "]",
+        bindings: &[key(']')],
+        label: "+1 min",
+        description: "a minute later (never past now)",
+        scope: Scope::History,
+        in_key_bar: true,
+        ..SHOWS
+    },
+    ActionInfo {
+        action: Action::Step(-10),
+        keys: "{",
+        bindings: &[key('{')],
+        label: "-10",
+        description: "ten minutes earlier",
+        scope: Scope::History,
+        ..SHOWS
+    },
+    ActionInfo {
+        action: Action::Step(10),
+        keys: "}",
+        bindings: &[key('}')],
+        label: "+10",
+        description: "ten minutes later (never past now)",
+        scope: Scope::History,
+        ..SHOWS
+    },
+    ActionInfo {
+        action: Action::TypeInstant,
+        keys: "t",
+        bindings: &[key('t')],
+        label: "instant",
+        description: "type the instant: RFC 3339, a date, or a time ago (2h)",
+        scope: Scope::History,
+        in_key_bar: true,
+        ..SHOWS
+    },
+    ActionInfo {
         action: Action::Reconcile,
         keys: "r",
         bindings: &[key('r')],
@@ -591,6 +645,18 @@ pub const TABLE: &[ActionInfo] = &[
         ..WRITES
     },
 ];
+
+impl ActionInfo {
+    /// Whether help and the key bar offer it in this view: escalation
+    /// actions in the escalations view, the instant's keys in time travel.
+    pub fn offered(&self, view: View, time_travel: bool) -> bool {
+        match self.scope {
+            Scope::Escalation => view == View::Escalations,
+            Scope::History => time_travel,
+            Scope::Everywhere | Scope::Effect | Scope::Pane => true,
+        }
+    }
+}
 
 impl Action {
     pub fn info(self) -> &'static ActionInfo {

@@ -119,6 +119,18 @@ pub struct Dialog {
     pub error: Option<String>,
 }
 
+/// A one-line prompt at the bottom of the screen.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Prompt {
+    /// The filter, typed into `filter_text`.
+    Filter,
+    /// An instant to travel to, as typed.
+    Instant(String),
+}
+
+const NOT_IN_HISTORY: &str =
+    "the instant can be moved in time travel only: start with effectwatch --at TIME";
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Status {
     pub text: String,
@@ -141,7 +153,8 @@ pub struct App {
     pub detail: Option<Detail>,
     pub filter_text: String,
     pub filter: Filter,
-    pub editing_filter: bool,
+    /// The one-line prompt the operator is typing into, if any.
+    pub prompt: Option<Prompt>,
     pub paused: bool,
     pub poll_interval: Duration,
     pub read_only: bool,
@@ -172,7 +185,7 @@ impl App {
             detail: None,
             filter_text: String::new(),
             filter: Filter::default(),
-            editing_filter: false,
+            prompt: None,
             paused: false,
             poll_interval,
             read_only,
@@ -185,6 +198,10 @@ impl App {
             background: None,
             pending_jump_to_end: false,
         }
+    }
+
+    pub fn editing_filter(&self) -> bool {
+        self.prompt == Some(Prompt::Filter)
     }
 
     pub fn current_view(&self) -> View {
@@ -432,8 +449,10 @@ impl App {
         if self.dialog.is_some() {
             return self.on_dialog_key(key);
         }
-        if self.editing_filter {
-            return self.on_filter_key(key);
+        match &self.prompt {
+            Some(Prompt::Filter) => return self.on_filter_key(key),
+            Some(Prompt::Instant(_)) => return self.on_instant_key(key),
+            None => {}
         }
         if self.show_help {
             self.show_help = false;
@@ -535,7 +554,17 @@ impl App {
                 }
             }
             Action::Filter => {
-                self.editing_filter = true;
+                self.prompt = Some(Prompt::Filter);
+            }
+            Action::Step(minutes) => return self.step_instant(minutes),
+            Action::TypeInstant => {
+                let Some(at) = self.at else {
+                    self.set_status(NOT_IN_HISTORY, Role::Muted);
+                    return Vec::new();
+                };
+                self.prompt = Some(Prompt::Instant(
+                    at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                ));
             }
             Action::SortNext => {
                 let columns = self.models[view].columns.len();
@@ -664,11 +693,11 @@ impl App {
     fn on_filter_key(&mut self, key: KeyEvent) -> Vec<Command> {
         match key.code {
             KeyCode::Enter => {
-                self.editing_filter = false;
+                self.prompt = None;
                 self.apply_filter()
             }
             KeyCode::Esc => {
-                self.editing_filter = false;
+                self.prompt = None;
                 self.filter_text.clear();
                 self.apply_filter()
             }
@@ -688,6 +717,68 @@ impl App {
         }
     }
 
+    /// Moves a time-travel console's instant; never past now, which is the
+    /// live console's.
+    fn step_instant(&mut self, minutes: i64) -> Vec<Command> {
+        let Some(at) = self.at else {
+            self.set_status(NOT_IN_HISTORY, Role::Muted);
+            return Vec::new();
+        };
+        self.travel_to(at + chrono::Duration::minutes(minutes))
+    }
+
+    fn travel_to(&mut self, wanted: DateTime<Utc>) -> Vec<Command> {
+        let now = Utc::now();
+        let at = wanted.min(now);
+        self.at = Some(at);
+        self.offsets = [0; 4];
+        let shown = at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        if wanted > now {
+            self.set_status(
+                format!("⏲ {shown}: that is now (the live console is effectwatch without --at)"),
+                Role::Warn,
+            );
+        } else {
+            self.set_status(format!("⏲ as of {shown}"), Role::Muted);
+        }
+        vec![Command::Repoll]
+    }
+
+    fn on_instant_key(&mut self, key: KeyEvent) -> Vec<Command> {
+        let Some(Prompt::Instant(text)) = &mut self.prompt else {
+            return Vec::new();
+        };
+        match key.code {
+            KeyCode::Enter => match crate::time_args::parse_instant(text) {
+                Ok(at) => {
+                    self.prompt = None;
+                    self.travel_to(at)
+                }
+                Err(problem) => {
+                    self.set_status(problem, Role::Critical);
+                    Vec::new()
+                }
+            },
+            KeyCode::Esc => {
+                self.prompt = None;
+                Vec::new()
+            }
+            KeyCode::Backspace => {
+                text.pop();
+                Vec::new()
+            }
+            KeyCode::Char('u') if key.modifiers.contains(KeyModifiers::CONTROL) => {
+                text.clear();
+                Vec::new()
+            }
+            KeyCode::Char(ch) if !ch.is_control() && text.chars().count() < 64 => {
+                text.push(ch);
+                Vec::new()
+            }
+            _ => Vec::new(),
+        }
+    }
+
     fn apply_filter(&mut self) -> Vec<Command> {
         match Filter::parse(&self.filter_text) {
             Ok(filter) => {
@@ -700,7 +791,7 @@ impl App {
             }
             Err(error) => {
                 self.set_status(format!("filter: {error}"), Role::Critical);
-                self.editing_filter = true;
+                self.prompt = Some(Prompt::Filter);
                 Vec::new()
             }
         }
@@ -746,7 +837,7 @@ impl App {
                 let escalation_key = row.id.clone();
                 (Subject::Escalation { escalation_key }, summary)
             }
-            Scope::Effect | Scope::Everywhere => {
+            Scope::Effect | Scope::Everywhere | Scope::History => {
                 let Some((op_key, seen)) = self.selected_effect() else {
                     self.set_status("select an effect first", Role::Muted);
                     return Vec::new();

@@ -84,11 +84,15 @@ pub fn spawn(
             if pool.is_none() {
                 match ledger::connect(&connect).await {
                     Ok(connected) => {
-                        _listener = Some(Listening(spawn_listener(
-                            connected.clone(),
-                            wake.clone(),
-                            listening.clone(),
-                        )));
+                        // The past does not change: a console reading an
+                        // instant has nothing to be told.
+                        _listener = current.at.is_none().then(|| {
+                            Listening(spawn_listener(
+                                connected.clone(),
+                                wake.clone(),
+                                listening.clone(),
+                            ))
+                        });
                         pool = Some(connected);
                         backoff = Duration::from_millis(250);
                     }
@@ -136,6 +140,13 @@ pub fn spawn(
                     return;
                 }
                 if pool.is_none() {
+                    continue;
+                }
+                // Read once per instant: the next poll is for another one.
+                if current.at.is_some() {
+                    if settings.changed().await.is_err() {
+                        return;
+                    }
                     continue;
                 }
             }

@@ -4,8 +4,8 @@ use ratatui::style::Modifier;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
 
-use crate::console::action::{Scope, TABLE};
-use crate::console::app::{App, Connection, VIEWS, View};
+use crate::console::action::TABLE;
+use crate::console::app::{App, Connection, Prompt, VIEWS, View};
 use crate::console::theme::{Role, Theme};
 use crate::format::duration_ms;
 
@@ -134,7 +134,17 @@ pub fn draw_tabs(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
 }
 
 pub fn draw_status(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
-    let line = if app.editing_filter {
+    let line = if let Some(Prompt::Instant(text)) = &app.prompt {
+        Line::from(vec![
+            Span::styled("⏲ ", theme.role(Role::Accent)),
+            Span::styled(sanitize_line(text), theme.base()),
+            Span::styled("▏", theme.role(Role::Accent)),
+            Span::styled(
+                "  Enter travel · Esc keep · C-u clear · 2026-11-30T13:00:00Z, 2026-11-30, 2h, now",
+                theme.role(Role::Muted),
+            ),
+        ])
+    } else if app.editing_filter() {
         Line::from(vec![
             Span::styled("/", theme.role(Role::Accent)),
             Span::styled(sanitize_line(&app.filter_text), theme.base()),
@@ -184,7 +194,7 @@ pub fn draw_key_bar(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         if !entry.action.allowed(app.read_only) {
             continue;
         }
-        if entry.scope == Scope::Escalation && app.current_view() != View::Escalations {
+        if !entry.offered(view, app.at.is_some()) {
             continue;
         }
         spans.push(Span::styled(format!(" {} ", entry.keys), theme.selection()));

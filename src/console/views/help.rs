@@ -4,17 +4,16 @@ use ratatui::style::Modifier;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Clear, Paragraph};
 
-use crate::console::action::{Scope, TABLE};
-use crate::console::app::{App, View};
+use crate::console::action::TABLE;
+use crate::console::app::App;
 use crate::console::theme::{Role, Theme};
 
 /// Generated from the action table: the keys of the active view, and why
 /// the writing ones are missing when the console is read-only.
 pub fn draw(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     let mut entries = Vec::new();
-    let in_escalations = app.current_view() == View::Escalations;
     for entry in TABLE {
-        if entry.scope == Scope::Escalation && !in_escalations {
+        if !entry.offered(app.current_view(), app.at.is_some()) {
             continue;
         }
         let allowed = entry.action.allowed(app.read_only);

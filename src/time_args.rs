@@ -1,5 +1,6 @@
-//! Time arguments shared by the commands: lengths (`90d`, `2h30m`) and
-//! instants (RFC 3339, a date, `now`, or a length ago).
+//! Time as operators type it, on the command line and in the console:
+//! lengths (`90d`, `2h30m`) and instants (RFC 3339, a date, `now`, or a
+//! length ago).
 
 use std::time::Duration;
 
