@@ -101,6 +101,8 @@ async fn run(cli: Cli, explicit_url: bool) -> Result<(), Failure> {
             no_notify: cli.no_notify,
             operator,
             background_status: None,
+            about: Vec::new(),
+            welcome: None,
             at: cli.at,
         };
         return cli::watch::run(&config, args).await;

@@ -347,3 +347,34 @@ async fn an_unreachable_database_shows_a_stale_console_that_quits_cleanly() {
         .await;
     console.quit_and_check_restored().await;
 }
+
+#[tokio::test]
+async fn the_demo_shows_how_a_second_operator_joins_while_it_runs() {
+    let db = common::test_db().await;
+    let mut console = Console::start(&db.url, &["demo", "--agents", "1", "--rate", "1"]);
+    console
+        .wait_for("the demo's console", STARTUP, |screen| {
+            header(screen).contains("effectwatch")
+                && status_line(screen).contains("i: how a second operator joins")
+        })
+        .await;
+    console.press("i");
+    console
+        .wait_for("the about overlay", Duration::from_secs(5), |screen| {
+            screen.contains("About this console")
+                && screen.contains("second operator")
+                && screen.contains("--operator bob")
+        })
+        .await;
+    let screen = console.screen_text();
+    assert!(screen.contains("demo provider"), "{screen}");
+    // Any key closes it and does nothing else.
+    console.press("q");
+    console
+        .wait_for("the overlay closed", Duration::from_secs(5), |screen| {
+            !screen.contains("About this console")
+        })
+        .await;
+    assert!(console.child.try_wait().unwrap().is_none());
+    console.quit_and_check_restored().await;
+}

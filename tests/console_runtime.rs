@@ -651,11 +651,16 @@ async fn a_console_reading_an_instant_polls_once_per_instant_and_never_listens()
     );
     let first = next_snapshot(&mut messages).await;
     assert_eq!(first.finance.as_ref().and_then(|f| f.at), Some(t1));
-    assert!(!first.listening, "the past sends no notifications to listen for");
+    assert!(
+        !first.listening,
+        "the past sends no notifications to listen for"
+    );
 
     // Seven intervals pass: the past does not change, so nothing is read again.
     assert!(
-        next(&mut messages, Duration::from_millis(1_400)).await.is_none(),
+        next(&mut messages, Duration::from_millis(1_400))
+            .await
+            .is_none(),
         "polled the same instant again"
     );
 

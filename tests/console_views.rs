@@ -680,3 +680,29 @@ fn a_live_console_whose_poll_is_overdue_says_how_old_its_data_is() {
     );
     assert!(!header.contains("● live"), "{header}");
 }
+
+#[test]
+fn the_about_overlay_wraps_a_long_command_line_at_80_columns() {
+    let mut app = app_with(full_snapshot(), false);
+    app.about = vec![
+        ("operator".to_string(), "alice".to_string()),
+        ("server".to_string(), "127.0.0.1:5432/ledger".to_string()),
+        (
+            "second operator".to_string(),
+            "effectwatch --config /var/tmp/effectwatch-demo-operator-0123456789abcdef.toml --operator bob"
+                .to_string(),
+        ),
+        ("hostile".to_string(), "\u{1b}[2Jgone".to_string()),
+    ];
+    press(&mut app, KeyCode::Char('i'));
+    let buffer = render_sized(&app, &Theme::default(), 80, 24);
+    assert_terminal_safe(&buffer);
+    let screen = text(&buffer);
+    insta::assert_snapshot!("about_80x24", screen);
+    // Wrapped, not cut: both halves of the command line are on screen.
+    assert!(screen.contains("effectwatch --config"), "{screen}");
+    assert!(screen.contains("--operator bob"), "{screen}");
+    press(&mut app, KeyCode::Char('x'));
+    assert!(!app.show_about);
+    assert!(app.dialog.is_none(), "the key only closed the overlay");
+}

@@ -200,6 +200,11 @@ async fn run_on(
                 at: None,
                 operator: watch::OperatorWiring::settling(&demo_config, pool.clone()),
                 background_status: Some(Arc::new(move || status_stats.line())),
+                about: demo_about(operator_config.as_deref(), &provider_url, cluster_port),
+                welcome: Some(
+                    "demo: agents are at work · i: how a second operator joins · ?: every key"
+                        .to_string(),
+                ),
             },
         );
         tokio::select! {
@@ -232,6 +237,30 @@ async fn run_on(
         let _ = std::fs::remove_file(path);
     }
     outcome
+}
+
+/// What the demo's console lists in its about overlay: what was printed
+/// before the console took the screen, and is needed while it runs.
+fn demo_about(
+    operator_config: Option<&std::path::Path>,
+    provider_url: &str,
+    cluster_port: Option<u16>,
+) -> Vec<(String, String)> {
+    let mut lines = Vec::new();
+    if let Some(path) = operator_config {
+        lines.push((
+            "second operator".to_string(),
+            format!("effectwatch --config {} --operator bob", path.display()),
+        ));
+    }
+    if let Some(port) = cluster_port {
+        lines.push((
+            "demo PostgreSQL".to_string(),
+            format!("127.0.0.1:{port} (private cluster, stopped when the demo ends)"),
+        ));
+    }
+    lines.push(("demo provider".to_string(), provider_url.to_string()));
+    lines
 }
 
 /// Writes a config a second operator can use against this demo (its

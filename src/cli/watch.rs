@@ -19,6 +19,9 @@ pub struct WatchArgs {
     /// How the console's writing actions are carried out, and its background work.
     pub operator: OperatorWiring,
     pub background_status: Option<Arc<dyn Fn() -> String + Send + Sync>>,
+    /// What the caller adds to the about overlay (the demo: how another operator joins).
+    pub about: Vec<(String, String)>,
+    pub welcome: Option<String>,
     /// Time travel: show the panes as they were at this instant (read-only).
     pub at: Option<chrono::DateTime<chrono::Utc>>,
 }
@@ -47,6 +50,7 @@ pub async fn run(config: &Config, args: WatchArgs) -> Result<(), Failure> {
             timeout: Duration::from_millis(config.notifications.timeout_ms),
         });
     tracing::info!(operator = %config.operator, read_only = config.read_only, "console starting");
+    let about = about(config, &connect, args.at, args.about);
     run::run(ConsoleOptions {
         connect,
         theme,
@@ -58,10 +62,42 @@ pub async fn run(config: &Config, args: WatchArgs) -> Result<(), Failure> {
         performer: args.operator.performer,
         background_status: args.background_status,
         housekeeping: args.operator.housekeeping,
+        about,
+        welcome: args.welcome,
         at: args.at,
     })
     .await
     .map_err(|error| Failure::new(FAILURE, format!("terminal error: {error}")))
+}
+
+/// What any console says about itself in its about overlay, then what the
+/// caller adds.
+fn about(
+    config: &Config,
+    connect: &ConnectSettings,
+    at: Option<chrono::DateTime<chrono::Utc>>,
+    added: Vec<(String, String)>,
+) -> Vec<(String, String)> {
+    let mode = match (at, config.read_only) {
+        (Some(at), _) => format!(
+            "time travel, read-only: the ledger as of {}",
+            at.to_rfc3339()
+        ),
+        (None, true) => "read-only: every writing action is refused".to_string(),
+        (None, false) => "live: writing actions ask for confirmation".to_string(),
+    };
+    let mut lines = vec![
+        ("operator".to_string(), config.operator.clone()),
+        ("server".to_string(), connect.server()),
+        (
+            "connection name".to_string(),
+            connect.application_name.clone(),
+        ),
+        ("mode".to_string(), mode),
+        ("log".to_string(), config.log_path().display().to_string()),
+    ];
+    lines.extend(added);
+    lines
 }
 
 /// One look at the ledger before the console takes the screen: a login the

@@ -15,6 +15,7 @@ use crate::settle::Request;
 pub enum Action {
     Quit,
     Help,
+    About,
     NextView,
     PrevView,
     GoToView(usize),
@@ -224,6 +225,14 @@ pub const TABLE: &[ActionInfo] = &[
         label: "help",
         description: "help: every key of this view",
         in_key_bar: true,
+        ..SHOWS
+    },
+    ActionInfo {
+        action: Action::About,
+        keys: "i",
+        bindings: &[key('i')],
+        label: "about",
+        description: "about this console: server, operator, how another operator joins",
         ..SHOWS
     },
     ActionInfo {

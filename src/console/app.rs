@@ -160,6 +160,11 @@ pub struct App {
     pub read_only: bool,
     pub operator: String,
     pub show_help: bool,
+    /// The about overlay (`i`) is open.
+    pub show_about: bool,
+    /// What the about overlay lists: label and value, given by the runtime
+    /// (server, operator, mode; the demo adds how a second operator joins).
+    pub about: Vec<(String, String)>,
     pub dialog: Option<Dialog>,
     pub status: Option<Status>,
     /// When set, the console shows panes as they were at this instant.
@@ -191,6 +196,8 @@ impl App {
             read_only,
             operator,
             show_help: false,
+            show_about: false,
+            about: Vec::new(),
             dialog: None,
             status: None,
             at: None,
@@ -454,8 +461,9 @@ impl App {
             Some(Prompt::Instant(_)) => return self.on_instant_key(key),
             None => {}
         }
-        if self.show_help {
+        if self.show_help || self.show_about {
             self.show_help = false;
+            self.show_about = false;
             return Vec::new();
         }
         match Action::from_key(key) {
@@ -481,6 +489,7 @@ impl App {
         match action {
             Action::Quit => return vec![Command::Quit],
             Action::Help => self.show_help = true,
+            Action::About => self.show_about = true,
             Action::NextView => return self.go_to_view((self.view + 1) % VIEWS.len()),
             Action::PrevView => {
                 return self.go_to_view((self.view + VIEWS.len() - 1) % VIEWS.len());

@@ -44,6 +44,10 @@ pub struct ConsoleOptions {
     pub housekeeping: Option<Housekeeping>,
     /// Time travel: the panes as they were at this instant.
     pub at: Option<chrono::DateTime<chrono::Utc>>,
+    /// What the about overlay lists (label, value).
+    pub about: Vec<(String, String)>,
+    /// The status line's first words, before anything has happened.
+    pub welcome: Option<String>,
 }
 
 /// One pass of background work; its result, if any, goes to the status line.
@@ -126,6 +130,10 @@ async fn event_loop(
     );
     app.at = options.at;
     app.server = Some(options.connect.server());
+    app.about = options.about.clone();
+    if let Some(welcome) = &options.welcome {
+        app.set_status(welcome.clone(), super::theme::Role::Accent);
+    }
     let (settings_sender, settings) = watch::channel(poll_settings(&app));
     running.tasks.push(poller::spawn(
         options.connect.clone(),

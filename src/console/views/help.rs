@@ -84,3 +84,50 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         footer_area,
     );
 }
+
+/// What this console is connected to and as whom, and what the runtime
+/// added (the demo: how a second operator joins). Values are wrapped, never
+/// cut: a command line is only useful whole.
+pub fn draw_about(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
+    let width = area.width.saturating_sub(4).clamp(20, 100);
+    let label_width = app
+        .about
+        .iter()
+        .map(|(label, _)| label.chars().count())
+        .max()
+        .unwrap_or(0)
+        .min(24);
+    let mut lines = Vec::new();
+    for (label, value) in &app.about {
+        let value = crate::text::sanitize_line(value);
+        let room = (width as usize).saturating_sub(label_width + 6).max(10);
+        let chars: Vec<char> = value.chars().collect();
+        for (index, piece) in chars.chunks(room).enumerate() {
+            let shown_label = if index == 0 { label.as_str() } else { "" };
+            lines.push(Line::from(vec![
+                Span::styled(
+                    format!(" {shown_label:>label_width$}  "),
+                    theme.role(Role::Accent),
+                ),
+                Span::styled(piece.iter().collect::<String>(), theme.base()),
+            ]));
+        }
+    }
+    lines.push(Line::default());
+    lines.push(Line::from(Span::styled(
+        " any key closes this",
+        theme.role(Role::Muted),
+    )));
+    let height = (lines.len() as u16 + 2).min(area.height);
+    let rect = super::centered(area, width + 2, height);
+    frame.render_widget(Clear, rect);
+    frame.render_widget(
+        Paragraph::new(lines).style(theme.base()).block(
+            Block::default()
+                .borders(Borders::ALL)
+                .title(" About this console ")
+                .style(theme.base()),
+        ),
+        rect,
+    );
+}

@@ -38,6 +38,9 @@ pub fn draw(frame: &mut Frame, app: &App, theme: &Theme) {
     if app.show_help {
         help::draw(frame, area, app, theme);
     }
+    if app.show_about {
+        help::draw_about(frame, area, app, theme);
+    }
     if let Some(dialog) = &app.dialog {
         dialog::draw(frame, centered(area, 72, 14), dialog, theme);
     }
