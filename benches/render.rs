@@ -16,13 +16,15 @@
 //! case, `EW_RENDER_UPDATES` [200] timed updates for small snapshots (the
 //! 100,000-row one runs a tenth of that). Results go to stdout.
 
+#[path = "../tests/fixtures/mod.rs"]
+mod fixtures;
+
 use std::time::{Duration, Instant};
 
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 
 use effectwatch::console::app::{App, Message, Snapshot, WINDOW};
-use effectwatch::console::fixtures;
 use effectwatch::console::theme::Theme;
 use effectwatch::console::views;
 

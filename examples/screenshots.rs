@@ -3,13 +3,16 @@
 //!
 //! cargo run --example screenshots
 
+#[path = "../tests/fixtures/mod.rs"]
+mod fixtures;
+
 use std::fmt::Write as _;
 use std::path::Path;
 
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use effectwatch::console::app::{App, Message};
 use effectwatch::console::theme::Theme;
-use effectwatch::console::{fixtures, views};
+use effectwatch::console::views;
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 use ratatui::buffer::Buffer;

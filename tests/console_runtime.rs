@@ -4,6 +4,7 @@
 //! binary in a pseudo-terminal.
 
 mod common;
+mod fixtures;
 mod settle_support;
 
 use std::io::{Read, Write};
@@ -20,7 +21,6 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 
 use effectwatch::console::app::{App, Message, Snapshot, VIEWS, View};
-use effectwatch::console::fixtures;
 use effectwatch::console::poller::{self, PollSettings};
 use effectwatch::console::theme::{Role, Theme};
 use effectwatch::console::views;

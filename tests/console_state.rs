@@ -1,6 +1,8 @@
 //! The console's update function without a terminal or a database: keys and
 //! snapshots in, state and commands out.
 
+mod fixtures;
+
 use std::time::Duration;
 
 use chrono::{TimeZone, Utc};
@@ -8,7 +10,6 @@ use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
 use effectwatch::console::action::{Action, Scope, Subject, TABLE};
 use effectwatch::console::app::{App, Command, DialogField, Message, Prompt, Snapshot, WINDOW};
-use effectwatch::console::fixtures;
 use effectwatch::console::theme::Role;
 use effectwatch::ledger::escalations::EscalationRow;
 use effectwatch::ledger::panes::{Filter, OverdueRow, Pane, PaneRows};

@@ -3,6 +3,8 @@
 //! ledger text is checked cell by cell: nothing a terminal would obey may
 //! reach the screen.
 
+mod fixtures;
+
 use std::time::{Duration, Instant};
 
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
@@ -13,7 +15,6 @@ use ratatui::style::Modifier;
 use serde_json::json;
 
 use effectwatch::console::app::{App, Connection, Message, Snapshot};
-use effectwatch::console::fixtures;
 use effectwatch::console::theme::Theme;
 use effectwatch::console::views;
 use effectwatch::ledger::panes::{Pane, PaneRows};

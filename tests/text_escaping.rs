@@ -3,9 +3,10 @@
 //! `show` and `report`: nothing invisible reaches the terminal, and two keys
 //! that differ by one such character never look the same.
 
+mod fixtures;
+
 use chrono::{TimeZone, Utc};
 use effectwatch::cli::report::{csv_text, markdown};
-use effectwatch::console::fixtures;
 use effectwatch::ledger::panes::{Pane, PaneRows};
 use effectwatch::ledger::report::{PaneEntry, Report, ReportScope};
 

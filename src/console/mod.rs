@@ -5,7 +5,6 @@
 pub mod action;
 pub mod app;
 pub mod clipboard;
-pub mod fixtures;
 pub mod model;
 pub mod notify;
 pub mod poller;
