@@ -9,7 +9,9 @@ use chrono::{TimeZone, Utc};
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
 use effectwatch::console::action::{Action, Scope, Subject, TABLE};
-use effectwatch::console::app::{App, Command, DialogField, Message, Prompt, Snapshot, WINDOW};
+use effectwatch::console::app::{
+    App, Command, DialogField, Message, Overlay, Prompt, Snapshot, WINDOW,
+};
 use effectwatch::console::theme::Role;
 use effectwatch::ledger::escalations::EscalationRow;
 use effectwatch::ledger::panes::{Filter, OverdueRow, Pane, PaneRows};
@@ -698,10 +700,10 @@ fn a_failed_poll_keeps_the_data_and_marks_it_stale() {
 fn quit_and_help() {
     let mut app = app_with(&["a"]);
     assert!(char(&mut app, '?').is_empty());
-    assert!(app.show_help);
+    assert_eq!(app.overlay, Some(Overlay::Help));
     // Any key closes the help and does nothing else.
     assert!(char(&mut app, 'q').is_empty());
-    assert!(!app.show_help);
+    assert_eq!(app.overlay, None);
     assert_eq!(char(&mut app, 'q'), vec![Command::Quit]);
     let ctrl_c = KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL);
     assert_eq!(app.update(Message::Key(ctrl_c)), vec![Command::Quit]);

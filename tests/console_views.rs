@@ -704,6 +704,6 @@ fn the_about_overlay_wraps_a_long_command_line_at_80_columns() {
     assert!(screen.contains("effectwatch --config"), "{screen}");
     assert!(screen.contains("--operator bob"), "{screen}");
     press(&mut app, KeyCode::Char('x'));
-    assert!(!app.show_about);
+    assert_eq!(app.overlay, None);
     assert!(app.dialog.is_none(), "the key only closed the overlay");
 }

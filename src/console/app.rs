@@ -119,6 +119,15 @@ pub struct Dialog {
     pub error: Option<String>,
 }
 
+/// A screen over the view that the next key closes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Overlay {
+    /// Every key of the view, from the action table.
+    Help,
+    /// What this console is connected to, as whom.
+    About,
+}
+
 /// A one-line prompt at the bottom of the screen.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Prompt {
@@ -159,9 +168,8 @@ pub struct App {
     pub poll_interval: Duration,
     pub read_only: bool,
     pub operator: String,
-    pub show_help: bool,
-    /// The about overlay (`i`) is open.
-    pub show_about: bool,
+    /// What covers the view until the next key, if anything.
+    pub overlay: Option<Overlay>,
     /// What the about overlay lists: label and value, given by the runtime
     /// (server, operator, mode; the demo adds how a second operator joins).
     pub about: Vec<(String, String)>,
@@ -195,8 +203,7 @@ impl App {
             poll_interval,
             read_only,
             operator,
-            show_help: false,
-            show_about: false,
+            overlay: None,
             about: Vec::new(),
             dialog: None,
             status: None,
@@ -344,14 +351,15 @@ impl App {
                 .checked_sub(snapshot.latency)
                 .unwrap_or_else(Instant::now),
         );
-        for (index, pane) in Pane::ALL.iter().enumerate() {
-            if let Some((_, rows)) = snapshot.panes.iter().find(|(p, _)| p == pane) {
+        for pane in Pane::ALL {
+            let index = View::Pane(pane).index();
+            if let Some((_, rows)) = snapshot.panes.iter().find(|(p, _)| *p == pane) {
                 self.models[index] = model::pane_model(rows);
             }
             self.totals[index] = snapshot
                 .counts
                 .iter()
-                .find(|(p, _)| p == pane)
+                .find(|(p, _)| *p == pane)
                 .map(|(_, count)| *count)
                 .unwrap_or(self.models[index].rows.len() as i64);
         }
@@ -362,8 +370,9 @@ impl App {
             .filter(|row| self.matches_filter_text(&[&row.op_key, &row.requested_by, &row.target]))
             .cloned()
             .collect();
-        self.models[4] = model::escalation_model(&escalations, &approvals);
-        self.totals[4] = snapshot
+        let escalations_view = View::Escalations.index();
+        self.models[escalations_view] = model::escalation_model(&escalations, &approvals);
+        self.totals[escalations_view] = snapshot
             .escalation_count
             .unwrap_or((escalations.len() + approvals.len()) as i64);
         if let Some(finance) = &snapshot.finance {
@@ -373,8 +382,8 @@ impl App {
                 .filter(|row| self.matches_filter_text(&[&row.op_key, &row.target, &row.action]))
                 .cloned()
                 .collect();
-            self.models[6] = model::finance_model(&suspected);
-            self.totals[6] = suspected.len() as i64;
+            self.models[View::Finance.index()] = model::finance_model(&suspected);
+            self.totals[View::Finance.index()] = suspected.len() as i64;
         }
         let audit: Vec<AuditEntry> = snapshot
             .audit
@@ -388,8 +397,8 @@ impl App {
             })
             .cloned()
             .collect();
-        self.models[5] = model::audit_model(&audit);
-        self.totals[5] = snapshot.audit_count.unwrap_or(audit.len() as i64);
+        self.models[View::Audit.index()] = model::audit_model(&audit);
+        self.totals[View::Audit.index()] = snapshot.audit_count.unwrap_or(audit.len() as i64);
         self.offsets = snapshot.offsets;
         // The table models hold what is shown; the raw rows would only
         // double the memory of a large window.
@@ -461,9 +470,7 @@ impl App {
             Some(Prompt::Instant(_)) => return self.on_instant_key(key),
             None => {}
         }
-        if self.show_help || self.show_about {
-            self.show_help = false;
-            self.show_about = false;
+        if self.overlay.take().is_some() {
             return Vec::new();
         }
         match Action::from_key(key) {
@@ -488,8 +495,8 @@ impl App {
         let rows = self.models[view].rows.len();
         match action {
             Action::Quit => return vec![Command::Quit],
-            Action::Help => self.show_help = true,
-            Action::About => self.show_about = true,
+            Action::Help => self.overlay = Some(Overlay::Help),
+            Action::About => self.overlay = Some(Overlay::About),
             Action::NextView => return self.go_to_view((self.view + 1) % VIEWS.len()),
             Action::PrevView => {
                 return self.go_to_view((self.view + VIEWS.len() - 1) % VIEWS.len());

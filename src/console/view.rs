@@ -23,6 +23,19 @@ pub const VIEWS: [View; VIEW_COUNT] = [
 ];
 
 impl View {
+    /// Its place among the tabs (`VIEWS`), which is where its state is kept.
+    pub const fn index(self) -> usize {
+        match self {
+            View::Pane(Pane::Overdue) => 0,
+            View::Pane(Pane::Unknown) => 1,
+            View::Pane(Pane::Duplicates) => 2,
+            View::Pane(Pane::Held) => 3,
+            View::Escalations => 4,
+            View::Audit => 5,
+            View::Finance => 6,
+        }
+    }
+
     /// The tab label: short enough for seven tabs on one line.
     pub fn tab(self) -> &'static str {
         match self {
@@ -42,6 +55,18 @@ impl View {
             View::Escalations => "Escalations",
             View::Audit => "Audit log",
             View::Finance => "Finance",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_view_is_kept_at_its_tab() {
+        for (position, view) in VIEWS.iter().enumerate() {
+            assert_eq!(view.index(), position, "{view:?}");
         }
     }
 }

@@ -12,7 +12,7 @@ use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::widgets::Block;
 
-use super::app::{App, View};
+use super::app::{App, Overlay, View};
 use super::theme::Theme;
 
 pub fn draw(frame: &mut Frame, app: &App, theme: &Theme) {
@@ -35,11 +35,10 @@ pub fn draw(frame: &mut Frame, app: &App, theme: &Theme) {
     }
     header::draw_status(frame, status_area, app, theme);
     header::draw_key_bar(frame, keys_area, app, theme);
-    if app.show_help {
-        help::draw(frame, area, app, theme);
-    }
-    if app.show_about {
-        help::draw_about(frame, area, app, theme);
+    match app.overlay {
+        Some(Overlay::Help) => help::draw(frame, area, app, theme),
+        Some(Overlay::About) => help::draw_about(frame, area, app, theme),
+        None => {}
     }
     if let Some(dialog) = &app.dialog {
         dialog::draw(frame, centered(area, 72, 14), dialog, theme);
