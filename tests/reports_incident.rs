@@ -141,10 +141,42 @@ fn ms_rounded(from: DateTime<Utc>, to: DateTime<Utc>) -> i64 {
     (micros + 500).div_euclid(1000)
 }
 
+/// The instants the script marks (t0 before it, t1 in the middle, t2 after
+/// the range) and the moments the ledger recorded for its items.
 struct Incident {
     t0: DateTime<Utc>,
     t1: DateTime<Utc>,
     t2: DateTime<Utc>,
+    e_deadline: DateTime<Utc>,
+    d_unknown: DateTime<Utc>,
+    d_resolved: DateTime<Utc>,
+    g_unknown: DateTime<Utc>,
+    f2_held: DateTime<Utc>,
+    f2_cancelled: DateTime<Utc>,
+    a_replay: DateTime<Utc>,
+}
+
+/// Runs the script on a fresh ledger and reads back when each thing happened.
+async fn incident(pool: &PgPool) -> Incident {
+    let (t0, t1, t2) = script(pool).await;
+    let e_deadline =
+        attempt_at(pool, "refund:INV-4:v1", "dispatch").await + chrono::Duration::seconds(1);
+    let d_unknown = event_at(pool, "refund:INV-3:v1", "unknown").await;
+    let d_resolved = event_at(pool, "refund:INV-3:v1", "succeeded").await;
+    let f2_cancelled = event_at(pool, "refund:INV-5:v2", "cancelled").await;
+    assert!(t0 < d_unknown && e_deadline < t1 && t1 < d_resolved && f2_cancelled < t2);
+    Incident {
+        t0,
+        t1,
+        t2,
+        e_deadline,
+        d_unknown,
+        d_resolved,
+        g_unknown: event_at(pool, "refund:INV-7:v1", "unknown").await,
+        f2_held: event_at(pool, "refund:INV-5:v2", "held").await,
+        f2_cancelled,
+        a_replay: attempt_at(pool, "refund:INV-1:v1", "replay").await,
+    }
 }
 
 /// The script. Keys: A and B refund invoice 1 twice; C refunds invoice 2
@@ -152,7 +184,7 @@ struct Incident {
 /// is unknown until reconciled; G stays unknown; E is dispatched and never
 /// answers (overdue, escalated, found absent after the range); F2 is held
 /// behind F and cancelled; A is replayed by a second agent.
-async fn script(pool: &PgPool) -> Incident {
+async fn script(pool: &PgPool) -> (DateTime<Utc>, DateTime<Utc>, DateTime<Utc>) {
     sqlx::query(
         "insert into ledger.action_policies (action, compensation_approval_limit_minor) values ('refund', 1000)",
     )
@@ -271,26 +303,26 @@ async fn script(pool: &PgPool) -> Incident {
 
     // After the range: E is found absent at the provider.
     reconcile(pool, "refund:INV-4:v1", "absent", &[]).await;
-    Incident { t0, t1, t2 }
+    (t0, t1, t2)
 }
 
+/// The panes at each instant of the incident, and now.
 #[tokio::test]
-async fn a_scripted_incident_reads_back_exactly() {
+async fn time_travel_shows_each_instant_as_it_was() {
     let db = common::test_db().await;
     let pool = &db.pool;
-    let Incident { t0, t1, t2 } = script(pool).await;
+    let Incident {
+        t0,
+        t1,
+        t2,
+        e_deadline,
+        d_unknown,
+        g_unknown,
+        f2_held,
+        a_replay,
+        ..
+    } = incident(pool).await;
 
-    let e_deadline =
-        attempt_at(pool, "refund:INV-4:v1", "dispatch").await + chrono::Duration::seconds(1);
-    let d_unknown = event_at(pool, "refund:INV-3:v1", "unknown").await;
-    let d_resolved = event_at(pool, "refund:INV-3:v1", "succeeded").await;
-    let g_unknown = event_at(pool, "refund:INV-7:v1", "unknown").await;
-    let f2_held = event_at(pool, "refund:INV-5:v2", "held").await;
-    let f2_cancelled = event_at(pool, "refund:INV-5:v2", "cancelled").await;
-    let a_replay = attempt_at(pool, "refund:INV-1:v1", "replay").await;
-    assert!(t0 < d_unknown && e_deadline < t1 && t1 < d_resolved && f2_cancelled < t2);
-
-    // --- Time travel -----------------------------------------------------------------------
     let none = Filter::default();
     for pane in Pane::ALL {
         assert!(
@@ -460,8 +492,26 @@ async fn a_scripted_incident_reads_back_exactly() {
         let live = panes::fetch(pool, pane, &none, 100, 0).await.unwrap();
         assert_eq!(keys(&past), keys(&live), "{pane} at now vs live");
     }
+}
 
-    // --- The report ------------------------------------------------------------------------
+/// The incident report over the range: counts, times, the worst items, a target filter.
+#[tokio::test]
+async fn the_report_reads_the_incident_back_exactly() {
+    let db = common::test_db().await;
+    let pool = &db.pool;
+    let Incident {
+        t0,
+        t2,
+        e_deadline,
+        d_unknown,
+        d_resolved,
+        g_unknown,
+        f2_held,
+        f2_cancelled,
+        a_replay,
+        ..
+    } = incident(pool).await;
+
     let scope = ReportScope {
         since: t0,
         until: t2,
@@ -681,8 +731,15 @@ async fn a_scripted_incident_reads_back_exactly() {
         ["cancel"]
     );
     assert!(narrow.reconciliations.is_empty());
+}
 
-    // --- Finance -------------------------------------------------------------------------
+/// Suspected double effects and exposure, now and as of an instant.
+#[tokio::test]
+async fn finance_reads_the_incident_back_exactly() {
+    let db = common::test_db().await;
+    let pool = &db.pool;
+    let Incident { t1, .. } = incident(pool).await;
+
     let review = finance::review(pool, None, None).await.unwrap();
     let suspected = review
         .suspected
@@ -803,8 +860,27 @@ async fn a_scripted_incident_reads_back_exactly() {
         effect(pool, "refund:INV-6:v1").await.state,
         State::Compensated
     );
+}
 
-    // --- The same through the binary --------------------------------------------------------
+/// The same through the binary: report, finance and list, and what --at accepts.
+#[tokio::test]
+async fn the_commands_read_the_incident_back() {
+    let db = common::test_db().await;
+    let pool = &db.pool;
+    let Incident {
+        t0,
+        t2,
+        e_deadline,
+        d_unknown,
+        d_resolved,
+        g_unknown,
+        f2_held,
+        f2_cancelled,
+        ..
+    } = incident(pool).await;
+    let d_took = ms(d_unknown, d_resolved);
+    let f2_took = ms(f2_held, f2_cancelled);
+
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("incident.md");
     let run = |args: &[&str]| {
