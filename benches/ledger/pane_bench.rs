@@ -1,0 +1,504 @@
+//! 2. Measuring the panes at two ledger sizes.
+
+#[allow(unused_imports)]
+use super::*;
+
+pub(crate) struct PaneTiming {
+    pub(crate) fetch_ms: f64,
+    pub(crate) fetch_rows: usize,
+    pub(crate) count_ms: f64,
+    pub(crate) count: i64,
+}
+
+pub(crate) struct Measurement {
+    pub(crate) effects: i64,
+    pub(crate) attempts: i64,
+    pub(crate) events: i64,
+    pub(crate) panes: Vec<(Pane, PaneTiming)>,
+    pub(crate) pane_counts_ms: f64,
+}
+
+pub(crate) async fn measure(pool: &PgPool, config: &Config, label: &str) -> Result<Measurement> {
+    let (effects, attempts, events): (i64, i64, i64) = sqlx::query_as(
+        "select (select count(*) from ledger.effects), (select count(*) from ledger.attempts),
+                (select count(*) from ledger.effect_events)",
+    )
+    .fetch_one(pool)
+    .await?;
+    let mut panes_out = Vec::new();
+    for pane in Pane::ALL {
+        let mut fetch_times = Vec::new();
+        let mut fetch_rows = 0;
+        for run in 0..config.warmups + config.runs {
+            let t0 = Instant::now();
+            let rows = panes::fetch(pool, pane, &Filter::default(), config.limit, 0).await?;
+            let took = ms(t0.elapsed());
+            if run >= config.warmups {
+                fetch_times.push(took);
+            }
+            fetch_rows = rows.len();
+        }
+        let count_sql = format!("select count(*) from {}", pane.view());
+        let mut count_times = Vec::new();
+        let mut count = 0;
+        for run in 0..config.warmups + config.runs {
+            let t0 = Instant::now();
+            count = sqlx::query_scalar::<_, i64>(AssertSqlSafe(count_sql.clone()))
+                .fetch_one(pool)
+                .await?;
+            let took = ms(t0.elapsed());
+            if run >= config.warmups {
+                count_times.push(took);
+            }
+        }
+        let timing = PaneTiming {
+            fetch_ms: median(&mut fetch_times),
+            fetch_rows,
+            count_ms: median(&mut count_times),
+            count,
+        };
+        eprintln!(
+            "[panes] {label} {}: fetch {:.2} ms ({} rows), count {:.2} ms ({})",
+            pane.name(),
+            timing.fetch_ms,
+            timing.fetch_rows,
+            timing.count_ms,
+            timing.count
+        );
+        panes_out.push((pane, timing));
+    }
+    let mut counts_times = Vec::new();
+    for run in 0..config.warmups + config.runs {
+        let t0 = Instant::now();
+        panes::counts(pool).await?;
+        if run >= config.warmups {
+            counts_times.push(ms(t0.elapsed()));
+        }
+    }
+    Ok(Measurement {
+        effects,
+        attempts,
+        events,
+        panes: panes_out,
+        pane_counts_ms: median(&mut counts_times),
+    })
+}
+
+/// The partial indexes that serve each pane: their predicate is the view's filter.
+/// (`attempts_duplicate_at_idx`, added for reports, has the same predicate as
+/// `attempts_duplicate_idx`, ordered by time.)
+pub(crate) fn expected_indexes(pane: Pane) -> &'static [&'static str] {
+    match pane {
+        Pane::Overdue => &["effects_pending_deadline_idx"],
+        Pane::Unknown => &["effects_unknown_idx"],
+        Pane::Duplicates => &["attempts_duplicate_idx", "attempts_duplicate_at_idx"],
+        Pane::Held => &["effects_held_idx"],
+    }
+}
+
+pub(crate) fn uses_any(plan: &str, indexes: &[&str]) -> bool {
+    plan.lines().any(|line| {
+        indexes
+            .iter()
+            .any(|index| line.split_whitespace().any(|word| word == *index))
+    })
+}
+
+pub(crate) struct Plans {
+    /// Per pane: plan of the panes::fetch statement, plan of count(*).
+    pub(crate) panes: Vec<(Pane, String, String)>,
+    /// Ledger tables of 10,000 rows or more: a sequential scan of one grows with the ledger.
+    pub(crate) big_tables: Vec<String>,
+}
+
+/// Shared buffers touched by the whole statement (the top node's "Buffers:" line).
+pub(crate) fn top_buffers(plan: &str) -> Option<u64> {
+    let line = plan
+        .lines()
+        .find(|l| l.trim_start().starts_with("Buffers:"))?;
+    let mut total = 0;
+    for kind in ["hit=", "read="] {
+        if let Some(at) = line.find(kind) {
+            let digits: String = line[at + kind.len()..]
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            total += digits.parse::<u64>().unwrap_or(0);
+        }
+    }
+    Some(total)
+}
+
+/// Sequential scans of big tables in a plan (what makes a pane grow with the ledger).
+pub(crate) fn big_seq_scans(plan: &str, big_tables: &[String]) -> Vec<String> {
+    let mut found: Vec<String> = plan
+        .lines()
+        .filter_map(|line| {
+            let at = line.find("Seq Scan on ")?;
+            let table = line[at + 12..].split_whitespace().next()?;
+            let table = table.strip_prefix("ledger.").unwrap_or(table);
+            big_tables
+                .iter()
+                .any(|t| t == table)
+                .then(|| table.to_string())
+        })
+        .collect();
+    found.sort();
+    found.dedup();
+    found
+}
+
+pub(crate) fn indexes_used(plan: &str) -> Vec<String> {
+    let mut found: Vec<String> = plan
+        .lines()
+        .filter_map(|line| {
+            let at = line.find(" using ").or_else(|| {
+                line.find("Bitmap Index Scan on ")
+                    .map(|i| i + "Bitmap Index Scan on ".len() - " using ".len())
+            })?;
+            line[at + 7..].split_whitespace().next().map(str::to_string)
+        })
+        .collect();
+    found.sort();
+    found.dedup();
+    found
+}
+
+/// Captures `EXPLAIN (ANALYZE, BUFFERS)` of the statement `panes::fetch` sends, through
+/// auto_explain (needs superuser to LOAD), and of `count(*)` on each view.
+pub(crate) async fn explain(db: &BenchDb, limit: i64) -> Result<Plans> {
+    let mut conn = PgConnection::connect_with(&options(&db.url)?).await?;
+    let auto_explain = sqlx::raw_sql(
+        "load 'auto_explain';
+         set auto_explain.log_min_duration = 0;
+         set auto_explain.log_analyze = on;
+         set auto_explain.log_buffers = on;
+         set auto_explain.log_timing = on;
+         set auto_explain.log_level = notice;
+         set client_min_messages = notice;",
+    )
+    .execute(&mut conn)
+    .await;
+    if let Err(error) = &auto_explain {
+        eprintln!("[panes] auto_explain unavailable ({error}): fetch plans skipped");
+    }
+    let mut plans = Vec::new();
+    for pane in Pane::ALL {
+        let mut fetch_plan = String::from("(auto_explain unavailable)");
+        if auto_explain.is_ok() {
+            take_notices();
+            panes::fetch(&mut conn, pane, &Filter::default(), limit, 0).await?;
+            // The plan is logged when the portal closes; one more round trip makes sure it is in.
+            sqlx::query("select 1").execute(&mut conn).await?;
+            fetch_plan = take_notices()
+                .into_iter()
+                .filter(|n| n.contains(pane.view()))
+                .map(|n| {
+                    n.lines()
+                        .skip_while(|l| !l.starts_with("Query Text:"))
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                })
+                .collect::<Vec<_>>()
+                .join("\n");
+        }
+        let rows: Vec<String> = sqlx::query_scalar(AssertSqlSafe(format!(
+            "explain (analyze, buffers) select count(*) from {}",
+            pane.view()
+        )))
+        .fetch_all(&mut conn)
+        .await?;
+        plans.push((pane, fetch_plan, rows.join("\n")));
+    }
+    let big_tables: Vec<String> = sqlx::query_scalar(
+        "select c.relname::text from pg_class c join pg_namespace n on n.oid = c.relnamespace
+          where n.nspname = 'ledger' and c.relkind = 'r' and c.reltuples >= 10000
+          order by 1",
+    )
+    .fetch_all(&mut conn)
+    .await?;
+    let _ = conn.close().await;
+    Ok(Plans {
+        panes: plans,
+        big_tables,
+    })
+}
+
+// auto_explain's plans arrive as NOTICE messages, which sqlx hands to `tracing` under the
+// target `sqlx::postgres::notice`; this layer keeps them (and only them).
+pub(crate) static NOTICES: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+pub(crate) fn take_notices() -> Vec<String> {
+    std::mem::take(&mut *NOTICES.lock().unwrap_or_else(|e| e.into_inner()))
+}
+
+pub(crate) struct NoticeCapture;
+
+pub(crate) struct MessageVisitor(String);
+
+impl tracing::field::Visit for MessageVisitor {
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        if field.name() == "message" {
+            self.0.push_str(value);
+        }
+    }
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "message" {
+            let _ = write!(self.0, "{value:?}");
+        }
+    }
+}
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for NoticeCapture {
+    fn on_event(
+        &self,
+        event: &tracing::Event<'_>,
+        _ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        let mut visitor = MessageVisitor(String::new());
+        event.record(&mut visitor);
+        NOTICES
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(visitor.0);
+    }
+}
+
+pub(crate) fn install_notice_capture() {
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    let only_notices = tracing_subscriber::filter::Targets::new()
+        .with_target("sqlx::postgres::notice", tracing::Level::TRACE);
+    let subscriber = tracing_subscriber::registry().with(NoticeCapture.with_filter(only_notices));
+    let _ = tracing::subscriber::set_global_default(subscriber);
+}
+
+pub(crate) struct Ledger {
+    pub(crate) measurement: Measurement,
+    pub(crate) plans: Plans,
+    pub(crate) build: Duration,
+}
+
+/// Builds a ledger of `total` effects in a database of its own — the settled ones first, then
+/// the open items, so these are the newest rows as in production (open items are recent; an
+/// old row id range would flatter any plan that walks the primary key) — then measures it and
+/// drops the database.
+pub(crate) async fn build_and_measure(
+    config: &Config,
+    server: &Server,
+    label: &str,
+    total: u64,
+) -> Result<Ledger> {
+    let db = BenchDb::create(server, &format!("panes_{label}")).await?;
+    let result = async {
+        let jobs = config.build_jobs;
+        let build = db.pool(jobs as u32).await?;
+        let report = migrate::run(&build).await?;
+        eprintln!("[panes] {label}: migrations applied: {}", report.applied.join(", "));
+        let batch = build_batch(&build, config.batch, jobs).await?;
+        let quarter = config.quarter();
+        eprintln!(
+            "[build] {label}: {} effects ({} settled, then {} open items; {batch} rows per statement, {jobs} builders)",
+            thousands(total),
+            thousands(total - 4 * quarter),
+            thousands(4 * quarter)
+        );
+        let t_build = Instant::now();
+        build_filler(&build, 1, total - 4 * quarter, batch, jobs).await?;
+        build_open(&build, quarter, batch).await?;
+        vacuum_analyze(&build).await?;
+        let built = t_build.elapsed();
+        build.close().await;
+
+        // Read as the console reads: its own pool (application name, statement timeout).
+        let console = connect(&ConnectSettings::new(db.url.clone())).await?;
+        let measurement = measure(&console, config, label).await?;
+        console.close().await;
+        let plans = explain(&db, config.limit).await?;
+        anyhow::Ok(Ledger {
+            measurement,
+            plans,
+            build: built,
+        })
+    }
+    .await;
+    db.drop_db().await;
+    result
+}
+
+pub(crate) async fn panes_bench(config: &Config, server: &Server) -> Result<String> {
+    let quarter = config.quarter();
+    let open = 4 * quarter;
+    let small_ledger = build_and_measure(config, server, "small", config.small).await?;
+    let large_ledger = build_and_measure(config, server, "large", config.effects).await?;
+    let (small, small_plans, small_build) = (
+        &small_ledger.measurement,
+        &small_ledger.plans,
+        small_ledger.build,
+    );
+    let (large, large_plans, grow) = (
+        &large_ledger.measurement,
+        &large_ledger.plans,
+        large_ledger.build,
+    );
+
+    let mut out = String::new();
+    writeln!(
+        out,
+        "\n## Pane views vs ledger size (median of {} runs after {} warm-ups; fetch = panes::fetch top {})\n",
+        config.runs, config.warmups, config.limit
+    )?;
+    writeln!(
+        out,
+        "small ledger: {} effects, {} attempts, {} events (built in {:.0} s); large: {} effects, {} attempts, {} events (built in {:.0} s); open items: {} ({} per pane), the newest rows of each ledger\n",
+        thousands(small.effects as u64),
+        thousands(small.attempts as u64),
+        thousands(small.events as u64),
+        small_build.as_secs_f64(),
+        thousands(large.effects as u64),
+        thousands(large.attempts as u64),
+        thousands(large.events as u64),
+        grow.as_secs_f64(),
+        thousands(open),
+        thousands(quarter)
+    )?;
+    writeln!(
+        out,
+        "| view | query | small ms | large ms | ratio | rows small/large | buffers small/large |"
+    )?;
+    writeln!(out, "|---|---|---:|---:|---:|---|---|")?;
+    let mut problems = Vec::new();
+    for ((pane, s), (_, l)) in small.panes.iter().zip(&large.panes) {
+        let plan_of = |plans: &Plans, fetch: bool| {
+            plans
+                .panes
+                .iter()
+                .find(|(p, _, _)| p == pane)
+                .map(|(_, f, c)| if fetch { f.clone() } else { c.clone() })
+                .unwrap_or_default()
+        };
+        let buffers = |fetch: bool| {
+            let show = |n: Option<u64>| n.map_or("?".to_string(), |n| n.to_string());
+            format!(
+                "{}/{}",
+                show(top_buffers(&plan_of(small_plans, fetch))),
+                show(top_buffers(&plan_of(large_plans, fetch)))
+            )
+        };
+        for (fetch, query, sm, lm, sr, lr) in [
+            (
+                true,
+                "fetch",
+                s.fetch_ms,
+                l.fetch_ms,
+                s.fetch_rows as i64,
+                l.fetch_rows as i64,
+            ),
+            (false, "count(*)", s.count_ms, l.count_ms, s.count, l.count),
+        ] {
+            let ratio = lm / sm;
+            writeln!(
+                out,
+                "| {} | {query} | {sm:.2} | {lm:.2} | {ratio:.2}× | {sr}/{lr} | {} |",
+                pane.view(),
+                buffers(fetch)
+            )?;
+            if ratio > 2.0 {
+                problems.push(format!(
+                    "{} {query}: large/small = {ratio:.2}× (> 2×)",
+                    pane.view()
+                ));
+            }
+        }
+        let expected_rows = (quarter as i64).min(config.limit);
+        if s.fetch_rows as i64 != expected_rows
+            || l.fetch_rows as i64 != expected_rows
+            || s.count != quarter as i64
+            || l.count != quarter as i64
+        {
+            problems.push(format!(
+                "{}: expected {quarter} items ({expected_rows} fetched), saw counts {}/{} and fetches {}/{}",
+                pane.view(),
+                s.count,
+                l.count,
+                s.fetch_rows,
+                l.fetch_rows
+            ));
+        }
+    }
+    writeln!(
+        out,
+        "| ledger.pane_counts | panes::counts | {:.2} | {:.2} | {:.2}× | | |",
+        small.pane_counts_ms,
+        large.pane_counts_ms,
+        large.pane_counts_ms / small.pane_counts_ms
+    )?;
+
+    writeln!(out, "\n### Plans on the large ledger\n")?;
+    writeln!(
+        out,
+        "| view | expected partial index | used by fetch | used by count | seq scans of big tables (fetch / count) | indexes used by fetch |"
+    )?;
+    writeln!(out, "|---|---|---|---|---|---|")?;
+    for (pane, fetch, count) in &large_plans.panes {
+        let indexes = expected_indexes(*pane);
+        let index = indexes.join(" or ");
+        let (in_fetch, in_count) = (uses_any(fetch, indexes), uses_any(count, indexes));
+        let (seq_fetch, seq_count) = (
+            big_seq_scans(fetch, &large_plans.big_tables),
+            big_seq_scans(count, &large_plans.big_tables),
+        );
+        writeln!(
+            out,
+            "| {} | {index} | {} | {} | {} / {} | {} |",
+            pane.view(),
+            if in_fetch { "yes" } else { "NO" },
+            if in_count { "yes" } else { "NO" },
+            if seq_fetch.is_empty() {
+                "none".to_string()
+            } else {
+                seq_fetch.join(", ")
+            },
+            if seq_count.is_empty() {
+                "none".to_string()
+            } else {
+                seq_count.join(", ")
+            },
+            indexes_used(fetch).join(", ")
+        )?;
+        if !in_fetch || !seq_fetch.is_empty() {
+            problems.push(format!(
+                "{} fetch: {}{}",
+                pane.view(),
+                if in_fetch {
+                    String::new()
+                } else {
+                    format!("{index} not used; ")
+                },
+                if seq_fetch.is_empty() {
+                    String::new()
+                } else {
+                    format!("seq scan of {}", seq_fetch.join(", "))
+                }
+            ));
+        }
+    }
+    writeln!(out)?;
+    if problems.is_empty() {
+        writeln!(out, "problems: none")?;
+    } else {
+        writeln!(out, "problems:")?;
+        for problem in &problems {
+            writeln!(out, "- {problem}")?;
+        }
+    }
+    for (pane, fetch, count) in &large_plans.panes {
+        writeln!(
+            out,
+            "\n#### {} on the large ledger: panes::fetch\n```\n{fetch}\n```",
+            pane.view()
+        )?;
+        writeln!(out, "count(*):\n```\n{count}\n```")?;
+    }
+    Ok(out)
+}
