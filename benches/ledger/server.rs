@@ -2,6 +2,7 @@
 
 #[allow(unused_imports)]
 use super::*;
+use effectwatch::ledger::connect::url_with_database;
 
 pub(crate) struct Server {
     /// URL of a maintenance database on the server, to create and drop ours.
@@ -54,24 +55,6 @@ impl Server {
             }
         }
     }
-}
-
-/// `url` with its database (path) replaced, keeping credentials, host and parameters.
-pub(crate) fn url_with_database(url: &str, database: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((base, query)) => (base, Some(query)),
-        None => (url, None),
-    };
-    let authority_start = base.find("://").map_or(0, |i| i + 3);
-    let authority_end = base[authority_start..]
-        .find('/')
-        .map_or(base.len(), |i| authority_start + i);
-    let mut result = format!("{}/{database}", &base[..authority_end]);
-    if let Some(query) = query {
-        result.push('?');
-        result.push_str(query);
-    }
-    result
 }
 
 pub(crate) fn options(url: &str) -> Result<PgConnectOptions> {

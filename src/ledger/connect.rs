@@ -111,13 +111,41 @@ pub fn connect_lazy(settings: &ConnectSettings) -> Result<PgPool, LedgerError> {
         .connect_lazy_with(settings.options()?))
 }
 
+/// `url` with its database (path) replaced, keeping credentials, host and
+/// parameters: another database on the same server.
+pub fn url_with_database(url: &str, database: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((base, query)) => (base, Some(query)),
+        None => (url, None),
+    };
+    let authority_start = base.find("://").map_or(0, |i| i + 3);
+    let authority_end = base[authority_start..]
+        .find('/')
+        .map_or(base.len(), |i| authority_start + i);
+    let mut result = format!("{}/{database}", &base[..authority_end]);
+    if let Some(query) = query {
+        result.push('?');
+        result.push_str(query);
+    }
+    result
+}
+
 #[cfg(test)]
 mod server_tests {
-    use super::ConnectSettings;
+    use super::{ConnectSettings, url_with_database};
 
     #[test]
     fn the_server_is_named_without_its_credentials() {
         let settings = ConnectSettings::new("postgres://ops:s3cret@db.internal:6543/ledger");
         assert_eq!(settings.server(), "db.internal:6543/ledger");
+    }
+
+    #[test]
+    fn another_database_on_the_same_server_keeps_everything_else() {
+        assert_eq!(
+            url_with_database("postgres://u:p@h:5/a?sslmode=disable", "b"),
+            "postgres://u:p@h:5/b?sslmode=disable"
+        );
+        assert_eq!(url_with_database("postgres://h", "b"), "postgres://h/b");
     }
 }

@@ -34,6 +34,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+pub use effectwatch::ledger::connect::url_with_database;
 use effectwatch::localpg::{ClusterOptions, LocalCluster};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{AssertSqlSafe, Connection, PgConnection, PgPool};
@@ -180,24 +181,6 @@ fn options(url: &str) -> PgConnectOptions {
     PgConnectOptions::from_str(url)
         .unwrap_or_else(|e| panic!("invalid database URL: {e}"))
         .application_name(APPLICATION_NAME)
-}
-
-/// `url` with its database (path) replaced, keeping credentials, host and parameters.
-pub fn url_with_database(url: &str, database: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((base, query)) => (base, Some(query)),
-        None => (url, None),
-    };
-    let authority_start = base.find("://").map_or(0, |i| i + 3);
-    let authority_end = base[authority_start..]
-        .find('/')
-        .map_or(base.len(), |i| authority_start + i);
-    let mut result = format!("{}/{database}", &base[..authority_end]);
-    if let Some(query) = query {
-        result.push('?');
-        result.push_str(query);
-    }
-    result
 }
 
 /// `ew_test_<pid>_<counter>_<time>`: unique within the process, across processes sharing a
