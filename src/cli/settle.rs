@@ -445,26 +445,15 @@ fn print_bulk(done: &[BulkItem], format: Format) {
             println!("{}", safe_json(&items));
         }
         Format::Table => {
-            let mut findings = std::collections::BTreeMap::<String, usize>::new();
             for item in done {
                 match &item.result {
-                    Ok(report) => {
-                        let finding = report.detail["finding"].as_str().unwrap_or("?").to_string();
-                        *findings.entry(finding).or_default() += 1;
-                        println!("  ok  {}", report.summary);
-                    }
+                    Ok(report) => println!("  ok  {}", report.summary),
                     Err(error) => {
                         println!("  !!  {}: {}", sanitize_line(&item.op_key), error.line())
                     }
                 }
             }
-            let tally: Vec<String> = findings.iter().map(|(f, n)| format!("{f} {n}")).collect();
-            println!(
-                "reconciled {} of {}: {}",
-                findings.values().sum::<usize>(),
-                done.len(),
-                tally.join(", ")
-            );
+            println!("{}", crate::settle::bulk_report(done).summary);
         }
     }
 }

@@ -433,22 +433,27 @@ fn changed(op_key: &str, now: i64, seen: i64) -> SettleError {
     )))
 }
 
-/// One line for a bulk reconciliation: how many, and the findings seen.
-fn bulk_report(items: &[BulkItem]) -> Report {
+/// One line for a bulk reconciliation: how many, and how many of each
+/// finding (`reconciled 52 of 53: absent 40, exists_once 12; 1 failed`).
+pub fn bulk_report(items: &[BulkItem]) -> Report {
     let total = items.len();
     let failed = items.iter().filter(|item| item.result.is_err()).count();
-    let mut findings: Vec<&str> = items
-        .iter()
-        .filter_map(|item| item.result.as_ref().ok())
-        .filter_map(|report| report.detail.get("finding").and_then(Value::as_str))
-        .collect();
-    findings.sort_unstable();
-    findings.dedup();
+    let mut findings = BTreeMap::<&str, usize>::new();
+    for report in items.iter().filter_map(|item| item.result.as_ref().ok()) {
+        let finding = report.detail.get("finding").and_then(Value::as_str);
+        *findings.entry(finding.unwrap_or("?")).or_default() += 1;
+    }
+    let tally: Vec<String> = findings.iter().map(|(f, n)| format!("{f} {n}")).collect();
+    let failures = if failed > 0 {
+        format!("; {failed} failed")
+    } else {
+        String::new()
+    };
     Report::new(
         format!(
-            "reconciled {} of {total} ({failed} failed): {}",
+            "reconciled {} of {total}: {}{failures}",
             total - failed,
-            findings.join(", ")
+            tally.join(", ")
         ),
         json!({ "action": "reconcile", "reconciled": total - failed, "failed": failed,
                 "findings": findings }),
@@ -492,6 +497,30 @@ mod tests {
             assert!(!request.name().is_empty());
             assert!(!request.key().is_empty());
         }
+    }
+
+    #[test]
+    fn a_bulk_reconciliation_counts_each_finding() {
+        let item = |key: &str, finding: Option<&str>| BulkItem {
+            op_key: key.into(),
+            result: match finding {
+                Some(finding) => Ok(Report::new("ok", json!({ "finding": finding }))),
+                None => Err(SettleError::Invalid("changed".into())),
+            },
+        };
+        let report = bulk_report(&[
+            item("a", Some("absent")),
+            item("b", Some("exists_once")),
+            item("c", Some("absent")),
+            item("d", None),
+        ]);
+        assert_eq!(
+            report.summary,
+            "reconciled 3 of 4: absent 2, exists_once 1; 1 failed"
+        );
+        assert_eq!(report.detail["findings"]["absent"], 2);
+        let all_fine = bulk_report(&[item("a", Some("absent"))]);
+        assert_eq!(all_fine.summary, "reconciled 1 of 1: absent 1");
     }
 
     #[test]
