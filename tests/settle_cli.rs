@@ -278,3 +278,34 @@ async fn each_operator_call_of_the_ledger_is_a_command() {
     assert_eq!(out.status.code(), Some(9), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("no repeated or flagged calls"));
 }
+
+#[tokio::test]
+async fn list_shows_the_version_an_action_expects() {
+    let rig = Rig::new().await;
+    let cli = Cli::new(&rig);
+    rig.unknown_effect("refund:LISTV:v1", 100).await;
+    let version = rig.effect("refund:LISTV:v1").await.version;
+    let out = cli.run(&["list", "unknown"]).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let listed = text(&out.stdout);
+    assert!(listed.contains("version"), "{listed}");
+    let row = listed
+        .lines()
+        .find(|line| line.contains("refund:LISTV:v1"))
+        .unwrap_or_else(|| panic!("no row in\n{listed}"));
+    let cells: Vec<&str> = row.split('┆').map(str::trim).collect();
+    assert_eq!(cells[1], version.to_string(), "{row}");
+
+    let out = cli
+        .run(&[
+            "resolve",
+            "refund:LISTV:v1",
+            "--failed",
+            "--reason",
+            "provider says no",
+            "--expect-version",
+            cells[1],
+        ])
+        .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}

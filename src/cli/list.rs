@@ -55,6 +55,7 @@ pub fn render_table(rows: &PaneRows) -> Table {
         PaneRows::Overdue(rows) => {
             table.set_header([
                 "key",
+                "version",
                 "action",
                 "target",
                 "amount",
@@ -66,6 +67,7 @@ pub fn render_table(rows: &PaneRows) -> Table {
             for row in rows {
                 table.add_row([
                     cell(&row.op_key),
+                    row.version.to_string(),
                     cell(&row.action),
                     cell(&row.target),
                     optional_money(row.amount_minor, row.currency.as_deref()),
@@ -83,6 +85,7 @@ pub fn render_table(rows: &PaneRows) -> Table {
         PaneRows::Unknown(rows) => {
             table.set_header([
                 "key",
+                "version",
                 "action",
                 "target",
                 "amount",
@@ -99,6 +102,7 @@ pub fn render_table(rows: &PaneRows) -> Table {
                 };
                 table.add_row([
                     cell(&row.op_key),
+                    row.version.to_string(),
                     cell(&row.action),
                     cell(&row.target),
                     optional_money(row.amount_minor, row.currency.as_deref()),
@@ -112,6 +116,7 @@ pub fn render_table(rows: &PaneRows) -> Table {
         PaneRows::Duplicates(rows) => {
             table.set_header([
                 "key",
+                "version",
                 "state",
                 "attempts",
                 "replays",
@@ -129,6 +134,7 @@ pub fn render_table(rows: &PaneRows) -> Table {
                 };
                 table.add_row([
                     cell(&row.op_key),
+                    row.version.to_string(),
                     row.state.clone(),
                     row.attempts.to_string(),
                     row.replays.to_string(),
@@ -144,6 +150,7 @@ pub fn render_table(rows: &PaneRows) -> Table {
             table.set_header([
                 "target",
                 "held key",
+                "version",
                 "amount",
                 "held for",
                 "held by",
@@ -154,6 +161,7 @@ pub fn render_table(rows: &PaneRows) -> Table {
                 table.add_row([
                     cell(&row.target),
                     cell(&row.op_key),
+                    row.version.to_string(),
                     optional_money(row.amount_minor, row.currency.as_deref()),
                     duration_ms(row.held_ms),
                     cell(&row.holder_op_key),
