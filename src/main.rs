@@ -49,6 +49,9 @@ async fn run(cli: Cli, explicit_url: bool) -> Result<(), Failure> {
     // Time travel shows the past: nothing may be acted on from it.
     config.read_only |= cli.read_only || cli.at.is_some();
     let command = cli.command.unwrap_or(Command::Watch);
+    if !matches!(command, Command::Watch | Command::Demo(_)) {
+        end_quietly_when_the_reader_goes();
+    }
     if cli.at.is_some()
         && !matches!(
             command,
@@ -126,5 +129,20 @@ async fn run(cli: Cli, explicit_url: bool) -> Result<(), Failure> {
         Command::Check(_) => unreachable!("handled above"),
         Command::Prune(args) => cli::prune::run(&pool, &config, args).await,
         Command::Settle(command) => cli::settle::run(&pool, &config, command).await,
+    }
+}
+
+/// `effectwatch finance | head` must end as other Unix tools do when the
+/// reader closes the pipe: quietly, not with a "Broken pipe" panic from
+/// println!. Rust ignores SIGPIPE by default; a command that prints and
+/// exits gets the default back (the console keeps it ignored: its sockets
+/// never raise it anyway, std sends with MSG_NOSIGNAL).
+fn end_quietly_when_the_reader_goes() {
+    #[cfg(unix)]
+    {
+        use nix::sys::signal::{SigHandler, Signal, signal};
+        // SAFETY: installs the default disposition before any other thread
+        // writes to a pipe; no handler code runs in this process.
+        let _ = unsafe { signal(Signal::SIGPIPE, SigHandler::SigDfl) };
     }
 }

@@ -481,3 +481,45 @@ async fn the_console_refuses_to_start_on_what_waiting_cannot_fix() {
     );
     assert!(refused.stdout.is_empty());
 }
+
+#[tokio::test]
+async fn a_reader_that_stops_early_ends_the_command_quietly() {
+    let db = common::test_db().await;
+    // Enough held rows that the table outgrows any pipe buffer.
+    let made: i64 = sqlx::query_scalar(
+        "select count(*) from generate_series(1, 3000) g,
+                lateral ledger.begin_effect(op_key => 'pipe:' || g, action => 'refund',
+                    target => 'invoice:pipe-' || (g % 2), params => '{}', requested_by => 'agent') b",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(made, 3000);
+
+    let mut child = Command::new(BIN)
+        .args(["--database-url", &db.url, "list", "held", "--limit", "5000"])
+        .env_remove("DATABASE_URL")
+        .env("NO_COLOR", "1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    // Read the first line, as `head -1` would, then close the pipe.
+    let mut stdout = child.stdout.take().unwrap();
+    let mut first = [0u8; 256];
+    let read = tokio::io::AsyncReadExt::read(&mut stdout, &mut first)
+        .await
+        .unwrap();
+    assert!(read > 0);
+    drop(stdout);
+    let output = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .expect("the command ends once its reader is gone")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !stderr.contains("Broken pipe") && !stderr.contains("panicked"),
+        "{stderr}"
+    );
+}
