@@ -25,10 +25,12 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {
             // One line, whatever the message quotes: a 100 kB key is cut in the middle.
-            eprintln!(
-                "effectwatch: {}",
-                effectwatch::text::message_line(&failure.message)
-            );
+            if !failure.message.is_empty() {
+                eprintln!(
+                    "effectwatch: {}",
+                    effectwatch::text::message_line(&failure.message)
+                );
+            }
             failure.exit_code()
         }
     }

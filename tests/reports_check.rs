@@ -72,6 +72,8 @@ async fn exit_codes_say_ok_exceeded_or_cannot_tell() {
     assert_eq!(exceeded.status.code(), Some(1));
     let line = stdout(&exceeded);
     assert_eq!(line.lines().count(), 1);
+    // Said once: a cron mail does not get the verdict twice.
+    assert_eq!(String::from_utf8_lossy(&exceeded.stderr), "");
     assert!(
         line.starts_with("CRITICAL: unknown 1 > 0; overdue 0, unknown 1 (oldest "),
         "{line}"
@@ -161,6 +163,7 @@ fn an_unreachable_database_is_cannot_tell() {
         "{line}"
     );
     assert_eq!(line.lines().count(), 1);
+    assert_eq!(String::from_utf8_lossy(&text.stderr), "");
 
     let json_out = check(unreachable, &["--format", "json"]);
     assert_eq!(json_out.status.code(), Some(2));

@@ -42,6 +42,12 @@ impl Failure {
         }
     }
 
+    /// Only the exit code: the command has already said everything, where
+    /// its reader looks for it (check's verdict is on stdout).
+    pub fn already_said(code: u8) -> Self {
+        Failure::new(code, "")
+    }
+
     pub fn exit_code(&self) -> ExitCode {
         ExitCode::from(self.code)
     }
