@@ -38,7 +38,17 @@ struct Console {
 
 impl Console {
     fn start(database_url: &str, extra: &[&str]) -> Console {
-        let home = tempfile::tempdir().unwrap();
+        Console::start_at(tempfile::tempdir().unwrap(), database_url, extra, false)
+    }
+
+    /// In `home` (a later console can reuse an earlier one's), with desktop
+    /// notifications on or off.
+    fn start_at(
+        home: tempfile::TempDir,
+        database_url: &str,
+        extra: &[&str],
+        notify: bool,
+    ) -> Console {
         let config = home.path().join("config.toml");
         std::fs::write(&config, "").unwrap();
         let pair = native_pty_system()
@@ -50,10 +60,11 @@ impl Console {
             })
             .expect("opening a pty");
         let mut command = CommandBuilder::new(env!("CARGO_BIN_EXE_effectwatch"));
+        command.args(["--database-url", database_url]);
+        if !notify {
+            command.arg("--no-notify");
+        }
         command.args([
-            "--database-url",
-            database_url,
-            "--no-notify",
             "--poll-interval",
             "0.5",
             "--config",
@@ -175,6 +186,11 @@ impl Console {
         }
         self.catch_up();
         status
+    }
+
+    /// The HOME this console ran in, for the next one.
+    fn take_home(&mut self) -> tempfile::TempDir {
+        std::mem::replace(&mut self.home, tempfile::tempdir().unwrap())
     }
 
     fn log_path(&self) -> PathBuf {
@@ -377,4 +393,66 @@ async fn the_demo_shows_how_a_second_operator_joins_while_it_runs() {
         .await;
     assert!(console.child.try_wait().unwrap().is_none());
     console.quit_and_check_restored().await;
+}
+
+#[tokio::test]
+async fn notifications_that_cannot_be_shown_are_said_once_not_at_every_start() {
+    let db = common::test_db().await;
+    let unknown = |key: &'static str| {
+        let pool = db.pool.clone();
+        async move {
+            begin_effect(&pool, &intent(key, &format!("invoice:{key}")))
+                .await
+                .unwrap();
+            effectwatch::ledger::writer::mark_dispatched(&pool, key, None, "w")
+                .await
+                .unwrap();
+            effectwatch::ledger::writer::complete_effect(
+                &pool,
+                key,
+                effectwatch::ledger::writer::Outcome::Unknown,
+                &effectwatch::ledger::writer::Completion::default(),
+            )
+            .await
+            .unwrap();
+        }
+    };
+    let said = "desktop notifications unavailable";
+
+    // No desktop session here: the first console that tries says so.
+    let mut first = Console::start_at(tempfile::tempdir().unwrap(), &db.url, &[], true);
+    first
+        .wait_for("the live header", STARTUP, |screen| {
+            header(screen).contains("● live")
+        })
+        .await;
+    unknown("refund:NOTE:1").await;
+    first
+        .wait_for("the notice", Duration::from_secs(20), |screen| {
+            status_line(screen).contains(said)
+        })
+        .await;
+    first.quit_and_check_restored().await;
+
+    // The next console, for the same operator, logs it and keeps the status line free.
+    let mut second = Console::start_at(first.take_home(), &db.url, &[], true);
+    second
+        .wait_for("the live header", STARTUP, |screen| {
+            header(screen).contains("● live")
+        })
+        .await;
+    second.press("2");
+    unknown("refund:NOTE:2").await;
+    second
+        .wait_for(
+            "the new unknown effect",
+            Duration::from_secs(20),
+            |screen| screen.contains("refund:NOTE:2"),
+        )
+        .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let screen = second.screen_text();
+    assert!(!status_line(&screen).contains(said), "{screen}");
+    assert!(second.log().contains(said), "{}", second.log());
+    second.quit_and_check_restored().await;
 }

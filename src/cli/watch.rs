@@ -48,6 +48,9 @@ pub async fn run(config: &Config, args: WatchArgs) -> Result<(), Failure> {
         (config.notifications.enabled && !args.no_notify).then(|| NotificationOptions {
             min_interval: Duration::from_secs(config.notifications.min_interval_secs),
             timeout: Duration::from_millis(config.notifications.timeout_ms),
+            unavailable_said: config
+                .log_path()
+                .with_file_name("notifications-unavailable"),
         });
     tracing::info!(operator = %config.operator, read_only = config.read_only, "console starting");
     let about = about(config, &connect, args.at, args.about);

@@ -2,6 +2,7 @@
 //! and the action tasks, and feeds their messages to the pure update.
 
 use std::future::Future;
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -54,10 +55,14 @@ pub struct ConsoleOptions {
 pub type Housekeeping =
     Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Option<String>> + Send>> + Send + Sync>;
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct NotificationOptions {
     pub min_interval: Duration,
     pub timeout: Duration,
+    /// A file that says the operator was already told notifications do not
+    /// work here: later consoles log it instead of saying it again. It goes
+    /// when a notification gets through.
+    pub unavailable_said: PathBuf,
 }
 
 /// Runs until the operator quits. The terminal is restored on every exit
@@ -152,6 +157,11 @@ async fn event_loop(
             }
         })
     });
+    let unavailable_said = options
+        .notifications
+        .as_ref()
+        .map(|n| n.unavailable_said.clone())
+        .unwrap_or_default();
     let mut tracker = options
         .notifications
         .map(|n| (Tracker::new(n.min_interval), n.timeout));
@@ -186,15 +196,25 @@ async fn event_loop(
             for batch in tracker.observe(&snapshot.panes, Instant::now()) {
                 let (sender, failed, timeout) =
                     (sender.clone(), notifications_failed.clone(), *timeout);
+                let said = unavailable_said.clone();
                 tokio::spawn(async move {
                     let title = format!("effectwatch: {}", batch.pane.title());
-                    if let Err(error) = notify::send(title, batch.summary(), timeout).await
-                        && !failed.swap(true, Ordering::Relaxed)
-                    {
-                        let notice = format!(
-                            "desktop notifications unavailable ({error}); carrying on without them"
-                        );
-                        let _ = sender.send(Message::Notice(notice)).await;
+                    match notify::send(title, batch.summary(), timeout).await {
+                        Ok(()) => {
+                            let _ = std::fs::remove_file(&said);
+                        }
+                        Err(error) if !failed.swap(true, Ordering::Relaxed) => {
+                            tracing::warn!(%error, "desktop notifications unavailable");
+                            if said.exists() {
+                                return;
+                            }
+                            let _ = std::fs::write(&said, &error);
+                            let notice = format!(
+                                "desktop notifications unavailable ({error}); carrying on without them (said once; --no-notify turns them off)"
+                            );
+                            let _ = sender.send(Message::Notice(notice)).await;
+                        }
+                        Err(_) => {}
                     }
                 });
             }
