@@ -355,9 +355,9 @@ fn dialog_focus_on_cancel_is_highlighted() {
     let (row, line) = screen
         .lines()
         .enumerate()
-        .find(|(_, line)| line.contains("[ Cancel ]"))
+        .find(|(_, line)| line.contains("[ Back ]"))
         .unwrap();
-    let cancel = line[..line.find("[ Cancel ]").unwrap()].chars().count() as u16;
+    let cancel = line[..line.find("[ Back ]").unwrap()].chars().count() as u16;
     let confirm = line[..line.find("[ Confirm ]").unwrap()].chars().count() as u16;
     let theme = Theme::default();
     assert_eq!(buffer[(cancel + 2, row as u16)].bg, theme.selection_bg);
@@ -706,4 +706,17 @@ fn the_about_overlay_wraps_a_long_command_line_at_80_columns() {
     press(&mut app, KeyCode::Char('x'));
     assert_eq!(app.overlay, None);
     assert!(app.dialog.is_none(), "the key only closed the overlay");
+}
+
+#[test]
+fn the_dialog_of_cancel_a_hold_backs_out_with_back_not_cancel() {
+    let mut app = app_with(full_snapshot(), false);
+    press(&mut app, KeyCode::Char('x'));
+    let screen = screen(&app);
+    assert!(screen.contains("cancel a hold"), "{screen}");
+    assert!(
+        screen.contains("[ Back ]") && screen.contains("[ Confirm ]"),
+        "{screen}"
+    );
+    assert!(!screen.contains("[ Cancel ]"), "{screen}");
 }

@@ -58,7 +58,7 @@ pub enum Action {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Confirmation {
     None,
-    /// A dialog whose default is Cancel.
+    /// A dialog whose default is Back (nothing written).
     Confirm,
     /// A dialog with a required reason.
     Reason,

@@ -114,7 +114,7 @@ pub struct Dialog {
     /// What the operator must type to prove they read the key.
     pub required_suffix: Option<String>,
     pub focus: DialogField,
-    /// The default button is Cancel.
+    /// The default button is Back.
     pub confirm_selected: bool,
     pub error: Option<String>,
 }
@@ -898,7 +898,7 @@ impl App {
         match key.code {
             KeyCode::Esc => {
                 self.dialog = None;
-                self.set_status("cancelled: nothing written", Role::Muted);
+                self.set_status("backed out: nothing written", Role::Muted);
                 return Vec::new();
             }
             KeyCode::Tab | KeyCode::Down => {
@@ -920,7 +920,7 @@ impl App {
                 }
                 if !dialog.confirm_selected {
                     self.dialog = None;
-                    self.set_status("cancelled: nothing written", Role::Muted);
+                    self.set_status("backed out: nothing written", Role::Muted);
                     return Vec::new();
                 }
                 if let Err(problem) = validate_dialog(dialog) {

@@ -76,7 +76,8 @@ pub fn draw(frame: &mut Frame, area: Rect, dialog: &Dialog, theme: &Theme) {
     let on_buttons = dialog.focus == DialogField::Buttons;
     lines.push(Line::from(vec![
         Span::raw("          "),
-        button("Cancel", !dialog.confirm_selected, on_buttons),
+        // Not "Cancel": the dialog of "cancel a hold" would offer Cancel to back out.
+        button("Back", !dialog.confirm_selected, on_buttons),
         Span::raw("   "),
         button("Confirm", dialog.confirm_selected, on_buttons),
     ]));

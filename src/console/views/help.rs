@@ -36,7 +36,7 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     let footer = if app.read_only {
         " ✎ writes to the ledger — disabled: this console is READ-ONLY"
     } else {
-        " ✎ writes to the ledger, after a confirmation whose default is Cancel"
+        " ✎ writes to the ledger, after a confirmation whose default is Back"
     };
     footer_lines.push(Line::from(Span::styled(footer, theme.role(Role::Muted))));
     footer_lines.push(Line::from(Span::styled(
