@@ -914,11 +914,16 @@ impl App {
             }
             KeyCode::Enter => {
                 if dialog.focus != DialogField::Buttons {
+                    // Enter in a field moves on, and in the last one submits a
+                    // valid form: it never lands on Back, where a second Enter
+                    // would throw the typed text away.
                     let at = fields.iter().position(|f| *f == dialog.focus).unwrap_or(0);
-                    dialog.focus = fields[(at + 1) % fields.len()];
-                    return Vec::new();
-                }
-                if !dialog.confirm_selected {
+                    let next = fields[(at + 1) % fields.len()];
+                    if next != DialogField::Buttons {
+                        dialog.focus = next;
+                        return Vec::new();
+                    }
+                } else if !dialog.confirm_selected {
                     self.dialog = None;
                     self.set_status("backed out: nothing written", Role::Muted);
                     return Vec::new();
