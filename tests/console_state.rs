@@ -840,3 +840,33 @@ fn a_responder_types_the_instant() {
         Some(Utc.with_ymd_and_hms(2026, 11, 29, 8, 30, 0).unwrap())
     );
 }
+
+#[test]
+fn resolving_as_failed_offers_retryable() {
+    let resolve_failed = |retry: bool| {
+        let mut app = app_with(&["a"]);
+        char(&mut app, 'f');
+        type_text(&mut app, "provider says it never arrived");
+        key(&mut app, KeyCode::Tab);
+        assert_eq!(app.dialog.as_ref().unwrap().focus, DialogField::Retryable);
+        if retry {
+            char(&mut app, ' ');
+        }
+        // Enter on the last field submits the valid form.
+        performs(&key(&mut app, KeyCode::Enter))
+            .into_iter()
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    for retry in [false, true] {
+        assert_eq!(
+            resolve_failed(retry),
+            [Request::Resolve {
+                op_key: "a".to_string(),
+                seen: Some(1),
+                reason: "provider says it never arrived".to_string(),
+                resolution: effectwatch::ledger::actions::Resolution::Failed { retryable: retry },
+            }]
+        );
+    }
+}

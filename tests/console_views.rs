@@ -720,3 +720,22 @@ fn the_dialog_of_cancel_a_hold_backs_out_with_back_not_cancel() {
     );
     assert!(!screen.contains("[ Cancel ]"), "{screen}");
 }
+
+#[test]
+fn the_resolve_failed_dialog_shows_whether_the_key_may_be_retried() {
+    let mut app = app_with(full_snapshot(), false);
+    press(&mut app, KeyCode::Char('f'));
+    let before = screen(&app);
+    assert!(
+        line_with(&before, "retryable (space)").contains("[ ] no: the key stays failed for good"),
+        "{before}"
+    );
+    press(&mut app, KeyCode::Tab);
+    press(&mut app, KeyCode::Char(' '));
+    let after = screen(&app);
+    assert!(
+        line_with(&after, "retryable (space)")
+            .contains("[x] yes: the same key may be dispatched again"),
+        "{after}"
+    );
+}

@@ -86,6 +86,8 @@ pub enum DialogField {
     /// The provider's reference for an effect settled by hand as succeeded.
     ExternalRef,
     Reason,
+    /// Whether the same key may be dispatched again (resolve as failed).
+    Retryable,
     KeySuffix,
     Buttons,
 }
@@ -112,6 +114,7 @@ pub enum Subject {
 pub struct Answers {
     pub reason: String,
     pub external_ref: String,
+    pub retryable: bool,
 }
 
 /// A key that runs an action: a character, or another key, with or without Ctrl.
@@ -154,6 +157,8 @@ pub struct ActionInfo {
     pub confirmation: Confirmation,
     /// The dialog asks for the provider's reference too.
     pub asks_external_ref: bool,
+    /// The dialog offers "the same key may be dispatched again".
+    pub asks_retryable: bool,
     pub scope: Scope,
     /// Shown in the one-line key bar everywhere.
     pub in_key_bar: bool,
@@ -173,6 +178,7 @@ const SHOWS: ActionInfo = ActionInfo {
     writes: false,
     confirmation: Confirmation::None,
     asks_external_ref: false,
+    asks_retryable: false,
     scope: Scope::Everywhere,
     in_key_bar: false,
     featured_in: &[],
@@ -544,9 +550,12 @@ pub const TABLE: &[ActionInfo] = &[
                 op_key,
                 seen,
                 reason: answers.reason,
-                resolution: Resolution::Failed { retryable: false },
+                resolution: Resolution::Failed {
+                    retryable: answers.retryable,
+                },
             })
         }),
+        asks_retryable: true,
         ..WRITES
     },
     ActionInfo {
@@ -725,6 +734,9 @@ impl Action {
             Confirmation::Reason | Confirmation::ReasonAndKey
         ) {
             fields.push(DialogField::Reason);
+        }
+        if info.asks_retryable {
+            fields.push(DialogField::Retryable);
         }
         if info.confirmation == Confirmation::ReasonAndKey {
             fields.push(DialogField::KeySuffix);

@@ -111,6 +111,8 @@ pub struct Dialog {
     pub reason: String,
     pub external_ref: String,
     pub key_suffix: String,
+    /// For resolve as failed: the same key may be dispatched again.
+    pub retryable: bool,
     /// What the operator must type to prove they read the key.
     pub required_suffix: Option<String>,
     pub focus: DialogField,
@@ -882,6 +884,7 @@ impl App {
             reason: String::new(),
             external_ref: String::new(),
             key_suffix: String::new(),
+            retryable: false,
             required_suffix,
             focus: fields[0],
             confirm_selected: false,
@@ -944,6 +947,7 @@ impl App {
                 let answers = Answers {
                     reason: dialog.reason.trim().to_string(),
                     external_ref: dialog.external_ref.trim().to_string(),
+                    retryable: dialog.retryable,
                 };
                 return match dialog.action.request(dialog.subject, answers) {
                     Some(request) => vec![Command::Perform(request)],
@@ -962,6 +966,13 @@ impl App {
                 if let Some(text) = dialog_text(dialog) {
                     if text.chars().count() < 500 {
                         text.push(ch);
+                    }
+                } else if dialog.focus == DialogField::Retryable {
+                    match ch {
+                        ' ' => dialog.retryable = !dialog.retryable,
+                        'y' | 'Y' => dialog.retryable = true,
+                        'n' | 'N' => dialog.retryable = false,
+                        _ => {}
                     }
                 } else if dialog.focus == DialogField::Buttons {
                     match ch {
@@ -988,7 +999,7 @@ fn dialog_text(dialog: &mut Dialog) -> Option<&mut String> {
         DialogField::Reason => Some(&mut dialog.reason),
         DialogField::ExternalRef => Some(&mut dialog.external_ref),
         DialogField::KeySuffix => Some(&mut dialog.key_suffix),
-        DialogField::Buttons => None,
+        DialogField::Retryable | DialogField::Buttons => None,
     }
 }
 

@@ -47,6 +47,23 @@ pub fn draw(frame: &mut Frame, area: Rect, dialog: &Dialog, theme: &Theme) {
             dialog.focus == DialogField::Reason,
         ));
     }
+    if dialog.action.info().asks_retryable {
+        let focused = dialog.focus == DialogField::Retryable;
+        let (mark, meaning) = if dialog.retryable {
+            ("[x]", "yes: the same key may be dispatched again")
+        } else {
+            ("[ ]", "no: the key stays failed for good")
+        };
+        let style = if focused {
+            theme.role(Role::Accent)
+        } else {
+            theme.role(Role::Muted)
+        };
+        lines.push(Line::from(vec![
+            Span::styled(format!("{:>22}: ", "retryable (space)"), style),
+            Span::styled(format!("{mark} {meaning}"), theme.base()),
+        ]));
+    }
     if let Some(required) = &dialog.required_suffix {
         lines.push(input(
             "type the end of the key",
