@@ -51,6 +51,25 @@ async fn next(messages: &mut mpsc::Receiver<Message>, within: Duration) -> Optio
         .flatten()
 }
 
+/// A poller on `url` with these settings: the settings' sender, its messages, its task.
+fn start_poller(
+    url: &str,
+    initial: PollSettings,
+) -> (
+    watch::Sender<PollSettings>,
+    mpsc::Receiver<Message>,
+    tokio::task::JoinHandle<()>,
+) {
+    let (settings_sender, settings_receiver) = watch::channel(initial);
+    let (sender, messages) = mpsc::channel(256);
+    let poller = poller::spawn(
+        ConnectSettings::new(url.to_string()),
+        settings_receiver,
+        sender,
+    );
+    (settings_sender, messages, poller)
+}
+
 async fn next_snapshot(messages: &mut mpsc::Receiver<Message>) -> Box<Snapshot> {
     match next(messages, Duration::from_secs(20)).await {
         Some(Message::Snapshot(snapshot)) => snapshot,
@@ -237,13 +256,8 @@ fn the_finance_view_shows_a_failed_review_instead_of_the_exposure() {
 #[tokio::test]
 async fn a_notify_burst_refreshes_within_a_second_whatever_the_interval() {
     let db = common::test_db().await;
-    let (settings_sender, settings_receiver) = watch::channel(settings(Duration::from_secs(300)));
-    let (sender, mut messages) = mpsc::channel(256);
-    let poller = poller::spawn(
-        ConnectSettings::new(db.url.clone()),
-        settings_receiver,
-        sender,
-    );
+    let (settings_sender, mut messages, poller) =
+        start_poller(&db.url, settings(Duration::from_secs(300)));
     next_snapshot(&mut messages).await;
     // Let the LISTEN connection settle before notifying.
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -566,13 +580,8 @@ async fn a_writing_console_retries_failed_escalation_deliveries() {
 #[tokio::test]
 async fn a_lost_listen_connection_comes_back_and_the_console_says_while_it_is_gone() {
     let db = common::test_db().await;
-    let (_settings_sender, settings_receiver) = watch::channel(settings(Duration::from_secs(300)));
-    let (sender, mut messages) = mpsc::channel(256);
-    let poller = poller::spawn(
-        ConnectSettings::new(db.url.clone()),
-        settings_receiver,
-        sender,
-    );
+    let (_settings_sender, mut messages, poller) =
+        start_poller(&db.url, settings(Duration::from_secs(300)));
     next_snapshot(&mut messages).await;
     let notify = || async {
         sqlx::query("select pg_notify($1, 'changed')")
@@ -639,15 +648,12 @@ async fn a_console_reading_an_instant_polls_once_per_instant_and_never_listens()
     let db = common::test_db().await;
     let t1 = chrono::Utc::now() - chrono::Duration::minutes(5);
     let t2 = t1 + chrono::Duration::minutes(1);
-    let (settings_sender, settings_receiver) = watch::channel(PollSettings {
-        at: Some(t1),
-        ..settings(Duration::from_millis(200))
-    });
-    let (sender, mut messages) = mpsc::channel(256);
-    let poller = poller::spawn(
-        ConnectSettings::new(db.url.clone()),
-        settings_receiver,
-        sender,
+    let (settings_sender, mut messages, poller) = start_poller(
+        &db.url,
+        PollSettings {
+            at: Some(t1),
+            ..settings(Duration::from_millis(200))
+        },
     );
     let first = next_snapshot(&mut messages).await;
     assert_eq!(first.finance.as_ref().and_then(|f| f.at), Some(t1));

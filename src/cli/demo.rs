@@ -152,12 +152,7 @@ async fn run_on(
         },
     );
     let stats = simulator.stats.clone();
-    let settler = Arc::new(crate::settle::Settler::new(
-        pool.clone(),
-        Arc::new(demo_config.clone()),
-        demo_config.operator.clone(),
-        demo_config.read_only,
-    ));
+    let operator = watch::OperatorWiring::settling(&demo_config, pool.clone());
     let outcome = if args.headless {
         let duration = args.duration.unwrap_or(Duration::from_secs(30));
         let started = Instant::now();
@@ -170,7 +165,9 @@ async fn run_on(
                     break;
                 }
             }
-            let _ = settler.deliver_due_escalations().await;
+            if let Some(deliver) = &operator.housekeeping {
+                let _ = deliver().await;
+            }
             eprintln!("{}", stats.line());
         }
         demo::pane_counts(&pool)
@@ -198,7 +195,7 @@ async fn run_on(
                 poll_interval: None,
                 no_notify: args.no_notify,
                 at: None,
-                operator: watch::OperatorWiring::settling(&demo_config, pool.clone()),
+                operator,
                 background_status: Some(Arc::new(move || status_stats.line())),
                 about: demo_about(operator_config.as_deref(), &provider_url, cluster_port),
                 welcome: Some(

@@ -132,24 +132,20 @@ pub struct OperatorWiring {
 }
 
 impl OperatorWiring {
-    /// A read-only console refuses every writing action; any other settles
-    /// through a [`Settler`] on a pool of its own, and delivers due
-    /// escalations while it is open when a sink is configured (without one a
-    /// pass would only record "not configured" as a failed attempt on
-    /// escalations another worker can deliver).
+    /// Settles through a [`Settler`] on a pool of its own, which connects
+    /// only when an action runs (a read-only console's never does: the
+    /// settler refuses first).
     pub fn for_console(config: &Config, database_url: &str) -> Result<OperatorWiring, Failure> {
-        if config.read_only {
-            return Ok(OperatorWiring {
-                performer: refusing_performer(),
-                housekeeping: None,
-            });
-        }
         let pool =
             ledger::connect_lazy(&config.connect_settings(database_url.to_string(), "settle"))?;
         Ok(OperatorWiring::settling(config, pool))
     }
 
-    /// Settles on `pool` (the demo passes the pool its agents use).
+    /// Settles on `pool` (the demo passes the pool its agents use), and
+    /// delivers due escalations while the console is open when it may write
+    /// and a sink is configured (without one a pass would only record "not
+    /// configured" as a failed attempt on escalations another worker can
+    /// deliver).
     pub fn settling(config: &Config, pool: PgPool) -> OperatorWiring {
         let settler = Arc::new(Settler::new(
             pool,
@@ -158,18 +154,11 @@ impl OperatorWiring {
             config.read_only,
         ));
         OperatorWiring {
-            housekeeping: (!config.sinks.is_empty()).then(|| delivery(settler.clone())),
+            housekeeping: (!config.read_only && !config.sinks.is_empty())
+                .then(|| delivery(settler.clone())),
             performer: settling_performer(settler),
         }
     }
-}
-
-/// A performer that refuses everything, for consoles that must not write.
-fn refusing_performer() -> Performer {
-    Arc::new(|request: Request| {
-        let refused = format!("read-only: {} refused", request.name());
-        Box::pin(async move { Err(refused) })
-    })
 }
 
 /// The console's writing actions, carried out by the same [`Settler`] the

@@ -719,19 +719,10 @@ impl App {
                 self.filter_text.clear();
                 self.apply_filter()
             }
-            KeyCode::Backspace => {
-                self.filter_text.pop();
+            _ => {
+                edit_line(&mut self.filter_text, key, usize::MAX);
                 Vec::new()
             }
-            KeyCode::Char('u') if key.modifiers.contains(KeyModifiers::CONTROL) => {
-                self.filter_text.clear();
-                Vec::new()
-            }
-            KeyCode::Char(ch) if !ch.is_control() => {
-                self.filter_text.push(ch);
-                Vec::new()
-            }
-            _ => Vec::new(),
         }
     }
 
@@ -781,19 +772,10 @@ impl App {
                 self.prompt = None;
                 Vec::new()
             }
-            KeyCode::Backspace => {
-                text.pop();
+            _ => {
+                edit_line(text, key, 64);
                 Vec::new()
             }
-            KeyCode::Char('u') if key.modifiers.contains(KeyModifiers::CONTROL) => {
-                text.clear();
-                Vec::new()
-            }
-            KeyCode::Char(ch) if !ch.is_control() && text.chars().count() < 64 => {
-                text.push(ch);
-                Vec::new()
-            }
-            _ => Vec::new(),
         }
     }
 
@@ -992,6 +974,19 @@ impl App {
 fn action_title(action: Action) -> &'static str {
     let description = action.info().description;
     description.split(':').next().unwrap_or(description)
+}
+
+/// The one-line prompts' editing keys: Backspace, Ctrl-U to clear, and
+/// printable characters up to `max`.
+fn edit_line(text: &mut String, key: KeyEvent, max: usize) {
+    match key.code {
+        KeyCode::Backspace => {
+            text.pop();
+        }
+        KeyCode::Char('u') if key.modifiers.contains(KeyModifiers::CONTROL) => text.clear(),
+        KeyCode::Char(ch) if !ch.is_control() && text.chars().count() < max => text.push(ch),
+        _ => {}
+    }
 }
 
 fn dialog_text(dialog: &mut Dialog) -> Option<&mut String> {

@@ -67,8 +67,6 @@ pub struct OperatorCall {
     pub done: &'static str,
     /// One line of help for the command.
     pub about: &'static str,
-    /// What the operator's text is called (a reason, or a note).
-    pub reason_word: &'static str,
     /// The SQL function: `(op_key, expected_version, operator, reason)`.
     function: &'static str,
 }
@@ -77,7 +75,6 @@ pub const RELEASE: OperatorCall = OperatorCall {
     name: "release",
     done: "released",
     about: "Let a held effect go ahead.",
-    reason_word: "reason",
     function: "ledger.op_release",
 };
 
@@ -85,7 +82,6 @@ pub const CANCEL: OperatorCall = OperatorCall {
     name: "cancel",
     done: "cancelled",
     about: "Withdraw a held or never-dispatched effect.",
-    reason_word: "reason",
     function: "ledger.op_cancel",
 };
 
@@ -93,7 +89,6 @@ pub const ANNOTATE: OperatorCall = OperatorCall {
     name: "annotate",
     done: "annotated",
     about: "Put a note on the record (--reason is the note).",
-    reason_word: "note",
     function: "ledger.op_annotate",
 };
 
@@ -102,7 +97,6 @@ pub const ACKNOWLEDGE_DUPLICATES: OperatorCall = OperatorCall {
     done: "acknowledged the repeated calls of",
     about: "Take a key's repeated and flagged calls off the duplicates pane (they stay in its \
             history and the reports).",
-    reason_word: "reason",
     function: "ledger.op_acknowledge_duplicates",
 };
 

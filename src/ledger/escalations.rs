@@ -243,18 +243,19 @@ pub struct EscalationStatus {
     pub delivered_at: Option<DateTime<Utc>>,
 }
 
+/// The columns of [`EscalationStatus`].
+const STATUS_COLUMNS: &str = "escalation_key, op_key, sink, decision, state, delivery_attempts, \
+     last_error, next_attempt_at, delivered_at";
+
 pub async fn escalation_status<'c>(
     executor: impl PgExecutor<'c>,
     escalation_key: &str,
 ) -> Result<Option<EscalationStatus>, LedgerError> {
-    Ok(sqlx::query_as::<_, EscalationStatus>(
-        "select escalation_key, op_key, sink, decision, state, delivery_attempts, last_error,
-                next_attempt_at, delivered_at
-           from ledger.escalations where escalation_key = $1",
-    )
-    .bind(escalation_key)
-    .fetch_optional(executor)
-    .await?)
+    let sql = format!("select {STATUS_COLUMNS} from ledger.escalations where escalation_key = $1");
+    Ok(sqlx::query_as::<_, EscalationStatus>(AssertSqlSafe(sql))
+        .bind(escalation_key)
+        .fetch_optional(executor)
+        .await?)
 }
 
 /// Escalations not yet resolved, oldest first, with their delivery state.
@@ -262,13 +263,12 @@ pub async fn unresolved<'c>(
     executor: impl PgExecutor<'c>,
     limit: i64,
 ) -> Result<Vec<EscalationStatus>, LedgerError> {
-    Ok(sqlx::query_as::<_, EscalationStatus>(
-        "select escalation_key, op_key, sink, decision, state, delivery_attempts, last_error,
-                next_attempt_at, delivered_at
-           from ledger.escalations where state <> 'resolved'
-          order by created_at, id limit $1",
-    )
-    .bind(limit)
-    .fetch_all(executor)
-    .await?)
+    let sql = format!(
+        "select {STATUS_COLUMNS} from ledger.escalations where state <> 'resolved'
+          order by created_at, id limit $1"
+    );
+    Ok(sqlx::query_as::<_, EscalationStatus>(AssertSqlSafe(sql))
+        .bind(limit)
+        .fetch_all(executor)
+        .await?)
 }
