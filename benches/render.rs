@@ -24,9 +24,10 @@ use std::time::{Duration, Instant};
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 
-use effectwatch::console::app::{App, Message, Snapshot, WINDOW};
+use effectwatch::console::app::{App, Message, Snapshot, View, WINDOW};
 use effectwatch::console::theme::Theme;
 use effectwatch::console::views;
+use effectwatch::ledger::panes::Pane;
 
 const WIDTH: u16 = 200;
 const HEIGHT: u16 = 50;
@@ -180,10 +181,11 @@ fn app_for(case: Case) -> App {
 /// Each frame selects another row, spread over everything held, so pages
 /// change and the diff against the previous frame is not empty.
 fn select(app: &mut App, frame: usize) {
-    let rows = app.models[0].rows.len();
+    let rows = app.models[View::Pane(Pane::Overdue)].rows.len();
     let index = (frame * 7_919) % rows;
-    app.lists[0].selected = index;
-    app.lists[0].selected_id = Some(app.models[0].rows[index].id.clone());
+    app.lists[View::Pane(Pane::Overdue)].selected = index;
+    app.lists[View::Pane(Pane::Overdue)].selected_id =
+        Some(app.models[View::Pane(Pane::Overdue)].rows[index].id.clone());
 }
 
 /// What one case's frames cost: wall time per frame, and CPU time of this

@@ -171,7 +171,7 @@ effects = "/data"
 
     let settler = Settler::new(rig.operator_pool.clone(), config, "alice", false);
     let report = settler
-        .perform(Request::Reconcile {
+        .settle(Request::Reconcile {
             op_key: op_key.into(),
             seen: None,
         })

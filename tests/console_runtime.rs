@@ -20,7 +20,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 
-use effectwatch::console::app::{App, Message, Snapshot, VIEWS, View};
+use effectwatch::console::app::{App, Message, Snapshot, View};
 use effectwatch::console::poller::{self, PollSettings};
 use effectwatch::console::theme::{Role, Theme};
 use effectwatch::console::views;
@@ -223,7 +223,7 @@ fn the_finance_view_shows_a_failed_review_instead_of_the_exposure() {
         ..fixtures::snapshot(3)
     };
     app.update(Message::Snapshot(Box::new(snapshot)));
-    app.view = VIEWS.iter().position(|v| *v == View::Finance).unwrap();
+    app.view = View::Finance;
 
     let theme = Theme::default();
     let mut terminal = Terminal::new(TestBackend::new(140, 30)).unwrap();
@@ -538,7 +538,7 @@ async fn a_writing_console_retries_failed_escalation_deliveries() {
     rig.fake.fail_next(Route::Hook, Fault::Status(503));
     let report = rig
         .settler("bob")
-        .perform(Request::Escalate {
+        .settle(Request::Escalate {
             op_key: "refund:ESC:v1".into(),
             seen: None,
             sink: None,

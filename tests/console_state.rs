@@ -10,12 +10,14 @@ use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
 use effectwatch::console::action::{Action, Scope, Subject, TABLE};
 use effectwatch::console::app::{
-    App, Command, DialogField, Message, Overlay, Prompt, Snapshot, WINDOW,
+    App, DialogField, Message, Overlay, Prompt, Snapshot, Task, View, WINDOW,
 };
 use effectwatch::console::theme::Role;
 use effectwatch::ledger::escalations::EscalationRow;
 use effectwatch::ledger::panes::{Filter, OverdueRow, Pane, PaneRows};
 use effectwatch::settle::Request;
+
+const OVERDUE: View = View::Pane(Pane::Overdue);
 
 fn row(op_key: &str, version: i64) -> OverdueRow {
     let at = Utc.with_ymd_and_hms(2026, 3, 14, 9, 0, 0).unwrap();
@@ -73,7 +75,7 @@ fn snapshot(overdue: Vec<OverdueRow>, total: i64, offset: usize) -> Snapshot {
     }
 }
 
-fn feed(app: &mut App, keys: &[&str]) -> Vec<Command> {
+fn feed(app: &mut App, keys: &[&str]) -> Vec<Task> {
     let overdue = rows(keys);
     let total = overdue.len() as i64;
     app.update(Message::Snapshot(Box::new(snapshot(overdue, total, 0))))
@@ -85,11 +87,11 @@ fn app_with(keys: &[&str]) -> App {
     app
 }
 
-fn key(app: &mut App, code: KeyCode) -> Vec<Command> {
+fn key(app: &mut App, code: KeyCode) -> Vec<Task> {
     app.update(Message::Key(KeyEvent::new(code, KeyModifiers::NONE)))
 }
 
-fn char(app: &mut App, ch: char) -> Vec<Command> {
+fn char(app: &mut App, ch: char) -> Vec<Task> {
     key(app, KeyCode::Char(ch))
 }
 
@@ -117,11 +119,11 @@ fn status(app: &App) -> String {
         .unwrap_or_default()
 }
 
-fn performs(commands: &[Command]) -> Vec<&Request> {
-    commands
+fn settles(tasks: &[Task]) -> Vec<&Request> {
+    tasks
         .iter()
-        .filter_map(|command| match command {
-            Command::Perform(request) => Some(request),
+        .filter_map(|task| match task {
+            Task::Settle(request) => Some(request),
             _ => None,
         })
         .collect()
@@ -196,7 +198,7 @@ fn filter_editing_parses_on_enter_and_repolls() {
     assert!(app.filter.is_empty(), "nothing applies before Enter");
 
     let commands = key(&mut app, KeyCode::Enter);
-    assert_eq!(commands, vec![Command::Repoll]);
+    assert_eq!(commands, vec![Task::Repoll]);
     assert!(!app.editing_filter());
     assert_eq!(
         app.filter,
@@ -230,7 +232,7 @@ fn a_field_without_a_value_is_an_error_and_esc_clears() {
     );
 
     let commands = key(&mut app, KeyCode::Esc);
-    assert_eq!(commands, vec![Command::Repoll]);
+    assert_eq!(commands, vec![Task::Repoll]);
     assert!(!app.editing_filter());
     assert!(app.filter_text.is_empty());
     assert!(app.filter.is_empty());
@@ -243,7 +245,7 @@ fn esc_outside_the_editor_clears_an_applied_filter() {
     type_text(&mut app, "a");
     key(&mut app, KeyCode::Enter);
     assert!(!app.filter.is_empty());
-    assert_eq!(key(&mut app, KeyCode::Esc), vec![Command::Repoll]);
+    assert_eq!(key(&mut app, KeyCode::Esc), vec![Task::Repoll]);
     assert!(app.filter.is_empty() && app.filter_text.is_empty());
     assert!(
         key(&mut app, KeyCode::Esc).is_empty(),
@@ -260,14 +262,14 @@ fn sort_cycles_columns_reverses_and_keeps_the_selection() {
     assert_eq!(selected_key(&app), "d");
 
     assert!(char(&mut app, 's').is_empty());
-    assert_eq!(app.lists[0].sort, Some((0, false)));
+    assert_eq!(app.lists[OVERDUE].sort, Some((0, false)));
     let keys =
         |app: &App| -> Vec<String> { app.model().rows.iter().map(|row| row.id.clone()).collect() };
     assert_eq!(keys(&app), ["a", "b", "c", "d"]);
     assert_eq!(selected(&app), (3, Some("d".to_string())));
 
     char(&mut app, 'S');
-    assert_eq!(app.lists[0].sort, Some((0, true)));
+    assert_eq!(app.lists[OVERDUE].sort, Some((0, true)));
     assert_eq!(keys(&app), ["d", "c", "b", "a"]);
     assert_eq!(selected(&app), (0, Some("d".to_string())));
 
@@ -277,7 +279,7 @@ fn sort_cycles_columns_reverses_and_keeps_the_selection() {
     assert_eq!(selected_key(&app), "d");
 
     char(&mut app, 's');
-    assert_eq!(app.lists[0].sort, Some((1, false)));
+    assert_eq!(app.lists[OVERDUE].sort, Some((1, false)));
     assert!(
         status(&app).contains("sorted by action"),
         "{}",
@@ -289,33 +291,33 @@ fn sort_cycles_columns_reverses_and_keeps_the_selection() {
     for _ in 2..columns {
         assert!(char(&mut app, 's').is_empty());
     }
-    assert_eq!(app.lists[0].sort, Some((columns - 1, false)));
-    assert_eq!(char(&mut app, 's'), vec![Command::Repoll]);
-    assert_eq!(app.lists[0].sort, None);
+    assert_eq!(app.lists[OVERDUE].sort, Some((columns - 1, false)));
+    assert_eq!(char(&mut app, 's'), vec![Task::Repoll]);
+    assert_eq!(app.lists[OVERDUE].sort, None);
     assert_eq!(selected_key(&app), "d");
 }
 
 #[test]
 fn pause_toggles_and_repolls() {
     let mut app = app_with(&["a"]);
-    assert_eq!(char(&mut app, 'p'), vec![Command::Repoll]);
+    assert_eq!(char(&mut app, 'p'), vec![Task::Repoll]);
     assert!(app.paused);
     assert!(status(&app).contains("paused"));
-    assert_eq!(char(&mut app, 'p'), vec![Command::Repoll]);
+    assert_eq!(char(&mut app, 'p'), vec![Task::Repoll]);
     assert!(!app.paused);
 }
 
 #[test]
 fn poll_interval_changes_within_bounds() {
     let mut app = app_with(&["a"]);
-    assert_eq!(char(&mut app, '+'), vec![Command::Repoll]);
+    assert_eq!(char(&mut app, '+'), vec![Task::Repoll]);
     assert_eq!(app.poll_interval, Duration::from_secs(1));
     for _ in 0..10 {
         char(&mut app, '+');
     }
     assert_eq!(app.poll_interval, Duration::from_millis(250));
     for _ in 0..20 {
-        assert_eq!(char(&mut app, '-'), vec![Command::Repoll]);
+        assert_eq!(char(&mut app, '-'), vec![Task::Repoll]);
     }
     assert_eq!(app.poll_interval, Duration::from_secs(300));
     char(&mut app, '=');
@@ -330,7 +332,7 @@ fn enter_opens_the_detail_and_esc_returns_to_the_same_row() {
     let mut app = app_with(&["a", "b", "c"]);
     char(&mut app, 'j');
     let commands = key(&mut app, KeyCode::Enter);
-    assert_eq!(commands, vec![Command::LoadDetail("b".to_string())]);
+    assert_eq!(commands, vec![Task::LoadDetail("b".to_string())]);
     let detail = app.detail.as_ref().expect("detail open");
     assert_eq!(detail.op_key, "b");
 
@@ -341,7 +343,7 @@ fn enter_opens_the_detail_and_esc_returns_to_the_same_row() {
     // A poll while the detail is open reloads it.
     assert_eq!(
         feed(&mut app, &["x", "a", "b", "c"]),
-        vec![Command::LoadDetail("b".to_string())]
+        vec![Task::LoadDetail("b".to_string())]
     );
     // A load for another key (a stale reply) is ignored.
     app.update(Message::Detail("a".to_string(), Err("late".to_string())));
@@ -369,9 +371,9 @@ fn read_only_refuses_every_writing_action_in_every_view() {
         char(&mut app, view);
         for action in &writing {
             app.status = None;
-            let commands = app.perform(*action);
+            let commands = app.dispatch(*action);
             assert!(commands.is_empty(), "{action:?}: {commands:?}");
-            assert!(app.dialog.is_none(), "{action:?} opened a dialog");
+            assert!(app.dialog().is_none(), "{action:?} opened a dialog");
             let status = status(&app);
             assert!(status.contains("read-only"), "{action:?}: {status:?}");
         }
@@ -384,17 +386,17 @@ fn read_only_refuses_writing_keys_and_allows_reading_ones() {
     feed(&mut app, &["a", "b"]);
     for ch in ['r', 'R', 'c', 'e', 'o', 'f', 'l', 'x', 'a', 'A', 'D'] {
         assert!(char(&mut app, ch).is_empty(), "{ch}");
-        assert!(app.dialog.is_none(), "{ch}");
+        assert!(app.dialog().is_none(), "{ch}");
     }
     assert!(status(&app).starts_with("read-only"));
     // Reading still works.
     assert_eq!(
         key(&mut app, KeyCode::Enter),
-        vec![Command::LoadDetail("a".to_string())]
+        vec![Task::LoadDetail("a".to_string())]
     );
     // ...and writing from the detail is refused too.
     assert!(char(&mut app, 'c').is_empty());
-    assert!(app.dialog.is_none());
+    assert!(app.dialog().is_none());
 }
 
 // ---------------------------------------------------------------------------
@@ -404,36 +406,36 @@ fn read_only_refuses_writing_keys_and_allows_reading_ones() {
 fn the_default_button_is_cancel() {
     let mut app = app_with(&["a"]);
     assert!(char(&mut app, 'r').is_empty());
-    let dialog = app.dialog.as_ref().expect("a dialog for reconcile");
+    let dialog = app.dialog().expect("a dialog for reconcile");
     assert_eq!(dialog.focus, DialogField::Buttons);
     assert!(!dialog.confirm_selected);
     assert!(key(&mut app, KeyCode::Enter).is_empty());
-    assert!(app.dialog.is_none());
+    assert!(app.dialog().is_none());
     assert!(status(&app).contains("nothing written"));
 
     // Esc, from any field, writes nothing either.
     char(&mut app, 'c');
     type_text(&mut app, "reason");
     assert!(key(&mut app, KeyCode::Esc).is_empty());
-    assert!(app.dialog.is_none());
+    assert!(app.dialog().is_none());
 }
 
 #[test]
 fn a_reason_is_required() {
     let mut app = app_with(&["a"]);
     char(&mut app, 'e');
-    assert_eq!(app.dialog.as_ref().unwrap().focus, DialogField::Reason);
+    assert_eq!(app.dialog().unwrap().focus, DialogField::Reason);
     // Enter in the last field of a form that is not valid yet says why and stays there:
     // it never lands on Back, where a second Enter would throw typed text away.
     assert!(key(&mut app, KeyCode::Enter).is_empty());
-    let dialog = app.dialog.as_ref().expect("still open");
+    let dialog = app.dialog().expect("still open");
     assert_eq!(dialog.focus, DialogField::Reason);
     assert_eq!(dialog.error.as_deref(), Some("a reason is required"));
 
     // Through the buttons the same check holds.
     key(&mut app, KeyCode::Tab);
     key(&mut app, KeyCode::Right);
-    assert!(app.dialog.as_ref().unwrap().confirm_selected);
+    assert!(app.dialog().unwrap().confirm_selected);
     assert!(key(&mut app, KeyCode::Enter).is_empty());
     key(&mut app, KeyCode::BackTab);
     type_text(&mut app, "  ");
@@ -441,16 +443,12 @@ fn a_reason_is_required() {
         key(&mut app, KeyCode::Enter).is_empty(),
         "blank is no reason"
     );
-    assert_eq!(
-        app.dialog.as_ref().unwrap().reason,
-        "  ",
-        "typed text survives"
-    );
+    assert_eq!(app.dialog().unwrap().reason, "  ", "typed text survives");
 
     // A valid form submits from its last field.
     type_text(&mut app, "bank is down");
     let commands = key(&mut app, KeyCode::Enter);
-    let requests = performs(&commands);
+    let requests = settles(&commands);
     assert_eq!(
         requests,
         [&Request::Escalate {
@@ -467,7 +465,7 @@ fn compensate_needs_the_end_of_the_key_typed() {
     let mut app = app_with(&["pay:inv-0001", "pay:inv-0042"]);
     char(&mut app, 'j');
     assert!(char(&mut app, 'c').is_empty());
-    let dialog = app.dialog.as_ref().unwrap();
+    let dialog = app.dialog().unwrap();
     assert_eq!(dialog.required_suffix.as_deref(), Some("inv-0042"));
     assert_eq!(
         dialog.subject,
@@ -479,13 +477,13 @@ fn compensate_needs_the_end_of_the_key_typed() {
 
     type_text(&mut app, "customer asked for a refund");
     key(&mut app, KeyCode::Tab);
-    assert_eq!(app.dialog.as_ref().unwrap().focus, DialogField::KeySuffix);
+    assert_eq!(app.dialog().unwrap().focus, DialogField::KeySuffix);
     type_text(&mut app, "inv-0001");
     key(&mut app, KeyCode::Tab);
     char(&mut app, 'y');
-    assert!(app.dialog.as_ref().unwrap().confirm_selected);
+    assert!(app.dialog().unwrap().confirm_selected);
     assert!(key(&mut app, KeyCode::Enter).is_empty());
-    let error = app.dialog.as_ref().unwrap().error.clone().unwrap();
+    let error = app.dialog().unwrap().error.clone().unwrap();
     assert!(error.contains("\"inv-0042\""), "{error}");
 
     key(&mut app, KeyCode::BackTab);
@@ -497,15 +495,15 @@ fn compensate_needs_the_end_of_the_key_typed() {
     let commands = key(&mut app, KeyCode::Enter);
     assert_eq!(
         commands,
-        vec![Command::Perform(Request::Compensate {
+        vec![Task::Settle(Request::Compensate {
             op_key: "pay:inv-0042".to_string(),
             seen: Some(2),
             reason: "customer asked for a refund".to_string(),
         })]
     );
-    assert!(app.dialog.is_none());
+    assert!(app.dialog().is_none());
     // A second Enter does nothing more: exactly one request.
-    assert!(performs(&key(&mut app, KeyCode::Enter)).is_empty());
+    assert!(settles(&key(&mut app, KeyCode::Enter)).is_empty());
 }
 
 #[test]
@@ -519,7 +517,7 @@ fn the_version_sent_is_the_one_the_operator_saw() {
     key(&mut app, KeyCode::Right);
     let commands = key(&mut app, KeyCode::Enter);
     assert_eq!(
-        performs(&commands),
+        settles(&commands),
         [&Request::Reconcile {
             op_key: "a".to_string(),
             seen: Some(1)
@@ -531,7 +529,7 @@ fn the_version_sent_is_the_one_the_operator_saw() {
 fn escalation_actions_need_the_escalations_view() {
     let mut app = app_with(&["a"]);
     assert!(char(&mut app, 'K').is_empty());
-    assert!(app.dialog.is_none());
+    assert!(app.dialog().is_none());
     assert!(status(&app).contains("escalation"));
     char(&mut app, '5');
     char(&mut app, 'K');
@@ -540,7 +538,7 @@ fn escalation_actions_need_the_escalations_view() {
     key(&mut app, KeyCode::Left);
     let commands = key(&mut app, KeyCode::Enter);
     assert_eq!(
-        performs(&commands),
+        settles(&commands),
         [&Request::Acknowledge {
             escalation_key: "esc:1".to_string(),
             reason: "seen".to_string()
@@ -556,10 +554,9 @@ fn scopes_in_the_table_match_what_the_dispatcher_asks_for() {
         .filter(|entry| entry.writes && entry.scope == Scope::Effect)
     {
         let mut app = app_with(&["a"]);
-        app.perform(entry.action);
+        app.dispatch(entry.action);
         let dialog = app
-            .dialog
-            .as_ref()
+            .dialog()
             .unwrap_or_else(|| panic!("{:?} opened no dialog: {}", entry.action, status(&app)));
         assert_eq!(
             dialog.subject,
@@ -582,7 +579,7 @@ fn reconcile_all_targets_every_row_of_the_filtered_pane() {
     let matching = vec![row("a", 1), row("c", 3)];
     app.update(Message::Snapshot(Box::new(snapshot(matching, 2, 0))));
     char(&mut app, 'R');
-    let dialog = app.dialog.as_ref().expect("dialog");
+    let dialog = app.dialog().expect("dialog");
     assert!(
         dialog.summary.contains("2 effects") && dialog.summary.contains("matching"),
         "{}",
@@ -590,7 +587,7 @@ fn reconcile_all_targets_every_row_of_the_filtered_pane() {
     );
     key(&mut app, KeyCode::Right);
     let commands = key(&mut app, KeyCode::Enter);
-    let requests = performs(&commands);
+    let requests = settles(&commands);
     assert_eq!(
         requests,
         [&Request::ReconcileMany {
@@ -603,16 +600,16 @@ fn reconcile_all_targets_every_row_of_the_filtered_pane() {
 fn reconcile_all_on_an_empty_pane_opens_nothing() {
     let mut app = app_with(&[]);
     assert!(char(&mut app, 'R').is_empty());
-    assert!(app.dialog.is_none());
+    assert!(app.dialog().is_none());
 }
 
 #[test]
-fn a_performed_action_reports_and_repolls() {
+fn a_settled_action_reports_and_repolls() {
     let mut app = app_with(&["a"]);
-    let commands = app.update(Message::Performed(Ok("reconciled a".to_string())));
-    assert_eq!(commands, vec![Command::Repoll]);
+    let commands = app.update(Message::Settled(Ok("reconciled a".to_string())));
+    assert_eq!(commands, vec![Task::Repoll]);
     assert_eq!(status(&app), "✓ reconciled a");
-    app.update(Message::Performed(Err("version changed".to_string())));
+    app.update(Message::Settled(Err("version changed".to_string())));
     assert_eq!(app.status.as_ref().unwrap().role, Role::Critical);
 }
 
@@ -631,13 +628,13 @@ fn down_past_a_full_window_fetches_the_next_one() {
     let total = 100_000;
     let mut app = App::new("ops".to_string(), false, Duration::from_secs(2));
     app.update(Message::Snapshot(Box::new(window(0, total))));
-    assert_eq!(app.totals[0], total as i64);
+    assert_eq!(app.totals[OVERDUE], total as i64);
     for _ in 0..WINDOW - 1 {
         assert!(key(&mut app, KeyCode::Down).is_empty());
     }
     assert_eq!(selected_key(&app), format!("k{:06}", WINDOW - 1));
 
-    assert_eq!(key(&mut app, KeyCode::Down), vec![Command::Repoll]);
+    assert_eq!(key(&mut app, KeyCode::Down), vec![Task::Repoll]);
     let advanced = app.offsets[0];
     assert!(advanced > 0 && advanced < WINDOW, "offset {advanced}");
     assert_eq!(app.offsets[1..], [0, 0, 0]);
@@ -650,7 +647,7 @@ fn down_past_a_full_window_fetches_the_next_one() {
     assert_eq!(selected_key(&app), format!("k{WINDOW:06}"));
 
     // Home goes back to the first window.
-    assert_eq!(key(&mut app, KeyCode::Home), vec![Command::Repoll]);
+    assert_eq!(key(&mut app, KeyCode::Home), vec![Task::Repoll]);
     assert_eq!(app.offsets[0], 0);
 }
 
@@ -659,7 +656,7 @@ fn up_at_the_top_of_a_later_window_goes_back() {
     let total = 2_000;
     let mut app = App::new("ops".to_string(), false, Duration::from_secs(2));
     app.update(Message::Snapshot(Box::new(window(750, total))));
-    assert_eq!(key(&mut app, KeyCode::Up), vec![Command::Repoll]);
+    assert_eq!(key(&mut app, KeyCode::Up), vec![Task::Repoll]);
     assert!(app.offsets[0] < 750);
 }
 
@@ -679,11 +676,11 @@ fn end_jumps_to_the_last_window_and_selects_its_last_row() {
     let total = 100_000;
     let mut app = App::new("ops".to_string(), false, Duration::from_secs(2));
     app.update(Message::Snapshot(Box::new(window(0, total))));
-    assert_eq!(key(&mut app, KeyCode::End), vec![Command::Repoll]);
+    assert_eq!(key(&mut app, KeyCode::End), vec![Task::Repoll]);
     assert_eq!(app.offsets[0], total - WINDOW);
     app.update(Message::Snapshot(Box::new(window(total - WINDOW, total))));
     assert_eq!(selected_key(&app), format!("k{:06}", total - 1));
-    assert_eq!(key(&mut app, KeyCode::Home), vec![Command::Repoll]);
+    assert_eq!(key(&mut app, KeyCode::Home), vec![Task::Repoll]);
     assert_eq!(app.offsets[0], 0);
 }
 
@@ -707,13 +704,13 @@ fn a_failed_poll_keeps_the_data_and_marks_it_stale() {
 fn quit_and_help() {
     let mut app = app_with(&["a"]);
     assert!(char(&mut app, '?').is_empty());
-    assert_eq!(app.overlay, Some(Overlay::Help));
+    assert_eq!(app.overlay(), Some(Overlay::Help));
     // Any key closes the help and does nothing else.
     assert!(char(&mut app, 'q').is_empty());
-    assert_eq!(app.overlay, None);
-    assert_eq!(char(&mut app, 'q'), vec![Command::Quit]);
+    assert_eq!(app.overlay(), None);
+    assert_eq!(char(&mut app, 'q'), vec![Task::Quit]);
     let ctrl_c = KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL);
-    assert_eq!(app.update(Message::Key(ctrl_c)), vec![Command::Quit]);
+    assert_eq!(app.update(Message::Key(ctrl_c)), vec![Task::Quit]);
 }
 
 #[test]
@@ -722,7 +719,7 @@ fn y_copies_a_plain_key() {
     char(&mut app, 'j');
     assert_eq!(
         char(&mut app, 'y'),
-        vec![Command::Copy("pay:inv-0042".to_string())]
+        vec![Task::Copy("pay:inv-0042".to_string())]
     );
     let status = app.status.clone().unwrap();
     assert_eq!(status.text, "copied pay:inv-0042");
@@ -754,7 +751,7 @@ fn acknowledging_repeats_sends_the_ledgers_call_for_the_version_seen() {
     let mut app = app_with(&["a"]);
     assert!(char(&mut app, 'd').is_empty());
     assert_eq!(
-        app.dialog.as_ref().map(|dialog| dialog.focus),
+        app.dialog().map(|dialog| dialog.focus),
         Some(DialogField::Reason)
     );
     type_text(&mut app, "agent retried on a timeout");
@@ -762,7 +759,7 @@ fn acknowledging_repeats_sends_the_ledgers_call_for_the_version_seen() {
     key(&mut app, KeyCode::Left);
     let commands = key(&mut app, KeyCode::Enter);
     assert_eq!(
-        performs(&commands),
+        settles(&commands),
         [&Request::Operator {
             call: &effectwatch::ledger::actions::ACKNOWLEDGE_DUPLICATES,
             op_key: "a".to_string(),
@@ -775,7 +772,7 @@ fn acknowledging_repeats_sends_the_ledgers_call_for_the_version_seen() {
     let mut app = App::new("ro".to_string(), true, Duration::from_secs(2));
     app.update(Message::Snapshot(Box::new(snapshot(rows(&["a"]), 1, 0))));
     assert!(char(&mut app, 'd').is_empty());
-    assert!(app.dialog.is_none());
+    assert!(app.dialog().is_none());
     assert!(status(&app).contains("read-only"), "{}", status(&app));
 }
 
@@ -789,11 +786,11 @@ fn a_responder_steps_the_instant_and_never_past_now() {
     assert_eq!(app.at, None);
 
     app.at = Some(t0);
-    assert_eq!(char(&mut app, ']'), vec![Command::Repoll]);
+    assert_eq!(char(&mut app, ']'), vec![Task::Repoll]);
     assert_eq!(app.at, Some(t0 + chrono::Duration::minutes(1)));
-    assert_eq!(char(&mut app, '{'), vec![Command::Repoll]);
+    assert_eq!(char(&mut app, '{'), vec![Task::Repoll]);
     assert_eq!(app.at, Some(t0 - chrono::Duration::minutes(9)));
-    assert_eq!(char(&mut app, '['), vec![Command::Repoll]);
+    assert_eq!(char(&mut app, '['), vec![Task::Repoll]);
     assert_eq!(app.at, Some(t0 - chrono::Duration::minutes(10)));
     assert!(
         status(&app).contains("2026-11-30T12:50:00Z"),
@@ -803,7 +800,7 @@ fn a_responder_steps_the_instant_and_never_past_now() {
 
     // Stepping past now stops at now and says why.
     app.at = Some(Utc::now() - chrono::Duration::seconds(30));
-    assert_eq!(char(&mut app, '}'), vec![Command::Repoll]);
+    assert_eq!(char(&mut app, '}'), vec![Task::Repoll]);
     assert!(app.at.unwrap() <= Utc::now());
     assert!(status(&app).contains("that is now"), "{}", status(&app));
 }
@@ -815,8 +812,8 @@ fn a_responder_types_the_instant() {
     app.at = Some(t0);
     assert!(char(&mut app, 't').is_empty());
     assert_eq!(
-        app.prompt,
-        Some(Prompt::Instant("2026-11-30T13:00:00Z".to_string()))
+        app.prompt(),
+        Some(&Prompt::Instant("2026-11-30T13:00:00Z".to_string()))
     );
     // Keys go to the prompt, not to actions: this 'r' is no reconcile dialog.
     app.update(Message::Key(KeyEvent::new(
@@ -826,15 +823,15 @@ fn a_responder_types_the_instant() {
     type_text(&mut app, "yesterday-ish");
     assert!(key(&mut app, KeyCode::Enter).is_empty());
     assert!(status(&app).contains("invalid time"), "{}", status(&app));
-    assert!(app.dialog.is_none());
+    assert!(app.dialog().is_none());
     assert_eq!(app.at, Some(t0), "a bad instant changes nothing");
 
     for _ in 0.."yesterday-ish".len() {
         key(&mut app, KeyCode::Backspace);
     }
     type_text(&mut app, "2026-11-29T08:30:00Z");
-    assert_eq!(key(&mut app, KeyCode::Enter), vec![Command::Repoll]);
-    assert_eq!(app.prompt, None);
+    assert_eq!(key(&mut app, KeyCode::Enter), vec![Task::Repoll]);
+    assert_eq!(app.prompt(), None);
     assert_eq!(
         app.at,
         Some(Utc.with_ymd_and_hms(2026, 11, 29, 8, 30, 0).unwrap())
@@ -848,12 +845,12 @@ fn resolving_as_failed_offers_retryable() {
         char(&mut app, 'f');
         type_text(&mut app, "provider says it never arrived");
         key(&mut app, KeyCode::Tab);
-        assert_eq!(app.dialog.as_ref().unwrap().focus, DialogField::Retryable);
+        assert_eq!(app.dialog().unwrap().focus, DialogField::Retryable);
         if retry {
             char(&mut app, ' ');
         }
         // Enter on the last field submits the valid form.
-        performs(&key(&mut app, KeyCode::Enter))
+        settles(&key(&mut app, KeyCode::Enter))
             .into_iter()
             .cloned()
             .collect::<Vec<_>>()

@@ -341,7 +341,7 @@ fn compensate_dialog() {
     );
     assert!(screen.contains("type the end of the key"));
     assert!(screen.contains(&format!("the key ends in \"{suffix}\"")));
-    let dialog = app.dialog.as_ref().expect("dialog open");
+    let dialog = app.dialog().expect("dialog open");
     assert!(!dialog.confirm_selected, "the default button is Cancel");
 }
 
@@ -704,8 +704,8 @@ fn the_about_overlay_wraps_a_long_command_line_at_80_columns() {
     assert!(screen.contains("effectwatch --config"), "{screen}");
     assert!(screen.contains("--operator bob"), "{screen}");
     press(&mut app, KeyCode::Char('x'));
-    assert_eq!(app.overlay, None);
-    assert!(app.dialog.is_none(), "the key only closed the overlay");
+    assert_eq!(app.overlay(), None);
+    assert!(app.dialog().is_none(), "the key only closed the overlay");
 }
 
 #[test]

@@ -36,7 +36,7 @@ async fn a_compensation_is_an_effect_of_its_own_sent_under_its_own_key() {
     let original_ref = rig.succeeded_effect("refund:C1:v1", 1500).await;
     let report = rig
         .settler("alice")
-        .perform(compensate("refund:C1:v1", None))
+        .settle(compensate("refund:C1:v1", None))
         .await
         .unwrap();
     assert_eq!(report.detail["sent"], true, "{}", report.summary);
@@ -69,7 +69,7 @@ async fn a_compensation_is_an_effect_of_its_own_sent_under_its_own_key() {
     // Asking again changes nothing and sends nothing.
     let again = rig
         .settler("bob")
-        .perform(compensate("refund:C1:v1", None))
+        .settle(compensate("refund:C1:v1", None))
         .await
         .unwrap();
     assert_eq!(again.detail["sent"], false);
@@ -108,7 +108,7 @@ async fn operators_compensating_the_same_effect_at_once_send_exactly_one_request
         let settler = rig.settler(operator);
         tasks.spawn(async move {
             settler
-                .perform(compensate("refund:RACE:v1", Some(seen)))
+                .settle(compensate("refund:RACE:v1", Some(seen)))
                 .await
         });
     }
@@ -173,7 +173,7 @@ async fn a_crash_between_dispatch_and_record_then_a_rerun_does_not_compensate_tw
     // The rerun: finds the compensation, is refused the claim, sends nothing.
     let rerun = rig
         .settler("alice")
-        .perform(compensate("refund:CRASH:v1", None))
+        .settle(compensate("refund:CRASH:v1", None))
         .await
         .unwrap();
     assert_eq!(rerun.detail["sent"], false, "{}", rerun.summary);
@@ -183,7 +183,7 @@ async fn a_crash_between_dispatch_and_record_then_a_rerun_does_not_compensate_tw
     // Reconciling the compensation by its key settles both.
     let report = rig
         .settler("alice")
-        .perform(Request::Reconcile {
+        .settle(Request::Reconcile {
             op_key: key.clone(),
             seen: None,
         })
@@ -202,7 +202,7 @@ async fn a_crash_between_dispatch_and_record_then_a_rerun_does_not_compensate_tw
 
     let last = rig
         .settler("bob")
-        .perform(compensate("refund:CRASH:v1", None))
+        .settle(compensate("refund:CRASH:v1", None))
         .await
         .unwrap();
     assert_eq!(last.detail["sent"], false);
@@ -219,7 +219,7 @@ async fn a_compensation_that_times_out_is_unknown_then_reconciled_never_resent()
     rig.fake.fail_next(Route::Create, Fault::ApplyThenHang);
     let report = rig
         .settler("alice")
-        .perform(compensate("refund:SLOW:v1", None))
+        .settle(compensate("refund:SLOW:v1", None))
         .await
         .unwrap();
     assert_eq!(report.detail["sent"], true);
@@ -232,13 +232,13 @@ async fn a_compensation_that_times_out_is_unknown_then_reconciled_never_resent()
 
     let again = rig
         .settler("bob")
-        .perform(compensate("refund:SLOW:v1", None))
+        .settle(compensate("refund:SLOW:v1", None))
         .await
         .unwrap();
     assert_eq!(again.detail["sent"], false);
     let key = "compensate:refund:SLOW:v1:1";
     rig.settler("bob")
-        .perform(Request::Reconcile {
+        .settle(Request::Reconcile {
             op_key: key.into(),
             seen: None,
         })
@@ -256,7 +256,7 @@ async fn a_refused_compensation_fails_and_the_next_one_gets_a_new_key() {
     rig.fake.fail_next(Route::Create, Fault::Status(422));
     let report = rig
         .settler("alice")
-        .perform(compensate("refund:NO:v1", None))
+        .settle(compensate("refund:NO:v1", None))
         .await
         .unwrap();
     assert_eq!(
@@ -268,7 +268,7 @@ async fn a_refused_compensation_fails_and_the_next_one_gets_a_new_key() {
 
     let second = rig
         .settler("alice")
-        .perform(compensate("refund:NO:v1", None))
+        .settle(compensate("refund:NO:v1", None))
         .await
         .unwrap();
     assert_eq!(
@@ -296,7 +296,7 @@ async fn above_the_limit_a_second_different_operator_must_approve() {
     let alice = rig.settler("alice");
 
     let asked = alice
-        .perform(compensate("refund:BIG:v1", None))
+        .settle(compensate("refund:BIG:v1", None))
         .await
         .unwrap();
     assert_eq!(
@@ -306,7 +306,7 @@ async fn above_the_limit_a_second_different_operator_must_approve() {
     );
     assert!(asked.summary.contains("50.00 EUR") && asked.summary.contains("10.00 EUR"));
     let again = alice
-        .perform(compensate("refund:BIG:v1", None))
+        .settle(compensate("refund:BIG:v1", None))
         .await
         .unwrap();
     assert_eq!(again.detail["status"], "awaiting_approval");
@@ -335,7 +335,7 @@ async fn above_the_limit_a_second_different_operator_must_approve() {
     let before = rig.footprint().await;
     let error = rig
         .settler("Alice ")
-        .perform(approve("refund:BIG:v1"))
+        .settle(approve("refund:BIG:v1"))
         .await
         .unwrap_err();
     assert!(
@@ -347,7 +347,7 @@ async fn above_the_limit_a_second_different_operator_must_approve() {
 
     let approved = rig
         .settler("bob")
-        .perform(approve("refund:BIG:v1"))
+        .settle(approve("refund:BIG:v1"))
         .await
         .unwrap();
     assert_eq!(approved.detail["sent"], true, "{}", approved.summary);
@@ -376,12 +376,12 @@ async fn above_the_limit_a_second_different_operator_must_approve() {
     // Rejected: nothing is created or sent, and a new request may follow.
     rig.succeeded_effect("refund:BIG:v2", 7000).await;
     alice
-        .perform(compensate("refund:BIG:v2", None))
+        .settle(compensate("refund:BIG:v2", None))
         .await
         .unwrap();
     let rejected = rig
         .settler("bob")
-        .perform(Request::Reject {
+        .settle(Request::Reject {
             op_key: "refund:BIG:v2".into(),
             seen: None,
             reason: "the customer keeps it".into(),
@@ -401,7 +401,7 @@ async fn above_the_limit_a_second_different_operator_must_approve() {
     assert_eq!(rig.fake.requests(Route::Create), 1);
     let error = rig
         .settler("bob")
-        .perform(approve("refund:BIG:v2"))
+        .settle(approve("refund:BIG:v2"))
         .await
         .unwrap_err();
     assert!(
@@ -412,7 +412,7 @@ async fn above_the_limit_a_second_different_operator_must_approve() {
     // Below the limit, no approval is needed.
     rig.succeeded_effect("refund:SMALL:v1", 900).await;
     let direct = alice
-        .perform(compensate("refund:SMALL:v1", None))
+        .settle(compensate("refund:SMALL:v1", None))
         .await
         .unwrap();
     assert_eq!(direct.detail["sent"], true);
@@ -429,7 +429,7 @@ async fn refusals_write_nothing_and_send_nothing() {
 
     let stale = rig
         .settler("alice")
-        .perform(compensate("refund:R:v1", Some(seen - 1)))
+        .settle(compensate("refund:R:v1", Some(seen - 1)))
         .await
         .unwrap_err();
     assert!(
@@ -438,7 +438,7 @@ async fn refusals_write_nothing_and_send_nothing() {
     );
     let unknown = rig
         .settler("alice")
-        .perform(compensate("refund:R:v2", None))
+        .settle(compensate("refund:R:v2", None))
         .await
         .unwrap_err();
     assert!(
@@ -447,7 +447,7 @@ async fn refusals_write_nothing_and_send_nothing() {
     );
     let no_reason = rig
         .settler("alice")
-        .perform(Request::Compensate {
+        .settle(Request::Compensate {
             op_key: "refund:R:v1".into(),
             seen: None,
             reason: " ".into(),

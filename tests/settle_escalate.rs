@@ -45,7 +45,7 @@ async fn a_sink_that_fails_twice_then_succeeds_delivers_the_escalation_once() {
     // The provider cannot tell: the effect stays unknown, with that evidence.
     rig.fake.fail_next(Route::Lookup, Fault::Status(503));
     settler
-        .perform(Request::Reconcile {
+        .settle(Request::Reconcile {
             op_key: "refund:ESC:v1".into(),
             seen: None,
         })
@@ -55,7 +55,7 @@ async fn a_sink_that_fails_twice_then_succeeds_delivers_the_escalation_once() {
     rig.fake.fail_next(Route::Hook, Fault::Status(503));
 
     let report = settler
-        .perform(escalate("refund:ESC:v1", None))
+        .settle(escalate("refund:ESC:v1", None))
         .await
         .unwrap();
     let key = report.detail["escalation_key"]
@@ -147,12 +147,12 @@ async fn the_same_decision_escalated_again_returns_the_open_escalation() {
     rig.unknown_effect("refund:TWICE:v1", 100).await;
     let first = rig
         .settler("alice")
-        .perform(escalate("refund:TWICE:v1", None))
+        .settle(escalate("refund:TWICE:v1", None))
         .await
         .unwrap();
     let second = rig
         .settler("bob")
-        .perform(escalate("refund:TWICE:v1", None))
+        .settle(escalate("refund:TWICE:v1", None))
         .await
         .unwrap();
     assert_eq!(second.detail["status"], "existing", "{}", second.summary);
@@ -169,7 +169,7 @@ async fn the_same_decision_escalated_again_returns_the_open_escalation() {
     let key = first.detail["escalation_key"].as_str().unwrap().to_string();
     let bob = rig.settler("bob");
     let acked = bob
-        .perform(Request::Acknowledge {
+        .settle(Request::Acknowledge {
             escalation_key: key.clone(),
             reason: "on it".into(),
         })
@@ -181,7 +181,7 @@ async fn the_same_decision_escalated_again_returns_the_open_escalation() {
         acked.summary
     );
     let resolved = bob
-        .perform(Request::ResolveEscalation {
+        .settle(Request::ResolveEscalation {
             escalation_key: key.clone(),
             reason: "reconciled".into(),
         })
@@ -193,7 +193,7 @@ async fn the_same_decision_escalated_again_returns_the_open_escalation() {
         resolved.summary
     );
     let repeat = bob
-        .perform(Request::ResolveEscalation {
+        .settle(Request::ResolveEscalation {
             escalation_key: key.clone(),
             reason: "again".into(),
         })
@@ -204,7 +204,7 @@ async fn the_same_decision_escalated_again_returns_the_open_escalation() {
     // Once resolved, the same situation escalated again is a new page.
     let third = rig
         .settler("carol")
-        .perform(escalate("refund:TWICE:v1", None))
+        .settle(escalate("refund:TWICE:v1", None))
         .await
         .unwrap();
     assert_eq!(third.detail["escalation_key"], format!("{key}:2"));
@@ -237,13 +237,13 @@ async fn pagerduty_gets_one_incident_per_key_and_the_loop_closed() {
     rig.succeeded_effect("refund:PD:v1", 100).await;
     let settler = rig.settler("alice");
     let unchosen = settler
-        .perform(escalate("refund:PD:v1", None))
+        .settle(escalate("refund:PD:v1", None))
         .await
         .unwrap_err();
     assert!(unchosen.to_string().contains("--to: ops, pd"), "{unchosen}");
 
     let report = settler
-        .perform(escalate("refund:PD:v1", Some("pd")))
+        .settle(escalate("refund:PD:v1", Some("pd")))
         .await
         .unwrap();
     let key = report.detail["escalation_key"]
@@ -260,7 +260,7 @@ async fn pagerduty_gets_one_incident_per_key_and_the_loop_closed() {
             reason: "fine".into(),
         },
     ] {
-        let closed = settler.perform(request).await.unwrap();
+        let closed = settler.settle(request).await.unwrap();
         assert_eq!(closed.detail["sink_told"], true, "{}", closed.detail);
     }
     let events: Vec<Value> = rig.fake.hooks().into_iter().map(|h| h.body).collect();
@@ -286,7 +286,7 @@ async fn a_hanging_sink_is_bounded_and_its_state_visible() {
     let started = Instant::now();
     let report = rig
         .settler("alice")
-        .perform(escalate("refund:HANG:v1", None))
+        .settle(escalate("refund:HANG:v1", None))
         .await
         .unwrap();
     assert!(started.elapsed() < Duration::from_millis(PROVIDER_TIMEOUT_MS + 1500));
@@ -309,7 +309,7 @@ async fn two_consoles_delivering_at_once_deliver_once() {
     rig.fake.fail_next(Route::Hook, Fault::Status(500));
     let report = rig
         .settler("alice")
-        .perform(escalate("refund:PAR:v1", None))
+        .settle(escalate("refund:PAR:v1", None))
         .await
         .unwrap();
     let key = report.detail["escalation_key"]
@@ -345,7 +345,7 @@ async fn command_and_desktop_sinks() {
     rig.unknown_effect("refund:CMD:v1", 100).await;
     let settler = rig.settler("alice");
     let report = settler
-        .perform(escalate("refund:CMD:v1", Some("script")))
+        .settle(escalate("refund:CMD:v1", Some("script")))
         .await
         .unwrap();
     assert_eq!(
@@ -364,7 +364,7 @@ async fn command_and_desktop_sinks() {
     rig.succeeded_effect("refund:DESK:v1", 100).await;
     let started = Instant::now();
     let report = settler
-        .perform(escalate("refund:DESK:v1", Some("desk")))
+        .settle(escalate("refund:DESK:v1", Some("desk")))
         .await
         .unwrap();
     let took = started.elapsed();

@@ -112,7 +112,7 @@ async fn read_only_refuses_every_writing_request_in_one_place() {
     let before = rig.footprint().await;
     for request in every_request("refund:RO:v1", None) {
         let name = request.name();
-        let error = settler.perform(request).await.unwrap_err();
+        let error = settler.settle(request).await.unwrap_err();
         assert!(matches!(error, SettleError::ReadOnly(_)), "{name}: {error}");
         assert!(error.to_string().starts_with("read-only:"), "{error}");
     }
@@ -183,7 +183,7 @@ async fn the_readonly_role_is_refused_by_the_database_itself() {
     ];
     for request in attempts {
         let name = request.name();
-        let error = settler.perform(request).await.unwrap_err();
+        let error = settler.settle(request).await.unwrap_err();
         assert!(
             matches!(error, SettleError::Ledger(LedgerError::Refused(_))),
             "{name}: {error}"
@@ -211,7 +211,7 @@ async fn the_readonly_role_is_refused_by_the_database_itself() {
     let agent = role_pool(&rig.db, "effect_agent").await;
     let settler = Settler::new(agent, rig.config.clone(), "agent-7", false);
     let error = settler
-        .perform(Request::Operator {
+        .settle(Request::Operator {
             call: &actions::ANNOTATE,
             op_key: "refund:ROLE:v1".into(),
             seen: None,
@@ -232,7 +232,7 @@ async fn a_stale_version_is_refused_with_nothing_written() {
     let seen = rig.effect("refund:OLD:v1").await.version;
     // Someone else acted since the operator looked.
     rig.settler("bob")
-        .perform(Request::Operator {
+        .settle(Request::Operator {
             call: &actions::ANNOTATE,
             op_key: "refund:OLD:v1".into(),
             seen: None,
@@ -241,7 +241,7 @@ async fn a_stale_version_is_refused_with_nothing_written() {
         .await
         .unwrap();
     rig.settler("bob")
-        .perform(Request::Reconcile {
+        .settle(Request::Reconcile {
             op_key: "refund:OLD:v1".into(),
             seen: None,
         })
@@ -261,7 +261,7 @@ async fn a_stale_version_is_refused_with_nothing_written() {
             continue; // escalations carry no version
         }
         let name = request.name();
-        let error = settler.perform(request).await.unwrap_err();
+        let error = settler.settle(request).await.unwrap_err();
         assert!(
             matches!(error, SettleError::Ledger(LedgerError::Changed(_))),
             "{name}: {error}"
@@ -289,7 +289,7 @@ async fn resolve_release_cancel_and_annotate_by_hand_with_reasons() {
     let (_, held_two) = held_pair(&rig, "flight:LH-3").await;
 
     let resolved = alice
-        .perform(Request::Resolve {
+        .settle(Request::Resolve {
             op_key: "refund:HAND:v1".into(),
             seen: None,
             reason: "the bank statement shows it".into(),
@@ -309,7 +309,7 @@ async fn resolve_release_cancel_and_annotate_by_hand_with_reasons() {
         Some("bank:123")
     );
     alice
-        .perform(Request::Resolve {
+        .settle(Request::Resolve {
             op_key: "refund:HAND:v2".into(),
             seen: None,
             reason: "the provider's support says it was declined".into(),
@@ -319,7 +319,7 @@ async fn resolve_release_cancel_and_annotate_by_hand_with_reasons() {
         .unwrap();
     assert_eq!(rig.effect("refund:HAND:v2").await.state, State::Failed);
     alice
-        .perform(Request::Operator {
+        .settle(Request::Operator {
             call: &actions::RELEASE,
             op_key: held_one.clone(),
             seen: None,
@@ -329,7 +329,7 @@ async fn resolve_release_cancel_and_annotate_by_hand_with_reasons() {
         .unwrap();
     assert_eq!(rig.effect(&held_one).await.state, State::Pending);
     alice
-        .perform(Request::Operator {
+        .settle(Request::Operator {
             call: &actions::CANCEL,
             op_key: held_two.clone(),
             seen: None,
@@ -339,7 +339,7 @@ async fn resolve_release_cancel_and_annotate_by_hand_with_reasons() {
         .unwrap();
     assert_eq!(rig.effect(&held_two).await.state, State::Cancelled);
     alice
-        .perform(Request::Operator {
+        .settle(Request::Operator {
             call: &actions::ANNOTATE,
             op_key: "refund:HAND:v2".into(),
             seen: None,
@@ -349,7 +349,7 @@ async fn resolve_release_cancel_and_annotate_by_hand_with_reasons() {
         .unwrap();
 
     let no_reason = alice
-        .perform(Request::Operator {
+        .settle(Request::Operator {
             call: &actions::RELEASE,
             op_key: held_one.clone(),
             seen: None,

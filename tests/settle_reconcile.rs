@@ -47,7 +47,7 @@ async fn an_unknown_effect_stays_unknown_until_evidence_settles_it() {
         rig.fake.fail_next(Route::Lookup, fault);
         let started = Instant::now();
         let report = settler
-            .perform(reconcile("refund:INV-1:v1", None))
+            .settle(reconcile("refund:INV-1:v1", None))
             .await
             .unwrap_or_else(|e| panic!("{fault:?}: {e}"));
         let took = started.elapsed();
@@ -95,7 +95,7 @@ async fn an_unknown_effect_stays_unknown_until_evidence_settles_it() {
 
     // Evidence at last: the provider answers, and has it once.
     let report = settler
-        .perform(reconcile("refund:INV-1:v1", None))
+        .settle(reconcile("refund:INV-1:v1", None))
         .await
         .unwrap();
     assert_eq!(
@@ -140,7 +140,7 @@ async fn a_late_success_is_indeterminate_until_final() {
     .unwrap();
 
     let first = settler
-        .perform(reconcile("refund:LATE:v1", None))
+        .settle(reconcile("refund:LATE:v1", None))
         .await
         .unwrap();
     assert_eq!(
@@ -151,7 +151,7 @@ async fn a_late_success_is_indeterminate_until_final() {
     assert_eq!(rig.effect("refund:LATE:v1").await.state, State::Unknown);
     tokio::time::sleep(Duration::from_millis(700)).await;
     let second = settler
-        .perform(reconcile("refund:LATE:v1", None))
+        .settle(reconcile("refund:LATE:v1", None))
         .await
         .unwrap();
     assert_eq!(
@@ -170,7 +170,7 @@ async fn reconcile_finds_the_effect_and_settles_it_with_the_reference() {
     let seen = rig.effect("refund:INV-2:v1").await.version;
     let report = rig
         .settler("alice")
-        .perform(reconcile("refund:INV-2:v1", Some(seen)))
+        .settle(reconcile("refund:INV-2:v1", Some(seen)))
         .await
         .unwrap();
     assert_eq!(report.detail["finding"], "exists_once");
@@ -194,7 +194,7 @@ async fn reconcile_finds_the_effect_and_settles_it_with_the_reference() {
     // Once succeeded, the external reference is asked by id.
     let again = rig
         .settler("alice")
-        .perform(reconcile("refund:INV-2:v1", None))
+        .settle(reconcile("refund:INV-2:v1", None))
         .await
         .unwrap();
     assert_eq!(again.detail["finding"], "exists_once");
@@ -213,7 +213,7 @@ async fn absent_duplicate_and_mismatch_are_told_apart() {
 
     rig.unknown_effect("refund:ABSENT:v1", 100).await;
     let report = settler
-        .perform(reconcile("refund:ABSENT:v1", None))
+        .settle(reconcile("refund:ABSENT:v1", None))
         .await
         .unwrap();
     assert_eq!(report.detail["finding"], "absent");
@@ -235,7 +235,7 @@ async fn absent_duplicate_and_mismatch_are_told_apart() {
         .await
         .unwrap();
     let report = settler
-        .perform(reconcile("refund:DUP:v1", None))
+        .settle(reconcile("refund:DUP:v1", None))
         .await
         .unwrap();
     assert_eq!(report.detail["finding"], "duplicate", "{}", report.summary);
@@ -248,7 +248,7 @@ async fn absent_duplicate_and_mismatch_are_told_apart() {
     rig.unknown_effect("refund:MIS:v1", 1000).await;
     rig.provider_did("refund:MIS:v1", 10_000);
     let report = settler
-        .perform(reconcile("refund:MIS:v1", None))
+        .settle(reconcile("refund:MIS:v1", None))
         .await
         .unwrap();
     assert_eq!(report.detail["finding"], "mismatch");
@@ -269,7 +269,7 @@ async fn a_stale_version_is_refused_with_nothing_written_and_nothing_asked() {
     let before = rig.footprint().await;
     let error = rig
         .settler("alice")
-        .perform(reconcile("refund:STALE:v1", Some(seen - 1)))
+        .settle(reconcile("refund:STALE:v1", Some(seen - 1)))
         .await
         .unwrap_err();
     assert!(
@@ -302,7 +302,7 @@ async fn an_unconfigured_provider_is_a_clear_error_not_a_finding() {
     let before = rig.footprint().await;
     let error = rig
         .settler("alice")
-        .perform(reconcile("msg:1", None))
+        .settle(reconcile("msg:1", None))
         .await
         .unwrap_err();
     assert!(error.to_string().contains("[providers.smtp]"), "{error}");
@@ -359,7 +359,7 @@ async fn reconcile_latency_is_measured() {
         rig.unknown_effect(&key, 100).await;
         rig.provider_did(&key, 100);
         let started = Instant::now();
-        let report = settler.perform(reconcile(&key, None)).await.unwrap();
+        let report = settler.settle(reconcile(&key, None)).await.unwrap();
         timings.push(started.elapsed());
         assert_eq!(report.detail["finding"], "exists_once");
     }
@@ -384,7 +384,7 @@ async fn the_report_says_what_the_ledger_recorded_not_what_the_provider_said() {
     // yet, which proves nothing, so the ledger records indeterminate.
     rig.begin_and_dispatch("refund:INV-W:v1", 700).await;
     let report = settler
-        .perform(reconcile("refund:INV-W:v1", None))
+        .settle(reconcile("refund:INV-W:v1", None))
         .await
         .unwrap();
     assert_eq!(

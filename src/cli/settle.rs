@@ -19,7 +19,7 @@ use crate::config::Config;
 use crate::ledger::actions::{OPERATOR_CALLS, OperatorCall, Resolution};
 use crate::ledger::escalations;
 use crate::ledger::panes::{self, Filter, Pane, PaneRows};
-use crate::settle::{BulkItem, Report, Request, SettleError, Settler};
+use crate::settle::{BulkItem, Request, SettleError, Settled, Settler};
 use crate::text::{safe_json, sanitize_line, truncate};
 
 #[derive(Debug, Subcommand)]
@@ -243,7 +243,7 @@ pub async fn run(pool: &PgPool, config: &Config, command: SettleCommand) -> Resu
                     op_key,
                     seen: args.expect_version,
                 };
-                perform(&settler, request, args.format).await
+                settle_and_print(&settler, request, args.format).await
             }
         },
         SettleCommand::Compensate(args) => {
@@ -253,7 +253,7 @@ pub async fn run(pool: &PgPool, config: &Config, command: SettleCommand) -> Resu
                 seen: args.expect_version,
                 reason: args.reason,
             };
-            perform(&settler, request, format).await
+            settle_and_print(&settler, request, format).await
         }
         SettleCommand::Escalate(args) => {
             let request = Request::Escalate {
@@ -262,7 +262,7 @@ pub async fn run(pool: &PgPool, config: &Config, command: SettleCommand) -> Resu
                 sink: args.to,
                 reason: args.reason,
             };
-            perform(&settler, request, args.format).await
+            settle_and_print(&settler, request, args.format).await
         }
         SettleCommand::Resolve(args) => {
             let resolution = match args.succeeded {
@@ -277,7 +277,7 @@ pub async fn run(pool: &PgPool, config: &Config, command: SettleCommand) -> Resu
                 reason: args.reason,
                 resolution,
             };
-            perform(&settler, request, args.format).await
+            settle_and_print(&settler, request, args.format).await
         }
         SettleCommand::Operator(OperatorCommand { call, args }) => {
             let (format, op_key, seen, reason) = args.parts();
@@ -287,11 +287,11 @@ pub async fn run(pool: &PgPool, config: &Config, command: SettleCommand) -> Resu
                 seen,
                 reason,
             };
-            perform(&settler, request, format).await
+            settle_and_print(&settler, request, format).await
         }
         SettleCommand::Approve(args) => {
             let (format, op_key, seen, reason) = args.parts();
-            perform(
+            settle_and_print(
                 &settler,
                 Request::Approve {
                     op_key,
@@ -304,7 +304,7 @@ pub async fn run(pool: &PgPool, config: &Config, command: SettleCommand) -> Resu
         }
         SettleCommand::Reject(args) => {
             let (format, op_key, seen, reason) = args.parts();
-            perform(
+            settle_and_print(
                 &settler,
                 Request::Reject {
                     op_key,
@@ -324,14 +324,14 @@ pub async fn run(pool: &PgPool, config: &Config, command: SettleCommand) -> Resu
                     escalation_key: args.escalation_key,
                     reason: args.reason,
                 };
-                perform(&settler, request, args.format).await
+                settle_and_print(&settler, request, args.format).await
             }
             EscalationCommand::Resolve(args) => {
                 let request = Request::ResolveEscalation {
                     escalation_key: args.escalation_key,
                     reason: args.reason,
                 };
-                perform(&settler, request, args.format).await
+                settle_and_print(&settler, request, args.format).await
             }
             EscalationCommand::Deliver { watch, interval } => {
                 deliver(&settler, watch, interval).await
@@ -346,18 +346,22 @@ impl ActionArgs {
     }
 }
 
-async fn perform(settler: &Settler, request: Request, format: Format) -> Result<(), Failure> {
-    let report = settler.perform(request).await?;
-    print_report(&report, format);
+async fn settle_and_print(
+    settler: &Settler,
+    request: Request,
+    format: Format,
+) -> Result<(), Failure> {
+    let settled = settler.settle(request).await?;
+    print_settled(&settled, format);
     Ok(())
 }
 
-fn print_report(report: &Report, format: Format) {
+fn print_settled(settled: &Settled, format: Format) {
     match format {
-        Format::Table => println!("{}", report.summary),
+        Format::Table => println!("{}", settled.summary),
         Format::Json => println!(
             "{}",
-            safe_json(&json!({ "summary": report.summary, "detail": report.detail }))
+            safe_json(&json!({ "summary": settled.summary, "detail": settled.detail }))
         ),
     }
 }
@@ -453,7 +457,7 @@ fn print_bulk(done: &[BulkItem], format: Format) {
                     }
                 }
             }
-            println!("{}", crate::settle::bulk_report(done).summary);
+            println!("{}", crate::settle::bulk_settled(done).summary);
         }
     }
 }

@@ -5,7 +5,7 @@ use sqlx::PgPool;
 
 use super::exit::{BAD_CONFIG, FAILURE, Failure};
 use crate::config::Config;
-use crate::console::run::{self, ConsoleOptions, Housekeeping, NotificationOptions, Performer};
+use crate::console::run::{self, ConsoleOptions, Housekeeping, NotificationOptions, SettleRequest};
 use crate::console::theme::Theme;
 use crate::ledger::{self, ConnectSettings};
 use crate::settle::{Request, SettleError, Settler};
@@ -62,7 +62,7 @@ pub async fn run(config: &Config, args: WatchArgs) -> Result<(), Failure> {
         poll_interval,
         notifications,
         mouse: config.mouse,
-        performer: args.operator.performer,
+        settle_request: args.operator.settle_request,
         background_status: args.background_status,
         housekeeping: args.operator.housekeeping,
         about,
@@ -125,9 +125,9 @@ async fn refuse_what_waiting_cannot_fix(connect: &ConnectSettings) -> Result<(),
 }
 
 /// What stands behind a console's writing keys: the one place `effectwatch`
-/// and `effectwatch demo` get their performer and housekeeping from.
+/// and `effectwatch demo` get their settle_request and housekeeping from.
 pub struct OperatorWiring {
-    pub performer: Performer,
+    pub settle_request: SettleRequest,
     pub housekeeping: Option<Housekeeping>,
 }
 
@@ -156,19 +156,19 @@ impl OperatorWiring {
         OperatorWiring {
             housekeeping: (!config.read_only && !config.sinks.is_empty())
                 .then(|| delivery(settler.clone())),
-            performer: settling_performer(settler),
+            settle_request: settle_through(settler),
         }
     }
 }
 
 /// The console's writing actions, carried out by the same [`Settler`] the
 /// CLI uses: one code path for every way an operator acts.
-fn settling_performer(settler: Arc<Settler>) -> Performer {
+fn settle_through(settler: Arc<Settler>) -> SettleRequest {
     Arc::new(move |request: Request| {
         let settler = settler.clone();
         Box::pin(async move {
             settler
-                .perform(request)
+                .settle(request)
                 .await
                 .map(|report| report.summary)
                 .map_err(|error| error.line())

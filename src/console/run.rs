@@ -15,7 +15,7 @@ use ratatui::DefaultTerminal;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
-use super::app::{App, Command, Message};
+use super::app::{App, Message, Task};
 use super::notify::{self, Tracker};
 use super::poller::{self, PollSettings};
 use super::theme::Theme;
@@ -24,7 +24,7 @@ use crate::ledger::{ConnectSettings, history};
 use crate::settle::Request;
 
 /// Carries out a confirmed operator request and says what happened, in one line.
-pub type Performer = Arc<
+pub type SettleRequest = Arc<
     dyn Fn(Request) -> Pin<Box<dyn Future<Output = Result<String, String>> + Send>> + Send + Sync,
 >;
 
@@ -38,7 +38,7 @@ pub struct ConsoleOptions {
     /// Mouse wheel scrolls the list; off by default so the terminal's own
     /// selection (copy with the mouse) keeps working.
     pub mouse: bool,
-    pub performer: Performer,
+    pub settle_request: SettleRequest,
     /// A line about work running beside the console (the demo's agents).
     pub background_status: Option<Arc<dyn Fn() -> String + Send + Sync>>,
     /// Work the console runs every few seconds while open (escalation delivery).
@@ -221,7 +221,7 @@ async fn event_loop(
         }
         for command in app.update(message) {
             match command {
-                Command::Quit => {
+                Task::Quit => {
                     actions.retain(|task| !task.is_finished());
                     if !actions.is_empty() {
                         app.set_status(
@@ -234,10 +234,10 @@ async fn event_loop(
                     return Ok(());
                 }
                 // A changed setting wakes the poller at once, NOTIFY's gap aside.
-                Command::Repoll => {
+                Task::Repoll => {
                     let _ = settings_sender.send(poll_settings(&app));
                 }
-                Command::LoadDetail(op_key) => {
+                Task::LoadDetail(op_key) => {
                     if detail_pool.is_none() {
                         detail_pool = options.connect.options().ok().map(|o| {
                             sqlx::postgres::PgPoolOptions::new()
@@ -257,15 +257,15 @@ async fn event_loop(
                         });
                     }
                 }
-                Command::Perform(request) => {
-                    let (sender, performer) = (sender.clone(), options.performer.clone());
+                Task::Settle(request) => {
+                    let (sender, settle_request) = (sender.clone(), options.settle_request.clone());
                     actions.retain(|task| !task.is_finished());
                     actions.push(tokio::spawn(async move {
-                        let result = performer(request).await;
-                        let _ = sender.send(Message::Performed(result)).await;
+                        let result = settle_request(request).await;
+                        let _ = sender.send(Message::Settled(result)).await;
                     }));
                 }
-                Command::Copy(text) => {
+                Task::Copy(text) => {
                     if let Err(error) = clipboard::copy(&text) {
                         app.set_status(
                             format!("copy failed: {error}"),

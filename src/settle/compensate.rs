@@ -6,7 +6,7 @@
 
 use serde_json::{Value, json};
 
-use super::{Report, SettleError, Settler, require_reason};
+use super::{SettleError, Settled, Settler, require_reason};
 use crate::adapters::provider::{CompensationOutcome, EffectQuery};
 use crate::format::optional_money;
 use crate::ledger::compensation::{self, CompensationResult};
@@ -30,7 +30,7 @@ impl Settler {
         op_key: &str,
         seen: Option<i64>,
         reason: &str,
-    ) -> Result<Report, SettleError> {
+    ) -> Result<Settled, SettleError> {
         require_reason(reason, "compensate")?;
         let (effect, seen) = self.look(op_key, seen).await?;
         // Before anything is written: a compensation we could not send is
@@ -46,7 +46,7 @@ impl Settler {
             ("awaiting_approval", _) => {
                 let limit = optional_money(start.approval_limit_minor, start.currency.as_deref());
                 let requester = start.requested_by.clone().unwrap_or_default();
-                Ok(Report::new(
+                Ok(Settled::new(
                     format!(
                         "compensation of {op_key} ({amount}) is above the limit ({limit}): it waits for a \
                          second operator's approval (requested by {requester}; `effectwatch approve {op_key}`)"
@@ -81,7 +81,7 @@ impl Settler {
         op_key: &str,
         seen: Option<i64>,
         reason: &str,
-    ) -> Result<Report, SettleError> {
+    ) -> Result<Settled, SettleError> {
         require_reason(reason, "approve")?;
         let (effect, seen) = self.look(op_key, seen).await?;
         if effect.state == State::Succeeded {
@@ -117,12 +117,12 @@ impl Settler {
         op_key: &str,
         seen: Option<i64>,
         reason: &str,
-    ) -> Result<Report, SettleError> {
+    ) -> Result<Settled, SettleError> {
         require_reason(reason, "reject")?;
         let (_, seen) = self.look(op_key, seen).await?;
         let rejection =
             compensation::reject(&self.pool, op_key, seen, &self.operator, reason).await?;
-        Ok(Report::new(
+        Ok(Settled::new(
             format!(
                 "rejected the compensation of {op_key} requested by {} (audit #{})",
                 rejection.requested_by, rejection.audit_seq
@@ -230,7 +230,7 @@ fn compensation_report(
     amount: &str,
     dispatch: Dispatch,
     audit_seq: Option<i64>,
-) -> Report {
+) -> Settled {
     match dispatch {
         Dispatch::Sent {
             outcome,
@@ -249,7 +249,7 @@ fn compensation_report(
                     format!("outcome unknown ({reason}): reconcile {key}")
                 }
             };
-            Report::new(
+            Settled::new(
                 format!("compensation {key} of {amount} sent: {said}"),
                 json!({ "action": action, "op_key": op_key, "status": status, "compensation_key": key,
                         "sent": true, "compensation_state": recorded.state,
@@ -264,7 +264,7 @@ fn compensation_report(
             } else {
                 format!("compensation {key}")
             };
-            Report::new(
+            Settled::new(
                 format!("{opening} is {state}, not sent again: {why}"),
                 json!({ "action": action, "op_key": op_key, "status": status, "compensation_key": key,
                         "sent": false, "compensation_state": state, "why": why, "audit_seq": audit_seq }),

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::json;
 
-use super::{Report, SettleError, Settler, require_reason};
+use super::{SettleError, Settled, Settler, require_reason};
 use crate::adapters::RetryConfig;
 use crate::adapters::sink::Closing;
 use crate::ledger::escalations::{self, Claimed};
@@ -66,7 +66,7 @@ impl Settler {
         seen: Option<i64>,
         sink: Option<&str>,
         reason: &str,
-    ) -> Result<Report, SettleError> {
+    ) -> Result<Settled, SettleError> {
         require_reason(reason, "escalate")?;
         let sink = self.choose_sink(sink)?;
         let (_, seen) = self.look(op_key, seen).await?;
@@ -95,7 +95,7 @@ impl Settler {
         } else {
             "escalated"
         };
-        Ok(Report::new(
+        Ok(Settled::new(
             format!(
                 "{opening} {op_key} as {} ({}): {delivered}",
                 started.escalation_key, started.decision
@@ -223,7 +223,7 @@ impl Settler {
         escalation_key: &str,
         reason: &str,
         resolve: bool,
-    ) -> Result<Report, SettleError> {
+    ) -> Result<Settled, SettleError> {
         let (verb, done) = if resolve {
             ("resolve", "resolved")
         } else {
@@ -262,7 +262,7 @@ impl Settler {
         } else {
             format!("escalation {escalation_key} is already {}", closed.state)
         };
-        Ok(Report::new(
+        Ok(Settled::new(
             summary,
             json!({ "action": verb, "escalation_key": escalation_key, "op_key": closed.op_key,
                     "status": closed.status, "state": closed.state, "sink": closed.sink,

@@ -2,7 +2,7 @@
 //! resolve, release, cancel, annotate — the orchestration the CLI and the
 //! console share. Every write is one SQL function call, in one transaction
 //! with its audit entry, refused if the effect changed since the operator
-//! looked. Read-only is enforced here, in [`Settler::perform`], for every
+//! looked. Read-only is enforced here, in [`Settler::settle`], for every
 //! writing request; a console connected as `effect_readonly` is refused by
 //! the database itself whatever this says.
 
@@ -124,14 +124,14 @@ impl Request {
 /// What happened, for a status bar (`summary`, one safe line) and for
 /// `--format json` or a detail view (`detail`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Report {
+pub struct Settled {
     pub summary: String,
     pub detail: Value,
 }
 
-impl Report {
-    fn new(summary: impl AsRef<str>, detail: Value) -> Report {
-        Report {
+impl Settled {
+    fn new(summary: impl AsRef<str>, detail: Value) -> Settled {
+        Settled {
             summary: sanitize_line(summary.as_ref()),
             detail,
         }
@@ -173,7 +173,7 @@ impl SettleError {
 #[derive(Debug)]
 pub struct BulkItem {
     pub op_key: String,
-    pub result: Result<Report, SettleError>,
+    pub result: Result<Settled, SettleError>,
 }
 
 /// How many bulk reconciliations run at once: enough to hide latency,
@@ -249,14 +249,14 @@ impl Settler {
 
     /// The one dispatcher, and the ledger-side read-only gate: every request
     /// writes (a reconciliation stores its finding), so read-only refuses all.
-    pub async fn perform(&self, request: Request) -> Result<Report, SettleError> {
+    pub async fn settle(&self, request: Request) -> Result<Settled, SettleError> {
         if self.read_only {
             return Err(SettleError::ReadOnly(request.name()));
         }
         match request {
             Request::Reconcile { op_key, seen } => self.reconcile(&op_key, seen).await,
             Request::ReconcileMany { targets } => {
-                Ok(bulk_report(&self.reconcile_many(targets).await?))
+                Ok(bulk_settled(&self.reconcile_many(targets).await?))
             }
             Request::Compensate {
                 op_key,
@@ -408,7 +408,7 @@ impl Settler {
         seen: Option<i64>,
         reason: &str,
         resolution: &Resolution,
-    ) -> Result<Report, SettleError> {
+    ) -> Result<Settled, SettleError> {
         let seen = self.seen(op_key, seen).await?;
         let outcome =
             actions::resolve(&self.pool, op_key, seen, &self.operator, reason, resolution).await?;
@@ -435,7 +435,7 @@ fn changed(op_key: &str, now: i64, seen: i64) -> SettleError {
 
 /// One line for a bulk reconciliation: how many, and how many of each
 /// finding (`reconciled 52 of 53: absent 40, exists_once 12; 1 failed`).
-pub fn bulk_report(items: &[BulkItem]) -> Report {
+pub fn bulk_settled(items: &[BulkItem]) -> Settled {
     let total = items.len();
     let failed = items.iter().filter(|item| item.result.is_err()).count();
     let mut findings = BTreeMap::<&str, usize>::new();
@@ -449,7 +449,7 @@ pub fn bulk_report(items: &[BulkItem]) -> Report {
     } else {
         String::new()
     };
-    Report::new(
+    Settled::new(
         format!(
             "reconciled {} of {total}: {}{failures}",
             total - failed,
@@ -460,8 +460,8 @@ pub fn bulk_report(items: &[BulkItem]) -> Report {
     )
 }
 
-fn simple_report(done: &str, op_key: &str, outcome: &ActionOutcome) -> Report {
-    Report::new(
+fn simple_report(done: &str, op_key: &str, outcome: &ActionOutcome) -> Settled {
+    Settled::new(
         format!(
             "{done} {}: now {} (version {}, audit #{})",
             op_key, outcome.state, outcome.version, outcome.audit_seq
@@ -504,11 +504,11 @@ mod tests {
         let item = |key: &str, finding: Option<&str>| BulkItem {
             op_key: key.into(),
             result: match finding {
-                Some(finding) => Ok(Report::new("ok", json!({ "finding": finding }))),
+                Some(finding) => Ok(Settled::new("ok", json!({ "finding": finding }))),
                 None => Err(SettleError::Invalid("changed".into())),
             },
         };
-        let report = bulk_report(&[
+        let report = bulk_settled(&[
             item("a", Some("absent")),
             item("b", Some("exists_once")),
             item("c", Some("absent")),
@@ -519,13 +519,13 @@ mod tests {
             "reconciled 3 of 4: absent 2, exists_once 1; 1 failed"
         );
         assert_eq!(report.detail["findings"]["absent"], 2);
-        let all_fine = bulk_report(&[item("a", Some("absent"))]);
+        let all_fine = bulk_settled(&[item("a", Some("absent"))]);
         assert_eq!(all_fine.summary, "reconciled 1 of 1: absent 1");
     }
 
     #[test]
     fn reports_are_one_safe_line() {
-        let report = Report::new("done \u{1b}[2J\nnext", Value::Null);
+        let report = Settled::new("done \u{1b}[2J\nnext", Value::Null);
         assert_eq!(report.summary, "done \\u{001B}[2J next");
     }
 }

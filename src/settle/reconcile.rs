@@ -8,7 +8,7 @@ use std::time::Instant;
 use serde_json::json;
 
 use super::finding::{Assessment, assess};
-use super::{Report, SettleError, Settler};
+use super::{SettleError, Settled, Settler};
 use crate::adapters::provider::EffectQuery;
 use crate::ledger::actions::{self, Finding, SeenVersion};
 
@@ -17,7 +17,7 @@ impl Settler {
         &self,
         op_key: &str,
         seen: Option<i64>,
-    ) -> Result<Report, SettleError> {
+    ) -> Result<Settled, SettleError> {
         let (effect, seen) = self.look(op_key, seen).await?;
         let provider = self.provider_for(&effect)?;
         let query = EffectQuery::from(&effect);
@@ -78,7 +78,7 @@ impl Settler {
         } else {
             format!(" (provider said {provider_said})")
         };
-        Ok(Report::new(
+        Ok(Settled::new(
             format!(
                 "reconciled {op_key} with {}: {}{narrowed}{refs}{why} — {} → {} in {duration_ms} ms",
                 provider.name(),

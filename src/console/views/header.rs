@@ -113,14 +113,14 @@ pub fn draw_header(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
 pub fn draw_tabs(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     let mut spans = Vec::new();
     for (index, view) in VIEWS.iter().enumerate() {
-        let count = app.totals[index];
+        let count = app.totals[*view];
         // Before the first answer nothing is known: never a reassuring 0.
         let shown = match app.snapshot {
             Some(_) => count.to_string(),
             None => "?".to_string(),
         };
         let label = format!(" {} {} ({shown}) ", index + 1, view.tab());
-        let style = if index == app.view {
+        let style = if *view == app.view {
             theme.selection()
         } else if count > 0 && matches!(view, View::Pane(_)) {
             theme.role(Role::Warn)
@@ -134,7 +134,7 @@ pub fn draw_tabs(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
 }
 
 pub fn draw_status(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
-    let line = if let Some(Prompt::Instant(text)) = &app.prompt {
+    let line = if let Some(Prompt::Instant(text)) = app.prompt() {
         Line::from(vec![
             Span::styled("⏲ ", theme.role(Role::Accent)),
             Span::styled(sanitize_line(text), theme.base()),

@@ -35,12 +35,12 @@ pub fn draw(frame: &mut Frame, app: &App, theme: &Theme) {
     }
     header::draw_status(frame, status_area, app, theme);
     header::draw_key_bar(frame, keys_area, app, theme);
-    match app.overlay {
+    match app.overlay() {
         Some(Overlay::Help) => help::draw(frame, area, app, theme),
         Some(Overlay::About) => help::draw_about(frame, area, app, theme),
         None => {}
     }
-    if let Some(dialog) = &app.dialog {
+    if let Some(dialog) = app.dialog() {
         dialog::draw(frame, centered(area, 72, 14), dialog, theme);
     }
 }

@@ -1,0 +1,270 @@
+//! The confirmation dialog of a writing action: it opens on the selection,
+//! collects what the action's row asks for, and turns into the settling
+//! request.
+
+use crossterm::event::{KeyCode, KeyEvent};
+
+use super::{App, Mode, Task, View, model::APPROVAL_ROW, prompt::edit_line};
+use crate::console::action::{Action, Answers, Confirmation, DialogField, Scope, Subject};
+use crate::console::theme::Role;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Dialog {
+    pub action: Action,
+    pub title: String,
+    /// What will happen, in a sentence.
+    pub summary: String,
+    pub subject: Subject,
+    pub reason: String,
+    pub external_ref: String,
+    pub key_suffix: String,
+    /// For resolve as failed: the same key may be dispatched again.
+    pub retryable: bool,
+    /// What the operator must type to prove they read the key.
+    pub required_suffix: Option<String>,
+    pub focus: DialogField,
+    /// The default button is Back.
+    pub confirm_selected: bool,
+    pub error: Option<String>,
+}
+
+impl App {
+    pub(super) fn open_dialog(&mut self, action: Action) -> Vec<Task> {
+        let info = action.info();
+        let (subject, summary) = match info.scope {
+            Scope::Pane => {
+                let targets: Vec<(String, i64)> = self.models[self.view]
+                    .rows
+                    .iter()
+                    .filter_map(|row| Some((row.op_key.clone()?, row.version?)))
+                    .collect();
+                if targets.is_empty() || self.detail.is_some() {
+                    self.set_status("nothing to reconcile in this view", Role::Muted);
+                    return Vec::new();
+                }
+                let filtered = if self.filter.is_empty() {
+                    String::new()
+                } else {
+                    format!(" matching {:?}", self.filter_text)
+                };
+                let summary = format!(
+                    "Ask the provider about {} effects of {}{filtered}, one after the other.",
+                    targets.len(),
+                    self.current_view().title()
+                );
+                (Subject::Pane { targets }, summary)
+            }
+            Scope::Escalation => {
+                let Some(row) = self.selected_row().filter(|row| {
+                    self.current_view() == View::Escalations && !row.id.starts_with(APPROVAL_ROW)
+                }) else {
+                    self.set_status("select an escalation first (view 5)", Role::Muted);
+                    return Vec::new();
+                };
+                let summary = format!(
+                    "{} {}",
+                    info.description,
+                    crate::text::sanitize_line(&row.id)
+                );
+                let escalation_key = row.id.clone();
+                (Subject::Escalation { escalation_key }, summary)
+            }
+            Scope::Effect | Scope::Everywhere | Scope::History => {
+                let Some((op_key, seen)) = self.selected_effect() else {
+                    self.set_status("select an effect first", Role::Muted);
+                    return Vec::new();
+                };
+                let summary = format!(
+                    "{} — {}{}",
+                    info.description,
+                    crate::text::sanitize_line(&op_key),
+                    self.selected_context()
+                );
+                (Subject::Effect { op_key, seen }, summary)
+            }
+        };
+        let required_suffix = match (&subject, info.confirmation) {
+            (Subject::Effect { op_key, .. }, Confirmation::ReasonAndKey) => {
+                Some(key_suffix(op_key))
+            }
+            _ => None,
+        };
+        let fields = action.dialog_fields();
+        self.mode = Mode::Dialog(Dialog {
+            action,
+            title: action_title(action).to_string(),
+            summary,
+            subject,
+            reason: String::new(),
+            external_ref: String::new(),
+            key_suffix: String::new(),
+            retryable: false,
+            required_suffix,
+            focus: fields[0],
+            confirm_selected: false,
+            error: None,
+        });
+        Vec::new()
+    }
+
+    pub(super) fn on_dialog_key(&mut self, key: KeyEvent) -> Vec<Task> {
+        let Mode::Dialog(dialog) = &mut self.mode else {
+            return Vec::new();
+        };
+        let fields = dialog.action.dialog_fields();
+        match key.code {
+            KeyCode::Esc => {
+                self.mode = Mode::Browse;
+                self.set_status("backed out: nothing written", Role::Muted);
+                return Vec::new();
+            }
+            KeyCode::Tab | KeyCode::Down => {
+                let at = fields.iter().position(|f| *f == dialog.focus).unwrap_or(0);
+                dialog.focus = fields[(at + 1) % fields.len()];
+            }
+            KeyCode::BackTab | KeyCode::Up => {
+                let at = fields.iter().position(|f| *f == dialog.focus).unwrap_or(0);
+                dialog.focus = fields[(at + fields.len() - 1) % fields.len()];
+            }
+            KeyCode::Left | KeyCode::Right if dialog.focus == DialogField::Buttons => {
+                dialog.confirm_selected = !dialog.confirm_selected;
+            }
+            KeyCode::Enter => {
+                if dialog.focus != DialogField::Buttons {
+                    // Enter in a field moves on, and in the last one submits a
+                    // valid form: it never lands on Back, where a second Enter
+                    // would throw the typed text away.
+                    let at = fields.iter().position(|f| *f == dialog.focus).unwrap_or(0);
+                    let next = fields[(at + 1) % fields.len()];
+                    if next != DialogField::Buttons {
+                        dialog.focus = next;
+                        return Vec::new();
+                    }
+                } else if !dialog.confirm_selected {
+                    self.mode = Mode::Browse;
+                    self.set_status("backed out: nothing written", Role::Muted);
+                    return Vec::new();
+                }
+                if let Err(problem) = validate_dialog(dialog) {
+                    dialog.error = Some(problem);
+                    return Vec::new();
+                }
+                let Mode::Dialog(dialog) = std::mem::take(&mut self.mode) else {
+                    return Vec::new();
+                };
+                let what = action_title(dialog.action);
+                self.set_status(
+                    match &dialog.subject {
+                        Subject::Pane { targets } => format!("… {what}: {} effects", targets.len()),
+                        _ => format!("… {what}"),
+                    },
+                    Role::Muted,
+                );
+                let answers = Answers {
+                    reason: dialog.reason.trim().to_string(),
+                    external_ref: dialog.external_ref.trim().to_string(),
+                    retryable: dialog.retryable,
+                };
+                return match dialog.action.request(dialog.subject, answers) {
+                    Some(request) => vec![Task::Settle(request)],
+                    None => {
+                        self.set_status(format!("{what}: does not apply here"), Role::Warn);
+                        Vec::new()
+                    }
+                };
+            }
+            _ if dialog_text(dialog).is_some() => {
+                if let Some(text) = dialog_text(dialog) {
+                    edit_line(text, key, 500);
+                }
+            }
+            KeyCode::Char(ch) => {
+                if dialog.focus == DialogField::Retryable {
+                    match ch {
+                        ' ' => dialog.retryable = !dialog.retryable,
+                        'y' | 'Y' => dialog.retryable = true,
+                        'n' | 'N' => dialog.retryable = false,
+                        _ => {}
+                    }
+                } else if dialog.focus == DialogField::Buttons {
+                    match ch {
+                        'y' | 'Y' => dialog.confirm_selected = true,
+                        'n' | 'N' => dialog.confirm_selected = false,
+                        _ => {}
+                    }
+                }
+            }
+            _ => {}
+        }
+        Vec::new()
+    }
+}
+
+/// The dialog's title and the status line's word: the description up to its colon.
+fn action_title(action: Action) -> &'static str {
+    let description = action.info().description;
+    description.split(':').next().unwrap_or(description)
+}
+
+fn dialog_text(dialog: &mut Dialog) -> Option<&mut String> {
+    match dialog.focus {
+        DialogField::Reason => Some(&mut dialog.reason),
+        DialogField::ExternalRef => Some(&mut dialog.external_ref),
+        DialogField::KeySuffix => Some(&mut dialog.key_suffix),
+        DialogField::Retryable | DialogField::Buttons => None,
+    }
+}
+
+fn validate_dialog(dialog: &Dialog) -> Result<(), String> {
+    let confirmation = dialog.action.info().confirmation;
+    if matches!(
+        confirmation,
+        Confirmation::Reason | Confirmation::ReasonAndKey
+    ) && dialog.reason.trim().is_empty()
+    {
+        return Err("a reason is required".to_string());
+    }
+    if dialog.action.info().asks_external_ref && dialog.external_ref.trim().is_empty() {
+        return Err("the provider's external reference is required".to_string());
+    }
+    if let Some(required) = &dialog.required_suffix
+        && dialog.key_suffix.trim() != required
+    {
+        return Err(format!("type {required:?} (the end of the key) to confirm"));
+    }
+    Ok(())
+}
+
+/// What an operator types to confirm a money move: the key's last
+/// segment, ignoring a version suffix (`refund:INV-402:AP-91:v1` asks for
+/// `AP-91`), since almost every key ends in the same `:v1`.
+pub fn key_suffix(op_key: &str) -> String {
+    let clean = crate::text::sanitize_line(op_key);
+    let segments: Vec<&str> = clean.split(':').filter(|s| !s.is_empty()).collect();
+    let is_version = |s: &str| {
+        let digits = s.trim_start_matches(['v', 'V']);
+        s.len() < 5 && !digits.is_empty() && digits.chars().all(|c| c.is_ascii_digit())
+    };
+    let segment = segments
+        .iter()
+        .rev()
+        .find(|s| !is_version(s))
+        .copied()
+        .unwrap_or(&clean);
+    let chars: Vec<char> = segment.chars().collect();
+    let take = chars.len().clamp(1, 8).min(chars.len());
+    chars[chars.len() - take..].iter().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::key_suffix;
+
+    #[test]
+    fn the_confirmation_skips_the_version_suffix() {
+        assert_eq!(key_suffix("refund:INV-402:AP-91:v1"), "AP-91");
+        assert_eq!(key_suffix("compensate:refund:INV-9:a:1"), "a");
+        assert_eq!(key_suffix("webhook:evt_1Q8xK2LmNp"), "8xK2LmNp");
+        assert_eq!(key_suffix("plain"), "plain");
+    }
+}

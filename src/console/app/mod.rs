@@ -1,0 +1,430 @@
+//! The console's state and its update function. Pure: it never touches the
+//! database or the terminal; it returns [`Task`]s for the runtime to carry
+//! out, and it is tested without either.
+
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use crossterm::event::KeyEvent;
+
+mod dialog;
+mod navigation;
+mod prompt;
+mod snapshot;
+
+use std::ops::{Index, IndexMut};
+
+pub use self::dialog::{Dialog, key_suffix};
+use self::prompt::NOT_IN_HISTORY;
+pub use self::prompt::Prompt;
+pub use self::snapshot::Snapshot;
+use super::action::Action;
+pub use super::action::DialogField;
+use super::model::{self, TableModel};
+use super::theme::Role;
+pub use super::view::{VIEW_COUNT, VIEWS, View};
+use crate::ledger::history::EffectHistory;
+use crate::ledger::panes::{Filter, Pane};
+use crate::settle::Request;
+
+/// Rows fetched per pane and poll: memory and poll cost stay bounded however
+/// many items are open; moving past the window fetches the next one.
+pub const WINDOW: usize = 500;
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Connection {
+    Connecting,
+    Live,
+    /// The last poll failed; data shown is from `since`.
+    Stale {
+        since: Instant,
+        error: String,
+    },
+}
+
+/// What the runtime should do after an update.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Task {
+    Quit,
+    /// Poll settings (filter, interval, pause, window offsets) changed.
+    Repoll,
+    LoadDetail(String),
+    /// A writing action the operator confirmed, as the settling request it became.
+    Settle(Request),
+    Copy(String),
+}
+
+/// Messages into the update function.
+#[derive(Debug, Clone)]
+pub enum Message {
+    Key(KeyEvent),
+    Snapshot(Box<Snapshot>),
+    PollFailed(String),
+    Detail(String, Result<Box<EffectHistory>, String>),
+    Settled(Result<String, String>),
+    Notice(String),
+    Tick,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ListState {
+    pub selected: usize,
+    /// The id the selection follows across refreshes.
+    pub selected_id: Option<String>,
+    pub sort: Option<(usize, bool)>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Detail {
+    pub op_key: String,
+    pub history: Option<Box<EffectHistory>>,
+    pub error: Option<String>,
+    pub scroll: u16,
+}
+
+/// A screen over the view that the next key closes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Overlay {
+    /// Every key of the view, from the action table.
+    Help,
+    /// What this console is connected to, as whom.
+    About,
+}
+
+/// What the keys go to: the view, or what the operator opened over it.
+/// One at a time, so no key can reach two of them.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum Mode {
+    #[default]
+    Browse,
+    /// A screen over the view that the next key closes.
+    Overlay(Overlay),
+    /// A one-line prompt at the bottom of the screen.
+    Prompt(Prompt),
+    /// A writing action's confirmation.
+    Dialog(Dialog),
+}
+
+/// One value per view, kept at the view's tab.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct PerView<T>([T; VIEW_COUNT]);
+
+impl<T> PerView<T> {
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (View, &mut T)> {
+        VIEWS.into_iter().zip(self.0.iter_mut())
+    }
+}
+
+impl<T> Index<View> for PerView<T> {
+    type Output = T;
+
+    fn index(&self, view: View) -> &T {
+        &self.0[view.index()]
+    }
+}
+
+impl<T> IndexMut<View> for PerView<T> {
+    fn index_mut(&mut self, view: View) -> &mut T {
+        &mut self.0[view.index()]
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Status {
+    pub text: String,
+    pub role: Role,
+}
+
+pub struct App {
+    pub view: View,
+    pub lists: PerView<ListState>,
+    pub models: PerView<TableModel>,
+    pub totals: PerView<i64>,
+    /// When the data on screen was read (the start of its poll): how old
+    /// it is, whatever the connection is doing now.
+    pub data_since: Option<Instant>,
+    /// The server polled (`host:port/db`), named while it does not answer.
+    pub server: Option<String>,
+    pub offsets: [usize; 4],
+    pub snapshot: Option<Box<Snapshot>>,
+    pub connection: Connection,
+    pub detail: Option<Detail>,
+    pub filter_text: String,
+    pub filter: Filter,
+    pub mode: Mode,
+    pub paused: bool,
+    pub poll_interval: Duration,
+    pub read_only: bool,
+    pub operator: String,
+    /// What the about overlay lists: label and value, given by the runtime
+    /// (server, operator, mode; the demo adds how a second operator joins).
+    pub about: Vec<(String, String)>,
+    pub status: Option<Status>,
+    /// When set, the console shows panes as they were at this instant.
+    pub at: Option<DateTime<Utc>>,
+    pub page_size: usize,
+    /// What runs beside the console (the demo's agents), shown when idle.
+    pub background: Option<String>,
+    pending_jump_to_end: bool,
+}
+
+impl App {
+    pub fn new(operator: String, read_only: bool, poll_interval: Duration) -> App {
+        App {
+            view: VIEWS[0],
+            lists: PerView::default(),
+            models: PerView::default(),
+            totals: PerView::default(),
+            data_since: None,
+            server: None,
+            offsets: [0; 4],
+            snapshot: None,
+            connection: Connection::Connecting,
+            detail: None,
+            filter_text: String::new(),
+            filter: Filter::default(),
+            mode: Mode::Browse,
+            paused: false,
+            poll_interval,
+            read_only,
+            operator,
+            about: Vec::new(),
+            status: None,
+            at: None,
+            page_size: 20,
+            background: None,
+            pending_jump_to_end: false,
+        }
+    }
+
+    pub fn editing_filter(&self) -> bool {
+        self.mode == Mode::Prompt(Prompt::Filter)
+    }
+
+    pub fn dialog(&self) -> Option<&Dialog> {
+        match &self.mode {
+            Mode::Dialog(dialog) => Some(dialog),
+            _ => None,
+        }
+    }
+
+    pub fn prompt(&self) -> Option<&Prompt> {
+        match &self.mode {
+            Mode::Prompt(prompt) => Some(prompt),
+            _ => None,
+        }
+    }
+
+    pub fn overlay(&self) -> Option<Overlay> {
+        match &self.mode {
+            Mode::Overlay(overlay) => Some(*overlay),
+            _ => None,
+        }
+    }
+
+    pub fn current_view(&self) -> View {
+        self.view
+    }
+
+    pub fn model(&self) -> &TableModel {
+        &self.models[self.view]
+    }
+
+    fn pane_index(&self) -> Option<usize> {
+        match self.current_view() {
+            View::Pane(pane) => Pane::ALL.iter().position(|p| *p == pane),
+            _ => None,
+        }
+    }
+
+    pub fn selected_row(&self) -> Option<&model::Row> {
+        self.model().rows.get(self.lists[self.view].selected)
+    }
+
+    /// The effect an action would apply to: the open detail, else the selected row.
+    pub fn selected_effect(&self) -> Option<(String, i64)> {
+        if let Some(detail) = &self.detail {
+            let version = detail.history.as_ref().map(|h| h.effect.version)?;
+            return Some((detail.op_key.clone(), version));
+        }
+        let row = self.selected_row()?;
+        Some((row.op_key.clone()?, row.version?))
+    }
+
+    /// The target and amount of the selected effect, for a confirmation
+    /// that says what will move: " (invoice:INV-402, 150.00 EUR)".
+    fn selected_context(&self) -> String {
+        let (target, amount) = if let Some(effect) = self
+            .detail
+            .as_ref()
+            .and_then(|d| d.history.as_ref())
+            .map(|h| &h.effect)
+        {
+            (
+                Some(effect.target.clone()),
+                Some(crate::format::optional_money(
+                    effect.amount_minor,
+                    effect.currency.as_deref(),
+                )),
+            )
+        } else {
+            let model = self.model();
+            let cell = |title: &str| {
+                let column = model.columns.iter().position(|c| c.title == title)?;
+                Some(self.selected_row()?.cells.get(column)?.text.clone())
+            };
+            (cell("target"), cell("amount"))
+        };
+        match (target, amount) {
+            (Some(target), Some(amount)) => {
+                format!(" ({}, {amount})", crate::text::sanitize_line(&target))
+            }
+            (Some(target), None) => format!(" ({})", crate::text::sanitize_line(&target)),
+            _ => String::new(),
+        }
+    }
+
+    pub fn set_status(&mut self, text: impl Into<String>, role: Role) {
+        self.status = Some(Status {
+            text: text.into(),
+            role,
+        });
+    }
+
+    pub fn update(&mut self, message: Message) -> Vec<Task> {
+        match message {
+            Message::Key(key) => self.on_key(key),
+            Message::Snapshot(snapshot) => {
+                self.apply_snapshot(snapshot);
+                self.connection = Connection::Live;
+                self.refresh_detail()
+            }
+            Message::PollFailed(error) => {
+                if !matches!(self.connection, Connection::Stale { .. }) {
+                    self.connection = Connection::Stale {
+                        since: Instant::now(),
+                        error,
+                    };
+                } else if let Connection::Stale { error: last, .. } = &mut self.connection {
+                    *last = error;
+                }
+                Vec::new()
+            }
+            Message::Detail(op_key, result) => {
+                if let Some(detail) = &mut self.detail
+                    && detail.op_key == op_key
+                {
+                    match result {
+                        Ok(history) => {
+                            detail.history = Some(history);
+                            detail.error = None;
+                        }
+                        Err(error) => detail.error = Some(error),
+                    }
+                }
+                Vec::new()
+            }
+            Message::Settled(result) => {
+                match result {
+                    Ok(summary) => self.set_status(format!("✓ {summary}"), Role::Ok),
+                    Err(error) => self.set_status(format!("✗ {error}"), Role::Critical),
+                }
+                let mut commands = vec![Task::Repoll];
+                commands.extend(self.refresh_detail());
+                commands
+            }
+            Message::Notice(text) => {
+                self.set_status(text, Role::Warn);
+                Vec::new()
+            }
+            Message::Tick => Vec::new(),
+        }
+    }
+
+    fn refresh_detail(&self) -> Vec<Task> {
+        match &self.detail {
+            Some(detail) => vec![Task::LoadDetail(detail.op_key.clone())],
+            None => Vec::new(),
+        }
+    }
+
+    fn on_key(&mut self, key: KeyEvent) -> Vec<Task> {
+        match &self.mode {
+            Mode::Dialog(_) => self.on_dialog_key(key),
+            Mode::Prompt(Prompt::Filter) => self.on_filter_key(key),
+            Mode::Prompt(Prompt::Instant(_)) => self.on_instant_key(key),
+            Mode::Overlay(_) => {
+                self.mode = Mode::Browse;
+                Vec::new()
+            }
+            Mode::Browse => match Action::from_key(key) {
+                Some(action) => self.dispatch(action),
+                None => Vec::new(),
+            },
+        }
+    }
+
+    /// The one dispatcher: read-only refusal happens here, for every view.
+    pub fn dispatch(&mut self, action: Action) -> Vec<Task> {
+        if !action.allowed(self.read_only) {
+            self.set_status(
+                format!("read-only: {} is not available", action.info().description),
+                Role::Warn,
+            );
+            return Vec::new();
+        }
+        if action.writes() {
+            return self.open_dialog(action);
+        }
+        let view = self.view;
+        match action {
+            Action::Quit => vec![Task::Quit],
+            Action::Help => self.show(Overlay::Help),
+            Action::About => self.show(Overlay::About),
+            Action::NextView => self.go_to_view(VIEWS[(view.index() + 1) % VIEW_COUNT]),
+            Action::PrevView => {
+                self.go_to_view(VIEWS[(view.index() + VIEW_COUNT - 1) % VIEW_COUNT])
+            }
+            Action::GoToView(index) => self.go_to_view(VIEWS[index.min(VIEW_COUNT - 1)]),
+            Action::Up
+            | Action::Down
+            | Action::PageUp
+            | Action::PageDown
+            | Action::Home
+            | Action::End => self.navigate(action),
+            Action::SortNext => self.sort_next(),
+            Action::SortReverse => self.sort_reverse(),
+            Action::Open => self.open_selected(),
+            Action::Back => self.back(),
+            Action::Filter => {
+                self.mode = Mode::Prompt(Prompt::Filter);
+                Vec::new()
+            }
+            Action::Step(minutes) => self.step_instant(minutes),
+            Action::TypeInstant => self.type_instant(),
+            Action::Pause => self.toggle_pause(),
+            Action::Copy => self.copy_selected(),
+            Action::Faster | Action::Slower => self.change_interval(action == Action::Faster),
+            Action::Refresh => vec![Task::Repoll],
+            _ => Vec::new(),
+        }
+    }
+
+    fn show(&mut self, overlay: Overlay) -> Vec<Task> {
+        self.mode = Mode::Overlay(overlay);
+        Vec::new()
+    }
+
+    /// The finance view is read only while open, so entering or leaving
+    /// it changes what the poller reads.
+    fn go_to_view(&mut self, view: View) -> Vec<Task> {
+        let finance_before = self.current_view() == View::Finance;
+        self.view = view;
+        self.detail = None;
+        if finance_before != (self.current_view() == View::Finance) {
+            vec![Task::Repoll]
+        } else {
+            Vec::new()
+        }
+    }
+}

@@ -1,0 +1,124 @@
+//! The one-line prompts: the filter and, in time travel, the instant.
+
+use chrono::{DateTime, Utc};
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+
+use super::{App, Mode, Task};
+use crate::console::theme::Role;
+use crate::ledger::panes::Filter;
+
+/// A one-line prompt at the bottom of the screen.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Prompt {
+    /// The filter, typed into `filter_text`.
+    Filter,
+    /// An instant to travel to, as typed.
+    Instant(String),
+}
+
+pub(super) const NOT_IN_HISTORY: &str =
+    "the instant can be moved in time travel only: start with effectwatch --at TIME";
+
+impl App {
+    pub(super) fn on_filter_key(&mut self, key: KeyEvent) -> Vec<Task> {
+        match key.code {
+            KeyCode::Enter => {
+                self.mode = Mode::Browse;
+                self.apply_filter()
+            }
+            KeyCode::Esc => {
+                self.mode = Mode::Browse;
+                self.filter_text.clear();
+                self.apply_filter()
+            }
+            _ => {
+                edit_line(&mut self.filter_text, key, usize::MAX);
+                Vec::new()
+            }
+        }
+    }
+
+    /// Moves a time-travel console's instant; never past now, which is the
+    /// live console's.
+    pub(super) fn step_instant(&mut self, minutes: i64) -> Vec<Task> {
+        let Some(at) = self.at else {
+            self.set_status(NOT_IN_HISTORY, Role::Muted);
+            return Vec::new();
+        };
+        self.travel_to(at + chrono::Duration::minutes(minutes))
+    }
+
+    fn travel_to(&mut self, wanted: DateTime<Utc>) -> Vec<Task> {
+        let now = Utc::now();
+        let at = wanted.min(now);
+        self.at = Some(at);
+        self.offsets = [0; 4];
+        let shown = at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        if wanted > now {
+            self.set_status(
+                format!("⏲ {shown}: that is now (the live console is effectwatch without --at)"),
+                Role::Warn,
+            );
+        } else {
+            self.set_status(format!("⏲ as of {shown}"), Role::Muted);
+        }
+        vec![Task::Repoll]
+    }
+
+    pub(super) fn on_instant_key(&mut self, key: KeyEvent) -> Vec<Task> {
+        let Mode::Prompt(Prompt::Instant(text)) = &mut self.mode else {
+            return Vec::new();
+        };
+        match key.code {
+            KeyCode::Enter => match crate::time_args::parse_instant(text) {
+                Ok(at) => {
+                    self.mode = Mode::Browse;
+                    self.travel_to(at)
+                }
+                Err(problem) => {
+                    self.set_status(problem, Role::Critical);
+                    Vec::new()
+                }
+            },
+            KeyCode::Esc => {
+                self.mode = Mode::Browse;
+                Vec::new()
+            }
+            _ => {
+                edit_line(text, key, 64);
+                Vec::new()
+            }
+        }
+    }
+
+    fn apply_filter(&mut self) -> Vec<Task> {
+        match Filter::parse(&self.filter_text) {
+            Ok(filter) => {
+                self.filter = filter;
+                self.offsets = [0; 4];
+                if let Some(snapshot) = self.snapshot.clone() {
+                    self.apply_snapshot(snapshot);
+                }
+                vec![Task::Repoll]
+            }
+            Err(error) => {
+                self.set_status(format!("filter: {error}"), Role::Critical);
+                self.mode = Mode::Prompt(Prompt::Filter);
+                Vec::new()
+            }
+        }
+    }
+}
+
+/// The one-line prompts' editing keys: Backspace, Ctrl-U to clear, and
+/// printable characters up to `max`.
+pub(super) fn edit_line(text: &mut String, key: KeyEvent, max: usize) {
+    match key.code {
+        KeyCode::Backspace => {
+            text.pop();
+        }
+        KeyCode::Char('u') if key.modifiers.contains(KeyModifiers::CONTROL) => text.clear(),
+        KeyCode::Char(ch) if !ch.is_control() && text.chars().count() < max => text.push(ch),
+        _ => {}
+    }
+}

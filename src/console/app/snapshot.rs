@@ -1,0 +1,140 @@
+//! Taking in a poll: the data replaces what is shown while each selection
+//! stays on its item, and the small views are filtered here.
+
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+
+use super::{App, VIEWS, View, model};
+use crate::ledger::escalations::{ApprovalRow, EscalationRow};
+use crate::ledger::finance::FinanceReview;
+use crate::ledger::model::AuditEntry;
+use crate::ledger::panes::{Pane, PaneRows};
+
+/// One poll's worth of data; the UI renders from the latest one.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Snapshot {
+    pub panes: Vec<(Pane, PaneRows)>,
+    /// Items per pane in the whole ledger (not only the fetched window).
+    pub counts: Vec<(Pane, i64)>,
+    pub escalations: Vec<EscalationRow>,
+    pub approvals: Vec<ApprovalRow>,
+    pub audit: Vec<AuditEntry>,
+    /// Escalations plus approvals, and audit entries, in the whole ledger at
+    /// the snapshot's instant; None under a filter (the tab counts what matches).
+    pub escalation_count: Option<i64>,
+    pub audit_count: Option<i64>,
+    /// Whether the poller's LISTEN connection was up: if not, changes show
+    /// only at the next regular poll.
+    pub listening: bool,
+    pub finance: Option<FinanceReview>,
+    /// Why the finance review could not be read; the panes are still fresh.
+    pub finance_error: Option<String>,
+    pub polled_at: DateTime<Utc>,
+    pub latency: Duration,
+    pub database: String,
+    pub role: String,
+    /// The window offsets these rows were fetched at.
+    pub offsets: [usize; 4],
+}
+
+impl App {
+    /// Replaces the data while keeping each selection on its item.
+    pub fn apply_snapshot(&mut self, snapshot: Box<Snapshot>) {
+        self.data_since = Some(
+            Instant::now()
+                .checked_sub(snapshot.latency)
+                .unwrap_or_else(Instant::now),
+        );
+        for pane in Pane::ALL {
+            let index = View::Pane(pane);
+            if let Some((_, rows)) = snapshot.panes.iter().find(|(p, _)| *p == pane) {
+                self.models[index] = model::pane_model(rows);
+            }
+            self.totals[index] = snapshot
+                .counts
+                .iter()
+                .find(|(p, _)| *p == pane)
+                .map(|(_, count)| *count)
+                .unwrap_or(self.models[index].rows.len() as i64);
+        }
+        let escalations = self.filtered_escalations(&snapshot.escalations);
+        let approvals: Vec<ApprovalRow> = snapshot
+            .approvals
+            .iter()
+            .filter(|row| self.matches_filter_text(&[&row.op_key, &row.requested_by, &row.target]))
+            .cloned()
+            .collect();
+        let escalations_view = View::Escalations;
+        self.models[escalations_view] = model::escalation_model(&escalations, &approvals);
+        self.totals[escalations_view] = snapshot
+            .escalation_count
+            .unwrap_or((escalations.len() + approvals.len()) as i64);
+        if let Some(finance) = &snapshot.finance {
+            let suspected: Vec<_> = finance
+                .suspected
+                .iter()
+                .filter(|row| self.matches_filter_text(&[&row.op_key, &row.target, &row.action]))
+                .cloned()
+                .collect();
+            self.models[View::Finance] = model::finance_model(&suspected);
+            self.totals[View::Finance] = suspected.len() as i64;
+        }
+        let audit: Vec<AuditEntry> = snapshot
+            .audit
+            .iter()
+            .filter(|entry| {
+                self.matches_filter_text(&[
+                    entry.op_key.as_deref().unwrap_or(""),
+                    &entry.operator,
+                    &entry.action,
+                ])
+            })
+            .cloned()
+            .collect();
+        self.models[View::Audit] = model::audit_model(&audit);
+        self.totals[View::Audit] = snapshot.audit_count.unwrap_or(audit.len() as i64);
+        self.offsets = snapshot.offsets;
+        // The table models hold what is shown; the raw rows would only
+        // double the memory of a large window.
+        let mut snapshot = snapshot;
+        snapshot.panes.clear();
+        self.snapshot = Some(snapshot);
+        for view in VIEWS {
+            if let Some((column, descending)) = self.lists[view].sort {
+                self.models[view].sort(column, descending);
+            }
+            self.reselect(view);
+        }
+        if self.pending_jump_to_end {
+            self.pending_jump_to_end = false;
+            let last = self.models[self.view].rows.len().saturating_sub(1);
+            self.select(self.view, last);
+        }
+    }
+
+    fn filtered_escalations(&self, rows: &[EscalationRow]) -> Vec<EscalationRow> {
+        rows.iter()
+            .filter(|row| {
+                self.matches_filter_text(&[
+                    &row.op_key,
+                    &row.sink,
+                    &row.created_by,
+                    &row.decision_needed,
+                ])
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// Client-side filtering for the small views (escalations, audit); the
+    /// panes are filtered in SQL by the poller.
+    fn matches_filter_text(&self, fields: &[&str]) -> bool {
+        self.filter.terms.iter().all(|(_, value)| {
+            let value = value.to_lowercase();
+            fields
+                .iter()
+                .any(|field| field.to_lowercase().contains(&value))
+        })
+    }
+}
