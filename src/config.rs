@@ -67,6 +67,83 @@ pub struct Config {
     pub sinks: BTreeMap<String, SinkConfig>,
     /// Where logs go; never the terminal the console owns.
     pub log_file: Option<PathBuf>,
+    pub reconciler: ReconcilerConfig,
+}
+
+/// `[reconciler]`: how `effectwatch reconcile --watch` and `--once` work.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ReconcilerConfig {
+    /// The operator name in the audit trail; default `reconciler@<host>`.
+    pub name: Option<String>,
+    pub interval_secs: f64,
+    /// Longer than one effect's pass can take (provider timeout included).
+    pub lease_secs: u64,
+    /// A dispatched pending effect waits this long past its window for its
+    /// agent's answer before the provider is asked.
+    pub grace_secs: u64,
+    pub batch: i64,
+    pub concurrency: usize,
+    pub backoff_secs: f64,
+    pub backoff_max_secs: f64,
+    /// Passes that leave an effect open before a person is asked.
+    pub escalate_after: i32,
+    /// The sink escalations go to; default: the only one configured.
+    pub sink: Option<String>,
+    /// Where `/metrics` and `/healthz` are served, e.g. "127.0.0.1:9187".
+    pub metrics_address: Option<String>,
+}
+
+impl Default for ReconcilerConfig {
+    fn default() -> Self {
+        ReconcilerConfig {
+            name: None,
+            interval_secs: 10.0,
+            lease_secs: 120,
+            grace_secs: 60,
+            batch: 50,
+            concurrency: 4,
+            backoff_secs: 30.0,
+            backoff_max_secs: 3600.0,
+            escalate_after: 5,
+            sink: None,
+            metrics_address: None,
+        }
+    }
+}
+
+impl ReconcilerConfig {
+    fn problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        if !(0.05..=3600.0).contains(&self.interval_secs) {
+            problems.push("reconciler.interval_secs must be between 0.05 and 3600".to_string());
+        }
+        if self.lease_secs == 0 {
+            problems.push("reconciler.lease_secs must be at least 1".to_string());
+        }
+        if !(1..=10_000).contains(&self.batch) {
+            problems.push("reconciler.batch must be between 1 and 10000".to_string());
+        }
+        if !(1..=64).contains(&self.concurrency) {
+            problems.push("reconciler.concurrency must be between 1 and 64".to_string());
+        }
+        if !(self.backoff_secs > 0.0 && self.backoff_max_secs >= self.backoff_secs) {
+            problems.push(
+                "reconciler.backoff_secs must be positive and at most backoff_max_secs".to_string(),
+            );
+        }
+        if self.escalate_after < 1 {
+            problems.push("reconciler.escalate_after must be at least 1".to_string());
+        }
+        if let Some(address) = &self.metrics_address
+            && address.parse::<std::net::SocketAddr>().is_err()
+        {
+            problems.push(format!(
+                "reconciler.metrics_address must be host:port with an IP address (got {address:?})"
+            ));
+        }
+        problems
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -102,6 +179,7 @@ impl Default for Config {
             providers: BTreeMap::new(),
             sinks: BTreeMap::new(),
             log_file: None,
+            reconciler: ReconcilerConfig::default(),
         }
     }
 }
@@ -202,6 +280,7 @@ impl Config {
         if self.operator.trim().is_empty() {
             problems.push("operator must not be empty".to_string());
         }
+        problems.extend(self.reconciler.problems());
         problems.extend(adapter_problems(&self.providers, &self.sinks));
         problems
     }

@@ -10,6 +10,7 @@ pub mod format;
 pub mod ledger;
 pub mod localpg;
 pub mod logging;
+pub mod reconciler;
 pub mod settle;
 pub mod text;
 pub mod time_args;

@@ -9,6 +9,7 @@ pub mod finance;
 pub mod list;
 pub mod migrate;
 pub mod prune;
+pub mod reconciler;
 pub mod report;
 pub mod settle;
 pub mod show;

@@ -62,10 +62,23 @@ pub struct ActionArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(group(ArgGroup::new("what").required(true).args(["op_key", "pane", "watch", "once"])))]
 pub struct ReconcileArgs {
-    /// The effect's operation key (or --pane for every item of a pane).
-    #[arg(required_unless_present = "pane", conflicts_with = "pane")]
+    /// The effect's operation key (or --pane, --watch, --once).
     pub op_key: Option<String>,
+    /// Run as a service: reconcile what rules can settle, escalate the rest,
+    /// until SIGTERM (see [reconciler] in the config).
+    #[arg(long)]
+    pub watch: bool,
+    /// One pass of the service, for cron: what is due now, then exit.
+    #[arg(long)]
+    pub once: bool,
+    /// With --watch: serve /metrics and /healthz here (e.g. 127.0.0.1:9187).
+    #[arg(long, value_name = "ADDRESS", requires = "watch")]
+    pub metrics: Option<std::net::SocketAddr>,
+    /// With --watch or --once: the name in the audit trail (default reconciler@HOST).
+    #[arg(long = "as", value_name = "NAME")]
+    pub name: Option<String>,
     /// Reconcile every item of this pane (overdue, unknown, duplicates, held).
     #[arg(long, value_parser = parse_pane)]
     pub pane: Option<Pane>,
@@ -235,6 +248,14 @@ pub async fn run(pool: &PgPool, config: &Config, command: SettleCommand) -> Resu
         config.read_only,
     );
     match command {
+        SettleCommand::Reconcile(args) if args.watch || args.once => {
+            let service = super::reconciler::ServiceArgs {
+                watch: args.watch,
+                name: args.name,
+                metrics: args.metrics,
+            };
+            super::reconciler::run(pool, config, service).await
+        }
         SettleCommand::Reconcile(args) => match args.pane {
             Some(pane) => reconcile_pane(&settler, pool, pane, &args).await,
             None => {

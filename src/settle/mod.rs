@@ -28,6 +28,7 @@ use crate::ledger::{Effect, LedgerError};
 use crate::text::sanitize_line;
 
 pub use escalate::DeliveryOutcome;
+pub use reconcile::Reconciled;
 
 /// Everything an operator can ask of the settling machinery. `seen` is the
 /// version the operator saw; `None` reads the current one first.

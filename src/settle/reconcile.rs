@@ -10,7 +10,19 @@ use serde_json::json;
 use super::finding::{Assessment, assess};
 use super::{SettleError, Settled, Settler};
 use crate::adapters::provider::EffectQuery;
+use crate::ledger::State;
 use crate::ledger::actions::{self, Finding, SeenVersion};
+
+/// A reconciliation as the ledger recorded it, for a caller that decides
+/// what comes next (the reconciler service), and its report.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reconciled {
+    /// The finding as recorded, which the ledger may have narrowed.
+    pub finding: String,
+    pub state_before: State,
+    pub state: State,
+    pub settled: Settled,
+}
 
 impl Settler {
     pub(super) async fn reconcile(
@@ -18,6 +30,19 @@ impl Settler {
         op_key: &str,
         seen: Option<i64>,
     ) -> Result<Settled, SettleError> {
+        Ok(self.reconcile_effect(op_key, seen).await?.settled)
+    }
+
+    /// Asks the provider about one effect and records the finding; refused
+    /// like any writing request when read-only.
+    pub async fn reconcile_effect(
+        &self,
+        op_key: &str,
+        seen: Option<i64>,
+    ) -> Result<Reconciled, SettleError> {
+        if self.read_only {
+            return Err(SettleError::ReadOnly("reconcile"));
+        }
         let (effect, seen) = self.look(op_key, seen).await?;
         let provider = self.provider_for(&effect)?;
         let query = EffectQuery::from(&effect);
@@ -78,7 +103,7 @@ impl Settler {
         } else {
             format!(" (provider said {provider_said})")
         };
-        Ok(Settled::new(
+        let settled = Settled::new(
             format!(
                 "reconciled {op_key} with {}: {}{narrowed}{refs}{why} — {} → {} in {duration_ms} ms",
                 provider.name(),
@@ -102,6 +127,12 @@ impl Settler {
                 "duration_ms": duration_ms,
                 "evidence": evidence,
             }),
-        ))
+        );
+        Ok(Reconciled {
+            finding: recorded.finding,
+            state_before: effect.state,
+            state: recorded.state,
+            settled,
+        })
     }
 }

@@ -1,0 +1,159 @@
+-- The reconciler service: any number of `effectwatch reconcile --watch`
+-- processes settle what rules can settle, through the same audited
+-- operator functions as a person. Each effect is leased to one of them at a
+-- time, a killed one's leases expire, and an effect the provider cannot
+-- answer for is asked again later, less and less often.
+--
+-- A lease is coordination between reconcilers, not a change to an effect:
+-- it has no audit entry of its own. What a reconciler does under it (the
+-- reconciliation, the escalation) is audited by the functions it calls.
+
+create table ledger.reconcile_leases (
+    effect_id      bigint primary key references ledger.effects (id) on delete cascade,
+    -- Who holds the lease and until when; null once the pass is over.
+    claimed_by     text,
+    claimed_until  timestamptz,
+    -- Passes that asked the provider about this effect and left it open.
+    tries          integer not null default 0 check (tries >= 0),
+    -- Not asked again before this: the backoff after an answer that
+    -- settled nothing.
+    next_try_at    timestamptz not null default now(),
+    last_finding   text,
+    last_try_at    timestamptz,
+    -- When a person was asked to decide (once per effect).
+    escalated_at   timestamptz
+);
+
+-- What a reconciler may take up now: unknown effects, and pending ones
+-- dispatched and past their window by `grace`, that no person has been
+-- asked about (attention set) and that no live lease or backoff holds.
+-- `for update skip locked` lets concurrent passes split the work without
+-- waiting on each other; the lease itself is only taken where nobody else
+-- took it since this statement began (the upsert's where), so an effect is
+-- never leased twice at once.
+create function ledger.lease_for_reconcile(
+    reconciler text, lease interval, grace interval, batch integer
+) returns table (op_key text, version bigint, state text, tries integer)
+language plpgsql security definer
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+begin
+    if coalesce(btrim(lease_for_reconcile.reconciler), '') = '' then
+        raise exception 'ledger: a reconciler name is required' using errcode = 'invalid_parameter_value';
+    end if;
+    if lease_for_reconcile.lease is null or lease_for_reconcile.lease <= interval '0'
+       or lease_for_reconcile.batch is null or lease_for_reconcile.batch < 1 then
+        raise exception 'ledger: a lease must be positive and a batch at least 1'
+            using errcode = 'invalid_parameter_value';
+    end if;
+    return query
+    with candidates as (
+        select e.id from ledger.effects e
+         where e.state = 'unknown' and e.attention is null
+        union all
+        select e.id from ledger.effects e
+         where e.state = 'pending' and e.dispatched_at is not null and e.attention is null
+           and e.deadline_at < now() - coalesce(lease_for_reconcile.grace, interval '0')
+    ), due as (
+        select e.id, e.op_key, e.version, e.state
+          from ledger.effects e
+          join candidates c on c.id = e.id
+          left join ledger.reconcile_leases l on l.effect_id = e.id
+         where l.effect_id is null
+            or (l.next_try_at <= now() and (l.claimed_until is null or l.claimed_until < now()))
+         order by coalesce(l.next_try_at, e.updated_at), e.id
+         limit lease_for_reconcile.batch
+           for update of e skip locked
+    ), leased as (
+        insert into ledger.reconcile_leases as l (effect_id, claimed_by, claimed_until)
+        select d.id, lease_for_reconcile.reconciler, now() + lease_for_reconcile.lease from due d
+        on conflict (effect_id) do update
+           set claimed_by = excluded.claimed_by, claimed_until = excluded.claimed_until
+         where l.next_try_at <= now() and (l.claimed_until is null or l.claimed_until < now())
+        returning l.effect_id, l.tries
+    )
+    select d.op_key, d.version, d.state, leased.tries
+      from due d join leased on leased.effect_id = d.id
+     order by d.id;
+end
+$$;
+
+-- Ends a lease after a pass over the effect. An effect the pass settled
+-- leaves the reconciler's books; one still open is asked again after
+-- `backoff` doubled per try, at most `backoff_max`. Returns the tries so
+-- far and whether a person was already asked. A lease that expired and
+-- passed to another reconciler is not this one's to end: nothing changes.
+create function ledger.end_reconcile_lease(
+    op_key text, reconciler text, finding text, backoff interval, backoff_max interval
+) returns table (tries integer, escalated boolean, settled boolean)
+language plpgsql security definer
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    effect ledger.effects;
+    lease  ledger.reconcile_leases;
+begin
+    select e.* into effect from ledger.effects e where e.op_key = end_reconcile_lease.op_key;
+    if not found then
+        raise exception 'ledger: no effect with key %', end_reconcile_lease.op_key using errcode = 'EW404';
+    end if;
+    select l.* into lease from ledger.reconcile_leases l
+     where l.effect_id = effect.id for update;
+    if not found or lease.claimed_by is distinct from end_reconcile_lease.reconciler then
+        return query select coalesce(lease.tries, 0), lease.escalated_at is not null, false;
+        return;
+    end if;
+    if effect.state not in ('pending', 'unknown') then
+        delete from ledger.reconcile_leases l where l.effect_id = effect.id;
+        return query select lease.tries + 1, lease.escalated_at is not null, true;
+        return;
+    end if;
+    update ledger.reconcile_leases l
+       set claimed_by = null, claimed_until = null, tries = l.tries + 1,
+           last_finding = end_reconcile_lease.finding, last_try_at = now(),
+           next_try_at = now() + least(
+               coalesce(end_reconcile_lease.backoff_max, interval '1 hour'),
+               coalesce(end_reconcile_lease.backoff, interval '30 seconds') * power(2, least(l.tries, 20)))
+     where l.effect_id = effect.id
+    returning l.* into lease;
+    return query select lease.tries, lease.escalated_at is not null, false;
+end
+$$;
+
+-- Marks that a person was asked about the effect, so no reconciler asks
+-- again; the escalation itself is written by ledger.open_escalation.
+create function ledger.mark_reconcile_escalated(op_key text, reconciler text) returns void
+language plpgsql security definer
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    insert into ledger.reconcile_leases as l (effect_id, escalated_at)
+    select e.id, now() from ledger.effects e where e.op_key = mark_reconcile_escalated.op_key
+    on conflict (effect_id) do update set escalated_at = coalesce(l.escalated_at, now());
+end
+$$;
+
+-- What the reconcilers are doing, for their /metrics and the console.
+create view ledger.reconcile_backlog as
+select count(*) filter (where l.claimed_until > now())            as leased,
+       count(*) filter (where l.claimed_until is null and l.next_try_at > now()) as backing_off,
+       count(*) filter (where l.escalated_at is not null)          as escalated,
+       max(l.tries)                                                as most_tries
+  from ledger.reconcile_leases l;
+
+revoke execute on function
+    ledger.lease_for_reconcile(text, interval, interval, integer),
+    ledger.end_reconcile_lease(text, text, text, interval, interval),
+    ledger.mark_reconcile_escalated(text, text)
+    from public;
+revoke all on ledger.reconcile_leases, ledger.reconcile_backlog from public;
+-- A reconciler connects as an operator: it settles through the operator
+-- functions, as a person would.
+grant execute on function
+    ledger.lease_for_reconcile(text, interval, interval, integer),
+    ledger.end_reconcile_lease(text, text, text, interval, interval),
+    ledger.mark_reconcile_escalated(text, text)
+    to effect_operator;
+grant select on ledger.reconcile_leases, ledger.reconcile_backlog to effect_operator, effect_readonly;

@@ -1,0 +1,143 @@
+//! The reconciler service's ledger calls (`sql/0015_reconciler.sql`):
+//! leasing what may be reconciled now, ending a lease with its backoff,
+//! marking that a person was asked, and the figures its `/metrics` serves.
+
+use std::time::Duration;
+
+use sqlx::PgExecutor;
+
+use super::LedgerError;
+
+/// An effect leased to this reconciler for one pass.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct Leased {
+    pub op_key: String,
+    /// The version the lease was taken on: the reconciliation is refused if
+    /// the effect changed since (an agent's late completion, an operator).
+    pub version: i64,
+    pub state: String,
+    /// Earlier passes that left it open.
+    pub tries: i32,
+}
+
+/// Where an effect stands after a pass ended its lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::FromRow)]
+pub struct LeaseEnd {
+    pub tries: i32,
+    /// A person was already asked about it.
+    pub escalated: bool,
+    /// The effect is settled: it left the reconcilers' books.
+    pub settled: bool,
+}
+
+/// How a reconciler leases work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseTerms {
+    /// How long a lease holds: longer than a pass over one effect can take,
+    /// so a live reconciler never loses one; a killed one's expire.
+    pub lease: Duration,
+    /// How long past its window a dispatched pending effect waits for its
+    /// agent's answer before a reconciler asks the provider.
+    pub grace: Duration,
+    pub batch: i64,
+}
+
+/// Leases up to `terms.batch` effects no other reconciler holds and whose
+/// backoff is over; concurrent callers never get the same effect.
+pub async fn lease<'c>(
+    executor: impl PgExecutor<'c>,
+    reconciler: &str,
+    terms: LeaseTerms,
+) -> Result<Vec<Leased>, LedgerError> {
+    Ok(sqlx::query_as(
+        "select op_key, version, state, tries from ledger.lease_for_reconcile(\
+            $1, $2 * interval '1 second', $3 * interval '1 second', $4::integer)",
+    )
+    .bind(reconciler)
+    .bind(terms.lease.as_secs_f64())
+    .bind(terms.grace.as_secs_f64())
+    .bind(terms.batch)
+    .fetch_all(executor)
+    .await?)
+}
+
+/// Ends this reconciler's lease on `op_key` after a pass that found
+/// `finding`; an effect still open waits `backoff` doubled per try (at most
+/// `backoff_max`) before it is leased again.
+pub async fn end_lease<'c>(
+    executor: impl PgExecutor<'c>,
+    op_key: &str,
+    reconciler: &str,
+    finding: &str,
+    backoff: Duration,
+    backoff_max: Duration,
+) -> Result<LeaseEnd, LedgerError> {
+    Ok(sqlx::query_as(
+        "select tries, escalated, settled from ledger.end_reconcile_lease(\
+            $1, $2, $3, $4 * interval '1 second', $5 * interval '1 second')",
+    )
+    .bind(op_key)
+    .bind(reconciler)
+    .bind(finding)
+    .bind(backoff.as_secs_f64())
+    .bind(backoff_max.as_secs_f64())
+    .fetch_one(executor)
+    .await?)
+}
+
+/// Records that a person was asked about `op_key`: no reconciler asks again.
+pub async fn mark_escalated<'c>(
+    executor: impl PgExecutor<'c>,
+    op_key: &str,
+    reconciler: &str,
+) -> Result<(), LedgerError> {
+    sqlx::query("select ledger.mark_reconcile_escalated($1, $2)")
+        .bind(op_key)
+        .bind(reconciler)
+        .execute(executor)
+        .await?;
+    Ok(())
+}
+
+/// The figures a reconciler's `/metrics` reads from the ledger at each
+/// scrape (the counters of its own work it keeps itself).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LedgerFigures {
+    pub effects_by_state: Vec<(String, i64)>,
+    pub escalations_by_state: Vec<(String, i64)>,
+    /// Seconds the oldest unknown effect has been unknown; 0 when none is.
+    pub oldest_unknown_seconds: f64,
+    pub leased: i64,
+    pub backing_off: i64,
+}
+
+pub async fn figures(pool: &sqlx::PgPool) -> Result<LedgerFigures, LedgerError> {
+    let mut tx = super::snapshot::begin(pool).await?;
+    let effects_by_state =
+        sqlx::query_as("select state, count(*) from ledger.effects group by state order by state")
+            .fetch_all(&mut *tx)
+            .await?;
+    let escalations_by_state = sqlx::query_as(
+        "select state, count(*) from ledger.escalations group by state order by state",
+    )
+    .fetch_all(&mut *tx)
+    .await?;
+    let oldest_unknown_seconds: f64 = sqlx::query_scalar(
+        "select coalesce(extract(epoch from now() - min(state_since)), 0)::float8 \
+           from ledger.effects where state = 'unknown'",
+    )
+    .fetch_one(&mut *tx)
+    .await?;
+    let (leased, backing_off): (i64, i64) =
+        sqlx::query_as("select leased, backing_off from ledger.reconcile_backlog")
+            .fetch_one(&mut *tx)
+            .await?;
+    tx.commit().await?;
+    Ok(LedgerFigures {
+        effects_by_state,
+        escalations_by_state,
+        oldest_unknown_seconds,
+        leased,
+        backing_off,
+    })
+}

@@ -1,0 +1,310 @@
+//! The reconciler service: settles what rules can settle, without a person,
+//! through the same [`Settler`] and the same audited SQL as an operator.
+//!
+//! Each pass leases a batch of unknown effects (and dispatched pending ones
+//! past their window and a grace period), asks each one's provider, and lets
+//! the ledger apply what the finding allows. What no rule can settle — a
+//! duplicate or a mismatch, a provider that cannot tell after several tries,
+//! one that cannot be asked at all — is escalated to a person, once. Any
+//! number of reconcilers may run against one ledger: leases keep them off
+//! each other's effects, and a killed one's leases expire.
+
+pub mod metrics;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use futures_util::stream;
+use sqlx::PgPool;
+
+use crate::ledger::LedgerError;
+use crate::ledger::reconciler::{self as leases, LeaseTerms, Leased};
+use crate::settle::{Request, SettleError, Settler};
+use crate::text::sanitize_line;
+
+pub use metrics::WorkCounters;
+
+/// How a reconciler works; `[reconciler]` in the config.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReconcilerSettings {
+    /// The operator name its reconciliations and escalations are audited
+    /// under: `reconciler@<host>` unless configured.
+    pub name: String,
+    pub terms: LeaseTerms,
+    /// Pause between passes that found nothing more to do.
+    pub interval: Duration,
+    /// The wait before an effect left open is asked again, doubled per try.
+    pub backoff: Duration,
+    pub backoff_max: Duration,
+    /// Passes that leave an effect open before a person is asked.
+    pub escalate_after: i32,
+    /// The sink escalations go to; `None` picks the only one configured.
+    pub sink: Option<String>,
+    /// Effects asked about at once within one pass.
+    pub concurrency: usize,
+}
+
+impl ReconcilerSettings {
+    pub fn default_name() -> String {
+        let host = whoami::hostname().unwrap_or_else(|_| "localhost".to_string());
+        format!("reconciler@{host}")
+    }
+}
+
+/// What became of one leased effect.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Handled {
+    /// The finding as the ledger recorded it (`exists_once`, `absent`,
+    /// `duplicate`, `mismatch`, `indeterminate`).
+    Reconciled { finding: String, escalated: bool },
+    /// The effect changed since it was leased (its agent answered, an
+    /// operator acted): nothing was asked.
+    Changed,
+    /// The provider could not be asked (not configured, unreadable config).
+    Failed { error: String, escalated: bool },
+}
+
+/// One pass: how many effects were leased and what became of them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PassSummary {
+    pub leased: usize,
+    pub findings: BTreeMap<String, usize>,
+    pub changed: usize,
+    pub failed: usize,
+    pub escalated: usize,
+}
+
+impl PassSummary {
+    fn add(&mut self, handled: &Handled) {
+        match handled {
+            Handled::Reconciled { finding, escalated } => {
+                *self.findings.entry(finding.clone()).or_default() += 1;
+                self.escalated += usize::from(*escalated);
+            }
+            Handled::Changed => self.changed += 1,
+            Handled::Failed { escalated, .. } => {
+                self.failed += 1;
+                self.escalated += usize::from(*escalated);
+            }
+        }
+    }
+
+    fn merge(&mut self, other: PassSummary) {
+        self.leased += other.leased;
+        for (finding, count) in other.findings {
+            *self.findings.entry(finding).or_default() += count;
+        }
+        self.changed += other.changed;
+        self.failed += other.failed;
+        self.escalated += other.escalated;
+    }
+
+    /// One line for the log and `--once`.
+    pub fn line(&self) -> String {
+        if self.leased == 0 {
+            return "nothing to reconcile".to_string();
+        }
+        let findings: Vec<String> = self
+            .findings
+            .iter()
+            .map(|(finding, count)| format!("{count} {finding}"))
+            .collect();
+        let mut parts = vec![format!("{} reconciled", self.leased)];
+        if !findings.is_empty() {
+            parts.push(findings.join(", "));
+        }
+        if self.changed > 0 {
+            parts.push(format!("{} changed meanwhile", self.changed));
+        }
+        if self.failed > 0 {
+            parts.push(format!("{} could not be asked", self.failed));
+        }
+        if self.escalated > 0 {
+            parts.push(format!("{} escalated to a person", self.escalated));
+        }
+        parts.join(" · ")
+    }
+}
+
+pub struct Reconciler {
+    settler: Settler,
+    pool: PgPool,
+    settings: ReconcilerSettings,
+    counters: Arc<WorkCounters>,
+}
+
+impl Reconciler {
+    /// `settler` must settle as `settings.name` and may not be read-only.
+    pub fn new(settler: Settler, pool: PgPool, settings: ReconcilerSettings) -> Reconciler {
+        Reconciler {
+            settler,
+            pool,
+            settings,
+            counters: Arc::new(WorkCounters::default()),
+        }
+    }
+
+    pub fn counters(&self) -> Arc<WorkCounters> {
+        self.counters.clone()
+    }
+
+    pub fn settings(&self) -> &ReconcilerSettings {
+        &self.settings
+    }
+
+    /// Leases and settles batches until a batch comes back short: what was
+    /// due when the pass began is done (or backing off) when it returns.
+    pub async fn pass(&self) -> Result<PassSummary, LedgerError> {
+        let mut summary = PassSummary::default();
+        loop {
+            let batch = match self.batch().await {
+                Ok(batch) => batch,
+                Err(error) => {
+                    self.counters.pass_failed();
+                    return Err(error);
+                }
+            };
+            let full = batch.leased as i64 >= self.settings.terms.batch;
+            summary.merge(batch);
+            if !full {
+                break;
+            }
+        }
+        self.counters.pass_succeeded();
+        Ok(summary)
+    }
+
+    async fn batch(&self) -> Result<PassSummary, LedgerError> {
+        let leased = leases::lease(&self.pool, &self.settings.name, self.settings.terms).await?;
+        let mut summary = PassSummary {
+            leased: leased.len(),
+            ..PassSummary::default()
+        };
+        let handled: Vec<Result<Handled, LedgerError>> = stream::iter(leased)
+            .map(|effect| self.handle(effect))
+            .buffer_unordered(self.settings.concurrency.max(1))
+            .collect()
+            .await;
+        for result in handled {
+            let handled = result?;
+            self.counters.record(&handled);
+            summary.add(&handled);
+        }
+        Ok(summary)
+    }
+
+    /// Reconciles one leased effect and ends its lease; escalates what no
+    /// rule can settle.
+    async fn handle(&self, effect: Leased) -> Result<Handled, LedgerError> {
+        let reconciled = self
+            .settler
+            .reconcile_effect(&effect.op_key, Some(effect.version))
+            .await;
+        let (finding, failure) = match reconciled {
+            Ok(reconciled) => (reconciled.finding, None),
+            Err(SettleError::Ledger(LedgerError::NotFound(_))) => return Ok(Handled::Changed),
+            Err(SettleError::Ledger(LedgerError::Changed(_) | LedgerError::NotApplicable(_))) => {
+                self.end(&effect, "changed").await?;
+                return Ok(Handled::Changed);
+            }
+            // The ledger itself is in trouble: end the pass; the leases expire.
+            Err(SettleError::Ledger(
+                error @ (LedgerError::Unreachable(_)
+                | LedgerError::LoginRefused(_)
+                | LedgerError::SchemaMissing(_)
+                | LedgerError::Database(_)),
+            )) => return Err(error),
+            Err(error) => ("error".to_string(), Some(error.line())),
+        };
+        let end = self.end(&effect, &finding).await?;
+        let needs_person = match finding.as_str() {
+            "duplicate" | "mismatch" => Some(format!(
+                "the provider reports a {finding} for this key: a person must decide"
+            )),
+            _ if end.settled => None,
+            "indeterminate" if end.tries >= self.settings.escalate_after => Some(format!(
+                "the provider could not tell after {} tries",
+                end.tries
+            )),
+            "error" if end.tries >= self.settings.escalate_after => Some(format!(
+                "the reconciler cannot ask the provider ({}) after {} tries",
+                failure.as_deref().unwrap_or("?"),
+                end.tries
+            )),
+            _ => None,
+        };
+        let escalated = match needs_person {
+            Some(why) if !end.escalated => self.escalate(&effect.op_key, &why).await?,
+            _ => false,
+        };
+        Ok(match failure {
+            None => Handled::Reconciled { finding, escalated },
+            Some(error) => Handled::Failed { error, escalated },
+        })
+    }
+
+    async fn end(&self, effect: &Leased, finding: &str) -> Result<leases::LeaseEnd, LedgerError> {
+        leases::end_lease(
+            &self.pool,
+            &effect.op_key,
+            &self.settings.name,
+            finding,
+            self.settings.backoff,
+            self.settings.backoff_max,
+        )
+        .await
+    }
+
+    /// Hands the effect to a person once. A sink that cannot be reached now
+    /// is retried by the escalation loop; one that is not configured leaves
+    /// the effect for the next pass (and says so in the log).
+    async fn escalate(&self, op_key: &str, why: &str) -> Result<bool, LedgerError> {
+        let request = Request::Escalate {
+            op_key: op_key.to_string(),
+            seen: None,
+            sink: self.settings.sink.clone(),
+            reason: format!("{}: {why}", self.settings.name),
+        };
+        match self.settler.settle(request).await {
+            Ok(_) => {
+                leases::mark_escalated(&self.pool, op_key, &self.settings.name).await?;
+                Ok(true)
+            }
+            Err(error) => {
+                tracing::warn!(
+                    op_key = %sanitize_line(op_key),
+                    "could not escalate: {}",
+                    error.line()
+                );
+                Ok(false)
+            }
+        }
+    }
+
+    /// Passes until `stop` resolves; the pass under way is finished first,
+    /// so no lease is left taken. A failed pass (the database went away) is
+    /// logged and tried again at the next interval.
+    pub async fn run(&self, mut stop: tokio::sync::watch::Receiver<bool>) {
+        loop {
+            match self.pass().await {
+                Ok(summary) if summary.leased > 0 => tracing::info!("{}", summary.line()),
+                Ok(_) => {}
+                Err(error) => {
+                    tracing::warn!(
+                        "reconcile pass failed: {}",
+                        sanitize_line(&error.to_string())
+                    )
+                }
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(self.settings.interval) => {}
+                _ = stop.wait_for(|stopped| *stopped) => return,
+            }
+            if *stop.borrow() {
+                return;
+            }
+        }
+    }
+}
