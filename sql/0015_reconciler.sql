@@ -24,8 +24,9 @@ create table ledger.reconcile_leases (
     escalated_at   timestamptz
 );
 
--- What a reconciler may take up now: unknown effects, and pending ones
--- dispatched and past their window by `grace`, that no person has been
+-- What a reconciler may take up now: effects unknown for `grace`, and
+-- pending ones dispatched and past their window by `grace` (an agent's
+-- late answer often comes in that time), that no person has been
 -- asked about (attention set) and that no live lease or backoff holds.
 -- `for update skip locked` lets concurrent passes split the work without
 -- waiting on each other; the lease itself is only taken where nobody else
@@ -51,6 +52,7 @@ begin
     with candidates as (
         select e.id from ledger.effects e
          where e.state = 'unknown' and e.attention is null
+           and e.state_since < now() - coalesce(lease_for_reconcile.grace, interval '0')
         union all
         select e.id from ledger.effects e
          where e.state = 'pending' and e.dispatched_at is not null and e.attention is null

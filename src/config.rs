@@ -79,8 +79,8 @@ pub struct ReconcilerConfig {
     pub interval_secs: f64,
     /// Longer than one effect's pass can take (provider timeout included).
     pub lease_secs: u64,
-    /// A dispatched pending effect waits this long past its window for its
-    /// agent's answer before the provider is asked.
+    /// An unknown effect (or a dispatched pending one past its window)
+    /// waits this long for its agent's late answer before the provider is asked.
     pub grace_secs: u64,
     pub batch: i64,
     pub concurrency: usize,

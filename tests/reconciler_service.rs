@@ -343,7 +343,7 @@ async fn the_service_reconciles_in_the_background_and_stops_on_sigterm() {
     std::fs::write(
         config.path(),
         format!(
-            "{}\n[sinks.ops]\nkind = \"webhook\"\nurl = \"{}/hooks/ops\"\n\n[reconciler]\ninterval_secs = 0.2\n",
+            "{}\n[sinks.ops]\nkind = \"webhook\"\nurl = \"{}/hooks/ops\"\n\n[reconciler]\ninterval_secs = 0.2\ngrace_secs = 0\n",
             rig.fake.provider_toml("pay", 400),
             rig.base_url
         ),
@@ -409,7 +409,14 @@ async fn once_runs_one_pass_and_says_what_it_did() {
     let rig = Rig::new().await;
     rig.unknown_effect("refund:CRON:v1", 1500).await;
     let config = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(config.path(), rig.fake.provider_toml("pay", 400)).unwrap();
+    std::fs::write(
+        config.path(),
+        format!(
+            "{}\n[reconciler]\ngrace_secs = 0\n",
+            rig.fake.provider_toml("pay", 400)
+        ),
+    )
+    .unwrap();
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_effectwatch"))
         .arg("--config")
         .arg(config.path())

@@ -41,6 +41,9 @@ pub struct DemoArgs {
     /// Every demo action's pending window (default 20–45 s): shorter makes items overdue sooner.
     #[arg(long, value_parser = parse_duration)]
     pub pending_window: Option<Duration>,
+    /// No reconciler service beside the console: every unknown effect waits for you.
+    #[arg(long)]
+    pub no_reconciler: bool,
     /// Where the demo keeps its cluster (default: the platform data dir).
     #[arg(long)]
     pub data_dir: Option<std::path::PathBuf>,
@@ -104,7 +107,7 @@ async fn run_on(
     signals: &mut StopSignals,
 ) -> Result<(), Failure> {
     let mut connect = config.connect_settings(url.clone(), "demo");
-    connect.max_connections = (args.agents as u32 + 2).max(4);
+    connect.max_connections = (args.agents as u32 + 4).max(6);
     let pool = ledger::connect(&connect).await?;
     migrate::run(&pool).await?;
     // Someone else's ledger keeps its policies unless a window was asked for.
@@ -153,6 +156,23 @@ async fn run_on(
     );
     let stats = simulator.stats.clone();
     let operator = watch::OperatorWiring::settling(&demo_config, pool.clone());
+    let (stop_reconciler, reconciler_stopped) = tokio::sync::watch::channel(false);
+    let reconciler = (!args.no_reconciler).then(|| {
+        let service = super::reconciler::reconciler(
+            &demo_config,
+            pool.clone(),
+            demo_reconciler_settings(&demo_config),
+        );
+        let line = format!(
+            "{} every {:.0} s, after {:.0} s unknown (off with --no-reconciler)",
+            service.settings().name,
+            service.settings().interval.as_secs_f64(),
+            service.settings().terms.grace.as_secs_f64()
+        );
+        let task = tokio::spawn(async move { service.run(reconciler_stopped).await });
+        (line, task)
+    });
+    let reconciler_line = reconciler.as_ref().map(|(line, _)| line.clone());
     let outcome = if args.headless {
         let duration = args.duration.unwrap_or(Duration::from_secs(30));
         let started = Instant::now();
@@ -197,7 +217,12 @@ async fn run_on(
                 at: None,
                 operator,
                 background_status: Some(Arc::new(move || status_stats.line())),
-                about: demo_about(operator_config.as_deref(), &provider_url, cluster_port),
+                about: demo_about(
+                    operator_config.as_deref(),
+                    &provider_url,
+                    cluster_port,
+                    reconciler_line.as_deref(),
+                ),
                 welcome: Some(
                     "demo: agents are at work · i: how a second operator joins · ?: every key"
                         .to_string(),
@@ -219,6 +244,10 @@ async fn run_on(
         }
     };
     simulator.stop().await;
+    let _ = stop_reconciler.send(true);
+    if let Some((_, task)) = reconciler {
+        let _ = task.await;
+    }
     if let Some(path) = &provider_memory
         && let Ok(saved) = serde_json::to_vec(&provider.effects())
         && let Err(error) = std::fs::write(path, saved)
@@ -242,8 +271,12 @@ fn demo_about(
     operator_config: Option<&std::path::Path>,
     provider_url: &str,
     cluster_port: Option<u16>,
+    reconciler: Option<&str>,
 ) -> Vec<(String, String)> {
     let mut lines = Vec::new();
+    if let Some(reconciler) = reconciler {
+        lines.push(("reconciler".to_string(), reconciler.to_string()));
+    }
     if let Some(path) = operator_config {
         lines.push((
             "second operator".to_string(),
@@ -258,6 +291,20 @@ fn demo_about(
     }
     lines.push(("demo provider".to_string(), provider_url.to_string()));
     lines
+}
+
+/// The demo's reconciler settles by rule beside the operator, so the audit
+/// view shows both; it waits long enough for the unknown pane to be seen.
+fn demo_reconciler_settings(config: &Config) -> crate::reconciler::ReconcilerSettings {
+    let mut settings = super::reconciler::settings(config, Some("reconciler@demo".to_string()));
+    if config.reconciler == crate::config::ReconcilerConfig::default() {
+        settings.interval = Duration::from_secs(5);
+        settings.terms.grace = Duration::from_secs(45);
+        settings.backoff = Duration::from_secs(15);
+        settings.backoff_max = Duration::from_secs(120);
+        settings.escalate_after = 3;
+    }
+    settings
 }
 
 /// Writes a config a second operator can use against this demo (its

@@ -36,8 +36,9 @@ pub struct LeaseTerms {
     /// How long a lease holds: longer than a pass over one effect can take,
     /// so a live reconciler never loses one; a killed one's expire.
     pub lease: Duration,
-    /// How long past its window a dispatched pending effect waits for its
-    /// agent's answer before a reconciler asks the provider.
+    /// How long an unknown effect, or a dispatched pending one past its
+    /// window, waits for its agent's late answer before a reconciler asks
+    /// the provider.
     pub grace: Duration,
     pub batch: i64,
 }
