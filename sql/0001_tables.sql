@@ -338,3 +338,46 @@ create index reconciliations_at_idx on ledger.reconciliations (at);
 create index effects_pending_deadline_idx on ledger.effects (deadline_at) where state = 'pending';
 create index effects_unknown_idx on ledger.effects (updated_at) where state = 'unknown';
 create index effects_held_idx on ledger.effects (target, created_at) where state = 'held';
+
+-- The reconciler service's leases (sql/0014_reconciler.sql): which
+-- reconciler holds an effect until when, how often it was asked, and when
+-- it may be asked again. Coordination, not a change to the effect: no
+-- audit entry of its own (what a reconciler does under it is audited).
+create table ledger.reconcile_leases (
+    effect_id      bigint primary key references ledger.effects (id) on delete cascade,
+    -- Who holds the lease and until when; null once the pass is over.
+    claimed_by     text,
+    claimed_until  timestamptz,
+    -- Passes that asked the provider about this effect and left it open.
+    tries          integer not null default 0 check (tries >= 0),
+    -- Not asked again before this: the backoff after an answer that
+    -- settled nothing.
+    next_try_at    timestamptz not null default now(),
+    last_finding   text,
+    last_try_at    timestamptz,
+    -- When a person was asked to decide (once per effect).
+    escalated_at   timestamptz
+);
+
+-- What is left of a pruned effect (sql/0013_retention.sql): enough for
+-- begin_effect to answer a replay weeks later as it answered before the
+-- prune (replay, stop or rejected), never proceed. Kept much longer than
+-- effects, and dropped only by ledger.prune_tombstones.
+create table ledger.key_tombstones (
+    op_key        text primary key,
+    -- The pruned effect's id (identities are never reused): what a replay
+    -- is told, as before the prune.
+    effect_id     bigint not null,
+    -- The action, target, params, amount, currency and provider in one
+    -- (ledger.material_hash): a replay that changes any of them is rejected.
+    material_hash text not null,
+    final_state   text not null check (final_state in ('succeeded', 'failed', 'cancelled')),
+    external_ref  text,
+    result        jsonb,
+    settled_at    timestamptz not null,
+    pruned_at     timestamptz not null default now(),
+    -- Calls for the key after its prune, so an operator can see them.
+    replays       integer not null default 0,
+    last_replay_at timestamptz
+);
+create index key_tombstones_pruned_idx on ledger.key_tombstones using brin (pruned_at);

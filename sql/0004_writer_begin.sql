@@ -10,6 +10,16 @@ language sql immutable strict as $$
     select encode(sha256(convert_to(params::text, 'UTF8')), 'hex')
 $$;
 
+-- Everything material to an intent in one hash: what a tombstone keeps of
+-- a pruned key so that a replay with other terms is still rejected.
+create function ledger.material_hash(
+    params_hash text, action text, target text, amount_minor bigint, currency text, provider text
+) returns text
+language sql immutable as $$
+    select encode(sha256(convert_to(jsonb_build_array(
+        params_hash, action, target, amount_minor, currency, provider)::text, 'UTF8')), 'hex')
+$$;
+
 -- plpgsql rather than sql for this and record_attempt: PostgreSQL plans a
 -- sql function's body on every call, plpgsql once per session.
 create function ledger.policy_for(action text)
@@ -67,6 +77,7 @@ declare
     existing       ledger.effects;
     holder         ledger.effects;
     created        ledger.effects;
+    tombstone      ledger.key_tombstones;
     window_length  interval;
 begin
     if coalesce(open_effect.op_key, '') = '' then
@@ -167,6 +178,25 @@ begin
                     open_effect.request_id, offered_hash);
                 return query select 'stop'::text, existing.id, existing.state, existing.result;
             end case;
+            return;
+        end if;
+
+        -- A key whose effect was pruned is answered as it was before the
+        -- prune: a replay weeks later must never refund twice.
+        update ledger.key_tombstones t
+           set replays = t.replays + 1, last_replay_at = now()
+         where t.op_key = open_effect.op_key
+        returning t.* into tombstone;
+        if found then
+            if tombstone.material_hash <> ledger.material_hash(
+                   offered_hash, open_effect.action, open_effect.target, open_effect.amount_minor,
+                   upper(open_effect.currency), open_effect.provider) then
+                return query select 'rejected'::text, tombstone.effect_id, tombstone.final_state, null::jsonb;
+            elsif tombstone.final_state = 'succeeded' then
+                return query select 'replay'::text, tombstone.effect_id, tombstone.final_state, tombstone.result;
+            else
+                return query select 'stop'::text, tombstone.effect_id, tombstone.final_state, tombstone.result;
+            end if;
             return;
         end if;
 

@@ -16,6 +16,9 @@
 --   * members of a suspected double effect (ledger.suspected_double_effects):
 --     the evidence finance needs.
 -- It never touches audit_log; it appends one entry of its own with counts.
+-- Each pruned key leaves a tombstone (ledger.key_tombstones) that
+-- begin_effect answers from, so the key can never proceed again;
+-- tombstones have their own, much longer retention (prune_tombstones).
 --
 -- The bypass of the append-only triggers on attempts and effect_versions:
 -- those triggers now let a DELETE through only when (1) the transaction-
@@ -110,7 +113,7 @@ $$;
 create function ledger.prune_settled(
     older_than interval, operator text, reason text, only_ids bigint[] default null
 ) returns table (effects bigint, attempts bigint, events bigint, reconciliations bigint, holds bigint,
-                 kept jsonb, cutoff timestamptz, audit_seq bigint)
+                 tombstones bigint, kept jsonb, cutoff timestamptz, audit_seq bigint)
 language plpgsql security definer
 set search_path = pg_catalog, pg_temp
 as $$
@@ -124,6 +127,7 @@ declare
     n_events     bigint;
     n_recons     bigint;
     n_holds      bigint;
+    n_tombstones bigint;
     seq          bigint;
 begin
     if coalesce(btrim(prune_settled.operator), '') = '' then
@@ -164,6 +168,15 @@ begin
     get diagnostics n_recons = row_count;
     delete from ledger.holds h where h.effect_id = any (doomed) or h.holder_id = any (doomed);
     get diagnostics n_holds = row_count;
+    insert into ledger.key_tombstones (op_key, effect_id, material_hash, final_state, external_ref,
+                                       result, settled_at)
+    select e.op_key, e.id,
+           ledger.material_hash(e.params_hash, e.action, e.target, e.amount_minor, e.currency, e.provider),
+           e.state, e.external_ref, e.result, e.settled_at
+      from ledger.effects e
+     where e.id = any (doomed) and e.state in ('succeeded', 'failed', 'cancelled')
+    on conflict (op_key) do nothing;
+    get diagnostics n_tombstones = row_count;
     delete from ledger.effects e where e.id = any (doomed) and e.state in ('succeeded', 'failed', 'cancelled');
     get diagnostics n_effects = row_count;
     perform set_config('ledger.prune_xact', '', true);
@@ -172,7 +185,40 @@ begin
                         jsonb_build_object('older_than', prune_settled.older_than::text, 'cutoff', limit_at),
                         jsonb_build_object('effects', n_effects, 'attempts', n_attempts, 'events', n_events,
                                            'reconciliations', n_recons, 'holds', n_holds,
-                                           'kept', kept_counts));
-    return query select n_effects, n_attempts, n_events, n_recons, n_holds, kept_counts, limit_at, seq;
+                                           'tombstones', n_tombstones, 'kept', kept_counts));
+    return query select n_effects, n_attempts, n_events, n_recons, n_holds, n_tombstones, kept_counts,
+                        limit_at, seq;
+end
+$$;
+
+-- Drops the tombstones of keys pruned more than `older_than` ago: after
+-- this, such a key could proceed as new. The ledger refuses an age under
+-- 30 days, and `effectwatch prune` defaults to keeping them for 400.
+-- Audited with the count. Owner only.
+create function ledger.prune_tombstones(older_than interval, operator text, reason text)
+returns table (tombstones bigint, audit_seq bigint)
+language plpgsql security definer
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    n bigint;
+    seq bigint;
+begin
+    if coalesce(btrim(prune_tombstones.operator), '') = '' or coalesce(btrim(prune_tombstones.reason), '') = '' then
+        raise exception 'ledger: an operator name and a reason are required' using errcode = 'invalid_parameter_value';
+    end if;
+    if prune_tombstones.older_than is null or prune_tombstones.older_than < interval '30 days' then
+        raise exception 'ledger: tombstones are kept at least 30 days (got %): a replay after that could proceed again',
+            prune_tombstones.older_than
+            using errcode = 'invalid_parameter_value';
+    end if;
+    delete from ledger.key_tombstones t where t.pruned_at < now() - prune_tombstones.older_than;
+    get diagnostics n = row_count;
+    seq := ledger.audit(prune_tombstones.operator, 'prune_tombstones', null::ledger.effects,
+                        prune_tombstones.reason,
+                        jsonb_build_object('older_than', prune_tombstones.older_than::text),
+                        jsonb_build_object('tombstones', n));
+    return query select n, seq;
 end
 $$;

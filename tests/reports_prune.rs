@@ -530,3 +530,77 @@ async fn the_history_stays_append_only_outside_a_prune() {
     drop(tx);
     assert_eq!(state(pool, "a:done").await, Some(State::Succeeded));
 }
+
+#[tokio::test]
+async fn a_replay_weeks_later_after_a_prune_is_answered_from_the_keys_tombstone() {
+    let db = common::test_db().await;
+    let pool = &db.pool;
+    settle(pool, "refund:OLD:v1", "invoice:OLD", Outcome::Succeeded).await;
+    settle(
+        pool,
+        "refund:GONE:v1",
+        "invoice:GONE",
+        Outcome::Failed { retryable: false },
+    )
+    .await;
+    let result: Value = sqlx::query_scalar(
+        "update ledger.effects set result = '{\"receipt\": \"r-1\"}' where op_key = 'refund:OLD:v1' returning result",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap_or(json!(null));
+    let cutoff = checkpoint(pool).await;
+    let outcome = retention::prune(pool, Cutoff::Before(cutoff), "retention-bot", "old", None)
+        .await
+        .unwrap();
+    assert_eq!((outcome.effects, outcome.tombstones), (2, 2));
+    assert_eq!(state(pool, "refund:OLD:v1").await, None, "the row is gone");
+
+    // The same request weeks later: the outcome it had, never a second refund.
+    let replay = begin_effect(pool, &intent("refund:OLD:v1", "invoice:OLD"))
+        .await
+        .unwrap();
+    assert_eq!(replay.decision, Decision::Replay);
+    assert_eq!(replay.state, State::Succeeded);
+    assert_eq!(replay.result, Some(result).filter(|r| !r.is_null()));
+    let stop = begin_effect(pool, &intent("refund:GONE:v1", "invoice:GONE"))
+        .await
+        .unwrap();
+    assert_eq!(stop.decision, Decision::Stop);
+    // Another amount under the old key is another intent: rejected, as before.
+    let mut changed = intent("refund:OLD:v1", "invoice:OLD");
+    changed.amount_minor = Some(999);
+    let rejected = begin_effect(pool, &changed).await.unwrap();
+    assert_eq!(rejected.decision, Decision::Rejected);
+    assert_eq!(
+        count(
+            pool,
+            "select count(*) from ledger.effects where op_key = 'refund:OLD:v1'"
+        )
+        .await,
+        0,
+        "no key proceeded again"
+    );
+    let replays: i32 = sqlx::query_scalar(
+        "select replays from ledger.key_tombstones where op_key = 'refund:OLD:v1'",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    assert_eq!(replays, 2, "every call after the prune is counted");
+
+    // Tombstones have their own retention: never shorter than 30 days.
+    let refused = retention::prune_tombstones(pool, Duration::from_secs(86_400), "bot", "too soon")
+        .await
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains("at least 30 days"),
+        "{refused}"
+    );
+    let (dropped, _) =
+        retention::prune_tombstones(pool, Duration::from_secs(400 * 86_400), "bot", "yearly")
+            .await
+            .unwrap();
+    assert_eq!(dropped, 0, "young tombstones stay");
+    assert!(audit::verify(pool).await.unwrap().is_intact());
+}

@@ -31,6 +31,10 @@ pub struct PruneArgs {
     /// Count what would go and what stays, change nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// Also drop the tombstones of keys pruned longer ago than this (at least 30d;
+    /// after that a replay of such a key could proceed as new).
+    #[arg(long, value_name = "AGE", value_parser = parse_duration)]
+    pub tombstones_older_than: Option<std::time::Duration>,
 }
 
 fn parse_cutoff(text: &str) -> Result<Cutoff, String> {
@@ -79,19 +83,27 @@ pub async fn run(pool: &PgPool, config: &Config, args: PruneArgs) -> Result<(), 
         other => Failure::new(FAILURE, other.to_string()),
     })?;
     println!(
-        "pruned {} effects ({} attempts, {} state changes, {} reconciliations, {} holds) settled before {}; audit entry #{}",
+        "pruned {} effects ({} attempts, {} state changes, {} reconciliations, {} holds) settled before {}, leaving {} key tombstones; audit entry #{}",
         outcome.effects,
         outcome.attempts,
         outcome.events,
         outcome.reconciliations,
         outcome.holds,
         outcome.cutoff.to_rfc3339(),
+        outcome.tombstones,
         outcome.audit_seq
     );
     if let (Some(path), Some(sink)) = (&args.export, &sink) {
         println!("exported {} records to {}", sink.records, path.display());
     }
     print_kept(&outcome.kept);
+    if let Some(age) = args.tombstones_older_than {
+        let (dropped, seq) =
+            retention::prune_tombstones(pool, age, &config.operator, &reason).await?;
+        println!(
+            "dropped {dropped} key tombstones older than the tombstone retention; audit entry #{seq}"
+        );
+    }
     Ok(())
 }
 

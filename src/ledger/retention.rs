@@ -72,6 +72,8 @@ pub struct PruneOutcome {
     pub events: i64,
     pub reconciliations: i64,
     pub holds: i64,
+    /// Keys left as tombstones, which begin_effect answers from.
+    pub tombstones: i64,
     /// Old settled effects kept, by reason.
     pub kept: Value,
     pub cutoff: DateTime<Utc>,
@@ -139,7 +141,7 @@ pub async fn prune(
         only_ids = Some(ids);
     }
     let sql = format!(
-        "select effects, attempts, events, reconciliations, holds, kept, cutoff, audit_seq
+        "select effects, attempts, events, reconciliations, holds, tombstones, kept, cutoff, audit_seq
            from ledger.prune_settled(older_than => {}, operator => $3, reason => $4, only_ids => $5)",
         Cutoff::OLDER_THAN
     );
@@ -163,4 +165,23 @@ pub async fn prune(
     }
     tx.commit().await.map_err(LedgerError::from)?;
     Ok(outcome)
+}
+
+/// Drops the tombstones of keys pruned more than `older_than` ago (the
+/// ledger refuses under 30 days): such a key could then proceed as new.
+/// Returns how many went and the audit entry.
+pub async fn prune_tombstones(
+    pool: &PgPool,
+    older_than: Duration,
+    operator: &str,
+    reason: &str,
+) -> Result<(i64, i64), LedgerError> {
+    Ok(sqlx::query_as(
+        "select tombstones, audit_seq from ledger.prune_tombstones($1::interval, $2, $3)",
+    )
+    .bind(older_than)
+    .bind(operator)
+    .bind(reason)
+    .fetch_one(pool)
+    .await?)
 }

@@ -107,3 +107,12 @@ grant execute on function
     ledger.exposure_at(timestamptz, timestamptz),
     ledger.pane_entries(timestamptz, timestamptz, text, text)
     to effect_operator, effect_readonly;
+
+-- The reconciler service connects as an operator: it settles through the
+-- operator functions, as a person would, and leases its work.
+grant execute on function
+    ledger.lease_for_reconcile(text, interval, interval, integer),
+    ledger.end_reconcile_lease(text, text, text, interval, interval),
+    ledger.mark_reconcile_escalated(text, text)
+    to effect_operator;
+grant select on ledger.reconcile_leases, ledger.reconcile_backlog to effect_operator, effect_readonly;

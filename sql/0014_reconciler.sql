@@ -8,22 +8,6 @@
 -- it has no audit entry of its own. What a reconciler does under it (the
 -- reconciliation, the escalation) is audited by the functions it calls.
 
-create table ledger.reconcile_leases (
-    effect_id      bigint primary key references ledger.effects (id) on delete cascade,
-    -- Who holds the lease and until when; null once the pass is over.
-    claimed_by     text,
-    claimed_until  timestamptz,
-    -- Passes that asked the provider about this effect and left it open.
-    tries          integer not null default 0 check (tries >= 0),
-    -- Not asked again before this: the backoff after an answer that
-    -- settled nothing.
-    next_try_at    timestamptz not null default now(),
-    last_finding   text,
-    last_try_at    timestamptz,
-    -- When a person was asked to decide (once per effect).
-    escalated_at   timestamptz
-);
-
 -- What a reconciler may take up now: effects unknown for `grace`, and
 -- pending ones dispatched and past their window by `grace` (an agent's
 -- late answer often comes in that time), that no person has been
@@ -144,18 +128,3 @@ select count(*) filter (where l.claimed_until > now())            as leased,
        count(*) filter (where l.escalated_at is not null)          as escalated,
        max(l.tries)                                                as most_tries
   from ledger.reconcile_leases l;
-
-revoke execute on function
-    ledger.lease_for_reconcile(text, interval, interval, integer),
-    ledger.end_reconcile_lease(text, text, text, interval, interval),
-    ledger.mark_reconcile_escalated(text, text)
-    from public;
-revoke all on ledger.reconcile_leases, ledger.reconcile_backlog from public;
--- A reconciler connects as an operator: it settles through the operator
--- functions, as a person would.
-grant execute on function
-    ledger.lease_for_reconcile(text, interval, interval, integer),
-    ledger.end_reconcile_lease(text, text, text, interval, interval),
-    ledger.mark_reconcile_escalated(text, text)
-    to effect_operator;
-grant select on ledger.reconcile_leases, ledger.reconcile_backlog to effect_operator, effect_readonly;
