@@ -34,6 +34,18 @@ create table ledger.action_policies (
     -- Whether a reconciliation that finds nothing at the provider may make the
     -- effect retryable under the same key.
     retry_when_absent            boolean  not null default true,
+    -- What may happen after an unknown outcome or a failure (DESIGN.md):
+    --   safe_retry       the provider deduplicates by our key: an unknown
+    --                    effect may be dispatched again under the same key;
+    --   reconcile_first  ask the provider before anything else (default);
+    --   compensate       settle a doubt by reversing, never by repeating;
+    --   never_retry      nothing is sent twice: absent goes to a person;
+    --   escalate         every doubt goes to a person at once.
+    retry_semantics              text not null default 'reconcile_first'
+                                 check (retry_semantics in ('safe_retry', 'reconcile_first', 'compensate',
+                                                            'never_retry', 'escalate')),
+    -- Where the reconciler sends this action's escalations; null: its default sink.
+    escalation_sink              text,
     updated_at                   timestamptz not null default now(),
     check (pending_window > interval '0')
 );
@@ -87,6 +99,12 @@ create table ledger.effects (
     -- (ledger.op_acknowledge_duplicates): the duplicates pane shows only
     -- what came after; the attempts themselves stay.
     duplicates_acknowledged_at timestamptz,
+    -- The class of the worker's last error (timeout, connection_reset,
+    -- server_error, invalid_response, business_rejection, rate_limited), and
+    -- for a rate limit when the same key may be sent again.
+    error_class       text check (error_class in ('timeout', 'connection_reset', 'server_error',
+                                                  'invalid_response', 'business_rejection', 'rate_limited')),
+    retry_not_before  timestamptz,
     check (pending_window > interval '0'),
     check ((amount_minor is null) = (currency is null)),
     check (state <> 'held' or held_by is not null)
@@ -119,7 +137,7 @@ create index effects_updated_idx on ledger.effects using brin (updated_at);
 -- the reports.
 create function ledger.counts_as_duplicate(kind text) returns boolean
 language sql immutable parallel safe as $$
-    select kind in ('replay', 'in_flight', 'retry', 'stop', 'mismatch', 'held',
+    select kind in ('replay', 'in_flight', 'retry', 'stop', 'mismatch', 'held', 'wait',
                     'late_result', 'dispatch_refused', 'refused')
 $$;
 
@@ -128,7 +146,7 @@ create table ledger.attempts (
     effect_id     bigint not null references ledger.effects (id),
     op_key        text not null,
     kind          text not null check (kind in
-                    ('replay', 'in_flight', 'retry', 'stop', 'mismatch', 'held',
+                    ('replay', 'in_flight', 'retry', 'stop', 'mismatch', 'held', 'wait',
                      'dispatch', 'dispatch_refused', 'completion_repeat', 'late_result',
                      'refused')),
     requested_by  text,
@@ -181,6 +199,8 @@ create table ledger.effect_versions (
     settled_at      timestamptz,
     held_by         bigint,
     duplicates_acknowledged_at timestamptz,
+    error_class     text,
+    retry_not_before timestamptz,
     primary key (effect_id, version)
 );
 

@@ -48,9 +48,14 @@ begin
                   hint = 'a different intent needs a new operation key';
     end if;
 
+    -- The one path out of unknown that is not a settlement: the action's
+    -- provider deduplicates by our key (retry semantics safe_retry), so
+    -- sending the same request again cannot make a second effect.
     if new.state is distinct from old.state
        and not ledger.transition_allowed(old.state, new.state,
-                                         old.dispatched_at is not null, old.retryable) then
+                                         old.dispatched_at is not null, old.retryable)
+       and not (old.state = 'unknown' and new.state = 'pending'
+                and (ledger.policy_for(old.action)).retry_semantics = 'safe_retry') then
         raise exception 'ledger: invalid transition for effect %: % -> %', old.op_key, old.state, new.state
             using errcode = 'check_violation',
                   hint = case
@@ -68,9 +73,10 @@ begin
     end if;
 
     -- Clearing dispatched_at would let mark_dispatched claim the effect a
-    -- second time: only a retry (failed -> pending) starts a new dispatch.
+    -- second time: only a retry (failed -> pending, or a safe retry of an
+    -- unknown outcome, allowed above) starts a new dispatch.
     if old.dispatched_at is not null and new.dispatched_at is null
-       and not (old.state = 'failed' and new.state = 'pending') then
+       and not (old.state in ('failed', 'unknown') and new.state = 'pending') then
         raise exception 'ledger: effect % was dispatched at %; that cannot be undone', old.op_key, old.dispatched_at
             using errcode = 'check_violation';
     end if;
@@ -117,12 +123,12 @@ begin
     insert into ledger.effect_versions (
         effect_id, version, from_state, state, actor, db_role, reason, state_since, dispatched_at,
         deadline_at, external_ref, failure_reason, retryable, late_result_at, attention, settled_at,
-        held_by, duplicates_acknowledged_at)
+        held_by, duplicates_acknowledged_at, error_class, retry_not_before)
     values (new.id, new.version, case when tg_op = 'UPDATE' then old.state end, new.state,
             ledger.current_actor(), session_user::text, nullif(current_setting('ledger.reason', true), ''),
             new.state_since, new.dispatched_at, new.deadline_at, new.external_ref, new.failure_reason,
             new.retryable, new.late_result_at, new.attention, new.settled_at, new.held_by,
-            new.duplicates_acknowledged_at);
+            new.duplicates_acknowledged_at, new.error_class, new.retry_not_before);
     -- Consoles LISTEN on this channel to refresh before their next poll.
     -- A transaction that notifies commits under a database-wide lock, one at
     -- a time, which cut writer throughput by more than half; the happy path

@@ -30,7 +30,13 @@ declare
 begin
     select p.* into policy from ledger.action_policies p where p.action = policy_for.action;
     if not found then
-        policy := row(policy_for.action, interval '5 minutes', true, null, true, now())::ledger.action_policies;
+        -- The table's defaults, for an action nobody wrote a policy for.
+        policy.action := policy_for.action;
+        policy.pending_window := interval '5 minutes';
+        policy.exclusive_per_target := true;
+        policy.retry_when_absent := true;
+        policy.retry_semantics := 'reconcile_first';
+        policy.updated_at := now();
     end if;
     return policy;
 end
@@ -134,6 +140,23 @@ begin
                     open_effect.request_id, offered_hash);
                 return query select 'replay'::text, existing.id, existing.state, existing.result;
             when 'pending', 'unknown' then
+                -- The provider deduplicates by our key: an unknown outcome
+                -- is settled by sending the same request again.
+                if existing.state = 'unknown' and existing.attention is null
+                   and (ledger.policy_for(existing.action)).retry_semantics = 'safe_retry' then
+                    perform set_config('ledger.reason', 'safe retry of an unknown outcome under the same key', true);
+                    update ledger.effects e
+                       set state = 'pending', dispatched_at = null, dispatched_by = null,
+                           failure_reason = null, error_class = null,
+                           request_id = coalesce(open_effect.request_id, e.request_id),
+                           deadline_at = now() + e.pending_window
+                     where e.id = existing.id;
+                    perform ledger.record_attempt(existing, 'retry', open_effect.requested_by,
+                        open_effect.request_id, offered_hash,
+                        detail => jsonb_build_object('safe_retry_of', 'unknown'));
+                    return query select 'retry'::text, existing.id, 'pending'::text, null::jsonb;
+                    return;
+                end if;
                 perform ledger.record_attempt(existing, 'in_flight', open_effect.requested_by,
                     open_effect.request_id, offered_hash);
                 return query select 'in_flight'::text, existing.id, existing.state, null::jsonb;
@@ -142,6 +165,16 @@ begin
                     open_effect.request_id, offered_hash);
                 return query select 'held'::text, existing.id, existing.state, null::jsonb;
             when 'failed' then
+                if coalesce(existing.retryable, false) and existing.retry_not_before > now() then
+                    -- Rate limited: the same key, once the provider's delay is over.
+                    perform ledger.record_attempt(existing, 'wait', open_effect.requested_by,
+                        open_effect.request_id, offered_hash,
+                        detail => jsonb_build_object('retry_not_before', existing.retry_not_before));
+                    return query select 'wait'::text, existing.id, existing.state,
+                        jsonb_build_object('retry_after_seconds',
+                            ceil(extract(epoch from existing.retry_not_before - now()))::integer);
+                    return;
+                end if;
                 if coalesce(existing.retryable, false) then
                     -- Another key may have proceeded on this target since the
                     -- failure: retrying now would make two open effects on an
@@ -160,7 +193,8 @@ begin
                     perform set_config('ledger.reason', 'retry under the same key', true);
                     update ledger.effects e
                        set state = 'pending', dispatched_at = null, dispatched_by = null,
-                           failure_reason = null, retryable = null,
+                           failure_reason = null, retryable = null, error_class = null,
+                           retry_not_before = null,
                            request_id = coalesce(open_effect.request_id, e.request_id),
                            deadline_at = now() + e.pending_window
                      where e.id = existing.id;

@@ -119,6 +119,37 @@ begin
 end
 $$;
 
+-- What an error class says of the outcome (the articles' rule): a timeout,
+-- a reset, a 5xx or an unreadable answer means the effect may or may not
+-- have happened: unknown, never failed. A business rejection is final for
+-- these params; a rate limit is retryable under the same key after the
+-- provider's delay. An outcome that contradicts its class is refused.
+create function ledger.outcome_of_class(outcome text, error_class text) returns text
+language plpgsql immutable as $$
+declare
+    implied text;
+begin
+    if error_class is null then
+        return outcome;
+    end if;
+    implied := case
+        when error_class in ('timeout', 'connection_reset', 'server_error', 'invalid_response') then 'unknown'
+        when error_class in ('business_rejection', 'rate_limited') then 'failed'
+    end;
+    if implied is null then
+        raise exception 'ledger: unknown error class % (timeout, connection_reset, server_error, invalid_response, business_rejection, rate_limited)',
+            error_class using errcode = 'invalid_parameter_value';
+    end if;
+    if outcome is not null and outcome <> implied then
+        raise exception 'ledger: a % means the outcome is %, not %', error_class, implied, outcome
+            using errcode = 'invalid_parameter_value',
+                  hint = case when implied = 'unknown'
+                              then 'the provider may have acted: report unknown and let it be reconciled' end;
+    end if;
+    return implied;
+end
+$$;
+
 -- Records the outcome seen for a locked effect: the agent's complete_effect
 -- and the operator's op_complete_compensation both end here. A result for an
 -- effect that was settled another way (reconciled, resolved, cancelled) is
@@ -126,7 +157,8 @@ $$;
 -- Not granted to anyone.
 create function ledger.record_completion(
     effect ledger.effects, outcome text, external_ref text, result jsonb, retryable boolean,
-    reason text, request_id text, worker text
+    reason text, request_id text, worker text,
+    error_class text default null, retry_after interval default null
 ) returns table (applied boolean, state text, late boolean)
 language plpgsql
 set search_path = pg_catalog, pg_temp
@@ -135,6 +167,12 @@ as $$
 declare
     evidence jsonb;
 begin
+    outcome := ledger.outcome_of_class(record_completion.outcome, record_completion.error_class);
+    if record_completion.error_class = 'business_rejection' then
+        retryable := false;
+    elsif record_completion.error_class = 'rate_limited' then
+        retryable := true;
+    end if;
     if record_completion.outcome not in ('succeeded', 'failed', 'unknown') or record_completion.outcome is null then
         raise exception 'ledger: outcome must be succeeded, failed or unknown (got %)', record_completion.outcome
             using errcode = 'invalid_parameter_value';
@@ -144,7 +182,7 @@ begin
     evidence := jsonb_strip_nulls(jsonb_build_object(
         'outcome', record_completion.outcome, 'external_ref', record_completion.external_ref,
         'result', record_completion.result, 'retryable', record_completion.retryable,
-        'reason', record_completion.reason));
+        'reason', record_completion.reason, 'error_class', record_completion.error_class));
 
     if effect.state = 'pending'
        or (effect.state = 'unknown' and record_completion.outcome <> 'unknown') then
@@ -156,6 +194,9 @@ begin
                                 then coalesce(record_completion.retryable, false) end,
                failure_reason = case when record_completion.outcome <> 'succeeded'
                                      then record_completion.reason end,
+               error_class = record_completion.error_class,
+               retry_not_before = case when record_completion.error_class = 'rate_limited'
+                                       then now() + coalesce(record_completion.retry_after, interval '1 minute') end,
                request_id = coalesce(record_completion.request_id, e.request_id)
          where e.id = effect.id
         returning e.* into effect;
@@ -199,7 +240,9 @@ create function ledger.complete_effect(
     retryable    boolean default null,
     reason       text    default null,
     request_id   text    default null,
-    worker       text    default null
+    worker       text    default null,
+    error_class  text    default null,
+    retry_after  interval default null
 ) returns table (applied boolean, state text, late boolean, refused text)
 language plpgsql security definer
 set search_path = pg_catalog, pg_temp
@@ -221,6 +264,7 @@ begin
                    from ledger.record_completion(effect, complete_effect.outcome,
                                                  complete_effect.external_ref, complete_effect.result,
                                                  complete_effect.retryable, complete_effect.reason,
-                                                 complete_effect.request_id, complete_effect.worker) c;
+                                                 complete_effect.request_id, complete_effect.worker,
+                                                 complete_effect.error_class, complete_effect.retry_after) c;
 end
 $$;

@@ -277,7 +277,9 @@ begin
              where e.id = effect.id returning e.* into effect;
         elsif applied_finding = 'absent' then
             update ledger.effects e
-               set state = 'failed', retryable = (ledger.policy_for(e.action)).retry_when_absent,
+               set state = 'failed',
+                   retryable = (select p.retry_when_absent and p.retry_semantics not in ('never_retry', 'escalate')
+                                  from ledger.policy_for(e.action) p),
                    failure_reason = 'the provider has no such effect', attention = null
              where e.id = effect.id returning e.* into effect;
         elsif applied_finding in ('duplicate', 'mismatch') then

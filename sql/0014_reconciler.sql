@@ -18,7 +18,8 @@
 -- never leased twice at once.
 create function ledger.lease_for_reconcile(
     reconciler text, lease interval, grace interval, batch integer
-) returns table (op_key text, version bigint, state text, tries integer)
+) returns table (op_key text, version bigint, state text, tries integer,
+                retry_semantics text, escalation_sink text)
 language plpgsql security definer
 set search_path = pg_catalog, pg_temp
 as $$
@@ -42,12 +43,16 @@ begin
          where e.state = 'pending' and e.dispatched_at is not null and e.attention is null
            and e.deadline_at < now() - coalesce(lease_for_reconcile.grace, interval '0')
     ), due as (
-        select e.id, e.op_key, e.version, e.state
+        select e.id, e.op_key, e.version, e.state, e.action
           from ledger.effects e
           join candidates c on c.id = e.id
           left join ledger.reconcile_leases l on l.effect_id = e.id
-         where l.effect_id is null
-            or (l.next_try_at <= now() and (l.claimed_until is null or l.claimed_until < now()))
+         where (l.effect_id is null
+                or (l.next_try_at <= now() and (l.claimed_until is null or l.claimed_until < now())))
+           -- An action whose policy leaves every doubt to a person is
+           -- handed over once, not asked about again.
+           and not (l.escalated_at is not null
+                    and (ledger.policy_for(e.action)).retry_semantics = 'escalate')
          order by coalesce(l.next_try_at, e.updated_at), e.id
          limit lease_for_reconcile.batch
            for update of e skip locked
@@ -59,8 +64,9 @@ begin
          where l.next_try_at <= now() and (l.claimed_until is null or l.claimed_until < now())
         returning l.effect_id, l.tries
     )
-    select d.op_key, d.version, d.state, leased.tries
+    select d.op_key, d.version, d.state, leased.tries, p.retry_semantics, p.escalation_sink
       from due d join leased on leased.effect_id = d.id
+      cross join lateral ledger.policy_for(d.action) p
      order by d.id;
 end
 $$;

@@ -31,7 +31,7 @@ grant usage on schema ledger to effect_agent, effect_operator, effect_readonly;
 grant execute on function
     ledger.begin_effect(text, text, text, jsonb, text, interval, bigint, text, text, text, integer, text),
     ledger.mark_dispatched(text, text, text),
-    ledger.complete_effect(text, text, text, jsonb, boolean, text, text, text)
+    ledger.complete_effect(text, text, text, jsonb, boolean, text, text, text, text, interval)
     to effect_agent;
 grant select on ledger.effects, ledger.action_policies to effect_agent;
 
@@ -115,4 +115,11 @@ grant execute on function
     ledger.end_reconcile_lease(text, text, text, interval, interval),
     ledger.mark_reconcile_escalated(text, text)
     to effect_operator;
+
+-- Policies: every console reads them; operators change them, audited.
+grant execute on function
+    ledger.op_set_policy(text, text, text, interval, boolean, bigint, boolean, boolean, text, text, boolean)
+    to effect_operator;
+grant execute on function ledger.policy_snapshot(ledger.action_policies), ledger.policy_for(text)
+    to effect_operator, effect_readonly;
 grant select on ledger.reconcile_leases, ledger.reconcile_backlog to effect_operator, effect_readonly;

@@ -130,6 +130,7 @@ async fn run(cli: Cli, explicit_url: bool) -> Result<(), Failure> {
         Command::Report(args) => cli::report::run(&pool, args).await,
         Command::Check(_) => unreachable!("handled above"),
         Command::Prune(args) => cli::prune::run(&pool, &config, args).await,
+        Command::Policy { command } => cli::policy::run(&pool, &config, command).await,
         Command::Settle(command) => cli::settle::run(&pool, &config, command).await,
     }
 }

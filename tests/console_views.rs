@@ -239,7 +239,7 @@ fn detail_scrolls_to_what_is_below_the_fold() {
     let mut app = app_with_detail();
     // On 30 rows the other effects on the target are below the fold.
     assert!(!screen(&app).contains("refund:INV-402:AP-92:v1"));
-    for _ in 0..3 {
+    for _ in 0..5 {
         press(&mut app, KeyCode::Down);
     }
     let screen = screen(&app);

@@ -434,3 +434,54 @@ async fn once_runs_one_pass_and_says_what_it_did() {
     assert_eq!(stdout.trim(), "1 reconciled · 1 absent");
     assert_eq!(rig.effect("refund:CRON:v1").await.state, State::Failed);
 }
+
+async fn set_semantics(rig: &Rig, semantics: &str) {
+    effectwatch::ledger::policies::set(
+        &rig.operator_pool,
+        "refund",
+        &effectwatch::ledger::policies::PolicyChange {
+            retry_semantics: Some(semantics.to_string()),
+            ..Default::default()
+        },
+        "alice",
+        "the provider's contract",
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn a_never_retry_action_found_absent_fails_for_good_and_goes_to_a_person() {
+    let rig = Rig::new().await;
+    set_semantics(&rig, "never_retry").await;
+    rig.unknown_effect("refund:ONCE:v1", 1500).await;
+    let service = reconciler(&rig, settings("reconciler@test"));
+    let summary = service.pass().await.unwrap();
+    assert_eq!(summary.findings.get("absent"), Some(&1), "{summary:?}");
+    assert_eq!(summary.escalated, 1);
+    let effect = rig.effect("refund:ONCE:v1").await;
+    assert_eq!(effect.state, State::Failed);
+    assert_eq!(effect.retryable, Some(false), "never retried by itself");
+    assert_eq!(escalations_of(&rig, "refund:ONCE:v1").await, 1);
+}
+
+#[tokio::test]
+async fn an_escalate_action_is_handed_to_a_person_once_without_asking_the_provider() {
+    let rig = Rig::new().await;
+    set_semantics(&rig, "escalate").await;
+    rig.unknown_effect("refund:HUMAN:v1", 1500).await;
+    let lookups = rig.fake.requests(Route::Lookup);
+    let service = reconciler(&rig, settings("reconciler@test"));
+    let summary = service.pass().await.unwrap();
+    assert_eq!(summary.escalated, 1, "{summary:?}");
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    assert_eq!(service.pass().await.unwrap().leased, 0, "handed over once");
+    assert_eq!(
+        rig.fake.requests(Route::Lookup),
+        lookups,
+        "nothing was asked"
+    );
+    assert_eq!(reconciliations_of(&rig, "refund:HUMAN:v1").await, 0);
+    assert_eq!(escalations_of(&rig, "refund:HUMAN:v1").await, 1);
+    assert_eq!(rig.effect("refund:HUMAN:v1").await.state, State::Unknown);
+}

@@ -309,3 +309,77 @@ async fn list_shows_the_version_an_action_expects() {
         .await;
     assert!(out.status.success(), "{}", text(&out.stderr));
 }
+
+#[tokio::test]
+async fn policies_are_listed_and_changed_from_the_command_line() {
+    let rig = Rig::new().await;
+    let cli = Cli::new(&rig);
+    let out = cli
+        .run(&[
+            "policy",
+            "set",
+            "refund",
+            "--retry",
+            "never-retry",
+            "--pending-window",
+            "2m",
+        ])
+        .await;
+    assert_eq!(out.status.code(), Some(2), "a reason is required");
+    let out = cli
+        .run(&[
+            "policy",
+            "set",
+            "refund",
+            "--retry",
+            "never-retry",
+            "--pending-window",
+            "2m",
+            "--approval-limit",
+            "none",
+            "--reason",
+            "double refunds are not undone",
+        ])
+        .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("audit entry #"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = cli.run(&["policy", "list", "--format", "json"]).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let list: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let refund = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["action"] == "refund")
+        .expect("refund listed");
+    assert_eq!(refund["retry_semantics"], "never_retry");
+    assert_eq!(refund["pending_window_secs"], 120.0);
+    let out = cli
+        .run(&[
+            "policy",
+            "set",
+            "refund",
+            "--retry",
+            "sometimes",
+            "--reason",
+            "x",
+        ])
+        .await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("never_retry"),
+        "{}",
+        text(&out.stderr)
+    );
+    let operator: String = sqlx::query_scalar(
+        "select operator from ledger.audit_log where action = 'set_policy' order by seq desc limit 1",
+    )
+    .fetch_one(&rig.db.pool)
+    .await
+    .unwrap();
+    assert_eq!(operator, "carol");
+}

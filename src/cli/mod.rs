@@ -8,6 +8,7 @@ pub mod exit;
 pub mod finance;
 pub mod list;
 pub mod migrate;
+pub mod policy;
 pub mod prune;
 pub mod reconciler;
 pub mod report;
@@ -102,6 +103,11 @@ pub enum Command {
     Report(report::ReportArgs),
     /// For cron and monitoring: exit 0 within thresholds, 1 exceeded, 2 cannot tell.
     Check(check::CheckArgs),
+    /// What each action's effects may do next: retry semantics, windows, holds, approval limit.
+    Policy {
+        #[command(subcommand)]
+        command: policy::PolicyCommand,
+    },
     /// Remove old settled effects nothing protects, exporting them first (ledger owner only).
     Prune(prune::PruneArgs),
     #[command(flatten)]
@@ -123,6 +129,7 @@ impl Command {
             Command::Report(_) => "report",
             Command::Check(_) => "check",
             Command::Prune(_) => "prune",
+            Command::Policy { .. } => "policy",
             Command::Settle(_) => "settle",
         }
     }

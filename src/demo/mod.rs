@@ -131,29 +131,38 @@ pub async fn install_demo_policies(
     window: Option<Duration>,
     update_windows: bool,
 ) -> Result<(), LedgerError> {
-    let on_conflict = if update_windows {
-        "do update set pending_window = excluded.pending_window"
-    } else {
-        "do nothing"
-    };
+    let existing: Vec<String> = crate::ledger::policies::list(pool)
+        .await?
+        .into_iter()
+        .map(|policy| policy.action)
+        .collect();
     let policies = [
-        ("refund", 30.0, true, Some(20_000_i64)),
-        ("booking", 45.0, true, None),
-        ("message", 20.0, false, None),
-        ("webhook", 20.0, false, None),
+        ("refund", 30.0, true, Some(20_000_i64), "reconcile_first"),
+        ("booking", 45.0, true, None, "reconcile_first"),
+        ("message", 20.0, false, None, "never_retry"),
+        ("webhook", 20.0, false, None, "safe_retry"),
     ];
-    for (action, seconds, exclusive, limit) in policies {
+    for (action, seconds, exclusive, limit, semantics) in policies {
+        let exists = existing.iter().any(|name| name == action);
+        if exists && !update_windows {
+            continue;
+        }
         let seconds = window.map(|w| w.as_secs_f64()).unwrap_or(seconds);
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "insert into ledger.action_policies (action, pending_window, exclusive_per_target, compensation_approval_limit_minor)
-             values ($1, make_interval(secs => $2), $3, $4)
-             on conflict (action) {on_conflict}"
-        )))
-        .bind(action)
-        .bind(seconds)
-        .bind(exclusive)
-        .bind(limit)
-        .execute(pool)
+        let change = crate::ledger::policies::PolicyChange {
+            pending_window: Some(Duration::from_secs_f64(seconds)),
+            // A ledger that has its policy keeps everything but the window.
+            exclusive_per_target: (!exists).then_some(exclusive),
+            compensation_approval_limit_minor: (!exists).then_some(limit),
+            retry_semantics: (!exists).then(|| semantics.to_string()),
+            ..Default::default()
+        };
+        crate::ledger::policies::set(
+            pool,
+            action,
+            &change,
+            "effectwatch demo",
+            "the demo's policy for its simulated agents",
+        )
         .await?;
     }
     Ok(())

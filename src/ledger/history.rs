@@ -20,6 +20,8 @@ pub struct EffectHistory {
     pub audit: Vec<AuditEntry>,
     /// Other effects on the same target, newest first.
     pub related: Vec<Effect>,
+    /// Its action's policy: what may happen to it next.
+    pub policy: Option<super::policies::Policy>,
 }
 
 pub async fn find_effect(pool: &PgPool, op_key: &str) -> Result<Option<Effect>, LedgerError> {
@@ -93,6 +95,7 @@ pub async fn load(pool: &PgPool, op_key: &str) -> Result<EffectHistory, LedgerEr
         .bind(effect.id)
         .fetch_all(&mut *tx)
         .await?;
+    let policy = Some(super::policies::for_action(&mut *tx, &effect.action).await?);
     tx.commit().await?;
     Ok(EffectHistory {
         effect,
@@ -102,6 +105,7 @@ pub async fn load(pool: &PgPool, op_key: &str) -> Result<EffectHistory, LedgerEr
         escalations,
         audit,
         related,
+        policy,
     })
 }
 

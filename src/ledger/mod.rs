@@ -13,6 +13,7 @@ pub mod history;
 pub mod migrate;
 pub mod model;
 pub mod panes;
+pub mod policies;
 pub mod reconciler;
 pub mod report;
 pub mod retention;

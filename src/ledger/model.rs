@@ -86,6 +86,9 @@ pub enum Decision {
     Rejected,
     /// Another open effect on the target conflicts: wait for a person.
     Held,
+    /// Rate limited: the same key may be sent again after
+    /// `result.retry_after_seconds`.
+    Wait,
 }
 
 impl Decision {

@@ -18,6 +18,9 @@ pub struct Leased {
     pub state: String,
     /// Earlier passes that left it open.
     pub tries: i32,
+    /// Its action's policy: what may settle it, and where a person is asked.
+    pub retry_semantics: String,
+    pub escalation_sink: Option<String>,
 }
 
 /// Where an effect stands after a pass ended its lease.
@@ -51,7 +54,8 @@ pub async fn lease<'c>(
     terms: LeaseTerms,
 ) -> Result<Vec<Leased>, LedgerError> {
     Ok(sqlx::query_as(
-        "select op_key, version, state, tries from ledger.lease_for_reconcile(\
+        "select op_key, version, state, tries, retry_semantics, escalation_sink \
+           from ledger.lease_for_reconcile(\
             $1, $2 * interval '1 second', $3 * interval '1 second', $4::integer)",
     )
     .bind(reconciler)

@@ -132,6 +132,38 @@ pub struct Completion {
     pub reason: Option<String>,
     pub request_id: Option<String>,
     pub worker: Option<String>,
+    /// What kind of error the worker saw, if any: the ledger holds the
+    /// outcome to what the class allows (a timeout is never a failure).
+    pub error_class: Option<ErrorClass>,
+    /// With [`ErrorClass::RateLimited`]: the provider's delay (default 1 min).
+    pub retry_after: Option<std::time::Duration>,
+}
+
+/// The error classes of the writer API (`ledger.outcome_of_class`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// Timeout, reset, 5xx, unreadable answer: the outcome is unknown.
+    Timeout,
+    ConnectionReset,
+    ServerError,
+    InvalidResponse,
+    /// The provider refused these params: failed for good.
+    BusinessRejection,
+    /// Retryable under the same key after the provider's delay.
+    RateLimited,
+}
+
+impl ErrorClass {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorClass::Timeout => "timeout",
+            ErrorClass::ConnectionReset => "connection_reset",
+            ErrorClass::ServerError => "server_error",
+            ErrorClass::InvalidResponse => "invalid_response",
+            ErrorClass::BusinessRejection => "business_rejection",
+            ErrorClass::RateLimited => "rate_limited",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -155,7 +187,8 @@ pub async fn complete_effect<'c>(
     let (completed, refused) = sqlx::query_as::<_, (bool, State, bool, Option<String>)>(
         "select applied, state, late, refused from ledger.complete_effect(
             op_key => $1, outcome => $2, external_ref => $3, result => $4, retryable => $5,
-            reason => $6, request_id => $7, worker => $8)",
+            reason => $6, request_id => $7, worker => $8, error_class => $9,
+            retry_after => $10)",
     )
     .bind(op_key)
     .bind(outcome.as_str())
@@ -165,6 +198,8 @@ pub async fn complete_effect<'c>(
     .bind(&completion.reason)
     .bind(&completion.request_id)
     .bind(&completion.worker)
+    .bind(completion.error_class.map(ErrorClass::as_str))
+    .bind(completion.retry_after)
     .fetch_one(executor)
     .await
     .map(|(applied, state, late, refused)| {

@@ -41,6 +41,7 @@ impl WorkCounters {
             Handled::Reconciled { finding, escalated } => (finding.as_str(), *escalated),
             Handled::Changed => ("changed", false),
             Handled::Failed { escalated, .. } => ("error", *escalated),
+            Handled::ByPolicy { escalated } => ("left_to_a_person", *escalated),
         };
         self.reconciliations
             .get_or_create(&vec![("finding".to_string(), finding.to_string())])

@@ -64,6 +64,8 @@ pub enum Handled {
     Changed,
     /// The provider could not be asked (not configured, unreadable config).
     Failed { error: String, escalated: bool },
+    /// The action's policy sends every doubt to a person: nothing was asked.
+    ByPolicy { escalated: bool },
 }
 
 /// One pass: how many effects were leased and what became of them.
@@ -86,6 +88,13 @@ impl PassSummary {
             Handled::Changed => self.changed += 1,
             Handled::Failed { escalated, .. } => {
                 self.failed += 1;
+                self.escalated += usize::from(*escalated);
+            }
+            Handled::ByPolicy { escalated } => {
+                *self
+                    .findings
+                    .entry("left to a person".to_string())
+                    .or_default() += 1;
                 self.escalated += usize::from(*escalated);
             }
         }
@@ -198,6 +207,14 @@ impl Reconciler {
     /// Reconciles one leased effect and ends its lease; escalates what no
     /// rule can settle.
     async fn handle(&self, effect: Leased) -> Result<Handled, LedgerError> {
+        if effect.retry_semantics == "escalate" {
+            let end = self.end(&effect, "left to a person").await?;
+            let escalated = !end.escalated
+                && self
+                    .escalate(&effect, "the action's policy sends every doubt to a person")
+                    .await?;
+            return Ok(Handled::ByPolicy { escalated });
+        }
         let reconciled = self
             .settler
             .reconcile_effect(&effect.op_key, Some(effect.version))
@@ -223,6 +240,11 @@ impl Reconciler {
             "duplicate" | "mismatch" => Some(format!(
                 "the provider reports a {finding} for this key: a person must decide"
             )),
+            "absent" if effect.retry_semantics == "never_retry" => Some(
+                "the provider has no such effect and the action is never retried automatically: \
+                 decide whether to send it again"
+                    .to_string(),
+            ),
             _ if end.settled => None,
             "indeterminate" if end.tries >= self.settings.escalate_after => Some(format!(
                 "the provider could not tell after {} tries",
@@ -236,7 +258,7 @@ impl Reconciler {
             _ => None,
         };
         let escalated = match needs_person {
-            Some(why) if !end.escalated => self.escalate(&effect.op_key, &why).await?,
+            Some(why) if !end.escalated => self.escalate(&effect, &why).await?,
             _ => false,
         };
         Ok(match failure {
@@ -260,11 +282,15 @@ impl Reconciler {
     /// Hands the effect to a person once. A sink that cannot be reached now
     /// is retried by the escalation loop; one that is not configured leaves
     /// the effect for the next pass (and says so in the log).
-    async fn escalate(&self, op_key: &str, why: &str) -> Result<bool, LedgerError> {
+    async fn escalate(&self, effect: &Leased, why: &str) -> Result<bool, LedgerError> {
+        let op_key = effect.op_key.as_str();
         let request = Request::Escalate {
             op_key: op_key.to_string(),
             seen: None,
-            sink: self.settings.sink.clone(),
+            sink: effect
+                .escalation_sink
+                .clone()
+                .or_else(|| self.settings.sink.clone()),
             reason: format!("{}: {why}", self.settings.name),
         };
         match self.settler.settle(request).await {

@@ -63,6 +63,22 @@ pub fn draw(frame: &mut Frame, area: Rect, detail: &Detail, theme: &Theme) {
         Role::Text,
     ));
     lines.push(field("requested by", effect.requester(), Role::Text));
+    if let Some(policy) = &history.policy {
+        lines.push(field(
+            "policy",
+            format!(
+                "{}{}",
+                policy.retry_semantics.replace('_', " "),
+                if policy.configured { "" } else { " (default)" },
+            ),
+            Role::Text,
+        ));
+        lines.push(field(
+            "next",
+            policy.next_step(state).to_string(),
+            Role::Accent,
+        ));
+    }
     if let Some(approval) = &effect.approval_ref {
         lines.push(field(
             "approval",

@@ -1,0 +1,78 @@
+-- Action policies, changed only through ledger.op_set_policy: one call, one
+-- transaction, one audit entry with the policy before and after. A policy
+-- decides what the writer and the reconciler may do next (retry semantics,
+-- windows, holds, the approval limit), so a change to it is as much an
+-- operator action as settling an effect.
+
+create function ledger.policy_snapshot(policy ledger.action_policies) returns jsonb
+language sql immutable as $$
+    select case when policy is null then null else jsonb_strip_nulls(jsonb_build_object(
+        'action', (policy).action,
+        'pending_window', (policy).pending_window::text,
+        'exclusive_per_target', (policy).exclusive_per_target,
+        'compensation_approval_limit_minor', (policy).compensation_approval_limit_minor,
+        'retry_when_absent', (policy).retry_when_absent,
+        'retry_semantics', (policy).retry_semantics,
+        'escalation_sink', (policy).escalation_sink)) end
+$$;
+
+-- Writes the given settings of one action's policy (creating it with the
+-- defaults first if it has none); a null argument keeps what is there, and
+-- clear_* removes the approval limit or the sink.
+create function ledger.op_set_policy(
+    action                            text,
+    operator                          text,
+    reason                            text,
+    pending_window                    interval default null,
+    exclusive_per_target              boolean  default null,
+    compensation_approval_limit_minor bigint   default null,
+    clear_approval_limit              boolean  default false,
+    retry_when_absent                 boolean  default null,
+    retry_semantics                   text     default null,
+    escalation_sink                   text     default null,
+    clear_escalation_sink             boolean  default false
+) returns table (policy jsonb, audit_seq bigint)
+language plpgsql security definer
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    before ledger.action_policies;
+    after  ledger.action_policies;
+    seq    bigint;
+begin
+    if coalesce(btrim(op_set_policy.operator), '') = '' then
+        raise exception 'ledger: an operator name is required' using errcode = 'invalid_parameter_value';
+    end if;
+    if coalesce(btrim(op_set_policy.reason), '') = '' then
+        raise exception 'ledger: a reason is required to change a policy' using errcode = 'invalid_parameter_value';
+    end if;
+    if coalesce(btrim(op_set_policy.action), '') = '' then
+        raise exception 'ledger: which action''s policy?' using errcode = 'invalid_parameter_value';
+    end if;
+    perform set_config('ledger.actor', op_set_policy.operator, true);
+    perform set_config('ledger.reason', op_set_policy.reason, true);
+    select p.* into before from ledger.action_policies p where p.action = op_set_policy.action for update;
+    if not found then
+        before := null;
+        insert into ledger.action_policies (action) values (op_set_policy.action);
+    end if;
+    update ledger.action_policies p
+       set pending_window = coalesce(op_set_policy.pending_window, p.pending_window),
+           exclusive_per_target = coalesce(op_set_policy.exclusive_per_target, p.exclusive_per_target),
+           compensation_approval_limit_minor = case
+               when op_set_policy.clear_approval_limit then null
+               else coalesce(op_set_policy.compensation_approval_limit_minor, p.compensation_approval_limit_minor) end,
+           retry_when_absent = coalesce(op_set_policy.retry_when_absent, p.retry_when_absent),
+           retry_semantics = coalesce(op_set_policy.retry_semantics, p.retry_semantics),
+           escalation_sink = case
+               when op_set_policy.clear_escalation_sink then null
+               else coalesce(nullif(btrim(op_set_policy.escalation_sink), ''), p.escalation_sink) end,
+           updated_at = now()
+     where p.action = op_set_policy.action
+    returning p.* into after;
+    seq := ledger.audit(op_set_policy.operator, 'set_policy', null::ledger.effects, op_set_policy.reason,
+                        ledger.policy_snapshot(before), ledger.policy_snapshot(after));
+    return query select ledger.policy_snapshot(after), seq;
+end
+$$;

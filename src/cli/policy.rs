@@ -1,0 +1,150 @@
+//! `effectwatch policy list|set`: what each action's effects may do next
+//! (retry semantics, pending window, holds, the approval limit, the sink),
+//! changed through the ledger's audited `op_set_policy`.
+
+use clap::{Args, Subcommand};
+use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
+
+use super::Format;
+use super::exit::{Failure, REFUSED};
+use crate::config::Config;
+use crate::format::duration_ms;
+use crate::ledger::policies::{self, PolicyChange, RETRY_SEMANTICS};
+use crate::text::{safe_json, sanitize_line};
+use crate::time_args::parse_duration;
+
+#[derive(Debug, Subcommand)]
+pub enum PolicyCommand {
+    /// Every action with a policy of its own (others get the defaults).
+    List {
+        #[arg(long, value_enum, default_value_t = Format::Table)]
+        format: Format,
+    },
+    /// Change one action's policy; what is not given stays as it is.
+    Set(SetArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SetArgs {
+    pub action: String,
+    /// What may happen after a doubt: safe_retry, reconcile_first, compensate, never_retry, escalate.
+    #[arg(long, value_parser = parse_semantics)]
+    pub retry: Option<String>,
+    /// How long a dispatched effect may wait for its answer (e.g. 5m).
+    #[arg(long, value_parser = parse_duration)]
+    pub pending_window: Option<std::time::Duration>,
+    /// Hold a second open effect of this action on one target.
+    #[arg(long)]
+    pub exclusive: Option<bool>,
+    /// Compensations above this (minor units) need a second operator; "none" removes the limit.
+    #[arg(long, value_parser = parse_limit)]
+    pub approval_limit: Option<Limit>,
+    /// Whether a reconciliation that finds nothing makes the effect retryable.
+    #[arg(long)]
+    pub retry_when_absent: Option<bool>,
+    /// The sink the reconciler escalates this action to; "none" removes it.
+    #[arg(long)]
+    pub sink: Option<String>,
+    /// Why: required, written in the audit trail.
+    #[arg(long)]
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limit {
+    Minor(i64),
+    None,
+}
+
+fn parse_limit(text: &str) -> Result<Limit, String> {
+    if text.eq_ignore_ascii_case("none") {
+        return Ok(Limit::None);
+    }
+    text.parse::<i64>()
+        .ok()
+        .filter(|n| *n >= 0)
+        .map(Limit::Minor)
+        .ok_or_else(|| format!("{text:?} is not an amount in minor units (or none)"))
+}
+
+fn parse_semantics(text: &str) -> Result<String, String> {
+    let wanted = text.replace('-', "_");
+    RETRY_SEMANTICS
+        .iter()
+        .find(|name| **name == wanted)
+        .map(|name| name.to_string())
+        .ok_or_else(|| format!("one of {}", RETRY_SEMANTICS.join(", ")))
+}
+
+pub async fn run(
+    pool: &sqlx::PgPool,
+    config: &Config,
+    command: PolicyCommand,
+) -> Result<(), Failure> {
+    match command {
+        PolicyCommand::List { format } => {
+            let list = policies::list(pool).await?;
+            match format {
+                Format::Json => println!("{}", safe_json(&list)),
+                Format::Table => {
+                    let mut table = Table::new();
+                    table.load_preset(UTF8_FULL_CONDENSED).set_header([
+                        "action",
+                        "retry",
+                        "window",
+                        "exclusive",
+                        "approval limit",
+                        "retry when absent",
+                        "sink",
+                    ]);
+                    for policy in &list {
+                        table.add_row([
+                            sanitize_line(&policy.action),
+                            policy.retry_semantics.clone(),
+                            duration_ms((policy.pending_window_secs * 1000.0) as i64),
+                            policy.exclusive_per_target.to_string(),
+                            policy
+                                .compensation_approval_limit_minor
+                                .map(|n| n.to_string())
+                                .unwrap_or_else(|| "none".into()),
+                            policy.retry_when_absent.to_string(),
+                            policy
+                                .escalation_sink
+                                .as_deref()
+                                .map(sanitize_line)
+                                .unwrap_or_else(|| "default".into()),
+                        ]);
+                    }
+                    println!("{table}");
+                }
+            }
+            Ok(())
+        }
+        PolicyCommand::Set(args) => {
+            if config.read_only {
+                return Err(Failure::new(REFUSED, "read-only: policy set refused"));
+            }
+            let change = PolicyChange {
+                pending_window: args.pending_window,
+                exclusive_per_target: args.exclusive,
+                compensation_approval_limit_minor: args.approval_limit.map(|limit| match limit {
+                    Limit::Minor(n) => Some(n),
+                    Limit::None => None,
+                }),
+                retry_when_absent: args.retry_when_absent,
+                retry_semantics: args.retry,
+                escalation_sink: args
+                    .sink
+                    .map(|sink| (!sink.eq_ignore_ascii_case("none")).then_some(sink)),
+            };
+            let (policy, seq) =
+                policies::set(pool, &args.action, &change, &config.operator, &args.reason).await?;
+            println!("{}", safe_json(&policy));
+            eprintln!(
+                "policy of {} changed; audit entry #{seq}",
+                sanitize_line(&args.action)
+            );
+            Ok(())
+        }
+    }
+}

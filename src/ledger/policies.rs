@@ -1,0 +1,132 @@
+//! Action policies (`sql/0015_policies.sql`): what the writer and the
+//! reconciler may do with an action's effects, read by every console and
+//! changed only through `ledger.op_set_policy`, audited.
+
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::Value;
+use sqlx::PgExecutor;
+
+use super::LedgerError;
+
+/// One action's policy as `effectwatch policy list` and the detail view show it.
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+pub struct Policy {
+    pub action: String,
+    pub pending_window_secs: f64,
+    pub exclusive_per_target: bool,
+    pub compensation_approval_limit_minor: Option<i64>,
+    pub retry_when_absent: bool,
+    pub retry_semantics: String,
+    pub escalation_sink: Option<String>,
+    /// Whether the action has a policy of its own, or the defaults apply.
+    pub configured: bool,
+}
+
+/// The retry semantics, as `policy set --retry` spells them.
+pub const RETRY_SEMANTICS: [&str; 5] = [
+    "safe_retry",
+    "reconcile_first",
+    "compensate",
+    "never_retry",
+    "escalate",
+];
+
+impl Policy {
+    /// What the policy lets happen next to an effect in `state`, in a sentence.
+    pub fn next_step(&self, state: &str) -> &'static str {
+        match (self.retry_semantics.as_str(), state) {
+            ("escalate", "unknown" | "pending") => {
+                "a person decides (the reconciler escalates once)"
+            }
+            ("safe_retry", "unknown") => "the agent may resend under the same key",
+            ("never_retry", "unknown" | "pending") => {
+                "ask the provider; if absent, a person decides"
+            }
+            ("compensate", "unknown" | "pending") => {
+                "ask the provider; settle doubts by compensating"
+            }
+            (_, "unknown" | "pending") => "ask the provider; the finding decides",
+            ("never_retry" | "escalate", "failed") => "never sent again by itself",
+            (_, "failed") => "the agent may retry if it is retryable",
+            (_, "succeeded") => "done; a doubt is settled by compensating",
+            (_, "held") => "waits for the effect ahead: release or cancel",
+            _ => "nothing further",
+        }
+    }
+}
+
+const POLICY_COLUMNS: &str =
+    "p.action, extract(epoch from p.pending_window)::float8 as pending_window_secs,
+    p.exclusive_per_target, p.compensation_approval_limit_minor, p.retry_when_absent,
+    p.retry_semantics, p.escalation_sink";
+
+pub async fn list<'c>(executor: impl PgExecutor<'c>) -> Result<Vec<Policy>, LedgerError> {
+    Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "select {POLICY_COLUMNS}, true as configured from ledger.action_policies p order by p.action"
+    )))
+    .fetch_all(executor)
+    .await?)
+}
+
+/// The policy that applies to `action`: its own, else the defaults.
+pub async fn for_action<'c>(
+    executor: impl PgExecutor<'c>,
+    action: &str,
+) -> Result<Policy, LedgerError> {
+    Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "select {POLICY_COLUMNS},
+                exists (select 1 from ledger.action_policies c where c.action = $1) as configured
+           from ledger.policy_for($1) p"
+    )))
+    .bind(action)
+    .fetch_one(executor)
+    .await?)
+}
+
+/// What to change; `None` keeps the current value.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PolicyChange {
+    pub pending_window: Option<Duration>,
+    pub exclusive_per_target: Option<bool>,
+    /// `Some(None)` removes the limit.
+    pub compensation_approval_limit_minor: Option<Option<i64>>,
+    pub retry_when_absent: Option<bool>,
+    pub retry_semantics: Option<String>,
+    /// `Some(None)` removes the sink.
+    pub escalation_sink: Option<Option<String>>,
+}
+
+/// Changes `action`'s policy; returns it as recorded, and the audit entry.
+pub async fn set<'c>(
+    executor: impl PgExecutor<'c>,
+    action: &str,
+    change: &PolicyChange,
+    operator: &str,
+    reason: &str,
+) -> Result<(Value, i64), LedgerError> {
+    Ok(sqlx::query_as(
+        "select policy, audit_seq from ledger.op_set_policy(
+            action => $1, operator => $2, reason => $3, pending_window => $4,
+            exclusive_per_target => $5, compensation_approval_limit_minor => $6,
+            clear_approval_limit => $7, retry_when_absent => $8, retry_semantics => $9,
+            escalation_sink => $10, clear_escalation_sink => $11)",
+    )
+    .bind(action)
+    .bind(operator)
+    .bind(reason)
+    .bind(change.pending_window)
+    .bind(change.exclusive_per_target)
+    .bind(change.compensation_approval_limit_minor.flatten())
+    .bind(matches!(
+        change.compensation_approval_limit_minor,
+        Some(None)
+    ))
+    .bind(change.retry_when_absent)
+    .bind(change.retry_semantics.as_deref())
+    .bind(change.escalation_sink.clone().flatten())
+    .bind(matches!(change.escalation_sink, Some(None)))
+    .fetch_one(executor)
+    .await?)
+}
