@@ -15,8 +15,10 @@ pub(crate) struct Config {
     pub(crate) runs: usize,
     pub(crate) warmups: usize,
     pub(crate) limit: i64,
+    pub(crate) reconcile: u64,
     pub(crate) writer: bool,
     pub(crate) panes: bool,
+    pub(crate) reconciler: bool,
 }
 
 pub(crate) fn env_num<T: FromStr>(name: &str, default: T) -> Result<T>
@@ -37,11 +39,12 @@ impl Config {
     pub(crate) fn from_env() -> Result<Config> {
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
         let only = std::env::var("EW_BENCH_ONLY").unwrap_or_default();
-        let (writer, panes) = match only.trim() {
-            "" | "both" | "all" => (true, true),
-            "writer" => (true, false),
-            "panes" => (false, true),
-            other => bail!("EW_BENCH_ONLY={other:?}: expected writer, panes or both"),
+        let (writer, panes, reconciler) = match only.trim() {
+            "" | "both" | "all" => (true, true, true),
+            "writer" => (true, false, false),
+            "panes" => (false, true, false),
+            "reconciler" => (false, false, true),
+            other => bail!("EW_BENCH_ONLY={other:?}: expected writer, panes, reconciler or all"),
         };
         let config = Config {
             effects: env_num("EW_BENCH_EFFECTS", 1_000_000)?,
@@ -55,8 +58,10 @@ impl Config {
             runs: env_num("EW_BENCH_RUNS", 15)?,
             warmups: env_num("EW_BENCH_WARMUPS", 3)?,
             limit: env_num("EW_BENCH_LIMIT", 500)?,
+            reconcile: env_num("EW_BENCH_RECONCILE", 10_000)?,
             writer,
             panes,
+            reconciler,
         };
         if config.open < 4 || config.small < config.open || config.effects < config.small {
             bail!(
@@ -72,9 +77,10 @@ impl Config {
             || config.batch == 0
             || config.build_jobs == 0
             || config.runs == 0
+            || config.reconcile == 0
         {
             bail!(
-                "EW_BENCH_SECONDS, _ROUNDS, _CONNECTIONS, _BATCH, _BUILD_JOBS and _RUNS must be > 0"
+                "EW_BENCH_SECONDS, _ROUNDS, _CONNECTIONS, _BATCH, _BUILD_JOBS, _RUNS and _RECONCILE must be > 0"
             );
         }
         Ok(config)

@@ -10,6 +10,9 @@
 //!    plan on both ledgers is captured with `EXPLAIN (ANALYZE, BUFFERS)` (through auto_explain,
 //!    so it is the plan of the very statement `panes::fetch` sends).
 //!
+//! 3. **Reconciler**: a backlog of unknown effects settled by 1, 2 and 4 reconcilers at once
+//!    against the fake provider (`reconciler_bench`).
+//!
 //! Server: `DATABASE_URL` if set (fresh databases `ew_bench_<pid>_*` are created on it and
 //! dropped afterwards), else a private cluster started with `effectwatch::localpg` (durable
 //! settings, `fast_unsafe: false`), stopped at the end — or by its watchdog if we are killed.
@@ -23,14 +26,15 @@
 //! rounds per path, `EW_BENCH_CONNECTIONS` [8] writer connections, `EW_BENCH_BATCH` [50000] rows
 //! per build statement (capped by the server's lock table, see `build_batch`),
 //! `EW_BENCH_BUILD_JOBS` [cores] parallel build connections, `EW_BENCH_RUNS` [15] timed runs per
-//! query, `EW_BENCH_WARMUPS` [3], `EW_BENCH_LIMIT` [500] rows per pane fetch, `EW_BENCH_ONLY`
-//! [both] `writer` or `panes`.
+//! query, `EW_BENCH_WARMUPS` [3], `EW_BENCH_LIMIT` [500] rows per pane fetch, `EW_BENCH_RECONCILE` [10000] unknown
+//! effects for the reconciler, `EW_BENCH_ONLY` [all] `writer`, `panes` or `reconciler`.
 //!
 //! Results go to stdout; progress goes to stderr.
 
 mod build;
 mod config;
 mod pane_bench;
+mod reconciler_bench;
 mod server;
 mod stats;
 mod writer;
@@ -52,6 +56,7 @@ use std::time::{Duration, Instant};
 pub(crate) use build::*;
 pub(crate) use config::*;
 pub(crate) use pane_bench::*;
+pub(crate) use reconciler_bench::*;
 pub(crate) use server::*;
 pub(crate) use stats::*;
 pub(crate) use writer::*;
@@ -96,6 +101,9 @@ async fn run(config: &Config, server: &Server) -> Result<()> {
     }
     if config.panes {
         println!("{}", panes_bench(config, server).await?);
+    }
+    if config.reconciler {
+        println!("{}", reconciler_bench(config, server).await?);
     }
     Ok(())
 }
