@@ -47,7 +47,12 @@ begin
           from ledger.effects e
           join candidates c on c.id = e.id
           left join ledger.reconcile_leases l on l.effect_id = e.id
-         where (l.effect_id is null
+         -- Said again here, where the row is locked: a row another
+         -- reconciler settled (and whose lease it ended) after this
+         -- statement began is re-checked as it is now, and skipped.
+         where (e.state = 'unknown' or (e.state = 'pending' and e.dispatched_at is not null))
+           and e.attention is null
+           and (l.effect_id is null
                 or (l.next_try_at <= now() and (l.claimed_until is null or l.claimed_until < now())))
            -- An action whose policy leaves every doubt to a person is
            -- handed over once, not asked about again.
