@@ -46,6 +46,9 @@ create table ledger.action_policies (
                                                             'never_retry', 'escalate')),
     -- Where the reconciler sends this action's escalations; null: its default sink.
     escalation_sink              text,
+    -- Whether an effect's approval_ref must be one the approving system
+    -- registered (ledger.grant_approval); a registered one is always checked.
+    approvals_must_be_registered boolean  not null default false,
     updated_at                   timestamptz not null default now(),
     check (pending_window > interval '0')
 );
@@ -401,3 +404,29 @@ create table ledger.key_tombstones (
     last_replay_at timestamptz
 );
 create index key_tombstones_pruned_idx on ledger.key_tombstones using brin (pruned_at);
+
+-- What an approving system authorised (sql/0016_approvals.sql): one
+-- action on one target, up to an amount, with these params if given, until
+-- it expires; a newer version supersedes the older. An approval authorises
+-- one effect: the first that begins under it consumes it.
+create table ledger.approvals (
+    approval_ref         text not null check (length(approval_ref) between 1 and 256),
+    version              integer not null check (version >= 1),
+    action               text not null,
+    target               text not null,
+    amount_ceiling_minor bigint check (amount_ceiling_minor >= 0),
+    currency             text check (currency ~ '^[A-Z]{3}$'),
+    -- Null: any params (within the ceiling); else exactly these (ledger.params_hash).
+    params_hash          text,
+    expires_at           timestamptz not null,
+    granted_by           text not null,
+    granted_at           timestamptz not null default now(),
+    revoked_at           timestamptz,
+    revoked_by           text,
+    revoke_reason        text,
+    consumed_by          bigint references ledger.effects (id),
+    consumed_at          timestamptz,
+    primary key (approval_ref, version),
+    check ((amount_ceiling_minor is null) = (currency is null))
+);
+

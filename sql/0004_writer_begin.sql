@@ -36,6 +36,7 @@ begin
         policy.exclusive_per_target := true;
         policy.retry_when_absent := true;
         policy.retry_semantics := 'reconcile_first';
+        policy.approvals_must_be_registered := false;
         policy.updated_at := now();
     end if;
     return policy;
@@ -84,6 +85,8 @@ declare
     holder         ledger.effects;
     created        ledger.effects;
     tombstone      ledger.key_tombstones;
+    approval       ledger.approvals;
+    refusal        text;
     window_length  interval;
 begin
     if coalesce(open_effect.op_key, '') = '' then
@@ -236,8 +239,13 @@ begin
 
         policy := ledger.policy_for(open_effect.action);
         window_length := coalesce(open_effect.pending_window, policy.pending_window);
+        -- The approval a new key names must authorise it now (0016).
+        approval := ledger.lock_approval(open_effect.approval_ref, open_effect.approval_version);
+        refusal := ledger.approval_refusal(approval, open_effect.approval_ref, open_effect.approval_version,
+                       policy.approvals_must_be_registered, open_effect.action, open_effect.target,
+                       open_effect.amount_minor, upper(open_effect.currency), offered_hash, null);
         holder := null;
-        if policy.exclusive_per_target then
+        if policy.exclusive_per_target and refusal is null then
             select e.* into holder from ledger.effects e
              where e.target = open_effect.target
                and e.action = open_effect.action
@@ -264,6 +272,20 @@ begin
         on conflict on constraint effects_op_key_key do nothing
         returning e.* into created;
 
+        if found and refusal is not null then
+            -- Refused, and kept: the key, who asked and why it was refused
+            -- are a fact of the ledger; the key stays closed (stop).
+            perform set_config('ledger.reason', refusal, true);
+            update ledger.effects e set state = 'cancelled', failure_reason = refusal
+             where e.id = created.id;
+            return query select 'rejected'::text, created.id, 'cancelled'::text,
+                                jsonb_build_object('refused', refusal);
+            return;
+        end if;
+        if found and approval.approval_ref is not null then
+            update ledger.approvals a set consumed_by = created.id, consumed_at = now()
+             where a.approval_ref = approval.approval_ref and a.version = approval.version;
+        end if;
         if found then
             -- The first call is the effect row itself (requester, request id,
             -- params hash) and its creation event: attempts record the calls

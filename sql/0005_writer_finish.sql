@@ -103,8 +103,10 @@ set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_column
 declare
-    effect  ledger.effects;
-    refusal text;
+    effect   ledger.effects;
+    refusal  text;
+    approval ledger.approvals;
+    lapse    text;
 begin
     effect := ledger.effect_for_writer(mark_dispatched.op_key);
     refusal := ledger.writer_refusal(effect, 'dispatch');
@@ -113,6 +115,25 @@ begin
                                       mark_dispatched.worker, mark_dispatched.request_id);
         return query select false, effect.state, effect.deadline_at, refusal;
         return;
+    end if;
+    -- An approval that expired, was revoked or superseded since begin
+    -- (between attempts, say) stops the dispatch: the effect is cancelled.
+    if effect.approval_ref is not null and effect.state = 'pending' and effect.dispatched_at is null then
+        approval := ledger.lock_approval(effect.approval_ref, effect.approval_version);
+        lapse := ledger.approval_refusal(approval, effect.approval_ref, effect.approval_version, false,
+                     effect.action, effect.target, effect.amount_minor, effect.currency,
+                     effect.params_hash, effect.id);
+        if lapse is not null then
+            perform set_config('ledger.actor', coalesce(mark_dispatched.worker, effect.requested_by), true);
+            perform set_config('ledger.reason', lapse || ': not dispatched', true);
+            update ledger.effects e set state = 'cancelled', failure_reason = lapse
+             where e.id = effect.id returning e.* into effect;
+            perform ledger.record_attempt(effect, 'dispatch_refused', mark_dispatched.worker,
+                mark_dispatched.request_id, null, detail => jsonb_build_object('approval', lapse),
+                flagged => true);
+            return query select false, effect.state, effect.deadline_at, lapse;
+            return;
+        end if;
     end if;
     return query select c.claimed, c.state, c.deadline_at, null::text
                    from ledger.claim_dispatch(effect, mark_dispatched.request_id, mark_dispatched.worker) c;

@@ -13,7 +13,8 @@ language sql immutable as $$
         'compensation_approval_limit_minor', (policy).compensation_approval_limit_minor,
         'retry_when_absent', (policy).retry_when_absent,
         'retry_semantics', (policy).retry_semantics,
-        'escalation_sink', (policy).escalation_sink)) end
+        'escalation_sink', (policy).escalation_sink,
+        'approvals_must_be_registered', (policy).approvals_must_be_registered)) end
 $$;
 
 -- Writes the given settings of one action's policy (creating it with the
@@ -30,7 +31,8 @@ create function ledger.op_set_policy(
     retry_when_absent                 boolean  default null,
     retry_semantics                   text     default null,
     escalation_sink                   text     default null,
-    clear_escalation_sink             boolean  default false
+    clear_escalation_sink             boolean  default false,
+    approvals_must_be_registered      boolean  default null
 ) returns table (policy jsonb, audit_seq bigint)
 language plpgsql security definer
 set search_path = pg_catalog, pg_temp
@@ -68,6 +70,8 @@ begin
            escalation_sink = case
                when op_set_policy.clear_escalation_sink then null
                else coalesce(nullif(btrim(op_set_policy.escalation_sink), ''), p.escalation_sink) end,
+           approvals_must_be_registered = coalesce(op_set_policy.approvals_must_be_registered,
+                                                   p.approvals_must_be_registered),
            updated_at = now()
      where p.action = op_set_policy.action
     returning p.* into after;

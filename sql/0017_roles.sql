@@ -7,7 +7,7 @@ do $$
 declare
     role_name text;
 begin
-    foreach role_name in array array['effect_agent', 'effect_operator', 'effect_readonly'] loop
+    foreach role_name in array array['effect_agent', 'effect_operator', 'effect_readonly', 'effect_approver'] loop
         if not exists (select 1 from pg_roles where rolname = role_name) then
             begin
                 execute format('create role %I nologin', role_name);
@@ -25,7 +25,7 @@ revoke all on schema ledger from public;
 revoke execute on all functions in schema ledger from public;
 revoke all on all tables in schema ledger from public;
 
-grant usage on schema ledger to effect_agent, effect_operator, effect_readonly;
+grant usage on schema ledger to effect_agent, effect_operator, effect_readonly, effect_approver;
 
 -- Agents: the writer API, and their own effects to read back.
 grant execute on function
@@ -118,8 +118,17 @@ grant execute on function
 
 -- Policies: every console reads them; operators change them, audited.
 grant execute on function
-    ledger.op_set_policy(text, text, text, interval, boolean, bigint, boolean, boolean, text, text, boolean)
+    ledger.op_set_policy(text, text, text, interval, boolean, bigint, boolean, boolean, text, text, boolean,
+                         boolean)
     to effect_operator;
 grant execute on function ledger.policy_snapshot(ledger.action_policies), ledger.policy_for(text)
     to effect_operator, effect_readonly;
 grant select on ledger.reconcile_leases, ledger.reconcile_backlog to effect_operator, effect_readonly;
+
+-- The approving system records what it authorises, and revokes it; it
+-- reads its approvals and nothing else. Consoles read them all.
+grant execute on function
+    ledger.grant_approval(text, integer, text, text, timestamptz, text, text, bigint, text, jsonb),
+    ledger.revoke_approval(text, integer, text, text)
+    to effect_approver;
+grant select on ledger.approvals to effect_approver;

@@ -131,6 +131,7 @@ async fn run(cli: Cli, explicit_url: bool) -> Result<(), Failure> {
         Command::Check(_) => unreachable!("handled above"),
         Command::Prune(args) => cli::prune::run(&pool, &config, args).await,
         Command::Policy { command } => cli::policy::run(&pool, &config, command).await,
+        Command::Approval { command } => cli::approval::run(&pool, &config, command).await,
         Command::Settle(command) => cli::settle::run(&pool, &config, command).await,
     }
 }

@@ -1,5 +1,6 @@
 //! The command line: one file per subcommand, one exit code per kind of failure.
 
+pub mod approval;
 pub mod audit;
 pub mod check;
 pub mod config;
@@ -103,6 +104,11 @@ pub enum Command {
     Report(report::ReportArgs),
     /// For cron and monitoring: exit 0 within thresholds, 1 exceeded, 2 cannot tell.
     Check(check::CheckArgs),
+    /// Approvals an approving system granted: what they authorise, until when; grant and revoke.
+    Approval {
+        #[command(subcommand)]
+        command: approval::ApprovalCommand,
+    },
     /// What each action's effects may do next: retry semantics, windows, holds, approval limit.
     Policy {
         #[command(subcommand)]
@@ -130,6 +136,7 @@ impl Command {
             Command::Check(_) => "check",
             Command::Prune(_) => "prune",
             Command::Policy { .. } => "policy",
+            Command::Approval { .. } => "approval",
             Command::Settle(_) => "settle",
         }
     }

@@ -42,6 +42,9 @@ pub struct SetArgs {
     /// Whether a reconciliation that finds nothing makes the effect retryable.
     #[arg(long)]
     pub retry_when_absent: Option<bool>,
+    /// Refuse approval refs the approving system never registered.
+    #[arg(long)]
+    pub approvals_registered: Option<bool>,
     /// The sink the reconciler escalates this action to; "none" removes it.
     #[arg(long)]
     pub sink: Option<String>,
@@ -136,6 +139,7 @@ pub async fn run(
                 escalation_sink: args
                     .sink
                     .map(|sink| (!sink.eq_ignore_ascii_case("none")).then_some(sink)),
+                approvals_must_be_registered: args.approvals_registered,
             };
             let (policy, seq) =
                 policies::set(pool, &args.action, &change, &config.operator, &args.reason).await?;

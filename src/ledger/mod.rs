@@ -2,6 +2,7 @@
 //! panes, operator actions and audit. No terminal code lives here.
 
 pub mod actions;
+pub mod approvals;
 pub mod audit;
 pub mod check;
 pub mod compensation;

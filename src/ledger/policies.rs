@@ -20,6 +20,7 @@ pub struct Policy {
     pub retry_when_absent: bool,
     pub retry_semantics: String,
     pub escalation_sink: Option<String>,
+    pub approvals_must_be_registered: bool,
     /// Whether the action has a policy of its own, or the defaults apply.
     pub configured: bool,
 }
@@ -60,7 +61,7 @@ impl Policy {
 const POLICY_COLUMNS: &str =
     "p.action, extract(epoch from p.pending_window)::float8 as pending_window_secs,
     p.exclusive_per_target, p.compensation_approval_limit_minor, p.retry_when_absent,
-    p.retry_semantics, p.escalation_sink";
+    p.retry_semantics, p.escalation_sink, p.approvals_must_be_registered";
 
 pub async fn list<'c>(executor: impl PgExecutor<'c>) -> Result<Vec<Policy>, LedgerError> {
     Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(
@@ -96,6 +97,7 @@ pub struct PolicyChange {
     pub retry_semantics: Option<String>,
     /// `Some(None)` removes the sink.
     pub escalation_sink: Option<Option<String>>,
+    pub approvals_must_be_registered: Option<bool>,
 }
 
 /// Changes `action`'s policy; returns it as recorded, and the audit entry.
@@ -111,7 +113,8 @@ pub async fn set<'c>(
             action => $1, operator => $2, reason => $3, pending_window => $4,
             exclusive_per_target => $5, compensation_approval_limit_minor => $6,
             clear_approval_limit => $7, retry_when_absent => $8, retry_semantics => $9,
-            escalation_sink => $10, clear_escalation_sink => $11)",
+            escalation_sink => $10, clear_escalation_sink => $11,
+            approvals_must_be_registered => $12)",
     )
     .bind(action)
     .bind(operator)
@@ -127,6 +130,7 @@ pub async fn set<'c>(
     .bind(change.retry_semantics.as_deref())
     .bind(change.escalation_sink.clone().flatten())
     .bind(matches!(change.escalation_sink, Some(None)))
+    .bind(change.approvals_must_be_registered)
     .fetch_one(executor)
     .await?)
 }

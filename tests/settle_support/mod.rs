@@ -220,6 +220,7 @@ pub async fn role_pool(db: &TestDb, role: &'static str) -> PgPool {
                 let statement = match role {
                     "effect_readonly" => "set role effect_readonly",
                     "effect_agent" => "set role effect_agent",
+                    "effect_approver" => "set role effect_approver",
                     _ => "set role effect_operator",
                 };
                 connection.execute(statement).await?;
