@@ -3,6 +3,8 @@
 -- the tables carry the invariants that must hold whoever writes.
 
 create schema if not exists ledger;
+-- Text equality inside a GiST exclusion constraint (bookings, below).
+create extension if not exists btree_gist;
 
 -- Keys, actions and targets are identities people compare by eye. A control
 -- or format character (Unicode categories Cc and Cf: zero-width spaces and
@@ -49,6 +51,9 @@ create table ledger.action_policies (
     -- Whether an effect's approval_ref must be one the approving system
     -- registered (ledger.grant_approval); a registered one is always checked.
     approvals_must_be_registered boolean  not null default false,
+    -- Bookings: effects of this action conflict when their time ranges on
+    -- the target overlap (begin_effect's `during`), not merely by target.
+    conflicts_by_time_range      boolean  not null default false,
     updated_at                   timestamptz not null default now(),
     check (pending_window > interval '0')
 );
@@ -108,9 +113,17 @@ create table ledger.effects (
     error_class       text check (error_class in ('timeout', 'connection_reset', 'server_error',
                                                   'invalid_response', 'business_rejection', 'rate_limited')),
     retry_not_before  timestamptz,
+    -- A booking's time range, for an action whose policy conflicts by time
+    -- range; part of the intent (a different range is another booking).
+    during            tstzrange check (during is null or not isempty(during)),
     check (pending_window > interval '0'),
     check ((amount_minor is null) = (currency is null)),
-    check (state <> 'held' or held_by is not null)
+    check (state <> 'held' or held_by is not null),
+    -- No code path, not even a hand-written insert, can double-book: two
+    -- bookings of one target whose ranges overlap cannot both be open or
+    -- done (held ones wait outside it; compensated ones have left it).
+    constraint effects_no_double_booking exclude using gist (target with =, action with =, during with &&)
+        where (during is not null and state in ('pending', 'unknown', 'succeeded'))
 );
 
 -- Every index on this table is written by every writer call that changes
@@ -149,7 +162,7 @@ create table ledger.attempts (
     effect_id     bigint not null references ledger.effects (id),
     op_key        text not null,
     kind          text not null check (kind in
-                    ('replay', 'in_flight', 'retry', 'stop', 'mismatch', 'held', 'wait',
+                    ('replay', 'in_flight', 'retry', 'stop', 'mismatch', 'held', 'wait', 'overlap',
                      'dispatch', 'dispatch_refused', 'completion_repeat', 'late_result',
                      'refused')),
     requested_by  text,

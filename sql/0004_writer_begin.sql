@@ -37,6 +37,7 @@ begin
         policy.retry_when_absent := true;
         policy.retry_semantics := 'reconcile_first';
         policy.approvals_must_be_registered := false;
+        policy.conflicts_by_time_range := false;
         policy.updated_at := now();
     end if;
     return policy;
@@ -71,7 +72,8 @@ create function ledger.open_effect(
     provider         text     default null,
     approval_ref     text     default null,
     approval_version integer  default null,
-    request_id       text     default null
+    request_id       text     default null,
+    during           tstzrange default null
 ) returns table (decision text, effect_id bigint, state text, result jsonb)
 language plpgsql
 set search_path = pg_catalog, pg_temp
@@ -87,6 +89,7 @@ declare
     tombstone      ledger.key_tombstones;
     approval       ledger.approvals;
     refusal        text;
+    booked         ledger.effects;
     window_length  interval;
 begin
     if coalesce(open_effect.op_key, '') = '' then
@@ -125,13 +128,15 @@ begin
                or existing.target <> open_effect.target
                or existing.amount_minor is distinct from open_effect.amount_minor
                or existing.currency is distinct from upper(open_effect.currency)
-               or existing.provider is distinct from open_effect.provider then
+               or existing.provider is distinct from open_effect.provider
+               or existing.during is distinct from open_effect.during then
                 perform ledger.record_attempt(existing, 'mismatch', open_effect.requested_by,
                     open_effect.request_id, offered_hash, offered_params,
                     jsonb_build_object('action', open_effect.action, 'target', open_effect.target,
                                        'amount_minor', open_effect.amount_minor,
                                        'currency', upper(open_effect.currency),
-                                       'provider', open_effect.provider),
+                                       'provider', open_effect.provider,
+                                       'during', open_effect.during::text),
                     true);
                 return query select 'rejected'::text, existing.id, existing.state, null::jsonb;
                 return;
@@ -245,7 +250,37 @@ begin
                        policy.approvals_must_be_registered, open_effect.action, open_effect.target,
                        open_effect.amount_minor, upper(open_effect.currency), offered_hash, null);
         holder := null;
-        if policy.exclusive_per_target and refusal is null then
+        if policy.conflicts_by_time_range then
+            if open_effect.during is null or isempty(open_effect.during) then
+                raise exception 'ledger: % conflicts by time range: begin_effect needs its range (during) (key %)',
+                    open_effect.action, open_effect.op_key
+                    using errcode = 'invalid_parameter_value';
+            end if;
+            -- A range that overlaps a booking already made is not a retry
+            -- of it but a second booking: refused, and the attempt is kept
+            -- on the booking it would have doubled.
+            select e.* into booked from ledger.effects e
+             where e.target = open_effect.target and e.action = open_effect.action
+               and e.state = 'succeeded' and e.during && open_effect.during
+             limit 1;
+            if found and refusal is null then
+                perform ledger.record_attempt(booked, 'overlap', open_effect.requested_by,
+                    open_effect.request_id, offered_hash, offered_params,
+                    jsonb_build_object('op_key', open_effect.op_key, 'during', open_effect.during::text));
+                return query select 'overlap'::text, booked.id, booked.state,
+                    jsonb_build_object('overlaps', booked.op_key, 'during', booked.during::text);
+                return;
+            end if;
+            if refusal is null then
+                select e.* into holder from ledger.effects e
+                 where e.target = open_effect.target
+                   and e.action = open_effect.action
+                   and e.state in ('pending', 'unknown', 'held')
+                   and e.during && open_effect.during
+                 order by (e.state = 'held'), e.created_at
+                 limit 1;
+            end if;
+        elsif policy.exclusive_per_target and refusal is null then
             select e.* into holder from ledger.effects e
              where e.target = open_effect.target
                and e.action = open_effect.action
@@ -257,7 +292,7 @@ begin
         insert into ledger.effects as e (
             op_key, action, target, params, params_hash, amount_minor, currency, provider,
             requested_by, owner_role, approval_ref, approval_version, request_id, state, pending_window,
-            deadline_at, held_by)
+            deadline_at, held_by, during)
         values (
             open_effect.op_key, open_effect.action, open_effect.target, offered_params, offered_hash,
             open_effect.amount_minor, upper(open_effect.currency), open_effect.provider,
@@ -268,7 +303,9 @@ begin
             -- A held effect points at the open one actually in the way: the
             -- oldest pending or unknown one, else the oldest held one (what
             -- that one was held by may be settled by now).
-            holder.id)
+            holder.id,
+            -- A refused key keeps no time: it must not stand in a booking's way.
+            case when refusal is null then open_effect.during end)
         on conflict on constraint effects_op_key_key do nothing
         returning e.* into created;
 
@@ -321,7 +358,8 @@ create function ledger.begin_effect(
     provider         text     default null,
     approval_ref     text     default null,
     approval_version integer  default null,
-    request_id       text     default null
+    request_id       text     default null,
+    during           tstzrange default null
 ) returns table (decision text, effect_id bigint, state text, result jsonb)
 language plpgsql security definer
 set search_path = pg_catalog, pg_temp
@@ -351,6 +389,6 @@ begin
                               begin_effect.params, begin_effect.requested_by, begin_effect.pending_window,
                               begin_effect.amount_minor, begin_effect.currency, begin_effect.provider,
                               begin_effect.approval_ref, begin_effect.approval_version,
-                              begin_effect.request_id) b;
+                              begin_effect.request_id, begin_effect.during) b;
 end
 $$;

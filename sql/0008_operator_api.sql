@@ -120,10 +120,15 @@ begin
         perform ledger.not_applicable(effect, 'release');
     end if;
     before := ledger.effect_snapshot(effect);
-    update ledger.effects e
-       set state = 'pending', held_by = null, deadline_at = now() + e.pending_window
-     where e.id = effect.id
-    returning e.* into effect;
+    begin
+        update ledger.effects e
+           set state = 'pending', held_by = null, deadline_at = now() + e.pending_window
+         where e.id = effect.id
+        returning e.* into effect;
+    exception when exclusion_violation then
+        raise exception 'ledger: % still overlaps a booking that is open or done: cancel it, or settle the other first',
+            effect.op_key using errcode = 'EW422';
+    end;
     update ledger.holds h set closed_at = now(), closed_how = 'released', closed_by = op_release.operator
      where h.effect_id = effect.id and h.closed_at is null;
     seq := ledger.audit(op_release.operator, 'release', effect, op_release.reason,

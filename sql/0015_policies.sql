@@ -14,7 +14,8 @@ language sql immutable as $$
         'retry_when_absent', (policy).retry_when_absent,
         'retry_semantics', (policy).retry_semantics,
         'escalation_sink', (policy).escalation_sink,
-        'approvals_must_be_registered', (policy).approvals_must_be_registered)) end
+        'approvals_must_be_registered', (policy).approvals_must_be_registered,
+        'conflicts_by_time_range', (policy).conflicts_by_time_range)) end
 $$;
 
 -- Writes the given settings of one action's policy (creating it with the
@@ -32,7 +33,8 @@ create function ledger.op_set_policy(
     retry_semantics                   text     default null,
     escalation_sink                   text     default null,
     clear_escalation_sink             boolean  default false,
-    approvals_must_be_registered      boolean  default null
+    approvals_must_be_registered      boolean  default null,
+    conflicts_by_time_range           boolean  default null
 ) returns table (policy jsonb, audit_seq bigint)
 language plpgsql security definer
 set search_path = pg_catalog, pg_temp
@@ -72,6 +74,7 @@ begin
                else coalesce(nullif(btrim(op_set_policy.escalation_sink), ''), p.escalation_sink) end,
            approvals_must_be_registered = coalesce(op_set_policy.approvals_must_be_registered,
                                                    p.approvals_must_be_registered),
+           conflicts_by_time_range = coalesce(op_set_policy.conflicts_by_time_range, p.conflicts_by_time_range),
            updated_at = now()
      where p.action = op_set_policy.action
     returning p.* into after;

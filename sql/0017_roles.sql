@@ -29,7 +29,8 @@ grant usage on schema ledger to effect_agent, effect_operator, effect_readonly, 
 
 -- Agents: the writer API, and their own effects to read back.
 grant execute on function
-    ledger.begin_effect(text, text, text, jsonb, text, interval, bigint, text, text, text, integer, text),
+    ledger.begin_effect(text, text, text, jsonb, text, interval, bigint, text, text, text, integer, text,
+                        tstzrange),
     ledger.mark_dispatched(text, text, text),
     ledger.complete_effect(text, text, text, jsonb, boolean, text, text, text, text, interval)
     to effect_agent;
@@ -119,7 +120,7 @@ grant execute on function
 -- Policies: every console reads them; operators change them, audited.
 grant execute on function
     ledger.op_set_policy(text, text, text, interval, boolean, bigint, boolean, boolean, text, text, boolean,
-                         boolean)
+                         boolean, boolean)
     to effect_operator;
 grant execute on function ledger.policy_snapshot(ledger.action_policies), ledger.policy_for(text)
     to effect_operator, effect_readonly;

@@ -42,6 +42,9 @@ pub struct SetArgs {
     /// Whether a reconciliation that finds nothing makes the effect retryable.
     #[arg(long)]
     pub retry_when_absent: Option<bool>,
+    /// Bookings: effects conflict when their time ranges on a target overlap.
+    #[arg(long)]
+    pub by_time_range: Option<bool>,
     /// Refuse approval refs the approving system never registered.
     #[arg(long)]
     pub approvals_registered: Option<bool>,
@@ -140,6 +143,7 @@ pub async fn run(
                     .sink
                     .map(|sink| (!sink.eq_ignore_ascii_case("none")).then_some(sink)),
                 approvals_must_be_registered: args.approvals_registered,
+                conflicts_by_time_range: args.by_time_range,
             };
             let (policy, seq) =
                 policies::set(pool, &args.action, &change, &config.operator, &args.reason).await?;

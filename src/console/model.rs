@@ -288,7 +288,15 @@ pub fn pane_model(rows: &PaneRows) -> TableModel {
                         Cell::text(&format!("‖ {}", row.op_key)),
                         money_cell(row.amount_minor, row.currency.as_deref()),
                         age_cell(row.held_ms, Role::Warn),
-                        Cell::text(&format!("→ {}", row.holder_op_key)),
+                        Cell::text(&match (row.overlap_from, row.overlap_to) {
+                            (Some(from), Some(to)) => format!(
+                                "→ {} ({}–{})",
+                                row.holder_op_key,
+                                from.format("%m-%d %H:%M"),
+                                to.format("%H:%M")
+                            ),
+                            _ => format!("→ {}", row.holder_op_key),
+                        }),
                         Cell::text(&row.holder_state).with_role(state_role(&row.holder_state)),
                         money_cell(row.holder_amount_minor, row.holder_currency.as_deref()),
                         age_cell(row.holder_age_ms, Role::Text),

@@ -119,6 +119,8 @@ mod tests {
                 holder_amount_minor: None,
                 holder_currency: None,
                 version: 1,
+                overlap_from: None,
+                overlap_to: None,
             })
             .collect();
         vec![(Pane::Held, PaneRows::Held(rows))]

@@ -46,6 +46,11 @@ impl LedgerError {
                     Some("EW404") => LedgerError::NotFound(strip_prefix(&message)),
                     Some("EW409") => LedgerError::Changed(strip_prefix(&message)),
                     Some("EW422") => LedgerError::NotApplicable(strip_prefix(&message)),
+                    // A double booking, refused by the ledger's exclusion constraint.
+                    Some("23P01") => LedgerError::NotApplicable(format!(
+                        "{}: the time range overlaps another booking of the target",
+                        strip_prefix(&message)
+                    )),
                     Some("42P01" | "3F000" | "42883") => LedgerError::SchemaMissing(message),
                     Some("42501") => LedgerError::Refused(message),
                     Some("22023" | "23514" | "22P02" | "23502") => {

@@ -89,6 +89,9 @@ pub enum Decision {
     /// Rate limited: the same key may be sent again after
     /// `result.retry_after_seconds`.
     Wait,
+    /// A booking whose time range overlaps one already made on the target
+    /// (`result.overlaps`, `result.during`): not a retry, a second booking.
+    Overlap,
 }
 
 impl Decision {

@@ -218,6 +218,9 @@ pub struct HeldRow {
     pub holder_amount_minor: Option<i64>,
     pub holder_currency: Option<String>,
     pub version: i64,
+    /// For bookings: the stretch of time the held one and its holder contend for.
+    pub overlap_from: Option<DateTime<Utc>>,
+    pub overlap_to: Option<DateTime<Utc>>,
 }
 
 /// Rows of one pane; each pane keeps its own shape.
@@ -352,7 +355,8 @@ pub(crate) fn pane_sql(pane: Pane) -> (&'static str, FilterColumns, &'static str
                     (extract(epoch from v.held_for) * 1000)::bigint as held_ms,
                     v.holder_op_key, v.holder_effect_id, v.holder_state,
                     (extract(epoch from v.holder_age) * 1000)::bigint as holder_age_ms,
-                    v.holder_amount_minor, v.holder_currency, v.version",
+                    v.holder_amount_minor, v.holder_currency, v.version, v.overlap_from,
+                    v.overlap_to",
             &[
                 ("key", Some("v.op_key")),
                 ("target", Some("v.target")),

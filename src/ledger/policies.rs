@@ -21,6 +21,7 @@ pub struct Policy {
     pub retry_semantics: String,
     pub escalation_sink: Option<String>,
     pub approvals_must_be_registered: bool,
+    pub conflicts_by_time_range: bool,
     /// Whether the action has a policy of its own, or the defaults apply.
     pub configured: bool,
 }
@@ -61,7 +62,7 @@ impl Policy {
 const POLICY_COLUMNS: &str =
     "p.action, extract(epoch from p.pending_window)::float8 as pending_window_secs,
     p.exclusive_per_target, p.compensation_approval_limit_minor, p.retry_when_absent,
-    p.retry_semantics, p.escalation_sink, p.approvals_must_be_registered";
+    p.retry_semantics, p.escalation_sink, p.approvals_must_be_registered, p.conflicts_by_time_range";
 
 pub async fn list<'c>(executor: impl PgExecutor<'c>) -> Result<Vec<Policy>, LedgerError> {
     Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(
@@ -98,6 +99,7 @@ pub struct PolicyChange {
     /// `Some(None)` removes the sink.
     pub escalation_sink: Option<Option<String>>,
     pub approvals_must_be_registered: Option<bool>,
+    pub conflicts_by_time_range: Option<bool>,
 }
 
 /// Changes `action`'s policy; returns it as recorded, and the audit entry.
@@ -114,7 +116,7 @@ pub async fn set<'c>(
             exclusive_per_target => $5, compensation_approval_limit_minor => $6,
             clear_approval_limit => $7, retry_when_absent => $8, retry_semantics => $9,
             escalation_sink => $10, clear_escalation_sink => $11,
-            approvals_must_be_registered => $12)",
+            approvals_must_be_registered => $12, conflicts_by_time_range => $13)",
     )
     .bind(action)
     .bind(operator)
@@ -131,6 +133,7 @@ pub async fn set<'c>(
     .bind(change.escalation_sink.clone().flatten())
     .bind(matches!(change.escalation_sink, Some(None)))
     .bind(change.approvals_must_be_registered)
+    .bind(change.conflicts_by_time_range)
     .fetch_one(executor)
     .await?)
 }

@@ -22,6 +22,9 @@ pub struct Intent {
     pub approval_ref: Option<String>,
     pub approval_version: Option<i32>,
     pub request_id: Option<String>,
+    /// A booking's time range, `[start, end)`, for an action whose policy
+    /// conflicts by time range.
+    pub during: Option<(DateTime<Utc>, DateTime<Utc>)>,
 }
 
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
@@ -40,7 +43,8 @@ pub async fn begin_effect<'c>(
         "select decision, effect_id, state, result from ledger.begin_effect(
             op_key => $1, action => $2, target => $3, params => $4, requested_by => $5,
             pending_window => make_interval(secs => $6::bigint), amount_minor => $7, currency => $8,
-            provider => $9, approval_ref => $10, approval_version => $11, request_id => $12)",
+            provider => $9, approval_ref => $10, approval_version => $11, request_id => $12,
+            during => case when $13::timestamptz is not null then tstzrange($13, $14) end)",
     )
     .bind(&intent.op_key)
     .bind(&intent.action)
@@ -54,6 +58,8 @@ pub async fn begin_effect<'c>(
     .bind(&intent.approval_ref)
     .bind(intent.approval_version)
     .bind(&intent.request_id)
+    .bind(intent.during.map(|(start, _)| start))
+    .bind(intent.during.map(|(_, end)| end))
     .fetch_one(executor)
     .await?;
     Ok(begun)
