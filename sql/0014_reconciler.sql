@@ -16,8 +16,10 @@
 -- waiting on each other; the lease itself is only taken where nobody else
 -- took it since this statement began (the upsert's where), so an effect is
 -- never leased twice at once.
+-- `due_before` (a pass's start) keeps a pass from taking up again what it
+-- already asked about: a short backoff may be over before the pass is.
 create function ledger.lease_for_reconcile(
-    reconciler text, lease interval, grace interval, batch integer
+    reconciler text, lease interval, grace interval, batch integer, due_before timestamptz default null
 ) returns table (op_key text, version bigint, state text, tries integer,
                 retry_semantics text, escalation_sink text)
 language plpgsql security definer
@@ -53,7 +55,8 @@ begin
          where (e.state = 'unknown' or (e.state = 'pending' and e.dispatched_at is not null))
            and e.attention is null
            and (l.effect_id is null
-                or (l.next_try_at <= now() and (l.claimed_until is null or l.claimed_until < now())))
+                or (l.next_try_at <= least(now(), lease_for_reconcile.due_before)
+                    and (l.claimed_until is null or l.claimed_until < now())))
            -- An action whose policy leaves every doubt to a person is
            -- handed over once, not asked about again.
            and not (l.escalated_at is not null

@@ -112,7 +112,7 @@ grant execute on function
 -- The reconciler service connects as an operator: it settles through the
 -- operator functions, as a person would, and leases its work.
 grant execute on function
-    ledger.lease_for_reconcile(text, interval, interval, integer),
+    ledger.lease_for_reconcile(text, interval, interval, integer, timestamptz),
     ledger.end_reconcile_lease(text, text, text, interval, interval),
     ledger.mark_reconcile_escalated(text, text)
     to effect_operator;

@@ -208,6 +208,7 @@ async fn a_dead_reconcilers_lease_holds_until_it_expires() {
             grace: Duration::ZERO,
             batch: 10,
         },
+        None,
     )
     .await
     .unwrap();
@@ -245,6 +246,7 @@ async fn an_effect_changed_after_its_lease_is_not_reconciled_over() {
             grace: Duration::ZERO,
             batch: 10,
         },
+        None,
     )
     .await
     .unwrap();

@@ -77,19 +77,25 @@ async fn one_run(server: &Server, count: u64, reconcilers: usize) -> Result<(f64
             ))
             .map_err(|e| anyhow::anyhow!(e))?,
         );
-        let services: Vec<Reconciler> = (0..reconcilers)
+        let services: Vec<Arc<Reconciler>> = (0..reconcilers)
             .map(|n| {
                 let name = format!("reconciler-{n}@bench");
                 let settler = Settler::new(pool.clone(), config.clone(), name.clone(), false);
-                Reconciler::new(settler, pool.clone(), settings(name))
+                Arc::new(Reconciler::new(settler, pool.clone(), settings(name)))
             })
             .collect();
         let lookups_before = fake.requests(Route::Lookup);
         let started = Instant::now();
-        let passes = futures_util::future::join_all(services.iter().map(|s| s.pass())).await;
+        // A task each, as separate processes would be: one task would poll
+        // every reconciler's work on one thread.
+        let passes = futures_util::future::join_all(services.iter().map(|service| {
+            let service = service.clone();
+            tokio::spawn(async move { service.pass().await })
+        }))
+        .await;
         let seconds = started.elapsed().as_secs_f64();
         for pass in passes {
-            pass?;
+            pass??;
         }
         let lookups = fake.requests(Route::Lookup) - lookups_before;
         let (most, open): (i64, i64) = sqlx::query_as(

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use sqlx::PgExecutor;
 
 use super::LedgerError;
@@ -47,21 +48,24 @@ pub struct LeaseTerms {
 }
 
 /// Leases up to `terms.batch` effects no other reconciler holds and whose
-/// backoff is over; concurrent callers never get the same effect.
+/// backoff was over by `due_before` (a pass's start; `None`: now);
+/// concurrent callers never get the same effect.
 pub async fn lease<'c>(
     executor: impl PgExecutor<'c>,
     reconciler: &str,
     terms: LeaseTerms,
+    due_before: Option<DateTime<Utc>>,
 ) -> Result<Vec<Leased>, LedgerError> {
     Ok(sqlx::query_as(
         "select op_key, version, state, tries, retry_semantics, escalation_sink \
            from ledger.lease_for_reconcile(\
-            $1, $2 * interval '1 second', $3 * interval '1 second', $4::integer)",
+            $1, $2 * interval '1 second', $3 * interval '1 second', $4::integer, $5)",
     )
     .bind(reconciler)
     .bind(terms.lease.as_secs_f64())
     .bind(terms.grace.as_secs_f64())
     .bind(terms.batch)
+    .bind(due_before)
     .fetch_all(executor)
     .await?)
 }

@@ -163,21 +163,33 @@ impl Reconciler {
         &self.settings
     }
 
-    /// Leases and settles batches until a batch comes back short: what was
-    /// due when the pass began is done (or backing off) when it returns.
+    /// Leases and settles batches until none is left to lease: what was due
+    /// when the pass began is done (or backing off) when it returns. (A
+    /// short batch is no sign of the end: beside other reconcilers, some of
+    /// what one statement picked was leased by another a moment before.)
     pub async fn pass(&self) -> Result<PassSummary, LedgerError> {
         let mut summary = PassSummary::default();
+        let began = match sqlx::query_scalar("select now()")
+            .fetch_one(&self.pool)
+            .await
+        {
+            Ok(began) => began,
+            Err(error) => {
+                self.counters.pass_failed();
+                return Err(error.into());
+            }
+        };
         loop {
-            let batch = match self.batch().await {
+            let batch = match self.batch(began).await {
                 Ok(batch) => batch,
                 Err(error) => {
                     self.counters.pass_failed();
                     return Err(error);
                 }
             };
-            let full = batch.leased as i64 >= self.settings.terms.batch;
+            let done = batch.leased == 0;
             summary.merge(batch);
-            if !full {
+            if done {
                 break;
             }
         }
@@ -185,8 +197,17 @@ impl Reconciler {
         Ok(summary)
     }
 
-    async fn batch(&self) -> Result<PassSummary, LedgerError> {
-        let leased = leases::lease(&self.pool, &self.settings.name, self.settings.terms).await?;
+    async fn batch(
+        &self,
+        began: chrono::DateTime<chrono::Utc>,
+    ) -> Result<PassSummary, LedgerError> {
+        let leased = leases::lease(
+            &self.pool,
+            &self.settings.name,
+            self.settings.terms,
+            Some(began),
+        )
+        .await?;
         let mut summary = PassSummary {
             leased: leased.len(),
             ..PassSummary::default()
