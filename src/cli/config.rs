@@ -55,6 +55,25 @@ pub fn run(
             format!("{sinks:?}")
         }
     );
+    let reconciler = &config.reconciler;
+    println!(
+        "reconciler:       {} every {} s, after {} s unknown; lease {} s, batch {}, {} at once; \
+         backoff {}–{} s; a person after {} tries{}",
+        reconciler.name.as_deref().unwrap_or("reconciler@<host>"),
+        reconciler.interval_secs,
+        reconciler.grace_secs,
+        reconciler.lease_secs,
+        reconciler.batch,
+        reconciler.concurrency,
+        reconciler.backoff_secs,
+        reconciler.backoff_max_secs,
+        reconciler.escalate_after,
+        reconciler
+            .metrics_address
+            .as_deref()
+            .map(|address| format!("; metrics on {address}"))
+            .unwrap_or_default()
+    );
     Ok(())
 }
 
