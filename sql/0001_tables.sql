@@ -392,7 +392,11 @@ create table ledger.reconcile_leases (
     last_finding   text,
     last_try_at    timestamptz,
     -- When a person was asked to decide (once per effect).
-    escalated_at   timestamptz
+    escalated_at   timestamptz,
+    -- The effect's version when a reconciler saw it settled: a lease taken
+    -- on an older reading of it is refused, and one on a newer (the effect
+    -- opened again by a safe retry) is not.
+    settled_version bigint
 );
 
 -- What is left of a pruned effect (sql/0013_retention.sql): enough for

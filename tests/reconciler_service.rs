@@ -87,8 +87,11 @@ async fn a_pass_settles_what_the_provider_can_answer_for_under_the_reconcilers_n
     assert_eq!(operators, vec!["reconciler@test".to_string()]);
     // Settled effects left the reconciler's books; a second pass finds nothing.
     assert_eq!(
-        rig.count("select count(*) from ledger.reconcile_leases")
-            .await,
+        rig.count(
+            "select count(*) from ledger.reconcile_leases l join ledger.effects e on e.id = l.effect_id
+              where l.settled_version is distinct from e.version"
+        )
+        .await,
         0
     );
     assert_eq!(service.pass().await.unwrap().leased, 0);
