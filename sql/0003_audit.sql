@@ -51,6 +51,20 @@ alter table ledger.audit_log enable always trigger audit_chain;
 alter table ledger.audit_log enable always trigger audit_append_only;
 alter table ledger.audit_log enable always trigger audit_no_truncate;
 
+-- Every audited change names who made it and why: refused before anything
+-- is written when either is blank. `what` ends the message ("to prune").
+create function ledger.require_who_and_why(who text, why text, what text) returns void
+language plpgsql immutable as $$
+begin
+    if coalesce(btrim(who), '') = '' then
+        raise exception 'ledger: an operator name is required' using errcode = 'invalid_parameter_value';
+    end if;
+    if coalesce(btrim(why), '') = '' then
+        raise exception 'ledger: a reason is required %', what using errcode = 'invalid_parameter_value';
+    end if;
+end
+$$;
+
 -- Appends one audit entry; called by every operator function in the same
 -- transaction as the change it records.
 create function ledger.audit(

@@ -130,12 +130,7 @@ declare
     n_tombstones bigint;
     seq          bigint;
 begin
-    if coalesce(btrim(prune_settled.operator), '') = '' then
-        raise exception 'ledger: an operator name is required' using errcode = 'invalid_parameter_value';
-    end if;
-    if coalesce(btrim(prune_settled.reason), '') = '' then
-        raise exception 'ledger: a reason is required to prune' using errcode = 'invalid_parameter_value';
-    end if;
+    perform ledger.require_who_and_why(prune_settled.operator, prune_settled.reason, 'to prune');
     if prune_settled.older_than is null or prune_settled.older_than < interval '0' then
         raise exception 'ledger: prune needs an age of at least 0 (got %)', prune_settled.older_than
             using errcode = 'invalid_parameter_value';
@@ -205,9 +200,8 @@ declare
     n bigint;
     seq bigint;
 begin
-    if coalesce(btrim(prune_tombstones.operator), '') = '' or coalesce(btrim(prune_tombstones.reason), '') = '' then
-        raise exception 'ledger: an operator name and a reason are required' using errcode = 'invalid_parameter_value';
-    end if;
+    perform ledger.require_who_and_why(prune_tombstones.operator, prune_tombstones.reason,
+                                       'to drop tombstones');
     if prune_tombstones.older_than is null or prune_tombstones.older_than < interval '30 days' then
         raise exception 'ledger: tombstones are kept at least 30 days (got %): a replay after that could proceed again',
             prune_tombstones.older_than

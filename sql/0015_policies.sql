@@ -45,12 +45,7 @@ declare
     after  ledger.action_policies;
     seq    bigint;
 begin
-    if coalesce(btrim(op_set_policy.operator), '') = '' then
-        raise exception 'ledger: an operator name is required' using errcode = 'invalid_parameter_value';
-    end if;
-    if coalesce(btrim(op_set_policy.reason), '') = '' then
-        raise exception 'ledger: a reason is required to change a policy' using errcode = 'invalid_parameter_value';
-    end if;
+    perform ledger.require_who_and_why(op_set_policy.operator, op_set_policy.reason, 'to change a policy');
     if coalesce(btrim(op_set_policy.action), '') = '' then
         raise exception 'ledger: which action''s policy?' using errcode = 'invalid_parameter_value';
     end if;

@@ -38,9 +38,7 @@ declare
     granted ledger.approvals;
     seq     bigint;
 begin
-    if coalesce(btrim(grant_approval.granted_by), '') = '' or coalesce(btrim(grant_approval.reason), '') = '' then
-        raise exception 'ledger: who grants the approval, and why, are required' using errcode = 'invalid_parameter_value';
-    end if;
+    perform ledger.require_who_and_why(grant_approval.granted_by, grant_approval.reason, 'to grant an approval');
     if coalesce(btrim(grant_approval.approval_ref), '') = '' or grant_approval.version is null
        or coalesce(grant_approval.action, '') = '' or coalesce(grant_approval.target, '') = '' then
         raise exception 'ledger: an approval needs a ref, a version, an action and a target'
@@ -81,9 +79,7 @@ declare
     revoked ledger.approvals;
     seq     bigint;
 begin
-    if coalesce(btrim(revoke_approval.revoked_by), '') = '' or coalesce(btrim(revoke_approval.reason), '') = '' then
-        raise exception 'ledger: who revokes the approval, and why, are required' using errcode = 'invalid_parameter_value';
-    end if;
+    perform ledger.require_who_and_why(revoke_approval.revoked_by, revoke_approval.reason, 'to revoke an approval');
     select a.* into before from ledger.approvals a
      where a.approval_ref = revoke_approval.approval_ref and a.version = revoke_approval.version for update;
     if not found then

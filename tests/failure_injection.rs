@@ -14,13 +14,11 @@ use chrono::Utc;
 use effectwatch::demo::provider_client::ProviderClient;
 use effectwatch::fakeprovider::{Fault, Route};
 use effectwatch::ledger::approvals::{self, Grant};
-use effectwatch::ledger::reconciler::LeaseTerms;
 use effectwatch::ledger::retention::{self, Cutoff};
 use effectwatch::ledger::writer::{
     Completion, ErrorClass, Intent, Outcome, begin_effect, complete_effect, mark_dispatched,
 };
 use effectwatch::ledger::{Decision, State};
-use effectwatch::reconciler::{Reconciler, ReconcilerSettings};
 use settle_support::{Rig, role_pool};
 
 /// Where an agent stops short of the protocol's end.
@@ -101,25 +99,14 @@ fn at_provider(rig: &Rig, key: &str) -> usize {
 }
 
 async fn reconcile(rig: &Rig) {
-    let service = Reconciler::new(
-        rig.settler("reconciler@test"),
-        rig.operator_pool.clone(),
-        ReconcilerSettings {
-            name: "reconciler@test".into(),
-            terms: LeaseTerms {
-                lease: Duration::from_secs(60),
-                grace: Duration::ZERO,
-                batch: 50,
-            },
-            interval: Duration::from_millis(50),
-            backoff: Duration::from_secs(30),
-            backoff_max: Duration::from_secs(30),
-            escalate_after: 3,
-            sink: None,
-            concurrency: 2,
-        },
-    );
-    service.pass().await.expect("a reconcile pass");
+    let mut settings = settle_support::reconciler_settings("reconciler@test");
+    settings.backoff = Duration::from_secs(30);
+    settings.backoff_max = Duration::from_secs(30);
+    settings.concurrency = 2;
+    rig.reconciler(settings)
+        .pass()
+        .await
+        .expect("a reconcile pass");
 }
 
 async fn attempts(rig: &Rig, key: &str, kind: &str) -> i64 {

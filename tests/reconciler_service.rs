@@ -16,28 +16,11 @@ use effectwatch::reconciler::{Reconciler, ReconcilerSettings};
 use settle_support::Rig;
 
 fn settings(name: &str) -> ReconcilerSettings {
-    ReconcilerSettings {
-        name: name.to_string(),
-        terms: LeaseTerms {
-            lease: Duration::from_secs(60),
-            grace: Duration::from_secs(0),
-            batch: 50,
-        },
-        interval: Duration::from_millis(50),
-        backoff: Duration::from_millis(1),
-        backoff_max: Duration::from_millis(1),
-        escalate_after: 3,
-        sink: None,
-        concurrency: 4,
-    }
+    settle_support::reconciler_settings(name)
 }
 
 fn reconciler(rig: &Rig, settings: ReconcilerSettings) -> Reconciler {
-    Reconciler::new(
-        rig.settler(&settings.name),
-        rig.operator_pool.clone(),
-        settings,
-    )
+    rig.reconciler(settings)
 }
 
 async fn reconciliations_of(rig: &Rig, op_key: &str) -> i64 {

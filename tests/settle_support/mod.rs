@@ -10,8 +10,10 @@ use std::time::Duration;
 use effectwatch::config::Config;
 use effectwatch::fakeprovider::{FakeProvider, NewEffect};
 use effectwatch::ledger::history;
+use effectwatch::ledger::reconciler::LeaseTerms;
 use effectwatch::ledger::writer::{self, Completion, Intent, Outcome};
 use effectwatch::ledger::{Decision, Effect};
+use effectwatch::reconciler::{Reconciler, ReconcilerSettings};
 use effectwatch::settle::Settler;
 use serde_json::json;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -71,6 +73,15 @@ impl Rig {
             self.config.clone(),
             operator,
             false,
+        )
+    }
+
+    /// A reconciler settling as `settings.name`, connected as an operator.
+    pub fn reconciler(&self, settings: ReconcilerSettings) -> Reconciler {
+        Reconciler::new(
+            self.settler(&settings.name),
+            self.operator_pool.clone(),
+            settings,
         )
     }
 
@@ -230,4 +241,23 @@ pub async fn role_pool(db: &TestDb, role: &'static str) -> PgPool {
         .connect_with(options)
         .await
         .expect("connecting as a role")
+}
+
+/// A reconciler for tests: no grace, a millisecond's backoff, a person
+/// asked after three tries.
+pub fn reconciler_settings(name: &str) -> ReconcilerSettings {
+    ReconcilerSettings {
+        name: name.to_string(),
+        terms: LeaseTerms {
+            lease: Duration::from_secs(60),
+            grace: Duration::from_secs(0),
+            batch: 50,
+        },
+        interval: Duration::from_millis(50),
+        backoff: Duration::from_millis(1),
+        backoff_max: Duration::from_millis(1),
+        escalate_after: 3,
+        sink: None,
+        concurrency: 4,
+    }
 }
