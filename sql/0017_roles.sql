@@ -48,14 +48,34 @@ create policy effects_consoles_read_all on ledger.effects
     for select to effect_operator, effect_readonly
     using (true);
 
--- Operators: read everything, change rows only through the operator functions.
+-- Operators: read everything, change rows only through the operator
+-- functions. A function named ledger.op_* is an operator action and its
+-- name is its grant: adding one needs no line in this file, only a call of
+-- ledger.grant_operator_actions() at the end of a migration that comes
+-- after this one. No function the owner keeps for itself may carry the prefix.
+create function ledger.grant_operator_actions() returns integer
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    action regprocedure;
+    granted integer := 0;
+begin
+    for action in select p.oid::regprocedure from pg_proc p
+                   where p.pronamespace = 'ledger'::regnamespace and p.proname like 'op\_%'
+                   order by p.oid
+    loop
+        execute format('grant execute on function %s to effect_operator', action);
+        granted := granted + 1;
+    end loop;
+    return granted;
+end
+$$;
+revoke execute on function ledger.grant_operator_actions() from public;
+select ledger.grant_operator_actions();
+
 grant select on all tables in schema ledger to effect_operator, effect_readonly;
 grant execute on function
-    ledger.op_resolve(text, bigint, text, text, text, text, boolean),
-    ledger.op_release(text, bigint, text, text),
-    ledger.op_cancel(text, bigint, text, text),
-    ledger.op_annotate(text, bigint, text, text),
-    ledger.op_acknowledge_duplicates(text, bigint, text, text),
     ledger.record_reconciliation(text, bigint, text, text, text, text[], jsonb, integer),
     ledger.verify_audit_chain()
     to effect_operator;
@@ -69,16 +89,8 @@ grant execute on function ledger.current_actor() to effect_agent, effect_operato
 grant select on ledger.compensation_requests, ledger.escalation_deliveries, ledger.awaiting_approval
     to effect_operator, effect_readonly;
 grant execute on function
-    ledger.op_compensate(text, bigint, text, text),
-    ledger.op_approve_compensation(text, bigint, text, text),
-    ledger.op_reject_compensation(text, bigint, text, text),
-    ledger.op_dispatch_compensation(text, text),
-    ledger.op_complete_compensation(text, text, text, text, jsonb, boolean, text),
-    ledger.op_escalate(text, bigint, text, text, text),
     ledger.claim_due_escalations(text, interval, integer, text),
-    ledger.record_escalation_delivery(text, integer, text, boolean, text, interval, integer),
-    ledger.op_acknowledge_escalation(text, text, text),
-    ledger.op_resolve_escalation(text, text, text)
+    ledger.record_escalation_delivery(text, integer, text, boolean, text, interval, integer)
     to effect_operator;
 
 -- Finance, reports and time travel are readable by every console; retention
@@ -117,11 +129,7 @@ grant execute on function
     ledger.mark_reconcile_escalated(text, text)
     to effect_operator;
 
--- Policies: every console reads them; operators change them, audited.
-grant execute on function
-    ledger.op_set_policy(text, text, text, interval, boolean, bigint, boolean, boolean, text, text, boolean,
-                         boolean, boolean)
-    to effect_operator;
+-- Policies: every console reads them; operators change them (op_set_policy), audited.
 grant execute on function ledger.policy_snapshot(ledger.action_policies), ledger.policy_for(text)
     to effect_operator, effect_readonly;
 grant select on ledger.reconcile_leases, ledger.reconcile_backlog to effect_operator, effect_readonly;

@@ -65,20 +65,9 @@ pub async fn start_cluster(dir: PathBuf, fresh: bool) -> Result<(LocalCluster, S
     let admin = ledger::connect(&ConnectSettings::new(cluster.url("postgres")))
         .await
         .map_err(|e| e.to_string())?;
-    let exists: bool =
-        sqlx::query_scalar("select exists (select 1 from pg_database where datname = $1)")
-            .bind(DEMO_DATABASE)
-            .fetch_one(&admin)
-            .await
-            .map_err(|e| e.to_string())?;
-    if !exists {
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "create database {DEMO_DATABASE}"
-        )))
-        .execute(&admin)
+    ledger::migrate::create_database_if_missing(&admin, DEMO_DATABASE)
         .await
         .map_err(|e| e.to_string())?;
-    }
     admin.close().await;
     let url = cluster.url(DEMO_DATABASE);
     Ok((cluster, url))

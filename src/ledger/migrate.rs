@@ -14,6 +14,27 @@ pub struct MigrationReport {
     pub already: usize,
 }
 
+/// Creates the database `name` on the cluster `admin` is connected to,
+/// unless it exists; says whether it made it.
+pub async fn create_database_if_missing(admin: &PgPool, name: &str) -> Result<bool, LedgerError> {
+    let exists: bool =
+        sqlx::query_scalar("select exists (select 1 from pg_database where datname = $1)")
+            .bind(name)
+            .fetch_one(admin)
+            .await?;
+    if exists {
+        return Ok(false);
+    }
+    let quoted: String = sqlx::query_scalar("select quote_ident($1)")
+        .bind(name)
+        .fetch_one(admin)
+        .await?;
+    sqlx::query(sqlx::AssertSqlSafe(format!("create database {quoted}")))
+        .execute(admin)
+        .await?;
+    Ok(true)
+}
+
 /// Applies what is missing; running it again applies nothing and says so.
 /// A ledger made by migrations other than these is refused with one line
 /// saying so, never half-upgraded.

@@ -47,6 +47,14 @@ pub struct LeaseTerms {
     pub batch: i64,
 }
 
+/// The ledger's clock: a pass is measured against it, not the reconciler's
+/// host, so reconcilers on hosts whose clocks differ agree on what is due.
+pub async fn ledger_now<'c>(executor: impl PgExecutor<'c>) -> Result<DateTime<Utc>, LedgerError> {
+    Ok(sqlx::query_scalar("select now()")
+        .fetch_one(executor)
+        .await?)
+}
+
 /// Leases up to `terms.batch` effects no other reconciler holds and whose
 /// backoff was over by `due_before` (a pass's start; `None`: now);
 /// concurrent callers never get the same effect.

@@ -169,14 +169,11 @@ impl Reconciler {
     /// what one statement picked was leased by another a moment before.)
     pub async fn pass(&self) -> Result<PassSummary, LedgerError> {
         let mut summary = PassSummary::default();
-        let began = match sqlx::query_scalar("select now()")
-            .fetch_one(&self.pool)
-            .await
-        {
+        let began = match leases::ledger_now(&self.pool).await {
             Ok(began) => began,
             Err(error) => {
                 self.counters.pass_failed();
-                return Err(error.into());
+                return Err(error);
             }
         };
         loop {
