@@ -1,6 +1,7 @@
-//! `effectwatch check` as cron and monitoring systems run it: the real
-//! binary, its exit code (0 within thresholds, 1 exceeded, 2 cannot tell)
-//! and its one line, JSON or Prometheus output.
+//! `effectwatch check` as Nagios, Icinga, Sensu and cron run it: the real
+//! binary, its exit code in the monitoring-plugin convention (0 OK,
+//! 1 WARNING, 2 CRITICAL, 3 UNKNOWN) and its one line with performance
+//! data, JSON or Prometheus output.
 
 mod common;
 
@@ -29,10 +30,10 @@ fn stdout(output: &Output) -> String {
 }
 
 #[tokio::test]
-async fn exit_codes_say_ok_exceeded_or_cannot_tell() {
+async fn exit_codes_and_the_status_line_follow_the_monitoring_plugin_convention() {
     let db = common::test_db().await;
 
-    let ok = check(&db.url, &["--max-overdue", "0", "--max-unknown", "0"]);
+    let ok = check(&db.url, &["--warn-overdue", "0", "--crit-unknown", "0"]);
     assert_eq!(
         ok.status.code(),
         Some(0),
@@ -41,7 +42,9 @@ async fn exit_codes_say_ok_exceeded_or_cannot_tell() {
     );
     assert_eq!(
         stdout(&ok),
-        "OK: overdue 0, unknown 0, duplicates 0, held 0, escalations 0, approvals 0\n"
+        "EFFECTWATCH OK - overdue 0, unknown 0, duplicates 0, held 0, escalations 0, approvals 0 \
+         | overdue=0;0; unknown=0;;0 duplicates=0 held=0 escalations=0 approvals=0 \
+         oldest_overdue=0s oldest_unknown=0s oldest_held=0s oldest_escalations=0s weak_triggers=0;;0\n"
     );
 
     // One effect whose outcome nobody knows.
@@ -68,23 +71,52 @@ async fn exit_codes_say_ok_exceeded_or_cannot_tell() {
     .await
     .unwrap();
 
-    let exceeded = check(&db.url, &["--max-unknown", "0"]);
-    assert_eq!(exceeded.status.code(), Some(1));
-    let line = stdout(&exceeded);
+    let critical = check(&db.url, &["--warn-unknown", "0", "--crit-unknown", "0"]);
+    assert_eq!(critical.status.code(), Some(2));
+    let line = stdout(&critical);
     assert_eq!(line.lines().count(), 1);
     // Said once: a cron mail does not get the verdict twice.
-    assert_eq!(String::from_utf8_lossy(&exceeded.stderr), "");
+    assert_eq!(String::from_utf8_lossy(&critical.stderr), "");
     assert!(
-        line.starts_with("CRITICAL: unknown 1 > 0; overdue 0, unknown 1 (oldest "),
+        line.starts_with("EFFECTWATCH CRITICAL - unknown 1 > 0 | overdue=0 unknown=1;0;0 "),
         "{line}"
     );
 
+    // Above the warning limit, within the critical one.
+    let warning = check(&db.url, &["--warn-unknown", "0", "--crit-unknown", "5"]);
+    assert_eq!(warning.status.code(), Some(1));
+    assert!(
+        stdout(&warning)
+            .starts_with("EFFECTWATCH WARNING - unknown 1 > 0 | overdue=0 unknown=1;0;5 "),
+        "{}",
+        stdout(&warning)
+    );
+
+    // The worst figure decides; a lesser one is still named, marked as such.
+    let mixed = check(&db.url, &["--warn-age", "0s", "--crit-unknown", "0"]);
+    assert_eq!(mixed.status.code(), Some(2));
+    let line = stdout(&mixed);
+    assert!(
+        line.starts_with("EFFECTWATCH CRITICAL - unknown 1 > 0; oldest unknown "),
+        "{line}"
+    );
+    assert!(line.contains(" > 0s (warning) |"), "{line}");
+    let age: f64 = line
+        .split_whitespace()
+        .find_map(|field| field.strip_prefix("oldest_unknown="))
+        .and_then(|figure| figure.split('s').next())
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(age > 0.0, "{line}");
+
+    // The older --max-… names still mean critical.
     let within = check(&db.url, &["--max-unknown", "1", "--max-age", "1h"]);
     assert_eq!(within.status.code(), Some(0));
     let aged = check(&db.url, &["--max-age", "0s"]);
-    assert_eq!(aged.status.code(), Some(1));
+    assert_eq!(aged.status.code(), Some(2));
     assert!(
-        stdout(&aged).starts_with("CRITICAL: oldest unknown "),
+        stdout(&aged).starts_with("EFFECTWATCH CRITICAL - oldest unknown "),
         "{}",
         stdout(&aged)
     );
@@ -100,12 +132,12 @@ async fn exit_codes_say_ok_exceeded_or_cannot_tell() {
             "json",
         ],
     );
-    assert_eq!(json_out.status.code(), Some(1));
+    assert_eq!(json_out.status.code(), Some(2));
     let verdict: Value = serde_json::from_str(&stdout(&json_out)).unwrap();
-    assert_eq!(verdict["status"], "exceeded");
+    assert_eq!(verdict["status"], "critical");
     assert_eq!(
         verdict["breaches"],
-        json!([{"what": "unknown", "value": 1, "limit": 0, "unit": "items"}])
+        json!([{"what": "unknown", "value": 1, "limit": 0, "unit": "items", "level": "critical"}])
     );
     assert_eq!(verdict["health"]["suspected"], 0);
     let panes: Vec<(&str, i64)> = verdict["health"]["panes"]
@@ -153,33 +185,33 @@ async fn exit_codes_say_ok_exceeded_or_cannot_tell() {
 }
 
 #[test]
-fn an_unreachable_database_is_cannot_tell() {
+fn an_unreachable_database_is_unknown_never_ok_or_critical() {
     let unreachable = "postgres://postgres@127.0.0.1:1/ledger";
     let text = check(unreachable, &["--max-unknown", "0", "--timeout", "2"]);
-    assert_eq!(text.status.code(), Some(2));
+    assert_eq!(text.status.code(), Some(3));
     let line = stdout(&text);
     assert!(
-        line.starts_with("UNKNOWN: cannot tell: cannot reach the database"),
+        line.starts_with("EFFECTWATCH UNKNOWN - cannot tell: cannot reach the database"),
         "{line}"
     );
     assert_eq!(line.lines().count(), 1);
     assert_eq!(String::from_utf8_lossy(&text.stderr), "");
 
     let json_out = check(unreachable, &["--format", "json"]);
-    assert_eq!(json_out.status.code(), Some(2));
+    assert_eq!(json_out.status.code(), Some(3));
     let verdict: Value = serde_json::from_str(&stdout(&json_out)).unwrap();
     assert_eq!(verdict["status"], "unknown");
     assert!(verdict["error"].as_str().unwrap().contains("cannot reach"));
 
     let prometheus = check(unreachable, &["--format", "prometheus"]);
-    assert_eq!(prometheus.status.code(), Some(2));
+    assert_eq!(prometheus.status.code(), Some(3));
     assert_eq!(
         stdout(&prometheus),
         "# HELP effectwatch_up Whether the ledger could be read (1) or not (0).\n# TYPE effectwatch_up gauge\neffectwatch_up 0\n"
     );
 
-    // A URL that is not one, and no URL at all, are "cannot tell" too.
-    assert_eq!(check("not a url", &[]).status.code(), Some(2));
+    // A URL that is not one, and no URL at all, are UNKNOWN too.
+    assert_eq!(check("not a url", &[]).status.code(), Some(3));
     let home = tempfile::tempdir().unwrap();
     let no_url = Command::new(env!("CARGO_BIN_EXE_effectwatch"))
         .arg("check")
@@ -188,5 +220,5 @@ fn an_unreachable_database_is_cannot_tell() {
         .env_remove("DATABASE_URL")
         .output()
         .unwrap();
-    assert_eq!(no_url.status.code(), Some(2));
+    assert_eq!(no_url.status.code(), Some(3));
 }

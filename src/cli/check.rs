@@ -1,7 +1,8 @@
-//! `effectwatch check`: one line for cron and monitoring systems, with the
-//! exit codes they expect: 0 within thresholds, 1 a threshold exceeded,
-//! 2 cannot tell (database unreachable, schema missing, any other error).
-//! `--format prometheus` prints the text exposition of the same figures.
+//! `effectwatch check`: one line in the monitoring-plugin convention that
+//! Nagios, Icinga and Sensu run — exit 0 OK, 1 WARNING, 2 CRITICAL,
+//! 3 UNKNOWN (database unreachable, schema missing, any other error) — with
+//! a warning and a critical threshold per figure and performance data after
+//! the `|`. `--format json` and `--format prometheus` carry the same figures.
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -12,40 +13,94 @@ use serde::Serialize;
 use super::exit::Failure;
 use super::report::write_output;
 use crate::format::duration_ms;
-use crate::ledger::check::{self, Breach, Health, Thresholds};
+use crate::ledger::check::{self, AGED_PANES, Breach, Health, Level, Limits, Thresholds};
 use crate::ledger::{self, ConnectSettings, LedgerError};
 use crate::text::{safe_json, sanitize_line};
 use crate::time_args::parse_duration;
 
-pub const EXCEEDED: u8 = 1;
-pub const CANNOT_TELL: u8 = 2;
+pub const WARNING: u8 = 1;
+pub const CRITICAL: u8 = 2;
+pub const UNKNOWN: u8 = 3;
 
+/// Each figure is WARNING above its `--warn-…` and CRITICAL above its
+/// `--crit-…`; `--max-…` is the older name of `--crit-…`.
 #[derive(Debug, Clone, Args)]
 pub struct CheckArgs {
-    /// Fail when more effects than this are overdue.
-    #[arg(long, value_name = "N")]
-    pub max_overdue: Option<i64>,
-    /// Fail when more effects than this have an unknown outcome.
-    #[arg(long, value_name = "N")]
-    pub max_unknown: Option<i64>,
-    /// Fail when more keys than this have duplicate attempts (the pane keeps them for good).
-    #[arg(long, value_name = "N")]
-    pub max_duplicates: Option<i64>,
-    /// Fail when more effects than this are held.
-    #[arg(long, value_name = "N")]
-    pub max_held: Option<i64>,
-    /// Fail when more escalations than this are unresolved.
-    #[arg(long, value_name = "N")]
-    pub max_escalations: Option<i64>,
-    /// Fail when more effects than this are suspected double effects (reads every succeeded effect).
-    #[arg(long, value_name = "N")]
-    pub max_suspected: Option<i64>,
-    /// Fail when the oldest overdue, unknown, held or escalated item is older than this (e.g. 30m).
-    #[arg(long, value_name = "AGE", value_parser = parse_duration)]
-    pub max_age: Option<Duration>,
+    /// WARNING when more effects than this are overdue.
+    #[arg(long, value_name = "N", help_heading = "Thresholds")]
+    pub warn_overdue: Option<i64>,
+    /// CRITICAL when more effects than this are overdue.
+    #[arg(
+        long,
+        value_name = "N",
+        alias = "max-overdue",
+        help_heading = "Thresholds"
+    )]
+    pub crit_overdue: Option<i64>,
+    /// WARNING when more effects than this have an unknown outcome.
+    #[arg(long, value_name = "N", help_heading = "Thresholds")]
+    pub warn_unknown: Option<i64>,
+    /// CRITICAL when more effects than this have an unknown outcome.
+    #[arg(
+        long,
+        value_name = "N",
+        alias = "max-unknown",
+        help_heading = "Thresholds"
+    )]
+    pub crit_unknown: Option<i64>,
+    /// WARNING when more keys than this have duplicate attempts.
+    #[arg(long, value_name = "N", help_heading = "Thresholds")]
+    pub warn_duplicates: Option<i64>,
+    /// CRITICAL when more keys than this have duplicate attempts.
+    #[arg(
+        long,
+        value_name = "N",
+        alias = "max-duplicates",
+        help_heading = "Thresholds"
+    )]
+    pub crit_duplicates: Option<i64>,
+    /// WARNING when more effects than this are held.
+    #[arg(long, value_name = "N", help_heading = "Thresholds")]
+    pub warn_held: Option<i64>,
+    /// CRITICAL when more effects than this are held.
+    #[arg(
+        long,
+        value_name = "N",
+        alias = "max-held",
+        help_heading = "Thresholds"
+    )]
+    pub crit_held: Option<i64>,
+    /// WARNING when more escalations than this are unresolved.
+    #[arg(long, value_name = "N", help_heading = "Thresholds")]
+    pub warn_escalations: Option<i64>,
+    /// CRITICAL when more escalations than this are unresolved.
+    #[arg(
+        long,
+        value_name = "N",
+        alias = "max-escalations",
+        help_heading = "Thresholds"
+    )]
+    pub crit_escalations: Option<i64>,
+    /// WARNING when more effects than this are suspected double effects (reads every succeeded effect).
+    #[arg(long, value_name = "N", help_heading = "Thresholds")]
+    pub warn_suspected: Option<i64>,
+    /// CRITICAL when more effects than this are suspected double effects.
+    #[arg(
+        long,
+        value_name = "N",
+        alias = "max-suspected",
+        help_heading = "Thresholds"
+    )]
+    pub crit_suspected: Option<i64>,
+    /// WARNING when the oldest overdue, unknown, held or escalated item is older than this (e.g. 30m).
+    #[arg(long, value_name = "AGE", value_parser = parse_duration, help_heading = "Thresholds")]
+    pub warn_age: Option<Duration>,
+    /// CRITICAL when the oldest overdue, unknown, held or escalated item is older than this.
+    #[arg(long, value_name = "AGE", value_parser = parse_duration, alias = "max-age", help_heading = "Thresholds")]
+    pub crit_age: Option<Duration>,
     #[arg(long, value_enum, default_value_t = CheckFormat::Text)]
     pub format: CheckFormat,
-    /// Seconds to wait for the database before answering "cannot tell".
+    /// Seconds to wait for the database before answering UNKNOWN.
     #[arg(long, default_value_t = 5, value_name = "SECONDS")]
     pub timeout: u64,
 }
@@ -59,21 +114,55 @@ pub enum CheckFormat {
 
 impl CheckArgs {
     fn thresholds(&self) -> Thresholds {
+        let limits = |warning, critical| Limits { warning, critical };
+        let millis = |age: Option<Duration>| {
+            age.map(|age| i64::try_from(age.as_millis()).unwrap_or(i64::MAX))
+        };
         Thresholds {
-            max_overdue: self.max_overdue,
-            max_unknown: self.max_unknown,
-            max_duplicates: self.max_duplicates,
-            max_held: self.max_held,
-            max_escalations: self.max_escalations,
-            max_suspected: self.max_suspected,
-            max_age: self.max_age,
+            overdue: limits(self.warn_overdue, self.crit_overdue),
+            unknown: limits(self.warn_unknown, self.crit_unknown),
+            duplicates: limits(self.warn_duplicates, self.crit_duplicates),
+            held: limits(self.warn_held, self.crit_held),
+            escalations: limits(self.warn_escalations, self.crit_escalations),
+            suspected: limits(self.warn_suspected, self.crit_suspected),
+            age_ms: limits(millis(self.warn_age), millis(self.crit_age)),
+        }
+    }
+}
+
+/// The verdict's word and exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Status {
+    Ok,
+    Warning,
+    Critical,
+    Unknown,
+}
+
+impl Status {
+    fn word(self) -> &'static str {
+        match self {
+            Status::Ok => "OK",
+            Status::Warning => "WARNING",
+            Status::Critical => "CRITICAL",
+            Status::Unknown => "UNKNOWN",
+        }
+    }
+
+    fn code(self) -> u8 {
+        match self {
+            Status::Ok => 0,
+            Status::Warning => WARNING,
+            Status::Critical => CRITICAL,
+            Status::Unknown => UNKNOWN,
         }
     }
 }
 
 #[derive(Debug, Serialize)]
 struct Verdict<'a> {
-    status: &'static str,
+    /// ok, warning, critical or unknown.
+    status: String,
     summary: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     health: Option<&'a Health>,
@@ -82,7 +171,7 @@ struct Verdict<'a> {
     error: Option<String>,
 }
 
-/// Every failure here is "cannot tell" (2), so it connects by itself rather
+/// Every failure here is UNKNOWN (3), so it connects by itself rather
 /// than through the shared connect-then-dispatch path.
 pub async fn run(database_url: Option<String>, args: CheckArgs) -> Result<(), Failure> {
     let thresholds = args.thresholds();
@@ -91,7 +180,7 @@ pub async fn run(database_url: Option<String>, args: CheckArgs) -> Result<(), Fa
             "no database given: pass --database-url, set DATABASE_URL, or set database_url in the config file"
                 .to_string(),
         )),
-        Some(url) => measure(url, &args).await,
+        Some(url) => measure(url, &args, thresholds.suspected.is_set()).await,
     };
     let (health, breaches, error) = match measured {
         Ok(health) => {
@@ -100,75 +189,86 @@ pub async fn run(database_url: Option<String>, args: CheckArgs) -> Result<(), Fa
         }
         Err(error) => (None, Vec::new(), Some(error.to_string())),
     };
-    let (status, code) = match (&error, breaches.is_empty()) {
-        (Some(_), _) => ("unknown", CANNOT_TELL),
-        (None, true) => ("ok", 0),
-        (None, false) => ("exceeded", EXCEEDED),
+    let status = match (&error, check::worst(&breaches)) {
+        (Some(_), _) => Status::Unknown,
+        (None, None) => Status::Ok,
+        (None, Some(Level::Warning)) => Status::Warning,
+        (None, Some(Level::Critical)) => Status::Critical,
     };
     let summary = summary_line(status, health.as_ref(), &breaches, error.as_deref());
-    let verdict = Verdict {
-        status,
-        summary: summary.clone(),
-        health: health.as_ref(),
-        breaches: &breaches,
-        error: error.clone(),
-    };
     let text = match args.format {
-        CheckFormat::Text => format!("{summary}\n"),
-        CheckFormat::Json => safe_json(&verdict) + "\n",
+        CheckFormat::Text => match &health {
+            Some(health) => format!("{summary} | {}\n", performance_data(health, &thresholds)),
+            None => format!("{summary}\n"),
+        },
+        CheckFormat::Json => {
+            let verdict = Verdict {
+                status: status.word().to_lowercase(),
+                summary,
+                health: health.as_ref(),
+                breaches: &breaches,
+                error,
+            };
+            safe_json(&verdict) + "\n"
+        }
         CheckFormat::Prometheus => prometheus(health.as_ref(), &breaches),
     };
     write_output(None, text.as_bytes())?;
-    match code {
+    match status.code() {
         0 => Ok(()),
         // The verdict is on stdout, where a monitoring system reads it: once.
-        _ => Err(Failure::already_said(code)),
+        code => Err(Failure::already_said(code)),
     }
 }
 
-async fn measure(url: String, args: &CheckArgs) -> Result<Health, LedgerError> {
+async fn measure(
+    url: String,
+    args: &CheckArgs,
+    with_suspected: bool,
+) -> Result<Health, LedgerError> {
     let mut settings = ConnectSettings::new(url);
     settings.application_name = "effectwatch:check".to_string();
     settings.connect_timeout = Duration::from_secs(args.timeout.max(1));
     settings.statement_timeout = Duration::from_secs(args.timeout.max(1) * 2);
     settings.max_connections = 1;
     let pool = ledger::connect(&settings).await?;
-    let health = check::measure(&pool, args.max_suspected.is_some()).await;
+    let health = check::measure(&pool, with_suspected).await;
     pool.close().await;
     health
 }
 
+/// `EFFECTWATCH CRITICAL - unknown 12 > 10; overdue 3 > 2 (warning)`: what
+/// is over its limit, worst first; when nothing is, every pane's figure.
 fn summary_line(
-    status: &str,
+    status: Status,
     health: Option<&Health>,
     breaches: &[Breach],
     error: Option<&str>,
 ) -> String {
-    let mut line = match status {
-        "ok" => "OK".to_string(),
-        "exceeded" => "CRITICAL".to_string(),
-        _ => "UNKNOWN".to_string(),
-    };
+    let mut line = format!("EFFECTWATCH {} - ", status.word());
     if let Some(error) = error {
-        let _ = write!(line, ": cannot tell: {}", sanitize_line(error));
+        let _ = write!(line, "cannot tell: {}", sanitize_line(error));
         return line;
     }
     if !breaches.is_empty() {
-        let exceeded: Vec<String> = breaches
+        let mut worst_first: Vec<&Breach> = breaches.iter().collect();
+        worst_first.sort_by_key(|breach| std::cmp::Reverse(breach.level));
+        let over: Vec<String> = worst_first
             .iter()
-            .map(|b| match b.unit {
-                "ms" => format!(
-                    "{} {} > {}",
-                    b.what,
-                    duration_ms(b.value),
-                    duration_ms(b.limit)
-                ),
-                _ => format!("{} {} > {}", b.what, b.value, b.limit),
+            .map(|b| {
+                let (value, limit) = match b.unit {
+                    "ms" => (duration_ms(b.value), duration_ms(b.limit)),
+                    _ => (b.value.to_string(), b.limit.to_string()),
+                };
+                let mark = match (status, b.level) {
+                    (Status::Critical, Level::Warning) => " (warning)",
+                    _ => "",
+                };
+                format!("{} {value} > {limit}{mark}", b.what)
             })
             .collect();
-        let _ = write!(line, ": {};", exceeded.join(", "));
-    } else {
-        line.push(':');
+        line.push_str(&over.join("; "));
+        return line;
     }
     if let Some(health) = health {
         let figures: Vec<String> = health
@@ -186,12 +286,66 @@ fn summary_line(
                 _ => format!("{} {}", count.pane, count.items),
             })
             .collect();
-        let _ = write!(line, " {}", figures.join(", "));
+        line.push_str(&figures.join(", "));
         if let Some(suspected) = health.suspected {
             let _ = write!(line, ", suspected double effects {suspected}");
         }
     }
     line
+}
+
+/// Performance data as monitoring plugins write it,
+/// `label=value[unit];warn;crit`: every pane's items, the age of the oldest
+/// item of the aged panes in seconds, suspected doubles when measured.
+fn performance_data(health: &Health, thresholds: &Thresholds) -> String {
+    fn figure(label: &str, value: String, unit: &str, limits: Limits, scale: f64) -> String {
+        let limit = |limit: Option<i64>| {
+            limit.map_or(String::new(), |limit| (limit as f64 / scale).to_string())
+        };
+        if limits.is_set() {
+            format!(
+                "{label}={value}{unit};{};{}",
+                limit(limits.warning),
+                limit(limits.critical)
+            )
+        } else {
+            format!("{label}={value}{unit}")
+        }
+    }
+    let mut figures: Vec<String> = health
+        .panes
+        .iter()
+        .map(|count| {
+            figure(
+                &count.pane,
+                count.items.to_string(),
+                "",
+                thresholds.of_pane(&count.pane),
+                1.0,
+            )
+        })
+        .collect();
+    for pane in AGED_PANES {
+        let seconds = health.oldest_ms(pane).unwrap_or(0) as f64 / 1000.0;
+        figures.push(figure(
+            &format!("oldest_{pane}"),
+            seconds.to_string(),
+            "s",
+            thresholds.age_ms,
+            1000.0,
+        ));
+    }
+    if let Some(suspected) = health.suspected {
+        figures.push(figure(
+            "suspected",
+            suspected.to_string(),
+            "",
+            thresholds.suspected,
+            1.0,
+        ));
+    }
+    figures.push(format!("weak_triggers={};;0", health.weak_triggers.len()));
+    figures.join(" ")
 }
 
 /// Prometheus text exposition (version 0.0.4).

@@ -2,25 +2,68 @@
 //! open escalations and (on request) suspected double effects, judged
 //! against thresholds.
 
-use std::time::Duration;
-
 use serde::Serialize;
 use sqlx::PgPool;
 
 use super::LedgerError;
 use super::panes::{self, PaneCount};
 
-/// What may be open before the check fails; None: not checked.
+/// The two limits of one figure, in the monitoring-plugin convention:
+/// above `warning` is WARNING, above `critical` is CRITICAL; None: not judged.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Limits {
+    pub warning: Option<i64>,
+    pub critical: Option<i64>,
+}
+
+impl Limits {
+    pub fn is_set(&self) -> bool {
+        self.warning.is_some() || self.critical.is_some()
+    }
+
+    /// How far `value` goes: the worst limit it is strictly above.
+    fn judge(&self, value: i64) -> Option<(Level, i64)> {
+        match (self.critical, self.warning) {
+            (Some(critical), _) if value > critical => Some((Level::Critical, critical)),
+            (_, Some(warning)) if value > warning => Some((Level::Warning, warning)),
+            _ => None,
+        }
+    }
+}
+
+/// What may be open before the check warns or fails, per figure.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Thresholds {
-    pub max_overdue: Option<i64>,
-    pub max_unknown: Option<i64>,
-    pub max_duplicates: Option<i64>,
-    pub max_held: Option<i64>,
-    pub max_escalations: Option<i64>,
-    pub max_suspected: Option<i64>,
-    /// The oldest item of the overdue, unknown, held and escalation panes.
-    pub max_age: Option<Duration>,
+    pub overdue: Limits,
+    pub unknown: Limits,
+    pub duplicates: Limits,
+    pub held: Limits,
+    pub escalations: Limits,
+    pub suspected: Limits,
+    /// The oldest item of the overdue, unknown, held and escalation panes, in ms.
+    pub age_ms: Limits,
+}
+
+impl Thresholds {
+    /// The limits of a pane's item count, for the panes that have any.
+    pub fn of_pane(&self, pane: &str) -> Limits {
+        match pane {
+            "overdue" => self.overdue,
+            "unknown" => self.unknown,
+            "duplicates" => self.duplicates,
+            "held" => self.held,
+            "escalations" => self.escalations,
+            _ => Limits::default(),
+        }
+    }
+}
+
+/// How bad a breach is; ordered, so the worst of several is their max.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Level {
+    Warning,
+    Critical,
 }
 
 /// The figures a check judges.
@@ -44,6 +87,7 @@ pub struct Breach {
     pub limit: i64,
     /// `items`, `ms` or `triggers`.
     pub unit: &'static str,
+    pub level: Level,
 }
 
 /// The panes whose oldest item `max_age` bounds; a duplicate stays in its
@@ -107,7 +151,8 @@ impl Health {
     }
 }
 
-/// Every threshold the figures exceed (strictly above the limit).
+/// Every figure above one of its limits, each at the worst limit it is
+/// above; a trigger that does not always fire is critical whatever the limits.
 pub fn evaluate(health: &Health, thresholds: &Thresholds) -> Vec<Breach> {
     let mut breaches = Vec::new();
     if !health.weak_triggers.is_empty() {
@@ -119,53 +164,47 @@ pub fn evaluate(health: &Health, thresholds: &Thresholds) -> Vec<Breach> {
             value: health.weak_triggers.len() as i64,
             limit: 0,
             unit: "triggers",
+            level: Level::Critical,
         });
     }
-    let limits = [
-        ("overdue", thresholds.max_overdue),
-        ("unknown", thresholds.max_unknown),
-        ("duplicates", thresholds.max_duplicates),
-        ("held", thresholds.max_held),
-        ("escalations", thresholds.max_escalations),
-    ];
-    for (pane, limit) in limits {
-        if let Some(limit) = limit
-            && health.items(pane) > limit
-        {
+    let mut judge = |what: String, value: i64, limits: Limits, unit: &'static str| {
+        if let Some((level, limit)) = limits.judge(value) {
             breaches.push(Breach {
-                what: pane.to_string(),
-                value: health.items(pane),
+                what,
+                value,
                 limit,
-                unit: "items",
+                unit,
+                level,
             });
         }
+    };
+    for pane in ["overdue", "unknown", "duplicates", "held", "escalations"] {
+        judge(
+            pane.to_string(),
+            health.items(pane),
+            thresholds.of_pane(pane),
+            "items",
+        );
     }
-    if let (Some(limit), Some(value)) = (thresholds.max_suspected, health.suspected)
-        && value > limit
-    {
-        breaches.push(Breach {
-            what: "suspected double effects".to_string(),
+    if let Some(value) = health.suspected {
+        judge(
+            "suspected double effects".to_string(),
             value,
-            limit,
-            unit: "items",
-        });
+            thresholds.suspected,
+            "items",
+        );
     }
-    if let Some(max_age) = thresholds.max_age {
-        let limit = i64::try_from(max_age.as_millis()).unwrap_or(i64::MAX);
-        for pane in AGED_PANES {
-            if let Some(oldest) = health.oldest_ms(pane)
-                && oldest > limit
-            {
-                breaches.push(Breach {
-                    what: format!("oldest {pane}"),
-                    value: oldest,
-                    limit,
-                    unit: "ms",
-                });
-            }
+    for pane in AGED_PANES {
+        if let Some(oldest) = health.oldest_ms(pane) {
+            judge(format!("oldest {pane}"), oldest, thresholds.age_ms, "ms");
         }
     }
     breaches
+}
+
+/// The worst level among the breaches; None: all within their limits.
+pub fn worst(breaches: &[Breach]) -> Option<Level> {
+    breaches.iter().map(|breach| breach.level).max()
 }
 
 #[cfg(test)]
@@ -193,11 +232,15 @@ mod tests {
 
     #[test]
     fn only_exceeded_thresholds_breach() {
+        let critical = |limit| Limits {
+            warning: None,
+            critical: Some(limit),
+        };
         let thresholds = Thresholds {
-            max_overdue: Some(2),
-            max_held: Some(0),
-            max_suspected: Some(0),
-            max_age: Some(Duration::from_secs(60)),
+            overdue: critical(2),
+            held: critical(0),
+            suspected: critical(0),
+            age_ms: critical(60_000),
             ..Thresholds::default()
         };
         let what: Vec<String> = evaluate(&health(), &thresholds)
@@ -210,6 +253,36 @@ mod tests {
     }
 
     #[test]
+    fn a_figure_is_judged_at_the_worst_limit_it_is_above() {
+        let thresholds = Thresholds {
+            overdue: Limits {
+                warning: Some(1),
+                critical: Some(5),
+            },
+            duplicates: Limits {
+                warning: Some(1),
+                critical: Some(4),
+            },
+            ..Thresholds::default()
+        };
+        let breaches = evaluate(&health(), &thresholds);
+        let judged: Vec<(&str, Level, i64)> = breaches
+            .iter()
+            .map(|b| (b.what.as_str(), b.level, b.limit))
+            .collect();
+        assert_eq!(
+            judged,
+            [
+                ("overdue", Level::Warning, 1),
+                ("duplicates", Level::Critical, 4)
+            ]
+        );
+        assert_eq!(worst(&breaches), Some(Level::Critical));
+        assert_eq!(worst(&breaches[..1]), Some(Level::Warning));
+        assert_eq!(worst(&[]), None);
+    }
+
+    #[test]
     fn a_weak_trigger_fails_whatever_the_thresholds() {
         let health = Health {
             weak_triggers: vec!["effects.effects_guard".into()],
@@ -217,6 +290,7 @@ mod tests {
         };
         let breaches = evaluate(&health, &Thresholds::default());
         assert_eq!(breaches.len(), 1);
+        assert_eq!(breaches[0].level, Level::Critical);
         assert!(breaches[0].what.contains("effects.effects_guard"));
     }
 }
