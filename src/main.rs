@@ -1,7 +1,7 @@
 use std::process::ExitCode;
 
 use effectwatch::cli::exit::{BAD_CONFIG, Failure, USAGE};
-use effectwatch::cli::{self, AuditCommand, Cli, Command};
+use effectwatch::cli::{self, AuditCommand, Cli, Command, ConsoleFlags};
 use effectwatch::config::Config;
 use effectwatch::ledger;
 
@@ -37,6 +37,19 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli, explicit_url: bool) -> Result<(), Failure> {
+    // Generated from the command line alone: a broken config must not stop
+    // a package build from writing its completions and manual page.
+    match cli.command {
+        Some(Command::Completions { shell }) => {
+            end_quietly_when_the_reader_goes();
+            return cli::shell::completions(shell);
+        }
+        Some(Command::Man { dir }) => {
+            end_quietly_when_the_reader_goes();
+            return cli::shell::man(dir);
+        }
+        _ => {}
+    }
     // Every provider and sink is checked now: no command runs on a config
     // that would fail later, when a provider or sink is first used.
     let (mut config, source) = Config::load(cli.config.as_deref()).map_err(|error| {
@@ -48,24 +61,57 @@ async fn run(cli: Cli, explicit_url: bool) -> Result<(), Failure> {
     if let Some(operator) = &cli.operator {
         config.operator = operator.clone();
     }
+    let outer = cli.console;
+    let command = match cli
+        .command
+        .unwrap_or(Command::Watch(ConsoleFlags::default()))
+    {
+        Command::Watch(flags) => Command::Watch(flags.or(outer.clone())),
+        Command::List {
+            pane,
+            format,
+            limit,
+            filter,
+            time_travel,
+        } => Command::List {
+            pane,
+            format,
+            limit,
+            filter,
+            time_travel: time_travel.or(outer.time_travel),
+        },
+        Command::Finance(mut args) => {
+            args.time_travel = args.time_travel.or(outer.time_travel);
+            Command::Finance(args)
+        }
+        Command::Demo(mut args) => {
+            args.database_url = cli.database_url.clone().filter(|_| explicit_url);
+            args.theme = args.theme.or(outer.theme.clone());
+            args.no_notify |= outer.no_notify;
+            Command::Demo(args)
+        }
+        other => {
+            if outer.time_travel.at.is_some() {
+                return Err(Failure::new(
+                    USAGE,
+                    "--at is for the console, `list` and `finance` (time travel); for a past range use `effectwatch report --since … --until …`",
+                ));
+            }
+            other
+        }
+    };
+    let at = match &command {
+        Command::Watch(flags) => flags.time_travel.at,
+        Command::List { time_travel, .. } => time_travel.at,
+        Command::Finance(args) => args.time_travel.at,
+        _ => None,
+    };
     // Time travel shows the past: nothing may be acted on from it.
-    config.read_only |= cli.read_only || cli.at.is_some();
-    let command = cli.command.unwrap_or(Command::Watch);
-    if !matches!(command, Command::Watch | Command::Demo(_)) {
+    config.read_only |= cli.read_only || at.is_some();
+    if !matches!(command, Command::Watch(_) | Command::Demo(_)) {
         end_quietly_when_the_reader_goes();
     }
-    if cli.at.is_some()
-        && !matches!(
-            command,
-            Command::Watch | Command::List { .. } | Command::Finance(_)
-        )
-    {
-        return Err(Failure::new(
-            USAGE,
-            "--at is for the console, `list` and `finance` (time travel); for a past range use `effectwatch report --since … --until …`",
-        ));
-    }
-    if let Some(at) = cli.at
+    if let Some(at) = at
         && at > chrono::Utc::now()
     {
         return Err(Failure::new(
@@ -76,11 +122,7 @@ async fn run(cli: Cli, explicit_url: bool) -> Result<(), Failure> {
             ),
         ));
     }
-    let at = cli.at;
-    if let Command::Demo(mut args) = command {
-        args.database_url = cli.database_url.clone().filter(|_| explicit_url);
-        args.theme = cli.theme.clone();
-        args.no_notify = cli.no_notify;
+    if let Command::Demo(args) = command {
         return cli::demo::run(&config, args).await;
     }
     if let Command::Config = command {
@@ -97,36 +139,41 @@ async fn run(cli: Cli, explicit_url: bool) -> Result<(), Failure> {
     let url = cli.database_url.clone().or_else(|| config.database_url.clone()).ok_or_else(|| {
         Failure::new(BAD_CONFIG, "no database given: pass --database-url, set DATABASE_URL, or set database_url in the config file")
     })?;
-    if let Command::Watch = command {
+    if let Command::Watch(flags) = command {
         let operator = cli::watch::OperatorWiring::for_console(&config, &url)?;
         let args = cli::watch::WatchArgs {
             database_url: url,
-            theme: cli.theme.clone(),
-            poll_interval: cli.poll_interval,
-            no_notify: cli.no_notify,
+            theme: flags.theme,
+            poll_interval: flags.poll_interval,
+            no_notify: flags.no_notify,
             operator,
             background_status: None,
             about: Vec::new(),
             welcome: None,
-            at: cli.at,
+            at,
         };
         return cli::watch::run(&config, args).await;
     }
     let pool = ledger::connect(&config.connect_settings(url, command.name())).await?;
     match command {
-        Command::Watch | Command::Config | Command::Demo(_) => unreachable!("handled above"),
+        Command::Watch(_)
+        | Command::Config
+        | Command::Demo(_)
+        | Command::Completions { .. }
+        | Command::Man { .. } => unreachable!("handled above"),
         Command::Migrate => cli::migrate::run(&pool).await,
         Command::List {
             pane,
             format,
             limit,
             filter,
+            ..
         } => cli::list::run(&pool, at, pane, format, limit, filter.as_deref()).await,
         Command::Show { op_key, format } => cli::show::run(&pool, &op_key, format).await,
         Command::Audit {
             command: AuditCommand::Verify { format },
         } => cli::audit::verify(&pool, format).await,
-        Command::Finance(args) => cli::finance::run(&pool, at, args).await,
+        Command::Finance(args) => cli::finance::run(&pool, args).await,
         Command::Report(args) => cli::report::run(&pool, args).await,
         Command::Check(_) => unreachable!("handled above"),
         Command::Prune(args) => cli::prune::run(&pool, &config, args).await,

@@ -52,9 +52,11 @@ pub struct DemoArgs {
     /// DATABASE_URL happened to be set.
     #[arg(skip)]
     pub database_url: Option<String>,
-    #[arg(skip)]
+    /// Theme: dark, light, high-contrast, colour-blind, or a path to a .toml file.
+    #[arg(long)]
     pub theme: Option<String>,
-    #[arg(skip)]
+    /// No desktop notifications.
+    #[arg(long)]
     pub no_notify: bool,
 }
 

@@ -23,6 +23,8 @@ pub struct FinanceArgs {
     /// Print one part only (CSV prints the suspected double effects unless `--only exposure`).
     #[arg(long, value_enum)]
     pub only: Option<FinancePart>,
+    #[command(flatten)]
+    pub time_travel: super::TimeTravel,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -42,15 +44,12 @@ pub enum FinancePart {
 
 const CELL_WIDTH: usize = 40;
 
-pub async fn run(
-    pool: &PgPool,
-    at: Option<chrono::DateTime<chrono::Utc>>,
-    args: FinanceArgs,
-) -> Result<(), Failure> {
+pub async fn run(pool: &PgPool, args: FinanceArgs) -> Result<(), Failure> {
     let FinanceArgs {
         since,
         format,
         only,
+        time_travel: super::TimeTravel { at },
     } = args;
     let mut review = finance::review(pool, at, since).await?;
     match only {

@@ -14,10 +14,11 @@ pub mod prune;
 pub mod reconciler;
 pub mod report;
 pub mod settle;
+pub mod shell;
 pub mod show;
 pub mod watch;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::ledger::panes::Pane;
 
@@ -44,25 +45,60 @@ pub struct Cli {
     #[arg(long, global = true)]
     pub read_only: bool,
 
-    /// Theme: dark, light, high-contrast, colour-blind, or a path to a .toml file.
-    #[arg(long, global = true)]
-    pub theme: Option<String>,
-
-    /// Seconds between polls (the console also wakes on NOTIFY).
-    #[arg(long, global = true)]
-    pub poll_interval: Option<f64>,
-
-    /// No desktop notifications.
-    #[arg(long, global = true)]
-    pub no_notify: bool,
-
-    /// Time travel: the console, `list` and `finance` as the ledger stood at this instant
-    /// (RFC 3339 or a time ago, e.g. 2h); always read-only.
-    #[arg(long, global = true, value_name = "TIME", value_parser = crate::time_args::parse_instant)]
-    pub at: Option<chrono::DateTime<chrono::Utc>>,
+    #[command(flatten)]
+    pub console: ConsoleFlags,
 
     #[command(subcommand)]
     pub command: Option<Command>,
+}
+
+/// What only the console reads, given before `watch` or after it; kept
+/// out of the other subcommands' help, where it would mean nothing.
+#[derive(Debug, Clone, Default, Args)]
+pub struct ConsoleFlags {
+    /// Theme: dark, light, high-contrast, colour-blind, or a path to a .toml file.
+    #[arg(long)]
+    pub theme: Option<String>,
+
+    /// Seconds between polls (the console also wakes on NOTIFY).
+    #[arg(long)]
+    pub poll_interval: Option<f64>,
+
+    /// No desktop notifications.
+    #[arg(long)]
+    pub no_notify: bool,
+
+    #[command(flatten)]
+    pub time_travel: TimeTravel,
+}
+
+impl ConsoleFlags {
+    /// These flags, each one not given taken from `outer` (those before the subcommand).
+    pub fn or(self, outer: ConsoleFlags) -> ConsoleFlags {
+        ConsoleFlags {
+            theme: self.theme.or(outer.theme),
+            poll_interval: self.poll_interval.or(outer.poll_interval),
+            no_notify: self.no_notify || outer.no_notify,
+            time_travel: self.time_travel.or(outer.time_travel),
+        }
+    }
+}
+
+/// `--at`: for the console, `list` and `finance`.
+#[derive(Debug, Clone, Copy, Default, Args)]
+pub struct TimeTravel {
+    /// Time travel: the ledger as it stood at this instant (RFC 3339 or a
+    /// time ago, e.g. 2h); always read-only.
+    #[arg(long, value_name = "TIME", value_parser = crate::time_args::parse_instant)]
+    pub at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+impl TimeTravel {
+    pub fn or(self, outer: TimeTravel) -> TimeTravel {
+        TimeTravel {
+            at: self.at.or(outer.at),
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -70,7 +106,7 @@ pub enum Command {
     /// The whole product on a private ledger: its own PostgreSQL, a fake provider, simulated agents, the console.
     Demo(demo::DemoArgs),
     /// The live console (also what runs without a subcommand).
-    Watch,
+    Watch(ConsoleFlags),
     /// Print the config file read, the resolved settings (secrets masked) and the log file.
     Config,
     /// Install or upgrade the ledger schema (idempotent).
@@ -86,6 +122,8 @@ pub enum Command {
         /// Words that must match: plain text, or field:value with key, target, action, provider, requester.
         #[arg(long)]
         filter: Option<String>,
+        #[command(flatten)]
+        time_travel: TimeTravel,
     },
     /// Show one effect with its attempts, events, reconciliations and audit entries.
     Show {
@@ -102,7 +140,7 @@ pub enum Command {
     Finance(finance::FinanceArgs),
     /// A post-mortem of a time range: pane entries, reconciliations, operator actions, resolution times.
     Report(report::ReportArgs),
-    /// For cron and monitoring: exit 0 within thresholds, 1 exceeded, 2 cannot tell.
+    /// A monitoring plugin (Nagios, Icinga, Sensu): exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN.
     Check(check::CheckArgs),
     /// Approvals an approving system granted: what they authorise, until when; grant and revoke.
     Approval {
@@ -116,6 +154,16 @@ pub enum Command {
     },
     /// Remove old settled effects nothing protects, exporting them first (ledger owner only).
     Prune(prune::PruneArgs),
+    /// A completion script for your shell, generated from this command line.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// The manual page (roff) on stdout; with --dir, one page per subcommand written there.
+    Man {
+        #[arg(long, value_name = "DIR")]
+        dir: Option<std::path::PathBuf>,
+    },
     #[command(flatten)]
     Settle(settle::SettleCommand),
 }
@@ -125,7 +173,7 @@ impl Command {
     pub fn name(&self) -> &'static str {
         match self {
             Command::Demo(_) => "demo",
-            Command::Watch => "console",
+            Command::Watch(_) => "console",
             Command::Config => "config",
             Command::Migrate => "migrate",
             Command::List { .. } => "list",
@@ -137,6 +185,8 @@ impl Command {
             Command::Prune(_) => "prune",
             Command::Policy { .. } => "policy",
             Command::Approval { .. } => "approval",
+            Command::Completions { .. } => "completions",
+            Command::Man { .. } => "man",
             Command::Settle(_) => "settle",
         }
     }
