@@ -53,11 +53,65 @@ begin
 end
 $$;
 
-create function ledger.not_applicable(effect ledger.effects, what text) returns void
-language plpgsql as $$
+-- Which operator actions apply to an effect as it is now: the one
+-- definition the operator functions refuse by and the console greys its
+-- keys by. Null: it applies (the function may still refuse on what it is
+-- given); else the sentence that says why not. Actions not named here
+-- (annotate, escalate, reconcile) apply to every effect.
+create function ledger.why_not(effect ledger.effects, action text) returns text
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    select case action
+        when 'resolve' then
+            case when (effect).state not in ('pending', 'unknown')
+                 then 'only a pending or unknown effect is resolved by hand' end
+        when 'release' then
+            case when (effect).state <> 'held' then 'only a held effect is released' end
+        when 'cancel' then
+            case when not ((effect).state = 'held'
+                           or ((effect).state = 'pending' and (effect).dispatched_at is null))
+                 then 'only a held effect, or a pending one never dispatched, is cancelled' end
+        when 'compensate' then
+            case when (effect).compensates is not null
+                 then 'it is itself a compensation: reconcile or resolve it instead'
+                 -- op_compensate answers a repeated request with the
+                 -- compensation already made, before it asks this.
+                 when (effect).state = 'compensated'
+                 then 'it is compensated already: its compensation is in its detail'
+                 when (effect).state <> 'succeeded'
+                 then 'only a succeeded effect is compensated' end
+        when 'acknowledge_duplicates' then
+            case when not exists (select 1 from ledger.duplicate_attempts_at(null) d
+                                   where d.effect_id = (effect).id)
+                 then 'it has no repeated or flagged calls to acknowledge' end
+    end
+$$;
+
+-- Every action of why_not that does not apply, with its sentence.
+create function ledger.refused_actions(effect ledger.effects) returns jsonb
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    select coalesce(jsonb_object_agg(r.action, r.why), '{}'::jsonb)
+      from (select a.action, ledger.why_not(effect, a.action) as why
+              from unnest(array['resolve', 'release', 'cancel', 'compensate',
+                                'acknowledge_duplicates']) as a(action)) r
+     where r.why is not null
+$$;
+
+create function ledger.require_applicable(effect ledger.effects, what text) returns void
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    why text := ledger.why_not(effect, what);
 begin
-    raise exception 'ledger: cannot % effect % in state %', what, (effect).op_key, (effect).state
-        using errcode = 'EW422';
+    if why is not null then
+        raise exception 'ledger: cannot % effect % in state %: %', replace(what, '_', ' '),
+            (effect).op_key, (effect).state, why
+            using errcode = 'EW422';
+    end if;
 end
 $$;
 
@@ -84,9 +138,7 @@ begin
         raise exception 'ledger: resolving % as succeeded needs the provider''s external reference', op_resolve.op_key
             using errcode = 'invalid_parameter_value';
     end if;
-    if effect.state not in ('pending', 'unknown') then
-        perform ledger.not_applicable(effect, 'resolve');
-    end if;
+    perform ledger.require_applicable(effect, 'resolve');
     before := ledger.effect_snapshot(effect);
     update ledger.effects e
        set state = op_resolve.outcome,
@@ -116,9 +168,7 @@ declare
 begin
     effect := ledger.lock_for_operator(op_release.op_key, op_release.expected_version,
                                        op_release.operator, op_release.reason, true);
-    if effect.state <> 'held' then
-        perform ledger.not_applicable(effect, 'release');
-    end if;
+    perform ledger.require_applicable(effect, 'release');
     before := ledger.effect_snapshot(effect);
     begin
         update ledger.effects e
@@ -151,9 +201,7 @@ declare
 begin
     effect := ledger.lock_for_operator(op_cancel.op_key, op_cancel.expected_version,
                                        op_cancel.operator, op_cancel.reason, true);
-    if not (effect.state = 'held' or (effect.state = 'pending' and effect.dispatched_at is null)) then
-        perform ledger.not_applicable(effect, 'cancel');
-    end if;
+    perform ledger.require_applicable(effect, 'cancel');
     before := ledger.effect_snapshot(effect);
     update ledger.effects e set state = 'cancelled' where e.id = effect.id
     returning e.* into effect;
@@ -206,10 +254,7 @@ begin
                                        op_acknowledge_duplicates.expected_version,
                                        op_acknowledge_duplicates.operator,
                                        op_acknowledge_duplicates.reason, true);
-    if not exists (select 1 from ledger.duplicate_attempts_at(null) d where d.effect_id = effect.id) then
-        raise exception 'ledger: effect % has no repeated or flagged calls to acknowledge', effect.op_key
-            using errcode = 'EW422';
-    end if;
+    perform ledger.require_applicable(effect, 'acknowledge_duplicates');
     before := ledger.effect_snapshot(effect);
     update ledger.effects e set duplicates_acknowledged_at = now()
      where e.id = effect.id

@@ -148,13 +148,7 @@ begin
                             null::bigint;
         return;
     end if;
-    if effect.compensates is not null then
-        raise exception 'ledger: % is itself a compensation and is not compensated in turn', effect.op_key
-            using errcode = 'EW422', hint = 'reconcile or resolve it instead';
-    end if;
-    if effect.state <> 'succeeded' then
-        perform ledger.not_applicable(effect, 'compensate');
-    end if;
+    perform ledger.require_applicable(effect, 'compensate');
 
     limit_minor := (ledger.policy_for(effect.action)).compensation_approval_limit_minor;
     if limit_minor is not null and coalesce(abs(effect.amount_minor), 0) > limit_minor then

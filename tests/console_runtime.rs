@@ -681,3 +681,36 @@ async fn a_console_reading_an_instant_polls_once_per_instant_and_never_listens()
     assert_eq!(stepped.finance.as_ref().and_then(|f| f.at), Some(t2));
     poller.abort();
 }
+
+// ---------------------------------------------------------------------------
+// What applies to each row, read with the rows.
+
+#[tokio::test]
+async fn each_poll_carries_what_the_ledger_refuses_for_every_effect_shown() {
+    let db = common::test_db().await;
+    let mut held_behind = common::intent("refund:held", "invoice:H");
+    let holder = common::intent("refund:holder", "invoice:H");
+    effectwatch::ledger::writer::begin_effect(&db.pool, &holder)
+        .await
+        .unwrap();
+    held_behind.requested_by = "agent-2".into();
+    effectwatch::ledger::writer::begin_effect(&db.pool, &held_behind)
+        .await
+        .unwrap();
+    let pool = effectwatch::ledger::connect(&ConnectSettings::new(db.url.clone()))
+        .await
+        .unwrap();
+
+    let snapshot = poller::poll(&pool, &settings(Duration::from_secs(2)))
+        .await
+        .unwrap();
+    let held = snapshot
+        .refusals
+        .get("refund:held")
+        .expect("the held pane's effect has its refusals");
+    let refused: Vec<&str> = held.keys().map(String::as_str).collect();
+    assert_eq!(refused, ["acknowledge_duplicates", "compensate", "resolve"]);
+    assert_eq!(held["compensate"], "only a succeeded effect is compensated");
+    // An effect no view lists is not read.
+    assert!(!snapshot.refusals.contains_key("refund:holder"));
+}

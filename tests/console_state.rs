@@ -867,3 +867,35 @@ fn resolving_as_failed_offers_retryable() {
         );
     }
 }
+
+#[test]
+fn an_action_the_ledger_says_cannot_apply_is_refused_before_anything_is_asked() {
+    let mut app = App::new("ops".to_string(), false, Duration::from_secs(2));
+    let mut refused = snapshot(rows(&["pay:inv-0001", "pay:inv-0042"]), 2, 0);
+    refused.refusals.insert(
+        "pay:inv-0001".to_string(),
+        [(
+            "compensate".to_string(),
+            "only a succeeded effect is compensated".to_string(),
+        )]
+        .into(),
+    );
+    app.update(Message::Snapshot(Box::new(refused)));
+
+    assert!(char(&mut app, 'c').is_empty());
+    assert!(
+        app.dialog().is_none(),
+        "a dialog opened for a refused action"
+    );
+    assert_eq!(
+        status(&app),
+        "cannot compensate: only a succeeded effect is compensated"
+    );
+    // What the ledger does not refuse still asks, and the next row is its own.
+    assert!(char(&mut app, 'o').is_empty());
+    assert!(app.dialog().is_some());
+    key(&mut app, KeyCode::Esc);
+    char(&mut app, 'j');
+    char(&mut app, 'c');
+    assert!(app.dialog().is_some(), "pay:inv-0042 may be compensated");
+}

@@ -739,3 +739,39 @@ fn the_resolve_failed_dialog_shows_whether_the_key_may_be_retried() {
         "{after}"
     );
 }
+
+#[test]
+fn the_key_bar_strikes_out_what_the_ledger_says_cannot_apply_to_the_selection() {
+    let mut snapshot = full_snapshot();
+    let PaneRows::Overdue(rows) = &snapshot.panes[0].1 else {
+        panic!("the fixtures start with the overdue pane");
+    };
+    let selected = rows[0].op_key.clone();
+    // What ledger.refused_actions says of a pending, dispatched effect.
+    snapshot.refusals.insert(
+        selected,
+        [
+            ("compensate", "only a succeeded effect is compensated"),
+            ("release", "only a held effect is released"),
+        ]
+        .into_iter()
+        .map(|(action, why)| (action.to_string(), why.to_string()))
+        .collect(),
+    );
+    let app = app_with(snapshot, false);
+    let buffer = render(&app, &Theme::default());
+    let bar = HEIGHT - 1;
+    let line = columns(&buffer, 0, WIDTH);
+    let line = line.lines().nth(bar as usize).unwrap();
+    let struck = |label: &str| {
+        let at = line
+            .find(label)
+            .unwrap_or_else(|| panic!("no {label:?} in {line}"));
+        buffer[(at as u16, bar)]
+            .modifier
+            .contains(Modifier::CROSSED_OUT)
+    };
+    assert!(struck(" c  compensate"), "{line}");
+    assert!(!struck(" r  reconcile"), "{line}");
+    assert!(!struck(" o  resolve"), "{line}");
+}

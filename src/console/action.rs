@@ -692,6 +692,17 @@ impl Action {
         self.info().writes
     }
 
+    /// Its name in the ledger's rules of which action applies to an effect
+    /// (`ledger.why_not`): the SQL function's, without `op_`.
+    pub fn ledger_action(self) -> Option<&'static str> {
+        match self {
+            Action::ResolveSucceeded | Action::ResolveFailed => Some("resolve"),
+            Action::Compensate => Some("compensate"),
+            Action::Operator(call) => Some(call.ledger_action()),
+            _ => None,
+        }
+    }
+
     /// The one gate for read-only mode.
     pub fn allowed(self, read_only: bool) -> bool {
         !(read_only && self.writes())

@@ -13,8 +13,9 @@ use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::JoinHandle;
 
 use super::app::{Message, Snapshot, WINDOW};
+use crate::ledger::escalations::{ApprovalRow, EscalationRow};
 use crate::ledger::finance::{self, FinanceReview};
-use crate::ledger::panes::{self, Filter, Pane};
+use crate::ledger::panes::{self, Filter, Pane, PaneRows};
 use crate::ledger::{
     self, ConnectSettings, LedgerError, NOTIFY_CHANNEL, audit, escalations, snapshot, timetravel,
 };
@@ -272,6 +273,13 @@ pub async fn poll(pool: &PgPool, settings: &PollSettings) -> Result<Snapshot, Le
             }
         }
     };
+    let refusals = match settings.at {
+        Some(_) => Default::default(),
+        None => {
+            let shown = shown_effects(&rows, &escalations, &approvals, finance.as_ref());
+            crate::ledger::actions::refusals(&mut *tx, &shown).await?
+        }
+    };
     let (database, role) = snapshot::whoami(&mut tx).await?;
     tx.commit().await?;
     Ok(Snapshot {
@@ -284,6 +292,7 @@ pub async fn poll(pool: &PgPool, settings: &PollSettings) -> Result<Snapshot, Le
         audit_count,
         listening: false,
         finance,
+        refusals,
         finance_error,
         polled_at: Utc::now(),
         latency: started.elapsed(),
@@ -291,6 +300,30 @@ pub async fn poll(pool: &PgPool, settings: &PollSettings) -> Result<Snapshot, Le
         role,
         offsets: settings.offsets,
     })
+}
+
+/// Every effect a view lists, once: what an operator can select and act on.
+fn shown_effects(
+    panes: &[(Pane, PaneRows)],
+    escalations: &[EscalationRow],
+    approvals: &[ApprovalRow],
+    finance: Option<&FinanceReview>,
+) -> Vec<String> {
+    let mut keys: Vec<String> = panes
+        .iter()
+        .flat_map(|(_, rows)| rows.op_keys())
+        .map(str::to_string)
+        .chain(escalations.iter().map(|row| row.op_key.clone()))
+        .chain(approvals.iter().map(|row| row.op_key.clone()))
+        .chain(
+            finance
+                .into_iter()
+                .flat_map(|review| review.suspected.iter().map(|row| row.op_key.clone())),
+        )
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
+    keys
 }
 
 /// Suspected doubles and exposure over the finance window ending at the instant.

@@ -1,6 +1,8 @@
 //! Operator actions: each one SQL function call, in one transaction with its
 //! audit entry, refused if the effect changed since the operator looked.
 
+use std::collections::{BTreeMap, HashMap};
+
 use serde::Serialize;
 use serde_json::Value;
 use sqlx::PgExecutor;
@@ -112,6 +114,14 @@ impl OperatorCall {
             .find(|call| call.name == name)
     }
 
+    /// Its name as the ledger's applicability rules know it: the SQL
+    /// function's, without `ledger.op_`.
+    pub fn ledger_action(&self) -> &'static str {
+        self.function
+            .strip_prefix("ledger.op_")
+            .unwrap_or(self.function)
+    }
+
     pub async fn call<'c>(
         &self,
         executor: impl PgExecutor<'c>,
@@ -133,6 +143,29 @@ impl OperatorCall {
             .fetch_one(executor)
             .await?)
     }
+}
+
+/// The operator actions that do not apply to one effect as it is now, each
+/// with the ledger's sentence saying why (`ledger.why_not`): the console
+/// greys their keys and refuses them before asking anything. The actions
+/// are named as their SQL functions are, without `op_`.
+pub type Refusals = BTreeMap<String, String>;
+
+/// The refusals of each of these effects, in one query.
+pub async fn refusals<'c>(
+    executor: impl PgExecutor<'c>,
+    op_keys: &[String],
+) -> Result<HashMap<String, Refusals>, LedgerError> {
+    let rows: Vec<(String, sqlx::types::Json<Refusals>)> = sqlx::query_as(
+        "select e.op_key, ledger.refused_actions(e) from ledger.effects e where e.op_key = any($1)",
+    )
+    .bind(op_keys)
+    .fetch_all(executor)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(op_key, refused)| (op_key, refused.0))
+        .collect())
 }
 
 /// What a provider said about an effect, as stored by `record_reconciliation`.

@@ -22,6 +22,8 @@ pub struct EffectHistory {
     pub related: Vec<Effect>,
     /// Its action's policy: what may happen to it next.
     pub policy: Option<super::policies::Policy>,
+    /// The operator actions that do not apply to it now, and why.
+    pub refusals: super::actions::Refusals,
 }
 
 pub async fn find_effect(pool: &PgPool, op_key: &str) -> Result<Option<Effect>, LedgerError> {
@@ -96,6 +98,10 @@ pub async fn load(pool: &PgPool, op_key: &str) -> Result<EffectHistory, LedgerEr
         .fetch_all(&mut *tx)
         .await?;
     let policy = Some(super::policies::for_action(&mut *tx, &effect.action).await?);
+    let refusals = super::actions::refusals(&mut *tx, std::slice::from_ref(&effect.op_key))
+        .await?
+        .remove(&effect.op_key)
+        .unwrap_or_default();
     tx.commit().await?;
     Ok(EffectHistory {
         effect,
@@ -106,6 +112,7 @@ pub async fn load(pool: &PgPool, op_key: &str) -> Result<EffectHistory, LedgerEr
         audit,
         related,
         policy,
+        refusals,
     })
 }
 

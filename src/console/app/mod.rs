@@ -251,6 +251,21 @@ impl App {
         Some((row.op_key.clone()?, row.version?))
     }
 
+    /// Why `action` does not apply to the selected effect, as the ledger
+    /// said at the last read; None: it may (the ledger still has the last
+    /// word when it runs).
+    pub fn why_not(&self, action: Action) -> Option<&str> {
+        let name = action.ledger_action()?;
+        let refusals = match &self.detail {
+            Some(detail) => &detail.history.as_ref()?.refusals,
+            None => {
+                let op_key = self.selected_row()?.op_key.as_ref()?;
+                self.snapshot.as_ref()?.refusals.get(op_key)?
+            }
+        };
+        refusals.get(name).map(String::as_str)
+    }
+
     /// The target and amount of the selected effect, for a confirmation
     /// that says what will move: " (invoice:INV-402, 150.00 EUR)".
     fn selected_context(&self) -> String {
@@ -374,6 +389,13 @@ impl App {
             return Vec::new();
         }
         if action.writes() {
+            // Asking for a reason and the key's end only to refuse after
+            // wastes the operator's typing: say at once what the ledger said.
+            if let Some(why) = self.why_not(action) {
+                let message = format!("cannot {}: {why}", action.info().label);
+                self.set_status(message, Role::Warn);
+                return Vec::new();
+            }
             return self.open_dialog(action);
         }
         let view = self.view;

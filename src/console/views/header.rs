@@ -197,7 +197,15 @@ pub fn draw_key_bar(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         if !entry.offered(view, app.at.is_some()) {
             continue;
         }
-        spans.push(Span::styled(format!(" {} ", entry.keys), theme.selection()));
+        // Greyed and struck through, not hidden: the key bar keeps its
+        // shape as the selection moves, and says the action exists.
+        let key_style = match app.why_not(entry.action) {
+            Some(_) => theme
+                .role(Role::Muted)
+                .add_modifier(Modifier::CROSSED_OUT | Modifier::DIM),
+            None => theme.selection(),
+        };
+        spans.push(Span::styled(format!(" {} ", entry.keys), key_style));
         spans.push(Span::styled(
             format!(" {} ", entry.label),
             theme.role(Role::Muted),
