@@ -112,6 +112,19 @@ begin
 end
 $$;
 
+-- The approval limit of the effect's action, and whether compensating the
+-- effect now waits for a second operator (its amount is above the limit):
+-- op_compensate decides by it, and the console says it before the operator
+-- confirms.
+create function ledger.compensation_approval(effect ledger.effects, out limit_minor bigint, out waits boolean)
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    select p.compensation_approval_limit_minor,
+           coalesce(coalesce(abs((effect).amount_minor), 0) > p.compensation_approval_limit_minor, false)
+      from ledger.policy_for((effect).action) p
+$$;
+
 create function ledger.op_compensate(
     op_key text, expected_version bigint, operator text, reason text
 ) returns table (status text, compensation_key text, compensation_state text, dispatched boolean,
@@ -127,6 +140,7 @@ declare
     request     ledger.compensation_requests;
     created     ledger.effects;
     limit_minor bigint;
+    waits       boolean;
     seq         bigint;
 begin
     effect := ledger.lock_for_operator(op_compensate.op_key, op_compensate.expected_version,
@@ -150,8 +164,9 @@ begin
     end if;
     perform ledger.require_applicable(effect, 'compensate');
 
-    limit_minor := (ledger.policy_for(effect.action)).compensation_approval_limit_minor;
-    if limit_minor is not null and coalesce(abs(effect.amount_minor), 0) > limit_minor then
+    select a.limit_minor, a.waits into limit_minor, waits
+      from ledger.compensation_approval(effect) a;
+    if waits then
         insert into ledger.compensation_requests (effect_id, op_key, state, amount_minor, currency,
                                                   approval_limit_minor, requested_by, reason)
         values (effect.id, effect.op_key, 'awaiting_approval', effect.amount_minor, effect.currency,

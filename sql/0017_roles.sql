@@ -76,7 +76,8 @@ select ledger.grant_operator_actions();
 
 grant select on all tables in schema ledger to effect_operator, effect_readonly;
 -- Which actions apply to an effect: the console greys its keys by it.
-grant execute on function ledger.why_not(ledger.effects, text), ledger.refused_actions(ledger.effects)
+grant execute on function ledger.why_not(ledger.effects, text), ledger.refused_actions(ledger.effects),
+    ledger.compensation_approval(ledger.effects)
     to effect_operator, effect_readonly;
 grant execute on function
     ledger.record_reconciliation(text, bigint, text, text, text, text[], jsonb, integer),

@@ -704,13 +704,14 @@ async fn each_poll_carries_what_the_ledger_refuses_for_every_effect_shown() {
     let snapshot = poller::poll(&pool, &settings(Duration::from_secs(2)))
         .await
         .unwrap();
-    let held = snapshot
-        .refusals
+    let held = &snapshot
+        .applicability
         .get("refund:held")
-        .expect("the held pane's effect has its refusals");
+        .expect("the held pane's effect has its refusals")
+        .refused;
     let refused: Vec<&str> = held.keys().map(String::as_str).collect();
     assert_eq!(refused, ["acknowledge_duplicates", "compensate", "resolve"]);
     assert_eq!(held["compensate"], "only a succeeded effect is compensated");
     // An effect no view lists is not read.
-    assert!(!snapshot.refusals.contains_key("refund:holder"));
+    assert!(!snapshot.applicability.contains_key("refund:holder"));
 }

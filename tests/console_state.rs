@@ -13,6 +13,7 @@ use effectwatch::console::app::{
     App, DialogField, Message, Overlay, Prompt, Snapshot, Task, View, WINDOW,
 };
 use effectwatch::console::theme::Role;
+use effectwatch::ledger::actions::Applicability;
 use effectwatch::ledger::escalations::EscalationRow;
 use effectwatch::ledger::panes::{Filter, OverdueRow, Pane, PaneRows};
 use effectwatch::settle::Request;
@@ -872,13 +873,16 @@ fn resolving_as_failed_offers_retryable() {
 fn an_action_the_ledger_says_cannot_apply_is_refused_before_anything_is_asked() {
     let mut app = App::new("ops".to_string(), false, Duration::from_secs(2));
     let mut refused = snapshot(rows(&["pay:inv-0001", "pay:inv-0042"]), 2, 0);
-    refused.refusals.insert(
+    refused.applicability.insert(
         "pay:inv-0001".to_string(),
-        [(
-            "compensate".to_string(),
-            "only a succeeded effect is compensated".to_string(),
-        )]
-        .into(),
+        Applicability {
+            refused: [(
+                "compensate".to_string(),
+                "only a succeeded effect is compensated".to_string(),
+            )]
+            .into(),
+            ..Applicability::default()
+        },
     );
     app.update(Message::Snapshot(Box::new(refused)));
 
@@ -898,4 +902,37 @@ fn an_action_the_ledger_says_cannot_apply_is_refused_before_anything_is_asked() 
     char(&mut app, 'j');
     char(&mut app, 'c');
     assert!(app.dialog().is_some(), "pay:inv-0042 may be compensated");
+}
+
+#[test]
+fn the_compensate_dialog_names_the_approval_limit_either_way() {
+    let note = |waits: bool, limit: Option<i64>| {
+        let mut app = App::new("ops".to_string(), false, Duration::from_secs(2));
+        let mut read = snapshot(rows(&["pay:inv-0001"]), 1, 0);
+        read.applicability.insert(
+            "pay:inv-0001".to_string(),
+            Applicability {
+                approval_limit_minor: limit,
+                currency: Some("EUR".into()),
+                compensation_waits_for_approval: waits,
+                ..Applicability::default()
+            },
+        );
+        app.update(Message::Snapshot(Box::new(read)));
+        char(&mut app, 'c');
+        app.dialog().unwrap().note.clone().unwrap()
+    };
+    let (above, role) = note(true, Some(50_000));
+    assert!(
+        above.starts_with("above the approval limit of 500.00 EUR: a second operator must approve"),
+        "{above}"
+    );
+    assert_eq!(role, Role::Warn);
+    let (within, _) = note(false, Some(50_000));
+    assert!(
+        within.starts_with("within the approval limit of 500.00 EUR"),
+        "{within}"
+    );
+    let (none, _) = note(false, None);
+    assert!(none.starts_with("no approval limit"), "{none}");
 }

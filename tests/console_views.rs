@@ -17,6 +17,7 @@ use serde_json::json;
 use effectwatch::console::app::{App, Connection, Message, Snapshot};
 use effectwatch::console::theme::Theme;
 use effectwatch::console::views;
+use effectwatch::ledger::actions::Applicability;
 use effectwatch::ledger::panes::{Pane, PaneRows};
 
 const WIDTH: u16 = 140;
@@ -748,15 +749,18 @@ fn the_key_bar_strikes_out_what_the_ledger_says_cannot_apply_to_the_selection() 
     };
     let selected = rows[0].op_key.clone();
     // What ledger.refused_actions says of a pending, dispatched effect.
-    snapshot.refusals.insert(
+    snapshot.applicability.insert(
         selected,
-        [
-            ("compensate", "only a succeeded effect is compensated"),
-            ("release", "only a held effect is released"),
-        ]
-        .into_iter()
-        .map(|(action, why)| (action.to_string(), why.to_string()))
-        .collect(),
+        Applicability {
+            refused: [
+                ("compensate", "only a succeeded effect is compensated"),
+                ("release", "only a held effect is released"),
+            ]
+            .into_iter()
+            .map(|(action, why)| (action.to_string(), why.to_string()))
+            .collect(),
+            ..Applicability::default()
+        },
     );
     let app = app_with(snapshot, false);
     let buffer = render(&app, &Theme::default());
@@ -774,4 +778,27 @@ fn the_key_bar_strikes_out_what_the_ledger_says_cannot_apply_to_the_selection() 
     assert!(struck(" c  compensate"), "{line}");
     assert!(!struck(" r  reconcile"), "{line}");
     assert!(!struck(" o  resolve"), "{line}");
+}
+
+#[test]
+fn the_compensate_dialog_says_when_a_second_operator_must_approve() {
+    let mut snapshot = full_snapshot();
+    // The first overdue row is 15.00 EUR; its action's limit 10.00 EUR.
+    snapshot.applicability.insert(
+        first_overdue_key(),
+        Applicability {
+            approval_limit_minor: Some(1_000),
+            currency: Some("EUR".into()),
+            compensation_waits_for_approval: true,
+            ..Applicability::default()
+        },
+    );
+    let mut app = app_with(snapshot, false);
+    press(&mut app, KeyCode::Char('c'));
+    let screen = text(&render_sized(&app, &Theme::default(), 80, 24));
+    insta::assert_snapshot!("compensate_dialog_above_the_approval_limit", screen);
+    assert!(
+        screen.contains("above the approval limit of 10.00 EUR"),
+        "{screen}"
+    );
 }

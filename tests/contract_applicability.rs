@@ -156,3 +156,63 @@ async fn a_compensation_is_not_compensated_in_turn_and_asking_again_returns_it()
     // Asking again for the original returns the compensation already made.
     run(&db.pool, "compensate", "paid").await.unwrap();
 }
+
+#[tokio::test]
+async fn whether_a_compensation_waits_for_approval_is_what_op_compensate_then_does() {
+    let db = common::test_db().await;
+    let limit = effectwatch::ledger::policies::PolicyChange {
+        compensation_approval_limit_minor: Some(Some(1_000)),
+        ..Default::default()
+    };
+    effectwatch::ledger::policies::set(&db.pool, "refund", &limit, "ops", "four eyes above 10 EUR")
+        .await
+        .unwrap();
+    // common::intent is 12.00 EUR: above; the second is 5.00 EUR: within.
+    make(&db.pool, "above", "succeeded").await;
+    let mut small = common::intent("within", "invoice:within");
+    small.amount_minor = Some(500);
+    begin_effect(&db.pool, &small).await.unwrap();
+    mark_dispatched(&db.pool, "within", None, "w")
+        .await
+        .unwrap();
+    let paid = Completion {
+        external_ref: Some("ref-within".into()),
+        ..Completion::default()
+    };
+    complete_effect(&db.pool, "within", Outcome::Succeeded, &paid)
+        .await
+        .unwrap();
+
+    let keys = ["above".to_string(), "within".to_string()];
+    let said = effectwatch::ledger::actions::applicability(&db.pool, &keys)
+        .await
+        .unwrap();
+    for (op_key, waits) in [("above", true), ("within", false)] {
+        assert_eq!(said[op_key].approval_limit_minor, Some(1_000));
+        assert_eq!(said[op_key].currency.as_deref(), Some("EUR"));
+        assert_eq!(
+            said[op_key].compensation_waits_for_approval, waits,
+            "{op_key}"
+        );
+        let version: i64 =
+            sqlx::query_scalar("select version from ledger.effects where op_key = $1")
+                .bind(op_key)
+                .fetch_one(&db.pool)
+                .await
+                .unwrap();
+        let status: String = sqlx::query_scalar(
+            "select status from ledger.op_compensate($1, $2, 'ops', 'customer asked')",
+        )
+        .bind(op_key)
+        .bind(version)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        let expected = if waits {
+            "awaiting_approval"
+        } else {
+            "created"
+        };
+        assert_eq!(status, expected, "{op_key}");
+    }
+}

@@ -273,11 +273,11 @@ pub async fn poll(pool: &PgPool, settings: &PollSettings) -> Result<Snapshot, Le
             }
         }
     };
-    let refusals = match settings.at {
+    let applicability = match settings.at {
         Some(_) => Default::default(),
         None => {
             let shown = shown_effects(&rows, &escalations, &approvals, finance.as_ref());
-            crate::ledger::actions::refusals(&mut *tx, &shown).await?
+            crate::ledger::actions::applicability(&mut *tx, &shown).await?
         }
     };
     let (database, role) = snapshot::whoami(&mut tx).await?;
@@ -292,7 +292,7 @@ pub async fn poll(pool: &PgPool, settings: &PollSettings) -> Result<Snapshot, Le
         audit_count,
         listening: false,
         finance,
-        refusals,
+        applicability,
         finance_error,
         polled_at: Utc::now(),
         latency: started.elapsed(),

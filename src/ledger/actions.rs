@@ -151,20 +151,50 @@ impl OperatorCall {
 /// are named as their SQL functions are, without `op_`.
 pub type Refusals = BTreeMap<String, String>;
 
-/// The refusals of each of these effects, in one query.
-pub async fn refusals<'c>(
+/// What the ledger says an operator may do with one effect now, read with
+/// the rows the console shows.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Applicability {
+    pub refused: Refusals,
+    /// The approval limit of its action's compensations, in minor units of `currency`.
+    pub approval_limit_minor: Option<i64>,
+    pub currency: Option<String>,
+    /// Compensating it now would wait for a second operator (`ledger.compensation_approval`).
+    pub compensation_waits_for_approval: bool,
+}
+
+/// The applicability of each of these effects, in one query.
+pub async fn applicability<'c>(
     executor: impl PgExecutor<'c>,
     op_keys: &[String],
-) -> Result<HashMap<String, Refusals>, LedgerError> {
-    let rows: Vec<(String, sqlx::types::Json<Refusals>)> = sqlx::query_as(
-        "select e.op_key, ledger.refused_actions(e) from ledger.effects e where e.op_key = any($1)",
+) -> Result<HashMap<String, Applicability>, LedgerError> {
+    type Read = (
+        String,
+        sqlx::types::Json<Refusals>,
+        Option<i64>,
+        Option<String>,
+        bool,
+    );
+    let rows: Vec<Read> = sqlx::query_as(
+        "select e.op_key, ledger.refused_actions(e), a.limit_minor, e.currency, a.waits
+           from ledger.effects e
+          cross join lateral ledger.compensation_approval(e) a
+          where e.op_key = any($1)",
     )
     .bind(op_keys)
     .fetch_all(executor)
     .await?;
     Ok(rows
         .into_iter()
-        .map(|(op_key, refused)| (op_key, refused.0))
+        .map(|(op_key, refused, approval_limit_minor, currency, waits)| {
+            let applicability = Applicability {
+                refused: refused.0,
+                approval_limit_minor,
+                currency,
+                compensation_waits_for_approval: waits,
+            };
+            (op_key, applicability)
+        })
         .collect())
 }
 

@@ -22,8 +22,8 @@ pub struct EffectHistory {
     pub related: Vec<Effect>,
     /// Its action's policy: what may happen to it next.
     pub policy: Option<super::policies::Policy>,
-    /// The operator actions that do not apply to it now, and why.
-    pub refusals: super::actions::Refusals,
+    /// What an operator may do with it now.
+    pub applicability: super::actions::Applicability,
 }
 
 pub async fn find_effect(pool: &PgPool, op_key: &str) -> Result<Option<Effect>, LedgerError> {
@@ -98,10 +98,11 @@ pub async fn load(pool: &PgPool, op_key: &str) -> Result<EffectHistory, LedgerEr
         .fetch_all(&mut *tx)
         .await?;
     let policy = Some(super::policies::for_action(&mut *tx, &effect.action).await?);
-    let refusals = super::actions::refusals(&mut *tx, std::slice::from_ref(&effect.op_key))
-        .await?
-        .remove(&effect.op_key)
-        .unwrap_or_default();
+    let applicability =
+        super::actions::applicability(&mut *tx, std::slice::from_ref(&effect.op_key))
+            .await?
+            .remove(&effect.op_key)
+            .unwrap_or_default();
     tx.commit().await?;
     Ok(EffectHistory {
         effect,
@@ -112,7 +113,7 @@ pub async fn load(pool: &PgPool, op_key: &str) -> Result<EffectHistory, LedgerEr
         audit,
         related,
         policy,
-        refusals,
+        applicability,
     })
 }
 

@@ -7,6 +7,7 @@ use crossterm::event::{KeyCode, KeyEvent};
 use super::{App, Mode, Task, View, model::APPROVAL_ROW, prompt::edit_line};
 use crate::console::action::{Action, Answers, Confirmation, DialogField, Scope, Subject};
 use crate::console::theme::Role;
+use crate::ledger::actions::Applicability;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Dialog {
@@ -26,6 +27,9 @@ pub struct Dialog {
     /// The default button is Back.
     pub confirm_selected: bool,
     pub error: Option<String>,
+    /// What confirming will lead to that the summary does not say (a
+    /// compensation above the approval limit waits for a second operator).
+    pub note: Option<(String, Role)>,
 }
 
 impl App {
@@ -90,7 +94,11 @@ impl App {
             _ => None,
         };
         let fields = action.dialog_fields();
-        self.mode = Mode::Dialog(Dialog {
+        let note = match action {
+            Action::Compensate => self.selected_applicability().map(approval_note),
+            _ => None,
+        };
+        self.mode = Mode::Dialog(Box::new(Dialog {
             action,
             title: action_title(action).to_string(),
             summary,
@@ -103,7 +111,8 @@ impl App {
             focus: fields[0],
             confirm_selected: false,
             error: None,
-        });
+            note,
+        }));
         Vec::new()
     }
 
@@ -201,6 +210,35 @@ impl App {
 }
 
 /// The dialog's title and the status line's word: the description up to its colon.
+/// Whether a compensation goes out at once or waits for a second
+/// operator, as the ledger will decide it.
+fn approval_note(applicability: &Applicability) -> (String, Role) {
+    let limit = |minor: i64| match applicability.currency.as_deref() {
+        Some(currency) => crate::format::money(minor, currency),
+        None => format!("{minor} (minor units)"),
+    };
+    match applicability.approval_limit_minor {
+        Some(minor) if applicability.compensation_waits_for_approval => (
+            format!(
+                "above the approval limit of {}: a second operator must approve; nothing is sent until then",
+                limit(minor)
+            ),
+            Role::Warn,
+        ),
+        Some(minor) => (
+            format!(
+                "within the approval limit of {}: the compensation is sent at once",
+                limit(minor)
+            ),
+            Role::Muted,
+        ),
+        None => (
+            "no approval limit for this action: the compensation is sent at once".to_string(),
+            Role::Muted,
+        ),
+    }
+}
+
 fn action_title(action: Action) -> &'static str {
     let description = action.info().description;
     description.split(':').next().unwrap_or(description)

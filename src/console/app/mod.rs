@@ -23,6 +23,7 @@ pub use super::action::DialogField;
 use super::model::{self, TableModel};
 use super::theme::Role;
 pub use super::view::{VIEW_COUNT, VIEWS, View};
+use crate::ledger::actions::Applicability;
 use crate::ledger::history::EffectHistory;
 use crate::ledger::panes::{Filter, Pane};
 use crate::settle::Request;
@@ -101,8 +102,8 @@ pub enum Mode {
     Overlay(Overlay),
     /// A one-line prompt at the bottom of the screen.
     Prompt(Prompt),
-    /// A writing action's confirmation.
-    Dialog(Dialog),
+    /// A writing action's confirmation (boxed: it is the largest by far).
+    Dialog(Box<Dialog>),
 }
 
 /// One value per view, kept at the view's tab.
@@ -251,19 +252,26 @@ impl App {
         Some((row.op_key.clone()?, row.version?))
     }
 
-    /// Why `action` does not apply to the selected effect, as the ledger
-    /// said at the last read; None: it may (the ledger still has the last
-    /// word when it runs).
-    pub fn why_not(&self, action: Action) -> Option<&str> {
-        let name = action.ledger_action()?;
-        let refusals = match &self.detail {
-            Some(detail) => &detail.history.as_ref()?.refusals,
+    /// What the ledger said, at the last read, an operator may do with the
+    /// selected effect (the open detail, else the selected row).
+    pub fn selected_applicability(&self) -> Option<&Applicability> {
+        match &self.detail {
+            Some(detail) => Some(&detail.history.as_ref()?.applicability),
             None => {
                 let op_key = self.selected_row()?.op_key.as_ref()?;
-                self.snapshot.as_ref()?.refusals.get(op_key)?
+                self.snapshot.as_ref()?.applicability.get(op_key)
             }
-        };
-        refusals.get(name).map(String::as_str)
+        }
+    }
+
+    /// Why `action` does not apply to the selected effect; None: it may
+    /// (the ledger still has the last word when it runs).
+    pub fn why_not(&self, action: Action) -> Option<&str> {
+        let name = action.ledger_action()?;
+        self.selected_applicability()?
+            .refused
+            .get(name)
+            .map(String::as_str)
     }
 
     /// The target and amount of the selected effect, for a confirmation

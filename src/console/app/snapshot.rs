@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 
 use super::{App, VIEWS, View, model};
-use crate::ledger::actions::Refusals;
+use crate::ledger::actions::Applicability;
 use crate::ledger::escalations::{ApprovalRow, EscalationRow};
 use crate::ledger::finance::FinanceReview;
 use crate::ledger::model::AuditEntry;
@@ -30,9 +30,9 @@ pub struct Snapshot {
     /// only at the next regular poll.
     pub listening: bool,
     pub finance: Option<FinanceReview>,
-    /// For each effect shown, the operator actions that do not apply to it
-    /// now (empty under time travel, where nothing is acted on).
-    pub refusals: HashMap<String, Refusals>,
+    /// For each effect shown, what an operator may do with it now (empty
+    /// under time travel, where nothing is acted on).
+    pub applicability: HashMap<String, Applicability>,
     /// Why the finance review could not be read; the panes are still fresh.
     pub finance_error: Option<String>,
     pub polled_at: DateTime<Utc>,

@@ -79,6 +79,12 @@ pub fn draw(frame: &mut Frame, area: Rect, dialog: &Dialog, theme: &Theme) {
             theme.role(Role::Warn),
         )));
     }
+    if let Some((note, role)) = &dialog.note {
+        lines.push(Line::from(Span::styled(
+            sanitize_line(note),
+            theme.role(*role),
+        )));
+    }
     lines.push(Line::default());
     let button = |label: &str, selected: bool, focused: bool| {
         let style = if selected && focused {
