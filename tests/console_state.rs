@@ -936,3 +936,53 @@ fn the_compensate_dialog_names_the_approval_limit_either_way() {
     let (none, _) = note(false, None);
     assert!(none.starts_with("no approval limit"), "{none}");
 }
+
+#[test]
+fn any_key_opens_from_the_colon_prompt_and_links_are_followed_and_come_back() {
+    let mut app = app_with(&["pay:inv-0001"]);
+    char(&mut app, ':');
+    type_text(&mut app, "refund:from-a-ticket:v1");
+    assert_eq!(
+        key(&mut app, KeyCode::Enter),
+        vec![Task::LoadDetail("refund:from-a-ticket:v1".to_string())]
+    );
+    let mut history = fixtures::history();
+    history.effect.op_key = "refund:from-a-ticket:v1".into();
+    history.links = ["compensated by", "holds"]
+        .iter()
+        .map(|relation| effectwatch::ledger::history::Link {
+            relation: relation.to_string(),
+            op_key: format!("{relation}:key"),
+            state: "pending".into(),
+        })
+        .collect();
+    app.update(Message::Detail(
+        "refund:from-a-ticket:v1".to_string(),
+        Ok(Box::new(history)),
+    ));
+    // The second link, then Enter opens it; Esc comes back, then leaves.
+    char(&mut app, 'n');
+    assert_eq!(app.detail.as_ref().unwrap().link, 1);
+    assert_eq!(
+        key(&mut app, KeyCode::Enter),
+        vec![Task::LoadDetail("holds:key".to_string())]
+    );
+    assert_eq!(
+        app.detail.as_ref().unwrap().trail,
+        ["refund:from-a-ticket:v1"]
+    );
+    assert_eq!(
+        key(&mut app, KeyCode::Esc),
+        vec![Task::LoadDetail("refund:from-a-ticket:v1".to_string())]
+    );
+    assert!(app.detail.as_ref().unwrap().trail.is_empty());
+    key(&mut app, KeyCode::Esc);
+    assert!(app.detail.is_none());
+    assert_eq!(selected_key(&app), "pay:inv-0001");
+
+    // Esc in the prompt keeps what was shown.
+    char(&mut app, ':');
+    type_text(&mut app, "abandoned");
+    assert!(key(&mut app, KeyCode::Esc).is_empty());
+    assert!(app.detail.is_none());
+}

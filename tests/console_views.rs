@@ -239,13 +239,14 @@ fn detail_view() {
 fn detail_scrolls_to_what_is_below_the_fold() {
     let mut app = app_with_detail();
     // On 30 rows the other effects on the target are below the fold.
-    assert!(!screen(&app).contains("refund:INV-402:AP-92:v1"));
+    assert!(!screen(&app).contains("other effects on this target"));
     for _ in 0..5 {
         press(&mut app, KeyCode::Down);
     }
     let screen = screen(&app);
+    assert!(screen.contains("other effects on this target"), "{screen}");
     assert!(
-        line_with(&screen, "refund:INV-402:AP-92:v1").contains("‖ held"),
+        line_with(&screen, "  ‖ held").contains("refund:INV-402:AP-92:v1"),
         "{screen}"
     );
 }

@@ -91,6 +91,56 @@ async fn a_compensation_is_an_effect_of_its_own_sent_under_its_own_key() {
         ]
     );
     rig.audit_intact().await;
+
+    // Each names the other, as show and the detail view follow it.
+    let links = |history: &effectwatch::ledger::history::EffectHistory| {
+        history
+            .links
+            .iter()
+            .map(|link| {
+                (
+                    link.relation.clone(),
+                    link.op_key.clone(),
+                    link.state.clone(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let shown = effectwatch::ledger::history::load(&rig.db.pool, "refund:C1:v1")
+        .await
+        .unwrap();
+    assert_eq!(
+        links(&shown),
+        [(
+            "compensated by".to_string(),
+            "compensate:refund:C1:v1:1".to_string(),
+            "succeeded".to_string()
+        )]
+    );
+    let request = &shown.compensation_requests[..];
+    assert_eq!(request.len(), 1, "one request, though asked twice");
+    assert_eq!(
+        (request[0].state.as_str(), request[0].requested_by.as_str()),
+        ("created", "alice")
+    );
+    assert_eq!(
+        request[0].compensation_key.as_deref(),
+        Some("compensate:refund:C1:v1:1")
+    );
+    let back = effectwatch::ledger::history::load(&rig.db.pool, "compensate:refund:C1:v1:1")
+        .await
+        .unwrap();
+    assert_eq!(
+        links(&back),
+        [(
+            "compensates".to_string(),
+            "refund:C1:v1".to_string(),
+            "compensated".to_string()
+        )]
+    );
+    let json = serde_json::to_value(&shown).unwrap();
+    assert_eq!(json["links"][0]["op_key"], "compensate:refund:C1:v1:1");
+    assert_eq!(json["compensation_requests"][0]["state"], "created");
 }
 
 #[tokio::test]

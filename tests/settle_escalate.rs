@@ -104,6 +104,31 @@ async fn a_sink_that_fails_twice_then_succeeds_delivers_the_escalation_once() {
             .await
             .unwrap();
     assert_eq!(outcomes, [false, false, true]);
+    // Each try is in the effect's record, for show and the detail's timeline.
+    let shown = effectwatch::ledger::history::load(&rig.db.pool, "refund:ESC:v1")
+        .await
+        .unwrap();
+    let tries: Vec<(i32, bool)> = shown
+        .escalation_deliveries
+        .iter()
+        .map(|delivery| (delivery.attempt, delivery.ok))
+        .collect();
+    assert_eq!(tries, [(1, false), (2, false), (3, true)]);
+    assert!(
+        shown.escalation_deliveries[0]
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("503")
+    );
+    let timeline = effectwatch::ledger::history::timeline(&shown);
+    assert_eq!(
+        timeline
+            .iter()
+            .filter(|entry| entry.kind == "deliver")
+            .count(),
+        3
+    );
 
     // The decision, the key, the ledger entry and the evidence; not the raw log.
     let body = &hooks[0].body;

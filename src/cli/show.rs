@@ -71,6 +71,18 @@ pub fn render(history: &EffectHistory) -> String {
             format!("⚑ {attention}: escalate or compensate"),
         );
     }
+    if let Some(approval) = &effect.approval_ref {
+        field(
+            "approval",
+            format!("{approval} v{}", effect.approval_version.unwrap_or(0)),
+        );
+    }
+    for link in &history.links {
+        field(&link.relation, format!("{} ({})", link.op_key, link.state));
+    }
+    for request in &history.compensation_requests {
+        field("compensation", request.describe());
+    }
     field("version", effect.version.to_string());
     let params = serde_json::to_string_pretty(&effect.params).unwrap_or_default();
     out.push_str("        params\n");

@@ -27,6 +27,10 @@ pub enum Action {
     End,
     Open,
     Back,
+    /// A prompt for any key: opens its detail, in a pane or not.
+    OpenKey,
+    /// In the detail: highlight the next effect it is tied to.
+    NextLink,
     Filter,
     SortNext,
     SortReverse,
@@ -337,7 +341,23 @@ pub const TABLE: &[ActionInfo] = &[
         keys: "Esc",
         bindings: &[special(KeyCode::Esc)],
         label: "back",
-        description: "back / clear filter",
+        description: "back (along links followed) / clear filter",
+        ..SHOWS
+    },
+    ActionInfo {
+        action: Action::OpenKey,
+        keys: ":",
+        bindings: &[key(':')],
+        label: "open key",
+        description: "open any key, in a pane or not (from a ticket)",
+        ..SHOWS
+    },
+    ActionInfo {
+        action: Action::NextLink,
+        keys: "n",
+        bindings: &[key('n')],
+        label: "next link",
+        description: "detail: next tied effect (Enter opens, Esc back)",
         ..SHOWS
     },
     ActionInfo {

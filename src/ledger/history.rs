@@ -24,6 +24,72 @@ pub struct EffectHistory {
     pub policy: Option<super::policies::Policy>,
     /// What an operator may do with it now.
     pub applicability: super::actions::Applicability,
+    /// The effects it is tied to: the one it compensates, its compensations,
+    /// its holder and the effects it holds; each one can be opened in turn.
+    pub links: Vec<Link>,
+    /// Requests to compensate it: who asked, within or above which limit,
+    /// who decided, and the compensation made.
+    pub compensation_requests: Vec<CompensationRequest>,
+    /// Each try to deliver its escalations to their sinks.
+    pub escalation_deliveries: Vec<EscalationDelivery>,
+}
+
+/// Another effect this one is tied to, and how.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
+pub struct Link {
+    /// `compensates`, `compensated by`, `held by` or `holds`.
+    pub relation: String,
+    pub op_key: String,
+    pub state: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+pub struct CompensationRequest {
+    pub id: i64,
+    /// awaiting_approval, created or rejected.
+    pub state: String,
+    pub amount_minor: Option<i64>,
+    pub currency: Option<String>,
+    /// The limit in force when asked; None: no approval was needed.
+    pub approval_limit_minor: Option<i64>,
+    pub requested_by: String,
+    pub reason: String,
+    pub decided_by: Option<String>,
+    pub decided_at: Option<DateTime<Utc>>,
+    pub decision_reason: Option<String>,
+    pub compensation_key: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
+impl CompensationRequest {
+    /// `asked by alice (150.00 EUR, above the limit of 100.00 EUR): approved by bob`.
+    pub fn describe(&self) -> String {
+        let money = |minor| crate::format::optional_money(minor, self.currency.as_deref());
+        let decided = match &self.decided_by {
+            Some(by) => format!("{} by {by}", self.state),
+            None => self.state.replace('_', " "),
+        };
+        let limit = match self.approval_limit_minor {
+            Some(limit) => format!(", above the limit of {}", money(Some(limit))),
+            None => String::new(),
+        };
+        format!(
+            "asked by {} ({}{limit}): {decided}",
+            self.requested_by,
+            money(self.amount_minor)
+        )
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+pub struct EscalationDelivery {
+    pub escalation_key: String,
+    pub attempt: i32,
+    pub worker: String,
+    pub ok: bool,
+    pub error: Option<String>,
+    pub duration_ms: Option<i32>,
+    pub at: DateTime<Utc>,
 }
 
 pub async fn find_effect(pool: &PgPool, op_key: &str) -> Result<Option<Effect>, LedgerError> {
@@ -98,6 +164,44 @@ pub async fn load(pool: &PgPool, op_key: &str) -> Result<EffectHistory, LedgerEr
         .fetch_all(&mut *tx)
         .await?;
     let policy = Some(super::policies::for_action(&mut *tx, &effect.action).await?);
+    let links = sqlx::query_as::<_, Link>(
+        "select l.relation, x.op_key, x.state::text as state
+           from (select 1 as ord, 'compensates'::text as relation, $2::bigint as id
+                 union all
+                 select 2, 'compensated by', c.id from ledger.effects c where c.compensates = $1
+                 union all
+                 select 3, 'held by', $3::bigint
+                 union all
+                 select 4, 'holds', h.id from ledger.effects h
+                  where h.target = $4 and h.state = 'held' and h.held_by = $1) l
+           join ledger.effects x on x.id = l.id
+          order by l.ord, x.created_at, x.id
+          limit 100",
+    )
+    .bind(effect.id)
+    .bind(effect.compensates)
+    .bind(effect.held_by)
+    .bind(&effect.target)
+    .fetch_all(&mut *tx)
+    .await?;
+    let compensation_requests = sqlx::query_as::<_, CompensationRequest>(
+        "select id, state, amount_minor, currency, approval_limit_minor, requested_by, reason,
+                decided_by, decided_at, decision_reason, compensation_key, created_at
+           from ledger.compensation_requests where effect_id = $1 order by created_at, id",
+    )
+    .bind(effect.id)
+    .fetch_all(&mut *tx)
+    .await?;
+    let escalation_deliveries = sqlx::query_as::<_, EscalationDelivery>(
+        "select s.escalation_key, d.attempt, d.worker, d.ok, d.error, d.duration_ms, d.at
+           from ledger.escalation_deliveries d
+           join ledger.escalations s on s.id = d.escalation_id
+          where s.effect_id = $1
+          order by d.at, d.id",
+    )
+    .bind(effect.id)
+    .fetch_all(&mut *tx)
+    .await?;
     let applicability =
         super::actions::applicability(&mut *tx, std::slice::from_ref(&effect.op_key))
             .await?
@@ -114,6 +218,9 @@ pub async fn load(pool: &PgPool, op_key: &str) -> Result<EffectHistory, LedgerEr
         related,
         policy,
         applicability,
+        links,
+        compensation_requests,
+        escalation_deliveries,
     })
 }
 
@@ -214,6 +321,21 @@ pub fn timeline(history: &EffectHistory) -> Vec<TimelineEntry> {
                 entry.seq,
                 entry.action,
                 name_and_login(&entry.operator, &entry.db_role)
+            ),
+        });
+    }
+    for delivery in &history.escalation_deliveries {
+        let outcome = match (&delivery.ok, &delivery.error) {
+            (true, _) => "delivered".to_string(),
+            (false, Some(error)) => format!("failed: {error}"),
+            (false, None) => "failed".to_string(),
+        };
+        entries.push(TimelineEntry {
+            at: delivery.at,
+            kind: "deliver",
+            text: format!(
+                "{} try {} by {}: {outcome}",
+                delivery.escalation_key, delivery.attempt, delivery.worker
             ),
         });
     }

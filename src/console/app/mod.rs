@@ -81,6 +81,10 @@ pub struct Detail {
     pub history: Option<Box<EffectHistory>>,
     pub error: Option<String>,
     pub scroll: u16,
+    /// The highlighted one of the effects it is tied to; Enter opens it.
+    pub link: usize,
+    /// The details a link was followed from, latest last: Esc goes back.
+    pub trail: Vec<String>,
 }
 
 /// A screen over the view that the next key closes.
@@ -376,6 +380,7 @@ impl App {
             Mode::Dialog(_) => self.on_dialog_key(key),
             Mode::Prompt(Prompt::Filter) => self.on_filter_key(key),
             Mode::Prompt(Prompt::Instant(_)) => self.on_instant_key(key),
+            Mode::Prompt(Prompt::OpenKey(_)) => self.on_open_key_key(key),
             Mode::Overlay(_) => {
                 self.mode = Mode::Browse;
                 Vec::new()
@@ -430,6 +435,11 @@ impl App {
                 self.mode = Mode::Prompt(Prompt::Filter);
                 Vec::new()
             }
+            Action::OpenKey => {
+                self.mode = Mode::Prompt(Prompt::OpenKey(String::new()));
+                Vec::new()
+            }
+            Action::NextLink => self.next_link(),
             Action::Step(minutes) => self.step_instant(minutes),
             Action::TypeInstant => self.type_instant(),
             Action::Pause => self.toggle_pause(),

@@ -149,23 +149,79 @@ impl App {
         Vec::new()
     }
 
+    /// In the detail, follows the highlighted link; else opens the selected row.
     pub(super) fn open_selected(&mut self) -> Vec<Task> {
+        if let Some(detail) = &self.detail {
+            let Some(link) = detail
+                .history
+                .as_ref()
+                .and_then(|history| history.links.get(detail.link))
+            else {
+                return Vec::new();
+            };
+            let (from, to) = (detail.op_key.clone(), link.op_key.clone());
+            let mut trail = detail.trail.clone();
+            trail.push(from);
+            return self.show_detail(to, trail);
+        }
         let Some(op_key) = self.selected_row().and_then(|row| row.op_key.clone()) else {
             return Vec::new();
         };
+        self.open_detail(op_key)
+    }
+
+    /// Opens any key's detail; from an open detail, Esc comes back to it.
+    pub(super) fn open_detail(&mut self, op_key: String) -> Vec<Task> {
+        let trail = match &self.detail {
+            Some(detail) => {
+                let mut trail = detail.trail.clone();
+                trail.push(detail.op_key.clone());
+                trail
+            }
+            None => Vec::new(),
+        };
+        self.show_detail(op_key, trail)
+    }
+
+    fn show_detail(&mut self, op_key: String, trail: Vec<String>) -> Vec<Task> {
         self.detail = Some(Detail {
             op_key: op_key.clone(),
             history: None,
             error: None,
             scroll: 0,
+            link: 0,
+            trail,
         });
         vec![Task::LoadDetail(op_key)]
     }
 
-    /// Closes the detail, else clears the filter.
+    pub(super) fn next_link(&mut self) -> Vec<Task> {
+        let Some(detail) = &mut self.detail else {
+            self.set_status(
+                "links are in an effect's detail: Enter opens one",
+                Role::Muted,
+            );
+            return Vec::new();
+        };
+        let count = detail.history.as_ref().map_or(0, |h| h.links.len());
+        if count == 0 {
+            self.set_status("this effect is tied to no other", Role::Muted);
+            return Vec::new();
+        }
+        detail.link = (detail.link + 1) % count;
+        Vec::new()
+    }
+
+    /// Back along the links followed, then out of the detail, else clears the filter.
     pub(super) fn back(&mut self) -> Vec<Task> {
-        if self.detail.is_some() {
-            self.detail = None;
+        if let Some(detail) = &mut self.detail {
+            match detail.trail.pop() {
+                Some(previous) => {
+                    let trail = std::mem::take(&mut detail.trail);
+                    return self.show_detail(previous, trail);
+                }
+                None => self.detail = None,
+            }
         } else if !self.filter_text.is_empty() {
             self.filter_text.clear();
             self.filter = Filter::default();

@@ -14,6 +14,8 @@ pub enum Prompt {
     Filter,
     /// An instant to travel to, as typed.
     Instant(String),
+    /// A key to open, as typed.
+    OpenKey(String),
 }
 
 pub(super) const NOT_IN_HISTORY: &str =
@@ -86,6 +88,31 @@ impl App {
             }
             _ => {
                 edit_line(text, key, 64);
+                Vec::new()
+            }
+        }
+    }
+
+    pub(super) fn on_open_key_key(&mut self, key: KeyEvent) -> Vec<Task> {
+        let Mode::Prompt(Prompt::OpenKey(text)) = &mut self.mode else {
+            return Vec::new();
+        };
+        match key.code {
+            KeyCode::Enter => {
+                let op_key = text.trim().to_string();
+                self.mode = Mode::Browse;
+                if op_key.is_empty() {
+                    return Vec::new();
+                }
+                self.open_detail(op_key)
+            }
+            KeyCode::Esc => {
+                self.mode = Mode::Browse;
+                Vec::new()
+            }
+            // Keys are long: a pasted one may be a few hundred characters.
+            _ => {
+                edit_line(text, key, 1024);
                 Vec::new()
             }
         }

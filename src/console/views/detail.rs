@@ -21,7 +21,13 @@ pub fn draw(frame: &mut Frame, area: Rect, detail: &Detail, theme: &Theme) {
             format!(" Effect {} ", sanitize_line(&detail.op_key)),
             theme.role(Role::Accent).add_modifier(Modifier::BOLD),
         ))
-        .title_bottom(Line::from(" Esc back · ↑↓ scroll ").right_aligned());
+        .title_bottom(
+            Line::from(match detail.history.as_ref().map_or(0, |h| h.links.len()) {
+                0 => " Esc back · ↑↓ scroll ",
+                _ => " n next link · Enter open it · Esc back · ↑↓ scroll ",
+            })
+            .right_aligned(),
+        );
     let Some(history) = &detail.history else {
         let text = match &detail.error {
             Some(error) => format!("✗ {}", sanitize_line(error)),
@@ -136,17 +142,32 @@ pub fn draw(frame: &mut Frame, area: Rect, detail: &Detail, theme: &Theme) {
             Role::Critical,
         ));
     }
-    if let Some(holder) = effect.held_by {
-        let holder_key = history
-            .related
-            .iter()
-            .find(|e| e.id == holder)
-            .map(|e| e.op_key.clone());
-        lines.push(field(
-            "held by",
-            holder_key.unwrap_or_else(|| format!("effect #{holder}")),
-            Role::Warn,
-        ));
+    if let Some(from) = detail.trail.last() {
+        lines.push(field("came from", format!("{from} (Esc)"), Role::Muted));
+    }
+    for (index, link) in history.links.iter().enumerate() {
+        let state = link.state.as_str();
+        let selected = index == detail.link;
+        let key_style = if selected {
+            theme.selection()
+        } else {
+            theme.role(Role::Text)
+        };
+        lines.push(Line::from(vec![
+            Span::styled(format!("{:>14}  ", link.relation), theme.role(Role::Muted)),
+            Span::styled(
+                format!("{} ", state_symbol(state)),
+                theme.role(state_role(state)),
+            ),
+            Span::styled(sanitize_line(&link.op_key), key_style),
+            Span::styled(
+                if selected { "  ⏎ open" } else { "" },
+                theme.role(Role::Accent),
+            ),
+        ]));
+    }
+    for request in &history.compensation_requests {
+        lines.push(field("compensation", request.describe(), Role::Warn));
     }
     lines.push(field("version", effect.version.to_string(), Role::Muted));
     lines.push(Line::from(Span::styled(

@@ -144,6 +144,16 @@ pub fn draw_status(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
                 theme.role(Role::Muted),
             ),
         ])
+    } else if let Some(Prompt::OpenKey(text)) = app.prompt() {
+        Line::from(vec![
+            Span::styled(":", theme.role(Role::Accent)),
+            Span::styled(sanitize_line(text), theme.base()),
+            Span::styled("▏", theme.role(Role::Accent)),
+            Span::styled(
+                "  Enter open this key's detail · Esc keep · C-u clear",
+                theme.role(Role::Muted),
+            ),
+        ])
     } else if app.editing_filter() {
         Line::from(vec![
             Span::styled("/", theme.role(Role::Accent)),
