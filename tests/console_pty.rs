@@ -456,3 +456,37 @@ async fn notifications_that_cannot_be_shown_are_said_once_not_at_every_start() {
     assert!(second.log().contains(said), "{}", second.log());
     second.quit_and_check_restored().await;
 }
+
+#[tokio::test]
+async fn the_theme_switches_live_and_the_console_says_which() {
+    let db = common::test_db().await;
+    let mut console = Console::start(&db.url, &["--theme", "dark"]);
+    console
+        .wait_for("the first poll", STARTUP, |screen| {
+            header(screen).contains("● live")
+        })
+        .await;
+    // The header's background, as the terminal was told to paint it.
+    let header_background = |console: &mut Console| {
+        console.catch_up();
+        console
+            .parser
+            .screen()
+            .cell(0, 1)
+            .map(|cell| cell.bgcolor())
+    };
+    let dark = header_background(&mut console);
+    assert_eq!(dark, Some(vt100::Color::Rgb(0x26, 0x26, 0x26)));
+    console.press("T");
+    console
+        .wait_for("the theme named", Duration::from_secs(5), |screen| {
+            status_line(screen).contains("theme: light")
+        })
+        .await;
+    assert_eq!(
+        header_background(&mut console),
+        Some(vt100::Color::Rgb(0xda, 0xda, 0xda)),
+        "the light theme's header"
+    );
+    console.quit_and_check_restored().await;
+}

@@ -986,3 +986,26 @@ fn any_key_opens_from_the_colon_prompt_and_links_are_followed_and_come_back() {
     assert!(key(&mut app, KeyCode::Esc).is_empty());
     assert!(app.detail.is_none());
 }
+
+#[test]
+fn the_theme_key_cycles_the_built_in_themes_and_names_the_one_chosen() {
+    let mut app = app_with(&["pay:inv-0001"]);
+    let mut chosen = Vec::new();
+    for _ in 0..5 {
+        match char(&mut app, 'T').as_slice() {
+            [Task::SwitchTheme(name)] => chosen.push(*name),
+            other => panic!("T asked for {other:?}"),
+        }
+    }
+    assert_eq!(
+        chosen,
+        ["light", "high-contrast", "colour-blind", "dark", "light"]
+    );
+    assert!(status(&app).starts_with("theme: light"), "{}", status(&app));
+    // A theme from a file goes back to the first built-in one.
+    app.theme = "/etc/effectwatch/ops.toml".into();
+    assert!(matches!(
+        char(&mut app, 'T').as_slice(),
+        [Task::SwitchTheme("dark")]
+    ));
+}

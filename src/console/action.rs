@@ -31,6 +31,8 @@ pub enum Action {
     OpenKey,
     /// In the detail: highlight the next effect it is tied to.
     NextLink,
+    /// The next built-in theme, live.
+    NextTheme,
     Filter,
     SortNext,
     SortReverse,
@@ -358,6 +360,14 @@ pub const TABLE: &[ActionInfo] = &[
         bindings: &[key('n')],
         label: "next link",
         description: "detail: next tied effect (Enter opens, Esc back)",
+        ..SHOWS
+    },
+    ActionInfo {
+        action: Action::NextTheme,
+        keys: "T",
+        bindings: &[key('T')],
+        label: "theme",
+        description: "next theme: dark, light, high-contrast, colour-blind",
         ..SHOWS
     },
     ActionInfo {

@@ -118,7 +118,7 @@ impl Drop for Running {
 
 async fn event_loop(
     terminal: &mut DefaultTerminal,
-    options: ConsoleOptions,
+    mut options: ConsoleOptions,
 ) -> std::io::Result<()> {
     let (sender, messages) = mpsc::channel::<Message>(256);
     let stop = Arc::new(AtomicBool::new(false));
@@ -134,6 +134,7 @@ async fn event_loop(
         options.poll_interval,
     );
     app.at = options.at;
+    app.theme = options.theme.name.clone();
     app.server = Some(options.connect.server());
     app.about = options.about.clone();
     if let Some(welcome) = &options.welcome {
@@ -236,6 +237,11 @@ async fn event_loop(
                 // A changed setting wakes the poller at once, NOTIFY's gap aside.
                 Task::Repoll => {
                     let _ = settings_sender.send(poll_settings(&app));
+                }
+                Task::SwitchTheme(name) => {
+                    if let Some(theme) = super::theme::Theme::built_in(name) {
+                        options.theme = theme;
+                    }
                 }
                 Task::LoadDetail(op_key) => {
                     if detail_pool.is_none() {

@@ -23,6 +23,7 @@ pub use super::action::DialogField;
 use super::model::{self, TableModel};
 use super::theme::Role;
 pub use super::view::{VIEW_COUNT, VIEWS, View};
+use crate::console::theme::BUILT_IN;
 use crate::ledger::actions::Applicability;
 use crate::ledger::history::EffectHistory;
 use crate::ledger::panes::{Filter, Pane};
@@ -50,6 +51,8 @@ pub enum Task {
     /// Poll settings (filter, interval, pause, window offsets) changed.
     Repoll,
     LoadDetail(String),
+    /// Draw with this built-in theme from now on.
+    SwitchTheme(&'static str),
     /// A writing action the operator confirmed, as the settling request it became.
     Settle(Request),
     Copy(String),
@@ -170,6 +173,8 @@ pub struct App {
     pub page_size: usize,
     /// What runs beside the console (the demo's agents), shown when idle.
     pub background: Option<String>,
+    /// The theme drawn with: a built-in name, or the file it came from.
+    pub theme: String,
     pending_jump_to_end: bool,
 }
 
@@ -198,6 +203,7 @@ impl App {
             at: None,
             page_size: 20,
             background: None,
+            theme: "dark".to_string(),
             pending_jump_to_end: false,
         }
     }
@@ -440,6 +446,7 @@ impl App {
                 Vec::new()
             }
             Action::NextLink => self.next_link(),
+            Action::NextTheme => self.next_theme(),
             Action::Step(minutes) => self.step_instant(minutes),
             Action::TypeInstant => self.type_instant(),
             Action::Pause => self.toggle_pause(),
@@ -448,6 +455,21 @@ impl App {
             Action::Refresh => vec![Task::Repoll],
             _ => Vec::new(),
         }
+    }
+
+    /// Cycles the built-in themes; a theme from a file is left for the first.
+    fn next_theme(&mut self) -> Vec<Task> {
+        let names: Vec<&'static str> = BUILT_IN.iter().map(|(name, _)| *name).collect();
+        let next = match names.iter().position(|name| *name == self.theme) {
+            Some(index) => names[(index + 1) % names.len()],
+            None => names[0],
+        };
+        self.theme = next.to_string();
+        self.set_status(
+            format!("theme: {next} (T: next; --theme {next} or theme = \"{next}\" in the config keeps it)"),
+            Role::Muted,
+        );
+        vec![Task::SwitchTheme(next)]
     }
 
     fn show(&mut self, overlay: Overlay) -> Vec<Task> {
