@@ -10,6 +10,8 @@ fn main() -> ExitCode {
     // The demo must never use a database only because DATABASE_URL is set.
     let explicit_url =
         matches.value_source("database_url") == Some(clap::parser::ValueSource::CommandLine);
+    let explicit_operator =
+        matches.value_source("operator") == Some(clap::parser::ValueSource::CommandLine);
     let cli = match <Cli as clap::FromArgMatches>::from_arg_matches(&matches) {
         Ok(cli) => cli,
         Err(error) => error.exit(),
@@ -21,7 +23,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(cli, explicit_url)) {
+    match runtime.block_on(run(cli, explicit_url, explicit_operator)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {
             // One line, whatever the message quotes: a 100 kB key is cut in the middle.
@@ -36,7 +38,7 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run(cli: Cli, explicit_url: bool) -> Result<(), Failure> {
+async fn run(cli: Cli, explicit_url: bool, explicit_operator: bool) -> Result<(), Failure> {
     // Generated from the command line alone: a broken config must not stop
     // a package build from writing its completions and manual page.
     match cli.command {
@@ -173,6 +175,14 @@ async fn run(cli: Cli, explicit_url: bool) -> Result<(), Failure> {
         Command::Audit {
             command: AuditCommand::Verify { format },
         } => cli::audit::verify(&pool, format).await,
+        Command::Audit {
+            command: AuditCommand::List(mut args),
+        } => {
+            // Whose entries to list: only a name given here, never the
+            // config's own operator, which would hide everyone else's.
+            args.operator = cli.operator.clone().filter(|_| explicit_operator);
+            cli::audit::list(&pool, args).await
+        }
         Command::Finance(args) => cli::finance::run(&pool, args).await,
         Command::Report(args) => cli::report::run(&pool, args).await,
         Command::Check(_) => unreachable!("handled above"),

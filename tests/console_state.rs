@@ -1009,3 +1009,42 @@ fn the_theme_key_cycles_the_built_in_themes_and_names_the_one_chosen() {
         [Task::SwitchTheme("dark")]
     ));
 }
+
+#[test]
+fn a_filter_means_the_same_in_every_view_and_esc_clears_it_everywhere_at_once() {
+    let mut app = App::new("ops".to_string(), false, Duration::from_secs(2));
+    app.update(Message::Snapshot(Box::new(fixtures::snapshot(3))));
+    app.view = View::Audit;
+    let shown = |app: &App| app.models[View::Audit].rows.len();
+    assert_eq!(shown(&app), 4);
+
+    // target: finds the actions on effects of that target, whatever the key says.
+    char(&mut app, '/');
+    type_text(&mut app, "target:INV-448");
+    key(&mut app, KeyCode::Enter);
+    assert_eq!(shown(&app), 2);
+    // A field the view has, given to a field it does not: nothing matches.
+    key(&mut app, KeyCode::Esc);
+    char(&mut app, '/');
+    type_text(&mut app, "operator:bob");
+    key(&mut app, KeyCode::Enter);
+    assert_eq!(shown(&app), 2);
+    app.view = View::Finance;
+    assert!(
+        app.models[View::Finance].rows.is_empty(),
+        "finance has no operator"
+    );
+
+    // Esc clears it in the small views too, before any poll comes back.
+    app.view = View::Audit;
+    key(&mut app, KeyCode::Esc);
+    assert_eq!(shown(&app), 4);
+    app.view = View::Finance;
+    assert!(!app.models[View::Finance].rows.is_empty());
+
+    // action: filters finance by the action.
+    char(&mut app, '/');
+    type_text(&mut app, "action:nothing-like-it");
+    key(&mut app, KeyCode::Enter);
+    assert!(app.models[View::Finance].rows.is_empty());
+}

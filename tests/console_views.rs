@@ -201,7 +201,8 @@ fn audit_view() {
     let screen = screen(&app);
     insta::assert_snapshot!("audit_log", screen);
     assert!(line_with(&screen, "42").contains("reconcile"));
-    assert!(screen.contains("holder confirmed failed by the issuer"));
+    // Cut at the column; the entry itself (Enter) shows it whole.
+    assert!(screen.contains("holder confirmed failed by the"));
 }
 
 /// Opens the fixture history from the unknown pane, where its key is first.
@@ -802,4 +803,38 @@ fn the_compensate_dialog_says_when_a_second_operator_must_approve() {
         screen.contains("above the approval limit of 10.00 EUR"),
         "{screen}"
     );
+}
+
+#[test]
+fn an_audit_entry_opens_with_what_it_changed_and_actions_read_whole() {
+    let mut snapshot = full_snapshot();
+    // Three actions that share a prefix, and one that changed nothing.
+    for (entry, action) in snapshot.audit.iter_mut().zip([
+        "compensation_result",
+        "compensate_request",
+        "compensated",
+        "annotate",
+    ]) {
+        entry.action = action.into();
+    }
+    snapshot.audit[3].after = None;
+    let mut app = app_with(snapshot, false);
+    press(&mut app, KeyCode::Char('6'));
+    let list = screen(&app);
+    for action in ["compensation_result", "compensate_request", "compensated "] {
+        assert!(list.contains(action), "{action} cut short:\n{list}");
+    }
+    press(&mut app, KeyCode::Enter);
+    let entry = text(&render_sized(&app, &Theme::default(), 80, 24));
+    insta::assert_snapshot!("audit_entry_80x24", entry);
+    assert!(entry.contains("Audit entry #42"), "{entry}");
+    assert!(
+        entry.contains("/state: \"unknown\" → \"succeeded\""),
+        "{entry}"
+    );
+    // Any key closes it; the last entry changed nothing and says so.
+    press(&mut app, KeyCode::Char('x'));
+    press(&mut app, KeyCode::End);
+    press(&mut app, KeyCode::Enter);
+    assert!(screen(&app).contains("nothing (a note on the record)"));
 }

@@ -345,7 +345,7 @@ async fn a_filter_narrows_each_pane() {
     let pool = &db.pool;
     build_ledger(pool).await;
 
-    let cases: [(Pane, &str, &[&str]); 17] = [
+    let cases: [(Pane, &str, &[&str]); 21] = [
         (Pane::Overdue, "target:invoice:9", &["v:overdue-a"]),
         (Pane::Unknown, "target:invoice:9", &["v:unknown-a"]),
         (Pane::Duplicates, "target:invoice:9", &["v:mismatch"]),
@@ -363,6 +363,16 @@ async fn a_filter_narrows_each_pane() {
         (Pane::Unknown, "payout 17", &["v:unknown-b"]),
         (Pane::Unknown, "payout target:invoice:4", &[]),
         (Pane::Overdue, "requester:agent-a", &["v:overdue-a"]),
+        // state: means the effect's state in every pane.
+        (
+            Pane::Overdue,
+            "state:pending target:invoice:9",
+            &["v:overdue-a"],
+        ),
+        (Pane::Overdue, "state:held", &[]),
+        (Pane::Held, "state:held target:invoice:9", &["v:held-9"]),
+        // operator: is the audit's and the escalations'; no pane has it.
+        (Pane::Unknown, "operator:alice", &[]),
         // LIKE wildcards in a filter are plain characters.
         (Pane::Overdue, "key:%", &[]),
         (Pane::Unknown, "v_unknown", &[]),

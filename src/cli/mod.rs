@@ -119,7 +119,7 @@ pub enum Command {
         format: Format,
         #[arg(long, default_value_t = 100)]
         limit: i64,
-        /// Words that must match: plain text, or field:value with key, target, action, provider, requester.
+        /// Words that must match: plain text, or field:value with key, target, action, state, provider, requester.
         #[arg(long)]
         filter: Option<String>,
         #[command(flatten)]
@@ -199,6 +199,8 @@ pub enum AuditCommand {
         #[arg(long, value_enum, default_value_t = Format::Table)]
         format: Format,
     },
+    /// The entries of a range, oldest first, with what each changed; --operator NAME: only theirs.
+    List(audit::AuditListArgs),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

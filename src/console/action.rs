@@ -375,7 +375,7 @@ pub const TABLE: &[ActionInfo] = &[
         keys: "/",
         bindings: &[key('/')],
         label: "filter",
-        description: "filter: words, or key: target: action: provider: requester:",
+        description: "filter: words, or field:value (key target action state …)",
         in_key_bar: true,
         ..SHOWS
     },

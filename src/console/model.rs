@@ -399,9 +399,11 @@ pub fn audit_model(entries: &[AuditEntry]) -> TableModel {
         columns: vec![
             col("#", 6, false),
             col("when", 14, false),
-            col("operator", 12, false),
-            col("role", 14, false),
-            col("action", 10, false),
+            col("operator", 10, false),
+            col("role", 10, false),
+            // The longest action names (acknowledge_duplicates,
+            // dispatch_compensation) whole: many share a prefix.
+            col("action", 22, false),
             col("key", 24, true),
             col("reason", 24, true),
         ],

@@ -27,6 +27,45 @@ pub async fn verify<'c>(executor: impl PgExecutor<'c>) -> Result<ChainReport, Le
     .await?)
 }
 
+/// Which entries `audit list` reads; every part narrows, None: any.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AuditQuery {
+    pub since: Option<chrono::DateTime<chrono::Utc>>,
+    pub until: Option<chrono::DateTime<chrono::Utc>>,
+    /// The name written in the trail (exact).
+    pub operator: Option<String>,
+    /// The effect's key (exact).
+    pub op_key: Option<String>,
+    pub limit: i64,
+}
+
+/// Entries in the order they were made (oldest first), each with its
+/// effect's target, within the query; read by the audit log's time index.
+pub async fn list<'c>(
+    executor: impl PgExecutor<'c>,
+    query: &AuditQuery,
+) -> Result<Vec<AuditEntry>, LedgerError> {
+    Ok(sqlx::query_as::<_, AuditEntry>(
+        "select a.seq, a.at, a.operator, a.db_role, a.action, a.effect_id, a.op_key, a.reason,
+                a.before, a.after, a.hash, e.target
+           from ledger.audit_log a
+           left join ledger.effects e on e.id = a.effect_id
+          where ($1::timestamptz is null or a.at >= $1)
+            and ($2::timestamptz is null or a.at < $2)
+            and ($3::text is null or a.operator = $3)
+            and ($4::text is null or a.op_key = $4)
+          order by a.seq
+          limit $5",
+    )
+    .bind(query.since)
+    .bind(query.until)
+    .bind(query.operator.as_deref())
+    .bind(query.op_key.as_deref())
+    .bind(query.limit)
+    .fetch_all(executor)
+    .await?)
+}
+
 /// The newest entries made up to `at` (None: now) first, up to `limit`.
 pub async fn recent<'c>(
     executor: impl PgExecutor<'c>,
@@ -34,8 +73,11 @@ pub async fn recent<'c>(
     limit: i64,
 ) -> Result<Vec<AuditEntry>, LedgerError> {
     Ok(sqlx::query_as::<_, AuditEntry>(
-        "select seq, at, operator, db_role, action, effect_id, op_key, reason, before, after, hash
-           from ledger.audit_log_at($1) order by seq desc limit $2",
+        "select a.seq, a.at, a.operator, a.db_role, a.action, a.effect_id, a.op_key, a.reason,
+                a.before, a.after, a.hash, e.target
+           from ledger.audit_log_at($1) a
+           left join ledger.effects e on e.id = a.effect_id
+          order by a.seq desc limit $2",
     )
     .bind(at)
     .bind(limit)

@@ -253,4 +253,7 @@ pub struct AuditEntry {
     pub before: Option<Value>,
     pub after: Option<Value>,
     pub hash: String,
+    /// The target of its effect, where the query reads it (the audit view's `target:`).
+    #[sqlx(default)]
+    pub target: Option<String>,
 }

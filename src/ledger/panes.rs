@@ -69,7 +69,15 @@ impl FromStr for Pane {
 }
 
 /// The fields a filter may name; plain words match any of them.
-pub const FILTER_FIELDS: [&str; 5] = ["key", "target", "action", "provider", "requester"];
+pub const FILTER_FIELDS: [&str; 7] = [
+    "key",
+    "target",
+    "action",
+    "provider",
+    "requester",
+    "state",
+    "operator",
+];
 
 /// An operator's filter: words, each plain (matches key, target, action,
 /// provider or requester) or `field:value`; all words must match.
@@ -318,6 +326,8 @@ pub(crate) fn pane_sql(pane: Pane) -> (&'static str, FilterColumns, &'static str
                 ("action", Some("v.action")),
                 ("provider", Some("v.provider")),
                 ("requester", Some("v.requested_by")),
+                ("state", Some("'pending'")),
+                ("operator", None),
             ],
             " order by v.deadline_at, v.effect_id",
         ),
@@ -333,6 +343,8 @@ pub(crate) fn pane_sql(pane: Pane) -> (&'static str, FilterColumns, &'static str
                 ("action", Some("v.action")),
                 ("provider", Some("v.provider")),
                 ("requester", Some("v.requested_by")),
+                ("state", Some("'unknown'")),
+                ("operator", None),
             ],
             " order by v.unknown_since, v.effect_id",
         ),
@@ -346,6 +358,8 @@ pub(crate) fn pane_sql(pane: Pane) -> (&'static str, FilterColumns, &'static str
                 ("action", Some("v.action")),
                 ("provider", None),
                 ("requester", Some("array_to_string(v.requesters, ' ')")),
+                ("state", Some("v.state")),
+                ("operator", None),
             ],
             " order by v.has_mismatch desc, v.last_seen desc, v.effect_id",
         ),
@@ -363,6 +377,8 @@ pub(crate) fn pane_sql(pane: Pane) -> (&'static str, FilterColumns, &'static str
                 ("action", Some("v.action")),
                 ("provider", None),
                 ("requester", Some("v.requested_by")),
+                ("state", Some("'held'")),
+                ("operator", None),
             ],
             " order by v.target, v.held_since, v.effect_id",
         ),

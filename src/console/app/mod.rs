@@ -97,6 +97,8 @@ pub enum Overlay {
     Help,
     /// What this console is connected to, as whom.
     About,
+    /// One audit entry, by its number: who, why, and what it changed.
+    AuditEntry(i64),
 }
 
 /// What the keys go to: the view, or what the operator opened over it.

@@ -3,9 +3,8 @@
 
 use std::time::Duration;
 
-use super::{Action, App, Detail, Mode, NOT_IN_HISTORY, Prompt, Task, View, WINDOW};
+use super::{Action, App, Detail, Mode, NOT_IN_HISTORY, Overlay, Prompt, Task, View, WINDOW};
 use crate::console::theme::Role;
-use crate::ledger::panes::Filter;
 
 impl App {
     pub(super) fn reselect(&mut self, view: View) {
@@ -164,6 +163,14 @@ impl App {
             trail.push(from);
             return self.show_detail(to, trail);
         }
+        if self.current_view() == View::Audit {
+            // An entry is read for what it says and changed; its effect is
+            // one ':' away.
+            if let Some(seq) = self.selected_row().and_then(|row| row.id.parse().ok()) {
+                self.mode = Mode::Overlay(Overlay::AuditEntry(seq));
+            }
+            return Vec::new();
+        }
         let Some(op_key) = self.selected_row().and_then(|row| row.op_key.clone()) else {
             return Vec::new();
         };
@@ -223,10 +230,10 @@ impl App {
                 None => self.detail = None,
             }
         } else if !self.filter_text.is_empty() {
+            // Through the same path as applying one: every view, the small
+            // client-filtered ones included, shows everything again now.
             self.filter_text.clear();
-            self.filter = Filter::default();
-            self.offsets = [0; 4];
-            return vec![Task::Repoll];
+            return self.apply_filter();
         }
         Vec::new()
     }

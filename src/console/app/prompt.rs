@@ -118,7 +118,7 @@ impl App {
         }
     }
 
-    fn apply_filter(&mut self) -> Vec<Task> {
+    pub(super) fn apply_filter(&mut self) -> Vec<Task> {
         match Filter::parse(&self.filter_text) {
             Ok(filter) => {
                 self.filter = filter;

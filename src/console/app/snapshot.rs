@@ -67,7 +67,14 @@ impl App {
         let approvals: Vec<ApprovalRow> = snapshot
             .approvals
             .iter()
-            .filter(|row| self.matches_filter_text(&[&row.op_key, &row.requested_by, &row.target]))
+            .filter(|row| {
+                self.matches_filter(&[
+                    ("key", &row.op_key),
+                    ("target", &row.target),
+                    ("requester", &row.requested_by),
+                    ("state", "awaiting approval"),
+                ])
+            })
             .cloned()
             .collect();
         let escalations_view = View::Escalations;
@@ -79,7 +86,15 @@ impl App {
             let suspected: Vec<_> = finance
                 .suspected
                 .iter()
-                .filter(|row| self.matches_filter_text(&[&row.op_key, &row.target, &row.action]))
+                .filter(|row| {
+                    self.matches_filter(&[
+                        ("key", &row.op_key),
+                        ("target", &row.target),
+                        ("action", &row.action),
+                        ("provider", row.provider.as_deref().unwrap_or("")),
+                        ("requester", &row.requested_by),
+                    ])
+                })
                 .cloned()
                 .collect();
             self.models[View::Finance] = model::finance_model(&suspected);
@@ -89,10 +104,12 @@ impl App {
             .audit
             .iter()
             .filter(|entry| {
-                self.matches_filter_text(&[
-                    entry.op_key.as_deref().unwrap_or(""),
-                    &entry.operator,
-                    &entry.action,
+                self.matches_filter(&[
+                    ("key", entry.op_key.as_deref().unwrap_or("")),
+                    ("target", entry.target.as_deref().unwrap_or("")),
+                    ("action", &entry.action),
+                    ("operator", &entry.operator),
+                    ("reason", entry.reason.as_deref().unwrap_or("")),
                 ])
             })
             .cloned()
@@ -121,25 +138,29 @@ impl App {
     fn filtered_escalations(&self, rows: &[EscalationRow]) -> Vec<EscalationRow> {
         rows.iter()
             .filter(|row| {
-                self.matches_filter_text(&[
-                    &row.op_key,
-                    &row.sink,
-                    &row.created_by,
-                    &row.decision_needed,
+                self.matches_filter(&[
+                    ("key", &row.op_key),
+                    ("state", &row.state),
+                    ("operator", &row.created_by),
+                    ("sink", &row.sink),
+                    ("decision", &row.decision_needed),
                 ])
             })
             .cloned()
             .collect()
     }
 
-    /// Client-side filtering for the small views (escalations, audit); the
-    /// panes are filtered in SQL by the poller.
-    fn matches_filter_text(&self, fields: &[&str]) -> bool {
-        self.filter.terms.iter().all(|(_, value)| {
+    /// Client-side filtering for the small views (escalations, audit,
+    /// finance), meaning what the panes' SQL filter means: every term must
+    /// match; `field:value` searches that field only (a view without it
+    /// shows nothing), a plain word any field the view has.
+    fn matches_filter(&self, fields: &[(&str, &str)]) -> bool {
+        self.filter.terms.iter().all(|(field, value)| {
             let value = value.to_lowercase();
             fields
                 .iter()
-                .any(|field| field.to_lowercase().contains(&value))
+                .filter(|(name, _)| field.as_deref().is_none_or(|wanted| wanted == *name))
+                .any(|(_, text)| text.to_lowercase().contains(&value))
         })
     }
 }

@@ -8,6 +8,7 @@ use crate::console::action::TABLE;
 use crate::console::app::{App, Connection, Prompt, VIEWS, View};
 use crate::console::theme::{Role, Theme};
 use crate::format::duration_ms;
+use crate::ledger::panes::FILTER_FIELDS;
 
 use crate::text::sanitize_line;
 
@@ -155,12 +156,13 @@ pub fn draw_status(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             ),
         ])
     } else if app.editing_filter() {
+        let fields: Vec<String> = FILTER_FIELDS.iter().map(|f| format!("{f}:")).collect();
         Line::from(vec![
             Span::styled("/", theme.role(Role::Accent)),
             Span::styled(sanitize_line(&app.filter_text), theme.base()),
             Span::styled("▏", theme.role(Role::Accent)),
             Span::styled(
-                "  Enter apply · Esc clear · key: target: action: provider: requester:",
+                format!("  Enter apply · Esc clear · {}", fields.join(" ")),
                 theme.role(Role::Muted),
             ),
         ])

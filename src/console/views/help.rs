@@ -131,3 +131,84 @@ pub fn draw_about(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         rect,
     );
 }
+
+/// One audit entry whole: who, as which login, why, and what it changed
+/// field by field (the before and after the ledger stored with it).
+pub fn draw_audit_entry(frame: &mut Frame, area: Rect, app: &App, seq: i64, theme: &Theme) {
+    let Some(entry) = app
+        .snapshot
+        .as_ref()
+        .and_then(|snapshot| snapshot.audit.iter().find(|entry| entry.seq == seq))
+    else {
+        return;
+    };
+    let width = area.width.saturating_sub(4).clamp(20, 110);
+    let field = |label: &str, value: String, role: Role| {
+        Line::from(vec![
+            Span::styled(format!(" {label:>9}  "), theme.role(Role::Muted)),
+            Span::styled(crate::text::sanitize_line(&value), theme.role(role)),
+        ])
+    };
+    let mut lines = vec![
+        field("action", entry.action.clone(), Role::Accent),
+        field("at", entry.at.to_rfc3339(), Role::Text),
+        field(
+            "by",
+            crate::ledger::model::name_and_login(&entry.operator, &entry.db_role),
+            Role::Text,
+        ),
+        field(
+            "key",
+            entry.op_key.clone().unwrap_or_else(|| "—".into()),
+            Role::Text,
+        ),
+        field(
+            "target",
+            entry.target.clone().unwrap_or_else(|| "—".into()),
+            Role::Text,
+        ),
+        field(
+            "reason",
+            entry.reason.clone().unwrap_or_default(),
+            Role::Text,
+        ),
+        field("hash", entry.hash.clone(), Role::Muted),
+        Line::default(),
+    ];
+    let changed = match (&entry.before, &entry.after) {
+        (Some(before), Some(after)) => crate::ledger::history::params_diff(before, after),
+        (None, Some(_)) => vec!["created".to_string()],
+        _ => Vec::new(),
+    };
+    if changed.is_empty() {
+        lines.push(field(
+            "changed",
+            "nothing (a note on the record)".into(),
+            Role::Muted,
+        ));
+    }
+    for (index, change) in changed.iter().enumerate() {
+        let label = if index == 0 { "changed" } else { "" };
+        lines.push(field(label, change.clone(), Role::Warn));
+    }
+    lines.push(Line::default());
+    lines.push(Line::from(Span::styled(
+        " any key closes this",
+        theme.role(Role::Muted),
+    )));
+    let height = (lines.len() as u16 + 2).min(area.height);
+    let rect = super::centered(area, width + 2, height);
+    frame.render_widget(Clear, rect);
+    frame.render_widget(
+        Paragraph::new(lines)
+            .style(theme.base())
+            .wrap(ratatui::widgets::Wrap { trim: false })
+            .block(
+                Block::default()
+                    .borders(Borders::ALL)
+                    .title(format!(" Audit entry #{seq} "))
+                    .style(theme.base()),
+            ),
+        rect,
+    );
+}
