@@ -102,6 +102,7 @@ language sql stable as $$
         select m.target, m.action, m.currency,
                sum(m.amount_minor)::bigint as total,
                (array_agg(m.amount_minor order by m.settled_at, m.id))[1] as earliest,
+               count(*) as moved,
                coalesce(sum(m.amount_minor) filter (where m.attention = 'duplicate'), 0)::bigint as twice
           from members m
          where m.currency is not null
@@ -111,7 +112,9 @@ language sql stable as $$
         select m.*, c.n, t.total, ap.approved,
                greatest(t.total - coalesce(ap.approved, t.earliest), 0) + t.twice as excess,
                array_remove(array[
-                   case when c.n > 1 then 'repeated' end,
+                   -- Two effects that moved no money (two messages, two
+                   -- lookups) are not a double effect by count alone.
+                   case when t.moved > 1 then 'repeated' end,
                    case when t.total > ap.approved then 'over_approved' end,
                    case when m.attention = 'duplicate' then 'provider_duplicate' end], null) as reasons
           from members m
@@ -128,7 +131,13 @@ language sql stable as $$
       from figured f
      cross join lateral ledger.compensation_status_at(f.id, suspected_double_effects_at.at_time) cs
      where cardinality(f.reasons) > 0
-     order by f.target, f.action, f.currency nulls last, f.settled_at, f.id
+       -- A group whose approvals cover all it paid is explained, not suspect;
+       -- what moved no money has no excess and stays for its reason.
+       and (f.excess is null or f.excess > 0)
+     -- The largest excess first within a currency; minor units are never
+     -- compared across currencies.
+     order by f.currency nulls last, f.excess desc nulls last, f.target, f.action,
+              f.settled_at, f.id
 $$;
 
 create view ledger.suspected_double_effects as

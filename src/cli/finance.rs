@@ -11,7 +11,7 @@ use super::exit::{FAILURE, Failure};
 use super::report::{csv_finish, csv_text, write_output};
 use crate::format::{money, optional_money};
 use crate::ledger::finance::{self, Exposure, FinanceReview, SuspectedEffect};
-use crate::text::{safe_json, sanitize_line, truncate};
+use crate::text::{safe_json, sanitize_line, truncate, truncate_middle};
 
 #[derive(Debug, Clone, Args)]
 pub struct FinanceArgs {
@@ -70,6 +70,12 @@ pub async fn run(pool: &PgPool, args: FinanceArgs) -> Result<(), Failure> {
 
 fn cell(text: &str) -> String {
     truncate(&sanitize_line(text), CELL_WIDTH)
+}
+
+/// Keys and targets differ at their ends (`…:AP-91:v1`, `…:AP-91:v2`): cut
+/// in the middle, so two rows never read the same.
+fn key_cell(text: &str) -> String {
+    truncate_middle(&sanitize_line(text), CELL_WIDTH)
 }
 
 fn opt(text: Option<&str>) -> String {
@@ -131,13 +137,13 @@ fn suspected_table(rows: &[SuspectedEffect]) -> Table {
     for row in rows {
         let currency = row.currency.as_deref();
         let compensation = match &row.compensation_key {
-            Some(key) => format!("{} ({})", row.compensation, cell(key)),
+            Some(key) => format!("{} ({})", row.compensation, key_cell(key)),
             None => row.compensation.clone(),
         };
         table.add_row([
-            cell(&row.target),
+            key_cell(&row.target),
             cell(&row.action),
-            cell(&row.op_key),
+            key_cell(&row.op_key),
             optional_money(row.amount_minor, currency),
             opt(row.external_ref.as_deref()),
             row.succeeded_at

@@ -19,7 +19,8 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         .and_then(|s| s.finance.as_ref())
         .map(|f| f.exposure.clone())
         .unwrap_or_default();
-    let height = (exposure.len() as u16 + 3).min(area.height / 2).max(3);
+    // The rows, their header, the title and the legend.
+    let height = (exposure.len() as u16 + 4).min(area.height / 2).max(3);
     let [top, bottom] =
         Layout::vertical([Constraint::Length(height), Constraint::Min(3)]).areas(area);
     let block = Block::default()
@@ -96,6 +97,11 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             Span::styled(if risky { "  ⚑" } else { "" }, theme.role(Role::Critical)),
         ]));
     }
+    lines.push(Line::from(Span::styled(
+        "  ⚑ money at risk · approved: allowed by the approvals on record · \
+         excess: paid beyond that (or beyond the first payment)",
+        theme.role(Role::Muted),
+    )));
     frame.render_widget(Paragraph::new(lines).block(block).style(theme.base()), top);
     table::draw_titled(
         frame,
