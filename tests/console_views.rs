@@ -838,3 +838,52 @@ fn an_audit_entry_opens_with_what_it_changed_and_actions_read_whole() {
     press(&mut app, KeyCode::Enter);
     assert!(screen(&app).contains("nothing (a note on the record)"));
 }
+
+/// Every view at 80×24: the key keeps its head and tail, amounts keep
+/// their currency, context columns give way first, and every tab fits.
+#[test]
+fn every_view_at_80x24() {
+    for (digit, name) in [
+        ('1', "overdue"),
+        ('2', "unknown"),
+        ('3', "duplicates"),
+        ('4', "held"),
+        ('5', "escalations"),
+        ('6', "audit"),
+        ('7', "finance"),
+    ] {
+        let mut app = app_with(full_snapshot(), false);
+        press(&mut app, KeyCode::Char(digit));
+        let screen = text(&render_sized(&app, &Theme::default(), 80, 24));
+        insta::assert_snapshot!(format!("{name}_80x24"), screen);
+        let tabs = screen.lines().nth(1).unwrap();
+        for tab in 1..=7 {
+            assert!(
+                tabs.contains(&format!("{tab} ")),
+                "tab {tab} missing: {tabs}"
+            );
+        }
+        assert!(tabs.contains("Fin 3"), "{name}: {tabs}");
+    }
+    let app = app_with_detail();
+    let screen = text(&render_sized(&app, &Theme::default(), 80, 24));
+    insta::assert_snapshot!("detail_80x24", screen);
+}
+
+#[test]
+fn at_80x24_money_keeps_its_currency_and_the_cut_key_is_in_the_footer() {
+    let app = app_with(full_snapshot(), false);
+    let screen = text(&render_sized(&app, &Theme::default(), 80, 24));
+    let row = line_with(&screen, "▶ ");
+    assert!(row.contains("15.00 EUR"), "{row}");
+    // The key column keeps head and tail: rows that differ at the end read apart.
+    assert!(row.contains("refund:IN") && row.contains("v1"), "{row}");
+    let key = first_overdue_key();
+    let footer = screen.lines().find(|line| line.contains(" of 12")).unwrap();
+    if !row.contains(&key) {
+        assert!(
+            footer.contains(&key),
+            "the whole key is in the footer: {footer}"
+        );
+    }
+}

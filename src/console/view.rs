@@ -49,6 +49,19 @@ impl View {
         }
     }
 
+    /// The tab's name where the full ones do not fit.
+    pub fn short_tab(self) -> &'static str {
+        match self {
+            View::Pane(Pane::Overdue) => "Over",
+            View::Pane(Pane::Unknown) => "Unkn",
+            View::Pane(Pane::Duplicates) => "Dup",
+            View::Pane(Pane::Held) => "Held",
+            View::Escalations => "Esc",
+            View::Audit => "Aud",
+            View::Finance => "Fin",
+        }
+    }
+
     pub fn title(self) -> &'static str {
         match self {
             View::Pane(pane) => pane.title(),

@@ -113,14 +113,39 @@ pub fn draw_header(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
 
 pub fn draw_tabs(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     let mut spans = Vec::new();
-    for (index, view) in VIEWS.iter().enumerate() {
+    // Before the first answer nothing is known: never a reassuring 0.
+    let count_of = |view: View| match app.snapshot {
+        Some(_) => app.totals[view].to_string(),
+        None => "?".to_string(),
+    };
+    // Every tab and its count fit: full names, short ones, or the digit alone.
+    let labels = |name: fn(View) -> &'static str, spaced: bool| -> Vec<String> {
+        VIEWS
+            .iter()
+            .enumerate()
+            .map(|(index, view)| match (name(*view), spaced) {
+                ("", _) => format!(" {} ({}) ", index + 1, count_of(*view)),
+                (name, true) => format!(" {} {name} ({}) ", index + 1, count_of(*view)),
+                (name, false) => format!("{} {name} {} ", index + 1, count_of(*view)),
+            })
+            .collect()
+    };
+    let fits = |labels: &[String]| {
+        labels.iter().map(|l| l.chars().count() + 1).sum::<usize>() <= area.width as usize
+    };
+    let candidates = [
+        labels(View::tab, true),
+        labels(View::short_tab, true),
+        labels(View::short_tab, false),
+        labels(|_| "", true),
+    ];
+    let chosen = candidates
+        .iter()
+        .find(|labels| fits(labels))
+        .unwrap_or(&candidates[3]);
+    for (view, label) in VIEWS.iter().zip(chosen) {
+        let label = label.clone();
         let count = app.totals[*view];
-        // Before the first answer nothing is known: never a reassuring 0.
-        let shown = match app.snapshot {
-            Some(_) => count.to_string(),
-            None => "?".to_string(),
-        };
-        let label = format!(" {} {} ({shown}) ", index + 1, view.tab());
         let style = if *view == app.view {
             theme.selection()
         } else if count > 0 && matches!(view, View::Pane(_)) {

@@ -38,7 +38,7 @@ pub fn draw_titled(frame: &mut Frame, area: Rect, app: &App, theme: &Theme, titl
             format!(" {title} "),
             theme.role(Role::Accent).add_modifier(Modifier::BOLD),
         ))
-        .title_bottom(Line::from(position).right_aligned());
+        .title_bottom(Line::from(position.clone()).right_aligned());
 
     if model.rows.is_empty() {
         let message = if app.snapshot.is_none() {
@@ -59,6 +59,20 @@ pub fn draw_titled(frame: &mut Frame, area: Rect, app: &App, theme: &Theme, titl
 
     let inner_height = area.height.saturating_sub(2) as usize;
     let widths = column_widths(model, area.width);
+    // A key cut to fit is still there whole, for the selected row.
+    let block = match cut_key(model, &widths, list.selected) {
+        Some(key) => {
+            let room = (area.width as usize).saturating_sub(position.chars().count() + 4);
+            block.title_bottom(
+                Line::from(Span::styled(
+                    format!(" {} ", truncate_middle(&key, room)),
+                    theme.role(Role::Accent),
+                ))
+                .left_aligned(),
+            )
+        }
+        None => block,
+    };
     // Only the rows that can be seen are laid out: a frame's cost follows
     // the terminal's height, not the number of items loaded.
     let first = first_visible(list.selected, inner_height, model.rows.len());
@@ -103,6 +117,16 @@ pub fn draw_titled(frame: &mut Frame, area: Rect, app: &App, theme: &Theme, titl
     frame.render_stateful_widget(table, area, &mut state);
 }
 
+/// The selected row's key, when its column is too narrow to show it whole.
+fn cut_key(model: &TableModel, widths: &[u16], selected: usize) -> Option<String> {
+    let column = model
+        .columns
+        .iter()
+        .position(|column| matches!(column.title, "key" | "held key"))?;
+    let text = &model.rows.get(selected)?.cells.get(column)?.text;
+    (text.chars().count() > widths[column] as usize).then(|| text.clone())
+}
+
 /// Keeps the selection visible with the fewest jumps of the page.
 fn first_visible(selected: usize, height: usize, rows: usize) -> usize {
     if height == 0 || rows <= height {
@@ -134,12 +158,17 @@ pub(crate) fn column_widths(model: &TableModel, total_width: u16) -> Vec<u16> {
         }
         return widths;
     }
+    // Short of room, columns give way by what an operator can spare:
+    // context (target, requester…) first, down to nothing; then the other
+    // columns; the key last, keeping its head and tail; money never drops
+    // its currency.
     let mut deficit = wanted - available;
-    for (flexible_pass, floor) in [(true, 6), (false, 6), (true, 1), (false, 1)] {
+    for giving in [Gives::First, Gives::Flexibly, Gives::Some, Gives::Last] {
         while deficit > 0 {
             let mut shrunk = false;
             for (index, column) in model.columns.iter().enumerate() {
-                if deficit > 0 && column.flexible == flexible_pass && widths[index] > floor {
+                let gives = gives_way(column);
+                if deficit > 0 && gives == giving && widths[index] > gives.floor(column.width) {
                     widths[index] -= 1;
                     deficit -= 1;
                     shrunk = true;
@@ -151,6 +180,40 @@ pub(crate) fn column_widths(model: &TableModel, total_width: u16) -> Vec<u16> {
         }
     }
     widths
+}
+
+/// How a column gives up room when the terminal is narrow, in the order
+/// the variants are listed; money does not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Gives {
+    First,
+    Flexibly,
+    Some,
+    Last,
+    Never,
+}
+
+impl Gives {
+    /// The narrowest a column of this kind becomes.
+    fn floor(self, width: u16) -> u16 {
+        match self {
+            Gives::First => 0,
+            Gives::Flexibly | Gives::Some => 4.min(width),
+            Gives::Last => 14.min(width),
+            Gives::Never => width,
+        }
+    }
+}
+
+fn gives_way(column: &crate::console::model::Column) -> Gives {
+    match column.title {
+        "target" | "requester" | "requesters" | "by" | "role" | "sink" | "provider ref"
+        | "holder" | "holder age" | "last error" | "first seen" => Gives::First,
+        "amount" | "holder amount" | "group total" | "approved" | "excess" => Gives::Never,
+        title if keeps_its_end(title) => Gives::Last,
+        _ if column.flexible => Gives::Flexibly,
+        _ => Gives::Some,
+    }
 }
 
 /// Columns of identifiers, whose ends tell rows apart.
