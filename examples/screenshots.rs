@@ -48,6 +48,7 @@ fn run() -> Result<(), String> {
         ("escalations", vec![key('5')]),
         ("audit", vec![key('6')]),
         ("finance", vec![key('7')]),
+        ("audit-entry", vec![key('6'), enter()]),
         ("help", vec![key('2'), key('?')]),
         (
             "filter",
