@@ -536,7 +536,7 @@ fn escalation_actions_need_the_escalations_view() {
     char(&mut app, 'K');
     type_text(&mut app, "seen");
     key(&mut app, KeyCode::Tab);
-    key(&mut app, KeyCode::Left);
+    key(&mut app, KeyCode::Right);
     let commands = key(&mut app, KeyCode::Enter);
     assert_eq!(
         settles(&commands),
@@ -757,7 +757,7 @@ fn acknowledging_repeats_sends_the_ledgers_call_for_the_version_seen() {
     );
     type_text(&mut app, "agent retried on a timeout");
     key(&mut app, KeyCode::Tab);
-    key(&mut app, KeyCode::Left);
+    key(&mut app, KeyCode::Right);
     let commands = key(&mut app, KeyCode::Enter);
     assert_eq!(
         settles(&commands),
@@ -1047,4 +1047,29 @@ fn a_filter_means_the_same_in_every_view_and_esc_clears_it_everywhere_at_once() 
     type_text(&mut app, "action:nothing-like-it");
     key(&mut app, KeyCode::Enter);
     assert!(app.models[View::Finance].rows.is_empty());
+}
+
+#[test]
+fn the_arrows_move_to_a_button_and_stay_there() {
+    let mut app = app_with(&["pay:inv-0001"]);
+    char(&mut app, 'a');
+    type_text(&mut app, "called the customer");
+    key(&mut app, KeyCode::Tab);
+    // Back is on the left, Confirm on the right: each arrow goes to its side.
+    key(&mut app, KeyCode::Right);
+    key(&mut app, KeyCode::Right);
+    assert!(
+        app.dialog().unwrap().confirm_selected,
+        "Right twice is still Confirm"
+    );
+    key(&mut app, KeyCode::Left);
+    key(&mut app, KeyCode::Left);
+    assert!(
+        !app.dialog().unwrap().confirm_selected,
+        "Left twice is still Back"
+    );
+    // Up and Down move between the fields; the typed reason is kept.
+    key(&mut app, KeyCode::Up);
+    assert_eq!(app.dialog().unwrap().focus, DialogField::Reason);
+    assert_eq!(app.dialog().unwrap().reason, "called the customer");
 }

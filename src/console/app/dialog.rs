@@ -135,8 +135,13 @@ impl App {
                 let at = fields.iter().position(|f| *f == dialog.focus).unwrap_or(0);
                 dialog.focus = fields[(at + fields.len() - 1) % fields.len()];
             }
-            KeyCode::Left | KeyCode::Right if dialog.focus == DialogField::Buttons => {
-                dialog.confirm_selected = !dialog.confirm_selected;
+            // The arrows move to the button on that side; pressed twice they
+            // stay there rather than toggling back.
+            KeyCode::Left if dialog.focus == DialogField::Buttons => {
+                dialog.confirm_selected = false;
+            }
+            KeyCode::Right if dialog.focus == DialogField::Buttons => {
+                dialog.confirm_selected = true;
             }
             KeyCode::Enter => {
                 if dialog.focus != DialogField::Buttons {
