@@ -212,6 +212,107 @@ impl LocalCluster {
         Ok(cluster)
     }
 
+    /// A streaming standby of this (running) cluster in a fresh temporary
+    /// folder: `pg_basebackup -R` from it, then started read-only on a port
+    /// of its own. It connects as `application_name = name`, the name
+    /// `synchronous_standby_names` on this cluster uses to make it synchronous.
+    pub fn start_standby(&self, name: &str) -> Result<LocalCluster, LocalPgError> {
+        let temp = make_temp_dir(false)?;
+        let cluster_dir = temp.path().to_path_buf();
+        if let Some(run_as) = &self.run_as {
+            std::os::unix::fs::chown(
+                &cluster_dir,
+                Some(run_as.uid.as_raw()),
+                Some(run_as.gid.as_raw()),
+            )
+            .map_err(io_error(format!(
+                "handing standby folder {} to user `postgres`",
+                cluster_dir.display()
+            )))?;
+        }
+        let mut standby = LocalCluster {
+            bins: self.bins.clone(),
+            run_as: self.run_as.clone(),
+            data_dir: cluster_dir.join("data"),
+            cluster_dir,
+            port: 0,
+            postmaster_pid: None,
+            temp_dir: Some(temp),
+            watchdogs: Mutex::new(Vec::new()),
+            stopped: true,
+        };
+        let conninfo = format!(
+            "host=127.0.0.1 port={} user=postgres application_name={name}",
+            self.port
+        );
+        let output = standby
+            .command(&self.bins.pg_basebackup)
+            .arg("-D")
+            .arg(&standby.data_dir)
+            .args(["-R", "-X", "stream", "--no-sync", "--checkpoint=fast", "-d"])
+            .arg(&conninfo)
+            .output()
+            .map_err(io_error(format!(
+                "running {}",
+                self.bins.pg_basebackup.display()
+            )))?;
+        if !output.status.success() {
+            return Err(LocalPgError::InitDb {
+                data_dir: standby.data_dir.clone(),
+                output: output_text(&output),
+            });
+        }
+        let port = free_port()?;
+        standby.start_server(port, false)?;
+        standby.port = port;
+        standby.stopped = false;
+        standby.postmaster_pid = standby.read_postmaster_pid();
+        Ok(standby)
+    }
+
+    /// Stops the server at once, as a crash would (`-m immediate`): what was
+    /// not yet on disk or sent to a standby is gone.
+    pub fn crash(&mut self) -> Result<(), LocalPgError> {
+        self.stopped = true;
+        let output = self
+            .command(&self.bins.pg_ctl)
+            .arg("-D")
+            .arg(&self.data_dir)
+            .args(["-m", "immediate", "-w", "stop"])
+            .output()
+            .map_err(io_error("running pg_ctl stop -m immediate"))?;
+        if output.status.success() {
+            Ok(())
+        } else {
+            Err(LocalPgError::Stop {
+                data_dir: self.data_dir.clone(),
+                output: output_text(&output),
+            })
+        }
+    }
+
+    /// Promotes a standby to a primary (`pg_ctl promote`), waiting until it accepts writes.
+    pub fn promote(&self) -> Result<(), LocalPgError> {
+        let output = self
+            .command(&self.bins.pg_ctl)
+            .arg("-D")
+            .arg(&self.data_dir)
+            .args(["-w", "-t", PG_CTL_TIMEOUT_SECS, "promote"])
+            .output()
+            .map_err(io_error("running pg_ctl promote"))?;
+        if output.status.success() {
+            Ok(())
+        } else {
+            Err(LocalPgError::Start {
+                data_dir: self.data_dir.clone(),
+                port: self.port,
+                output: output_text(&output),
+                log_file: self.cluster_dir.join("server.log"),
+                log_tail: String::new(),
+            })
+        }
+    }
+
     /// The TCP port the server listens on (on 127.0.0.1).
     pub fn port(&self) -> u16 {
         self.port
@@ -481,6 +582,8 @@ if [ -n "$dir" ]; then rm -rf -- "$dir"; fi
 struct Binaries {
     initdb: PathBuf,
     pg_ctl: PathBuf,
+    /// Beside the others; only standbys need it.
+    pg_basebackup: PathBuf,
 }
 
 impl Binaries {
@@ -493,7 +596,12 @@ impl Binaries {
     fn in_dir(dir: &Path) -> Option<Binaries> {
         let initdb = dir.join("initdb");
         let pg_ctl = dir.join("pg_ctl");
-        (is_executable(&initdb) && is_executable(&pg_ctl)).then_some(Binaries { initdb, pg_ctl })
+        let pg_basebackup = dir.join("pg_basebackup");
+        (is_executable(&initdb) && is_executable(&pg_ctl)).then_some(Binaries {
+            initdb,
+            pg_ctl,
+            pg_basebackup,
+        })
     }
 
     /// `/usr/lib/postgresql/<version>/bin`, highest version first.
@@ -533,6 +641,7 @@ impl Binaries {
         Some(Binaries {
             initdb,
             pg_ctl: find("pg_ctl")?,
+            pg_basebackup: find("pg_basebackup").unwrap_or_else(|| "pg_basebackup".into()),
         })
     }
 }

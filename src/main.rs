@@ -128,7 +128,7 @@ async fn run(cli: Cli, explicit_url: bool, explicit_operator: bool) -> Result<()
         return cli::demo::run(&config, args).await;
     }
     if let Command::Config = command {
-        return cli::config::run(&config, &source, cli.database_url.as_deref());
+        return cli::config::run(&config, &source, cli.database_url.as_deref()).await;
     }
     if let Command::Check(args) = command {
         // Every failure of a check, a missing URL included, is "cannot tell".

@@ -887,3 +887,31 @@ fn at_80x24_money_keeps_its_currency_and_the_cut_key_is_in_the_footer() {
         );
     }
 }
+
+#[test]
+fn a_ledger_whose_writes_a_failover_can_lose_says_so_in_the_header_and_about() {
+    let mut snapshot = full_snapshot();
+    snapshot.durability = Some(effectwatch::ledger::durability::Verdict {
+        level: Some(effectwatch::ledger::check::Level::Warning),
+        sentence: "asynchronous replication to 1 standby(s): a failover can lose writes".into(),
+        synchronous_standbys: 0,
+    });
+    let mut app = app_with(snapshot, false);
+    let main = screen(&app);
+    assert!(
+        main.lines()
+            .next()
+            .unwrap()
+            .contains("⚠ not failover-safe (i)"),
+        "{main}"
+    );
+    press(&mut app, KeyCode::Char('i'));
+    let about = screen(&app);
+    assert!(
+        about.contains("⚠ not failover-safe: asynchronous replication to 1 standby(s)"),
+        "{about}"
+    );
+    // A ledger that is safe says nothing in the header.
+    let safe = app_with(full_snapshot(), false);
+    assert!(!screen(&safe).contains("failover"));
+}

@@ -408,7 +408,7 @@ async fn the_ledgers_triggers_fire_in_every_session_mode() {
     assert_eq!(state_of(pool, "sm-succ").await.0, "succeeded");
 
     // What a superuser can still do, explicitly, `effectwatch check` fails on.
-    let healthy = check::measure(pool, false).await.unwrap();
+    let healthy = check::measure(pool, false, false).await.unwrap();
     assert!(check::evaluate(&healthy, &Thresholds::default()).is_empty());
     sqlx::query("alter table ledger.effects disable trigger effects_guard")
         .execute(pool)
@@ -418,7 +418,7 @@ async fn the_ledgers_triggers_fire_in_every_session_mode() {
         .execute(pool)
         .await
         .unwrap();
-    let weakened = check::measure(pool, false).await.unwrap();
+    let weakened = check::measure(pool, false, false).await.unwrap();
     assert_eq!(
         weakened.weak_triggers,
         ["audit_log.audit_append_only", "effects.effects_guard"]

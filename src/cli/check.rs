@@ -98,6 +98,11 @@ pub struct CheckArgs {
     /// CRITICAL when the oldest overdue, unknown, held or escalated item is older than this.
     #[arg(long, value_name = "AGE", value_parser = parse_duration, alias = "max-age", help_heading = "Thresholds")]
     pub crit_age: Option<Duration>,
+    /// Also judge whether acknowledged ledger writes survive a failover
+    /// (synchronous_commit, synchronous standbys named and connected):
+    /// WARNING when a failover can lose them, CRITICAL when a crash can.
+    #[arg(long)]
+    pub durability: bool,
     #[arg(long, value_enum, default_value_t = CheckFormat::Text)]
     pub format: CheckFormat,
     /// Seconds to wait for the database before answering UNKNOWN.
@@ -232,7 +237,7 @@ async fn measure(
     settings.statement_timeout = Duration::from_secs(args.timeout.max(1) * 2);
     settings.max_connections = 1;
     let pool = ledger::connect(&settings).await?;
-    let health = check::measure(&pool, with_suspected).await;
+    let health = check::measure(&pool, with_suspected, args.durability).await;
     pool.close().await;
     health
 }
@@ -256,15 +261,20 @@ fn summary_line(
         let over: Vec<String> = worst_first
             .iter()
             .map(|b| {
-                let (value, limit) = match b.unit {
-                    "ms" => (duration_ms(b.value), duration_ms(b.limit)),
-                    _ => (b.value.to_string(), b.limit.to_string()),
-                };
                 let mark = match (status, b.level) {
                     (Status::Critical, Level::Warning) => " (warning)",
                     _ => "",
                 };
-                format!("{} {value} > {limit}{mark}", b.what)
+                match b.unit {
+                    "durability" => format!("{}{mark}", b.what),
+                    "ms" => format!(
+                        "{} {} > {}{mark}",
+                        b.what,
+                        duration_ms(b.value),
+                        duration_ms(b.limit)
+                    ),
+                    _ => format!("{} {} > {}{mark}", b.what, b.value, b.limit),
+                }
             })
             .collect();
         line.push_str(&over.join("; "));
@@ -289,6 +299,9 @@ fn summary_line(
         line.push_str(&figures.join(", "));
         if let Some(suspected) = health.suspected {
             let _ = write!(line, ", suspected double effects {suspected}");
+        }
+        if let Some(durability) = &health.durability {
+            let _ = write!(line, "; failover-safe: {}", durability.verdict().sentence);
         }
     }
     line
@@ -343,6 +356,10 @@ fn performance_data(health: &Health, thresholds: &Thresholds) -> String {
             thresholds.suspected,
             1.0,
         ));
+    }
+    if let Some(durability) = &health.durability {
+        let synchronous = durability.verdict().synchronous_standbys;
+        figures.push(format!("synchronous_standbys={synchronous};1:;1:"));
     }
     figures.push(format!("weak_triggers={};;0", health.weak_triggers.len()));
     figures.join(" ")

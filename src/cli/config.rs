@@ -2,7 +2,7 @@ use super::exit::Failure;
 use crate::adapters::secrets::redact_url;
 use crate::config::{Config, ConfigError, ConfigSource};
 
-pub fn run(
+pub async fn run(
     config: &Config,
     source: &ConfigSource,
     database_url: Option<&str>,
@@ -74,7 +74,41 @@ pub fn run(
             .map(|address| format!("; metrics on {address}"))
             .unwrap_or_default()
     );
+    let url = database_url.or(config.database_url.as_deref());
+    println!("durability:       {}", durability(config, url).await);
     Ok(())
+}
+
+/// Whether acknowledged writes survive a failover, asked of the ledger's
+/// server briefly; what stops the asking is said instead.
+async fn durability(config: &Config, url: Option<&str>) -> String {
+    let Some(url) = url else {
+        return "cannot tell (no database_url)".into();
+    };
+    let mut settings = config.connect_settings(url.to_string(), "config");
+    settings.connect_timeout = std::time::Duration::from_secs(3);
+    settings.max_connections = 1;
+    let measured = async {
+        let pool = crate::ledger::connect(&settings).await?;
+        let mut conn = pool.acquire().await?;
+        let durability = crate::ledger::durability::measure(&mut conn).await;
+        drop(conn);
+        pool.close().await;
+        durability
+    };
+    match measured.await {
+        Ok(durability) => {
+            let verdict = durability.verdict();
+            match verdict.level {
+                None => format!("failover-safe: {}", verdict.sentence),
+                Some(_) => format!("⚠ not failover-safe: {}", verdict.sentence),
+            }
+        }
+        Err(error) => format!(
+            "cannot tell: {}",
+            crate::text::sanitize_line(&error.to_string())
+        ),
+    }
 }
 
 /// A config that cannot be used: the file and every problem, one per line.

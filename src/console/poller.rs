@@ -280,6 +280,10 @@ pub async fn poll(pool: &PgPool, settings: &PollSettings) -> Result<Snapshot, Le
             crate::ledger::actions::applicability(&mut *tx, &shown).await?
         }
     };
+    let durability = match settings.at {
+        Some(_) => None,
+        None => Some(crate::ledger::durability::measure(&mut tx).await?.verdict()),
+    };
     let (database, role) = snapshot::whoami(&mut tx).await?;
     tx.commit().await?;
     Ok(Snapshot {
@@ -293,6 +297,7 @@ pub async fn poll(pool: &PgPool, settings: &PollSettings) -> Result<Snapshot, Le
         listening: false,
         finance,
         applicability,
+        durability,
         finance_error,
         polled_at: Utc::now(),
         latency: started.elapsed(),

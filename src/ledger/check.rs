@@ -73,6 +73,8 @@ pub struct Health {
     pub panes: Vec<PaneCount>,
     /// Effects in suspected double effects, when asked for.
     pub suspected: Option<i64>,
+    /// Whether acknowledged writes survive a failover, when asked.
+    pub durability: Option<super::durability::Durability>,
     /// The ledger's triggers that do not fire in every session mode
     /// (disabled, or enabled for origin sessions only): the state machine,
     /// history and append-only guarantees then have a hole.
@@ -94,7 +96,11 @@ pub struct Breach {
 /// pane for good, so its age says nothing about now.
 pub const AGED_PANES: [&str; 4] = ["overdue", "unknown", "held", "escalations"];
 
-pub async fn measure(pool: &PgPool, with_suspected: bool) -> Result<Health, LedgerError> {
+pub async fn measure(
+    pool: &PgPool,
+    with_suspected: bool,
+    with_durability: bool,
+) -> Result<Health, LedgerError> {
     let mut tx = super::snapshot::begin(pool).await?;
     // The audit trail is a record, not something waiting for anyone.
     let counts: Vec<PaneCount> = panes::counts(&mut *tx)
@@ -112,10 +118,15 @@ pub async fn measure(pool: &PgPool, with_suspected: bool) -> Result<Health, Ledg
     } else {
         None
     };
+    let durability = match with_durability {
+        true => Some(super::durability::measure(&mut tx).await?),
+        false => None,
+    };
     tx.commit().await?;
     Ok(Health {
         panes: counts,
         suspected,
+        durability,
         weak_triggers,
     })
 }
@@ -166,6 +177,18 @@ pub fn evaluate(health: &Health, thresholds: &Thresholds) -> Vec<Breach> {
             unit: "triggers",
             level: Level::Critical,
         });
+    }
+    if let Some(durability) = &health.durability {
+        let verdict = durability.verdict();
+        if let Some(level) = verdict.level {
+            breaches.push(Breach {
+                what: format!("not failover-safe: {}", verdict.sentence),
+                value: verdict.synchronous_standbys as i64,
+                limit: 0,
+                unit: "durability",
+                level,
+            });
+        }
     }
     let mut judge = |what: String, value: i64, limits: Limits, unit: &'static str| {
         if let Some((level, limit)) = limits.judge(value) {
@@ -226,6 +249,7 @@ mod tests {
                 count("escalations", 0, None),
             ],
             suspected: Some(1),
+            durability: None,
             weak_triggers: Vec::new(),
         }
     }

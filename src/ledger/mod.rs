@@ -7,6 +7,7 @@ pub mod audit;
 pub mod check;
 pub mod compensation;
 pub mod connect;
+pub mod durability;
 pub mod error;
 pub mod escalations;
 pub mod finance;

@@ -33,6 +33,9 @@ pub struct Snapshot {
     /// For each effect shown, what an operator may do with it now (empty
     /// under time travel, where nothing is acted on).
     pub applicability: HashMap<String, Applicability>,
+    /// Whether acknowledged writes survive a failover, as the live ledger's
+    /// settings and standbys say (None under time travel).
+    pub durability: Option<crate::ledger::durability::Verdict>,
     /// Why the finance review could not be read; the panes are still fresh.
     pub finance_error: Option<String>,
     pub polled_at: DateTime<Utc>,

@@ -76,6 +76,23 @@ pub fn draw_header(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             header.fg(theme.warn),
         ));
     }
+    // Said beside the connection, where it is not cut off on a small
+    // terminal; `i` has the sentence.
+    if let Some(level) = app
+        .snapshot
+        .as_ref()
+        .and_then(|s| s.durability.as_ref())
+        .and_then(|verdict| verdict.level)
+    {
+        let colour = match level {
+            crate::ledger::check::Level::Warning => theme.warn,
+            crate::ledger::check::Level::Critical => theme.critical,
+        };
+        spans.push(Span::styled(
+            "│ ⚠ not failover-safe (i) ",
+            header.fg(colour),
+        ));
+    }
     if let Some(snapshot) = &app.snapshot {
         let polled = match app.at {
             Some(_) => format!(

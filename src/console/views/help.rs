@@ -93,12 +93,21 @@ pub fn draw_about(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     let label_width = app
         .about
         .iter()
+        .chain([&("durability".to_string(), String::new())])
         .map(|(label, _)| label.chars().count())
         .max()
         .unwrap_or(0)
         .min(24);
+    let mut about = app.about.clone();
+    if let Some(verdict) = app.snapshot.as_ref().and_then(|s| s.durability.as_ref()) {
+        let said = match verdict.level {
+            None => format!("failover-safe: {}", verdict.sentence),
+            Some(_) => format!("⚠ not failover-safe: {}", verdict.sentence),
+        };
+        about.push(("durability".to_string(), said));
+    }
     let mut lines = Vec::new();
-    for (label, value) in &app.about {
+    for (label, value) in &about {
         let value = crate::text::sanitize_line(value);
         let room = (width as usize).saturating_sub(label_width + 6).max(10);
         let chars: Vec<char> = value.chars().collect();

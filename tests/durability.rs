@@ -1,0 +1,149 @@
+//! `effectwatch check --durability` against a real primary and a real
+//! streaming standby (`pg_basebackup -R`), both started here: whether a
+//! write the ledger acknowledged survives a failover, as the settings and
+//! the connected standbys say.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use effectwatch::localpg::{ClusterOptions, LocalCluster};
+use sqlx::{AssertSqlSafe, Connection, PgConnection};
+
+/// The durability line of `effectwatch config` on that database.
+fn config_line(url: &str) -> String {
+    let home = tempfile::tempdir().unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_effectwatch"))
+        .args(["config", "--database-url", url])
+        .env("XDG_CONFIG_HOME", home.path())
+        .env("HOME", home.path())
+        .env_remove("DATABASE_URL")
+        .output()
+        .unwrap();
+    let text = String::from_utf8(output.stdout).unwrap();
+    text.lines()
+        .find(|line| line.starts_with("durability:"))
+        .unwrap_or_else(|| panic!("no durability line in\n{text}"))
+        .to_string()
+}
+
+fn check(url: &str) -> (Option<i32>, String) {
+    let home = tempfile::tempdir().unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_effectwatch"))
+        .args(["check", "--durability", "--database-url", url])
+        .env("XDG_CONFIG_HOME", home.path())
+        .env("HOME", home.path())
+        .env_remove("DATABASE_URL")
+        .output()
+        .unwrap();
+    (
+        output.status.code(),
+        String::from_utf8(output.stdout).unwrap(),
+    )
+}
+
+async fn sql(url: &str, statement: &str) {
+    let mut conn = PgConnection::connect(url).await.unwrap();
+    sqlx::query(AssertSqlSafe(statement.to_string()))
+        .execute(&mut conn)
+        .await
+        .unwrap_or_else(|e| panic!("{statement}: {e}"));
+}
+
+/// Waits until the primary sees the standby in this sync state.
+async fn wait_for_standby(url: &str, sync_state: &str) {
+    let started = Instant::now();
+    loop {
+        let mut conn = PgConnection::connect(url).await.unwrap();
+        let seen: Option<String> = sqlx::query_scalar(
+            "select sync_state from pg_stat_replication where application_name = 'standby1' and state = 'streaming'",
+        )
+        .fetch_optional(&mut conn)
+        .await
+        .unwrap();
+        if seen.as_deref() == Some(sync_state) {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the standby never became {sync_state} (last seen {seen:?})"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn check_durability_says_whether_acknowledged_writes_survive_a_failover() {
+    let primary = match LocalCluster::start(ClusterOptions::default()) {
+        Ok(cluster) => cluster,
+        Err(error) => panic!("a primary of our own: {error}"),
+    };
+    sql(&primary.url("postgres"), "create database ledger").await;
+    let url = primary.url("ledger");
+    let migrated = Command::new(env!("CARGO_BIN_EXE_effectwatch"))
+        .args(["migrate", "--database-url", &url])
+        .env_remove("DATABASE_URL")
+        .output()
+        .unwrap();
+    assert!(migrated.status.success(), "{migrated:?}");
+
+    let (code, line) = check(&url);
+    assert_eq!(code, Some(1), "{line}");
+    assert!(
+        line.starts_with("EFFECTWATCH WARNING - not failover-safe: no standby"),
+        "{line}"
+    );
+
+    let standby = primary.start_standby("standby1").unwrap();
+    wait_for_standby(&url, "async").await;
+    let (code, line) = check(&url);
+    assert_eq!(code, Some(1), "{line}");
+    assert!(
+        line.contains("asynchronous replication to 1 standby(s)"),
+        "{line}"
+    );
+    assert!(line.contains("synchronous_standbys=0;1:;1:"), "{line}");
+
+    sql(
+        &url,
+        "alter system set synchronous_standby_names = 'standby1'",
+    )
+    .await;
+    sql(&url, "select pg_reload_conf()").await;
+    wait_for_standby(&url, "sync").await;
+    let (code, line) = check(&url);
+    assert_eq!(code, Some(0), "{line}");
+    assert!(
+        line.contains("failover-safe: acknowledged writes are on 1 synchronous standby(s)"),
+        "{line}"
+    );
+    assert!(line.contains("synchronous_standbys=1;1:;1:"), "{line}");
+    assert!(
+        config_line(&url).starts_with("durability:       failover-safe: acknowledged writes"),
+        "{}",
+        config_line(&url)
+    );
+
+    // The standby answers too, and says whose settings count.
+    let (code, line) = check(&standby.url("ledger"));
+    assert_eq!(code, Some(1), "{line}");
+    assert!(line.contains("connected to a standby"), "{line}");
+
+    // An agent login that turns synchronous commit off for itself.
+    sql(&url, "create role agents login").await;
+    sql(&url, "alter role agents set synchronous_commit = off").await;
+    let (code, line) = check(&url);
+    assert_eq!(code, Some(1), "{line}");
+    assert!(
+        line.contains("login(s) agents set synchronous_commit off"),
+        "{line}"
+    );
+
+    // Off for the whole database: a crash alone loses what was acknowledged.
+    sql(&url, "alter database ledger set synchronous_commit = off").await;
+    let (code, line) = check(&url);
+    assert_eq!(code, Some(2), "{line}");
+    assert!(line.contains("synchronous_commit is off"), "{line}");
+
+    standby.stop().unwrap();
+    primary.stop().unwrap();
+}
