@@ -8,7 +8,8 @@ use crate::console::app::Detail;
 use crate::console::model::{state_role, state_symbol};
 use crate::console::theme::{Role, Theme};
 use crate::format::optional_money;
-use crate::ledger::history::timeline;
+use crate::ledger::history::{EffectHistory, timeline};
+use crate::ledger::model::Effect;
 use crate::text::{sanitize, sanitize_line};
 
 /// Every field of one effect, its params, and one merged timeline. Values
@@ -42,35 +43,70 @@ pub fn draw(frame: &mut Frame, area: Rect, detail: &Detail, theme: &Theme) {
         return;
     };
     let effect = &history.effect;
-    let mut lines: Vec<Line> = Vec::new();
-    let field = |name: &str, value: String, role: Role| {
-        Line::from(vec![
-            Span::styled(format!("{name:>14}  "), theme.role(Role::Muted)),
-            Span::styled(sanitize_line(&value), theme.role(role)),
-        ])
+    let mut lines = record_lines(history, theme);
+    lines.extend(link_lines(detail, history, theme));
+    lines.extend(params_and_related_lines(effect, history, theme));
+    let events = timeline_lines(history, theme);
+    let inner = block.inner(area);
+    frame.render_widget(block, area);
+    // Wide terminals show the record and its timeline side by side: the
+    // timeline is what a responder reads, and it should not be below the fold.
+    let columns: Vec<(Rect, Vec<Line>)> = if inner.width >= 130 {
+        let [left, right] = Layout::horizontal([Constraint::Length(62), Constraint::Min(40)])
+            .spacing(2)
+            .areas(inner);
+        vec![(left, lines), (right, events)]
+    } else {
+        lines.push(Line::default());
+        lines.extend(events);
+        vec![(inner, lines)]
     };
+    for (column, text) in columns {
+        let paragraph = Paragraph::new(text)
+            .style(theme.base())
+            .wrap(Wrap { trim: false })
+            .scroll((detail.scroll, 0));
+        frame.render_widget(paragraph, column);
+    }
+}
+
+fn field<'a>(theme: &Theme, name: &str, value: String, role: Role) -> Line<'a> {
+    Line::from(vec![
+        Span::styled(format!("{name:>14}  "), theme.role(Role::Muted)),
+        Span::styled(sanitize_line(&value), theme.role(role)),
+    ])
+}
+
+/// Every field of the effect itself, its policy and what it may do next.
+fn record_lines<'a>(history: &EffectHistory, theme: &Theme) -> Vec<Line<'a>> {
+    let effect = &history.effect;
+    let mut lines: Vec<Line> = Vec::new();
     let state = effect.state.as_str();
     lines.push(field(
+        theme,
         "state",
         format!("{} {state}", state_symbol(state)),
         state_role(state),
     ));
-    lines.push(field("key", effect.op_key.clone(), Role::Text));
-    lines.push(field("action", effect.action.clone(), Role::Text));
-    lines.push(field("target", effect.target.clone(), Role::Text));
+    lines.push(field(theme, "key", effect.op_key.clone(), Role::Text));
+    lines.push(field(theme, "action", effect.action.clone(), Role::Text));
+    lines.push(field(theme, "target", effect.target.clone(), Role::Text));
     lines.push(field(
+        theme,
         "amount",
         optional_money(effect.amount_minor, effect.currency.as_deref()),
         Role::Text,
     ));
     lines.push(field(
+        theme,
         "provider",
         effect.provider.clone().unwrap_or_else(|| "—".into()),
         Role::Text,
     ));
-    lines.push(field("requested by", effect.requester(), Role::Text));
+    lines.push(field(theme, "requested by", effect.requester(), Role::Text));
     if let Some(policy) = &history.policy {
         lines.push(field(
+            theme,
             "policy",
             format!(
                 "{}{}",
@@ -80,6 +116,7 @@ pub fn draw(frame: &mut Frame, area: Rect, detail: &Detail, theme: &Theme) {
             Role::Text,
         ));
         lines.push(field(
+            theme,
             "next",
             policy.next_step(state).to_string(),
             Role::Accent,
@@ -87,17 +124,20 @@ pub fn draw(frame: &mut Frame, area: Rect, detail: &Detail, theme: &Theme) {
     }
     if let Some(approval) = &effect.approval_ref {
         lines.push(field(
+            theme,
             "approval",
             format!("{approval} v{}", effect.approval_version.unwrap_or(0)),
             Role::Text,
         ));
     }
     lines.push(field(
+        theme,
         "created",
         effect.created_at.to_rfc3339(),
         Role::Muted,
     ));
     lines.push(field(
+        theme,
         "dispatched",
         match &effect.dispatched_at {
             Some(at) => format!("{} by {}", at.to_rfc3339(), effect.dispatcher()),
@@ -106,6 +146,7 @@ pub fn draw(frame: &mut Frame, area: Rect, detail: &Detail, theme: &Theme) {
         Role::Text,
     ));
     lines.push(field(
+        theme,
         "deadline",
         effect
             .deadline_at
@@ -114,12 +155,14 @@ pub fn draw(frame: &mut Frame, area: Rect, detail: &Detail, theme: &Theme) {
         Role::Text,
     ));
     lines.push(field(
+        theme,
         "external ref",
         effect.external_ref.clone().unwrap_or_else(|| "—".into()),
         Role::Text,
     ));
     if let Some(reason) = &effect.failure_reason {
         lines.push(field(
+            theme,
             "failure",
             format!(
                 "{reason} (retryable: {})",
@@ -130,6 +173,7 @@ pub fn draw(frame: &mut Frame, area: Rect, detail: &Detail, theme: &Theme) {
     }
     if let Some(at) = effect.late_result_at {
         lines.push(field(
+            theme,
             "late result",
             format!("⚑ a result arrived after settlement, {}", at.to_rfc3339()),
             Role::Critical,
@@ -137,13 +181,26 @@ pub fn draw(frame: &mut Frame, area: Rect, detail: &Detail, theme: &Theme) {
     }
     if let Some(attention) = &effect.attention {
         lines.push(field(
+            theme,
             "attention",
             format!("⚑ {attention} at the provider: escalate or compensate"),
             Role::Critical,
         ));
     }
+    lines
+}
+
+/// Where the responder came from, the effects this one is tied to (the
+/// highlighted one opens with Enter) and the requests to compensate it.
+fn link_lines<'a>(detail: &Detail, history: &EffectHistory, theme: &Theme) -> Vec<Line<'a>> {
+    let mut lines = Vec::new();
     if let Some(from) = detail.trail.last() {
-        lines.push(field("came from", format!("{from} (Esc)"), Role::Muted));
+        lines.push(field(
+            theme,
+            "came from",
+            format!("{from} (Esc)"),
+            Role::Muted,
+        ));
     }
     for (index, link) in history.links.iter().enumerate() {
         let state = link.state.as_str();
@@ -167,9 +224,23 @@ pub fn draw(frame: &mut Frame, area: Rect, detail: &Detail, theme: &Theme) {
         ]));
     }
     for request in &history.compensation_requests {
-        lines.push(field("compensation", request.describe(), Role::Warn));
+        lines.push(field(theme, "compensation", request.describe(), Role::Warn));
     }
-    lines.push(field("version", effect.version.to_string(), Role::Muted));
+    lines
+}
+
+fn params_and_related_lines<'a>(
+    effect: &Effect,
+    history: &EffectHistory,
+    theme: &Theme,
+) -> Vec<Line<'a>> {
+    let mut lines = Vec::new();
+    lines.push(field(
+        theme,
+        "version",
+        effect.version.to_string(),
+        Role::Muted,
+    ));
     lines.push(Line::from(Span::styled(
         "        params",
         theme.role(Role::Muted),
@@ -205,6 +276,11 @@ pub fn draw(frame: &mut Frame, area: Rect, detail: &Detail, theme: &Theme) {
             ]));
         }
     }
+    lines
+}
+
+/// Attempts, state changes, reconciliations, deliveries and audit entries in one time order.
+fn timeline_lines<'a>(history: &EffectHistory, theme: &Theme) -> Vec<Line<'a>> {
     let mut events: Vec<Line> = vec![Line::from(Span::styled(
         "timeline",
         theme.role(Role::Accent).add_modifier(Modifier::BOLD),
@@ -226,25 +302,5 @@ pub fn draw(frame: &mut Frame, area: Rect, detail: &Detail, theme: &Theme) {
             Span::styled(sanitize_line(&entry.text), theme.role(role)),
         ]));
     }
-    let inner = block.inner(area);
-    frame.render_widget(block, area);
-    // Wide terminals show the record and its timeline side by side: the
-    // timeline is what a responder reads, and it should not be below the fold.
-    let columns: Vec<(Rect, Vec<Line>)> = if inner.width >= 130 {
-        let [left, right] = Layout::horizontal([Constraint::Length(62), Constraint::Min(40)])
-            .spacing(2)
-            .areas(inner);
-        vec![(left, lines), (right, events)]
-    } else {
-        lines.push(Line::default());
-        lines.extend(events);
-        vec![(inner, lines)]
-    };
-    for (column, text) in columns {
-        let paragraph = Paragraph::new(text)
-            .style(theme.base())
-            .wrap(Wrap { trim: false })
-            .scroll((detail.scroll, 0));
-        frame.render_widget(paragraph, column);
-    }
+    events
 }
