@@ -3,22 +3,12 @@
 
 mod common;
 
-use std::process::Command;
-
 use effectwatch::ledger::actions::{self, SeenVersion};
 use effectwatch::ledger::writer::begin_effect;
 use serde_json::Value;
 
 fn effectwatch(url: &str, args: &[&str]) -> (Option<i32>, String, String) {
-    let home = tempfile::tempdir().unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_effectwatch"))
-        .args(["--database-url", url])
-        .args(args)
-        .env("XDG_CONFIG_HOME", home.path())
-        .env("HOME", home.path())
-        .env_remove("DATABASE_URL")
-        .output()
-        .unwrap();
+    let output = common::effectwatch_cli(&[&["--database-url", url], args].concat());
     (
         output.status.code(),
         String::from_utf8(output.stdout).unwrap(),

@@ -2,18 +2,11 @@
 //! shows each subcommand only what means something to it, and completion
 //! scripts and manual pages generated from the same definitions.
 
-use std::process::{Command, Output};
+mod common;
 
-fn effectwatch(args: &[&str]) -> Output {
-    let home = tempfile::tempdir().unwrap();
-    Command::new(env!("CARGO_BIN_EXE_effectwatch"))
-        .args(args)
-        .env("XDG_CONFIG_HOME", home.path())
-        .env("HOME", home.path())
-        .env_remove("DATABASE_URL")
-        .output()
-        .unwrap()
-}
+use std::process::Output;
+
+use common::effectwatch_cli as effectwatch;
 
 fn stdout(output: &Output) -> String {
     assert_eq!(

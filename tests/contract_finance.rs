@@ -180,14 +180,7 @@ async fn the_finance_table_never_cuts_two_keys_into_the_same_text() {
         )
         .await;
     }
-    let home = tempfile::tempdir().unwrap();
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_effectwatch"))
-        .args(["--database-url", &db.url, "finance"])
-        .env("XDG_CONFIG_HOME", home.path())
-        .env("HOME", home.path())
-        .env_remove("DATABASE_URL")
-        .output()
-        .unwrap();
+    let output = common::effectwatch_cli(&["--database-url", &db.url, "finance"]);
     assert_eq!(output.status.code(), Some(0));
     let table = String::from_utf8(output.stdout).unwrap();
     // Both keys are longer than a cell; their ends, which differ, stay.

@@ -3,6 +3,8 @@
 //! write the ledger acknowledged survives a failover, as the settings and
 //! the connected standbys say.
 
+mod common;
+
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -11,14 +13,7 @@ use sqlx::{AssertSqlSafe, Connection, PgConnection};
 
 /// The durability line of `effectwatch config` on that database.
 fn config_line(url: &str) -> String {
-    let home = tempfile::tempdir().unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_effectwatch"))
-        .args(["config", "--database-url", url])
-        .env("XDG_CONFIG_HOME", home.path())
-        .env("HOME", home.path())
-        .env_remove("DATABASE_URL")
-        .output()
-        .unwrap();
+    let output = common::effectwatch_cli(&["config", "--database-url", url]);
     let text = String::from_utf8(output.stdout).unwrap();
     text.lines()
         .find(|line| line.starts_with("durability:"))
@@ -27,14 +22,7 @@ fn config_line(url: &str) -> String {
 }
 
 fn check(url: &str) -> (Option<i32>, String) {
-    let home = tempfile::tempdir().unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_effectwatch"))
-        .args(["check", "--durability", "--database-url", url])
-        .env("XDG_CONFIG_HOME", home.path())
-        .env("HOME", home.path())
-        .env_remove("DATABASE_URL")
-        .output()
-        .unwrap();
+    let output = common::effectwatch_cli(&["check", "--durability", "--database-url", url]);
     (
         output.status.code(),
         String::from_utf8(output.stdout).unwrap(),

@@ -13,16 +13,7 @@ use effectwatch::ledger::writer::{
 use serde_json::{Value, json};
 
 fn check(url: &str, args: &[&str]) -> Output {
-    let home = tempfile::tempdir().unwrap();
-    Command::new(env!("CARGO_BIN_EXE_effectwatch"))
-        .arg("check")
-        .args(args)
-        .args(["--database-url", url])
-        .env("XDG_CONFIG_HOME", home.path())
-        .env("HOME", home.path())
-        .env_remove("DATABASE_URL")
-        .output()
-        .unwrap()
+    common::effectwatch_cli(&[&["check"], args, &["--database-url", url]].concat())
 }
 
 fn stdout(output: &Output) -> String {

@@ -234,3 +234,17 @@ pub async fn force_effect(
     .await
     .unwrap_or_else(|e| panic!("forcing effect {:?}: {e}", intent.op_key))
 }
+
+/// The real binary with `args`, as a script or a monitoring system runs it:
+/// in a fresh HOME (no config of this machine's own) and without
+/// DATABASE_URL, so only what `args` says reaches it.
+pub fn effectwatch_cli(args: &[&str]) -> std::process::Output {
+    let home = tempfile::tempdir().unwrap();
+    std::process::Command::new(env!("CARGO_BIN_EXE_effectwatch"))
+        .args(args)
+        .env("XDG_CONFIG_HOME", home.path())
+        .env("HOME", home.path())
+        .env_remove("DATABASE_URL")
+        .output()
+        .unwrap_or_else(|e| panic!("running effectwatch {args:?}: {e}"))
+}

@@ -122,6 +122,19 @@ pub fn draw_about(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             ]));
         }
     }
+    draw_popup(frame, area, width, " About this console ", lines, theme);
+}
+
+/// A bordered box over the view, centred, sized to its lines, which the
+/// next key closes (and says so).
+fn draw_popup(
+    frame: &mut Frame,
+    area: Rect,
+    width: u16,
+    title: &str,
+    mut lines: Vec<Line>,
+    theme: &Theme,
+) {
     lines.push(Line::default());
     lines.push(Line::from(Span::styled(
         " any key closes this",
@@ -131,12 +144,15 @@ pub fn draw_about(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     let rect = super::centered(area, width + 2, height);
     frame.render_widget(Clear, rect);
     frame.render_widget(
-        Paragraph::new(lines).style(theme.base()).block(
-            Block::default()
-                .borders(Borders::ALL)
-                .title(" About this console ")
-                .style(theme.base()),
-        ),
+        Paragraph::new(lines)
+            .style(theme.base())
+            .wrap(ratatui::widgets::Wrap { trim: false })
+            .block(
+                Block::default()
+                    .borders(Borders::ALL)
+                    .title(title.to_string())
+                    .style(theme.base()),
+            ),
         rect,
     );
 }
@@ -200,24 +216,12 @@ pub fn draw_audit_entry(frame: &mut Frame, area: Rect, app: &App, seq: i64, them
         let label = if index == 0 { "changed" } else { "" };
         lines.push(field(label, change.clone(), Role::Warn));
     }
-    lines.push(Line::default());
-    lines.push(Line::from(Span::styled(
-        " any key closes this",
-        theme.role(Role::Muted),
-    )));
-    let height = (lines.len() as u16 + 2).min(area.height);
-    let rect = super::centered(area, width + 2, height);
-    frame.render_widget(Clear, rect);
-    frame.render_widget(
-        Paragraph::new(lines)
-            .style(theme.base())
-            .wrap(ratatui::widgets::Wrap { trim: false })
-            .block(
-                Block::default()
-                    .borders(Borders::ALL)
-                    .title(format!(" Audit entry #{seq} "))
-                    .style(theme.base()),
-            ),
-        rect,
+    draw_popup(
+        frame,
+        area,
+        width,
+        &format!(" Audit entry #{seq} "),
+        lines,
+        theme,
     );
 }
