@@ -55,6 +55,12 @@ fn summary(problems: &[String]) -> String {
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     pub database_url: Option<String>,
+    /// A streaming replica for what only reads (the console's panes and
+    /// detail, list, show, finance, report, audit list); actions and the
+    /// writer go to `database_url`.
+    pub read_url: Option<String>,
+    /// Replay lag above which a console on the replica calls its data stale.
+    pub replica_lag_stale_secs: f64,
     /// Who the audit trail says acted; defaults to the OS user.
     pub operator: String,
     pub poll_interval_secs: f64,
@@ -169,6 +175,8 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             database_url: None,
+            read_url: None,
+            replica_lag_stale_secs: 30.0,
             operator: whoami::username().unwrap_or_else(|_| "operator".to_string()),
             poll_interval_secs: 2.0,
             statement_timeout_secs: 10,

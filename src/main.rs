@@ -63,6 +63,9 @@ async fn run(cli: Cli, explicit_url: bool, explicit_operator: bool) -> Result<()
     if let Some(operator) = &cli.operator {
         config.operator = operator.clone();
     }
+    if let Some(read_url) = &cli.read_url {
+        config.read_url = Some(read_url.clone());
+    }
     let outer = cli.console;
     let command = match cli
         .command
@@ -141,10 +144,12 @@ async fn run(cli: Cli, explicit_url: bool, explicit_operator: bool) -> Result<()
     let url = cli.database_url.clone().or_else(|| config.database_url.clone()).ok_or_else(|| {
         Failure::new(BAD_CONFIG, "no database given: pass --database-url, set DATABASE_URL, or set database_url in the config file")
     })?;
+    let read_url = config.read_url.clone();
     if let Command::Watch(flags) = command {
         let operator = cli::watch::OperatorWiring::for_console(&config, &url)?;
         let args = cli::watch::WatchArgs {
             database_url: url,
+            read_url,
             theme: flags.theme,
             poll_interval: flags.poll_interval,
             no_notify: flags.no_notify,
@@ -156,6 +161,22 @@ async fn run(cli: Cli, explicit_url: bool, explicit_operator: bool) -> Result<()
         };
         return cli::watch::run(&config, args).await;
     }
+    let reads_only = matches!(
+        command,
+        Command::List { .. }
+            | Command::Show { .. }
+            | Command::Finance(_)
+            | Command::Report(_)
+            | Command::Audit {
+                command: AuditCommand::List(_)
+            }
+    );
+    // What only reads goes to the replica when there is one; nothing that
+    // writes ever does.
+    let url = match read_url {
+        Some(read_url) if reads_only => read_url,
+        _ => url,
+    };
     let pool = ledger::connect(&config.connect_settings(url, command.name())).await?;
     match command {
         Command::Watch(_)

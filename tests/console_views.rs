@@ -915,3 +915,20 @@ fn a_ledger_whose_writes_a_failover_can_lose_says_so_in_the_header_and_about() {
     let safe = app_with(full_snapshot(), false);
     assert!(!screen(&safe).contains("failover"));
 }
+
+#[test]
+fn a_console_on_a_replica_says_how_far_behind_it_is_and_when_that_is_stale() {
+    let header_of = |lag: f64| {
+        let mut snapshot = full_snapshot();
+        snapshot.replica_lag = Some(lag);
+        // A standby sends no notifications: that is not "not listening".
+        snapshot.listening = false;
+        let app = app_with(snapshot, false);
+        screen(&app).lines().next().unwrap().to_string()
+    };
+    let caught_up = header_of(0.4);
+    assert!(caught_up.contains("· replica, 0.4 s behind"), "{caught_up}");
+    assert!(!caught_up.contains("not listening"), "{caught_up}");
+    let late = header_of(45.0);
+    assert!(late.contains("· replica 45.0 s behind: stale"), "{late}");
+}

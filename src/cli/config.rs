@@ -23,6 +23,14 @@ pub async fn run(
         .map(redact_url)
         .unwrap_or_else(|| "(not set)".into());
     println!("database_url:     {url}");
+    println!(
+        "read_url:         {}",
+        config
+            .read_url
+            .as_deref()
+            .map(redact_url)
+            .unwrap_or_else(|| "(not set: reads go to database_url)".into())
+    );
     println!("operator:         {}", config.operator);
     println!("poll interval:    {} s", config.poll_interval_secs);
     println!("statement timeout:{} s", config.statement_timeout_secs);

@@ -213,6 +213,7 @@ async fn run_on(
             &demo_config,
             WatchArgs {
                 database_url: url,
+                read_url: None,
                 theme: args.theme.clone(),
                 poll_interval: None,
                 no_notify: args.no_notify,

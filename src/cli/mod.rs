@@ -33,6 +33,16 @@ pub struct Cli {
     #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
     pub database_url: Option<String>,
 
+    /// A streaming replica for what only reads (console panes and detail, list, show,
+    /// finance, report, audit list); actions and the writer go to --database-url.
+    #[arg(
+        long,
+        env = "EFFECTWATCH_READ_URL",
+        global = true,
+        hide_env_values = true
+    )]
+    pub read_url: Option<String>,
+
     /// Config file (TOML); default: the platform config dir's effectwatch/config.toml.
     #[arg(long, global = true)]
     pub config: Option<std::path::PathBuf>,

@@ -13,6 +13,9 @@ use crate::settle::{Request, SettleError, Settler};
 /// What the command line adds to the config file.
 pub struct WatchArgs {
     pub database_url: String,
+    /// A streaming replica the console reads (panes, detail); actions still
+    /// go to `database_url`.
+    pub read_url: Option<String>,
     pub theme: Option<String>,
     pub poll_interval: Option<f64>,
     pub no_notify: bool,
@@ -40,7 +43,11 @@ pub async fn run(config: &Config, args: WatchArgs) -> Result<(), Failure> {
         None => config.poll_interval(),
     };
     crate::logging::to_file(&config.log_path()).map_err(|e| Failure::new(BAD_CONFIG, e))?;
-    let connect = config.connect_settings(args.database_url, "console");
+    let primary = config.connect_settings(args.database_url.clone(), "console");
+    let connect = match &args.read_url {
+        Some(read_url) => config.connect_settings(read_url.clone(), "console"),
+        None => primary.clone(),
+    };
     // Fail fast on a wrong URL before taking over the terminal.
     connect.options()?;
     refuse_what_waiting_cannot_fix(&connect).await?;
@@ -53,9 +60,14 @@ pub async fn run(config: &Config, args: WatchArgs) -> Result<(), Failure> {
                 .with_file_name("notifications-unavailable"),
         });
     tracing::info!(operator = %config.operator, read_only = config.read_only, "console starting");
-    let about = about(config, &connect, args.at, args.about);
+    let mut extra = args.about;
+    if args.read_url.is_some() {
+        extra.push(("actions go to".to_string(), primary.server()));
+    }
+    let about = about(config, &connect, args.at, extra);
     run::run(ConsoleOptions {
         connect,
+        replica_lag_stale_secs: config.replica_lag_stale_secs,
         theme,
         operator: config.operator.clone(),
         read_only: config.read_only,

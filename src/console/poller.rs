@@ -86,8 +86,10 @@ pub fn spawn(
                 match ledger::connect(&connect).await {
                     Ok(connected) => {
                         // The past does not change: a console reading an
-                        // instant has nothing to be told.
-                        _listener = current.at.is_none().then(|| {
+                        // instant has nothing to be told; a standby sends
+                        // no notifications, so one reading it polls.
+                        let standby = sqlx_is_standby(&connected).await;
+                        _listener = (current.at.is_none() && !standby).then(|| {
                             Listening(spawn_listener(
                                 connected.clone(),
                                 wake.clone(),
@@ -280,9 +282,11 @@ pub async fn poll(pool: &PgPool, settings: &PollSettings) -> Result<Snapshot, Le
             crate::ledger::actions::applicability(&mut *tx, &shown).await?
         }
     };
-    let durability = match settings.at {
-        Some(_) => None,
-        None => Some(crate::ledger::durability::measure(&mut tx).await?.verdict()),
+    let replica_lag = snapshot::replica_lag(&mut tx).await?;
+    // A standby's settings are not what decides: its primary's are.
+    let durability = match (settings.at, replica_lag) {
+        (None, None) => Some(crate::ledger::durability::measure(&mut tx).await?.verdict()),
+        _ => None,
     };
     let (database, role) = snapshot::whoami(&mut tx).await?;
     tx.commit().await?;
@@ -297,6 +301,7 @@ pub async fn poll(pool: &PgPool, settings: &PollSettings) -> Result<Snapshot, Le
         listening: false,
         finance,
         applicability,
+        replica_lag,
         durability,
         finance_error,
         polled_at: Utc::now(),
@@ -305,6 +310,12 @@ pub async fn poll(pool: &PgPool, settings: &PollSettings) -> Result<Snapshot, Le
         role,
         offsets: settings.offsets,
     })
+}
+
+/// Whether the server is a standby; a server that cannot say is taken for
+/// a primary (the listener then says for itself whether it hears anything).
+async fn sqlx_is_standby(pool: &PgPool) -> bool {
+    snapshot::is_standby(pool).await.unwrap_or(false)
 }
 
 /// Every effect a view lists, once: what an operator can select and act on.

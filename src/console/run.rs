@@ -30,6 +30,8 @@ pub type SettleRequest = Arc<
 
 pub struct ConsoleOptions {
     pub connect: ConnectSettings,
+    /// Replay lag above which a console reading a standby calls its data stale.
+    pub replica_lag_stale_secs: f64,
     pub theme: Theme,
     pub operator: String,
     pub read_only: bool,
@@ -135,6 +137,7 @@ async fn event_loop(
     );
     app.at = options.at;
     app.theme = options.theme.name.clone();
+    app.replica_lag_stale_secs = options.replica_lag_stale_secs;
     app.server = Some(options.connect.server());
     app.about = options.about.clone();
     if let Some(welcome) = &options.welcome {

@@ -22,3 +22,26 @@ pub async fn whoami(tx: &mut sqlx::PgConnection) -> Result<(String, String), Led
             .await?,
     )
 }
+
+/// Seconds the server replays behind its primary when it is a standby
+/// (0 when it has replayed all it received); None on a primary. An idle
+/// primary sends nothing, so the last replayed commit's age alone would
+/// call a caught-up standby late.
+pub async fn replica_lag(tx: &mut sqlx::PgConnection) -> Result<Option<f64>, LedgerError> {
+    Ok(sqlx::query_scalar(
+        "select case when pg_is_in_recovery() then
+                    case when pg_last_wal_receive_lsn() is not distinct from pg_last_wal_replay_lsn()
+                         then 0::float8
+                         else coalesce(extract(epoch from now() - pg_last_xact_replay_timestamp())::float8, 0)
+                    end
+                end",
+    )
+    .fetch_one(tx)
+    .await?)
+}
+
+pub async fn is_standby(pool: &sqlx::PgPool) -> Result<bool, LedgerError> {
+    Ok(sqlx::query_scalar("select pg_is_in_recovery()")
+        .fetch_one(pool)
+        .await?)
+}

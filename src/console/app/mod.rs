@@ -177,6 +177,8 @@ pub struct App {
     pub background: Option<String>,
     /// The theme drawn with: a built-in name, or the file it came from.
     pub theme: String,
+    /// Replay lag above which data read from a standby is called stale.
+    pub replica_lag_stale_secs: f64,
     pending_jump_to_end: bool,
 }
 
@@ -206,6 +208,7 @@ impl App {
             page_size: 20,
             background: None,
             theme: "dark".to_string(),
+            replica_lag_stale_secs: 30.0,
             pending_jump_to_end: false,
         }
     }

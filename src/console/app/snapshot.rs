@@ -33,6 +33,8 @@ pub struct Snapshot {
     /// For each effect shown, what an operator may do with it now (empty
     /// under time travel, where nothing is acted on).
     pub applicability: HashMap<String, Applicability>,
+    /// Replay lag in seconds when the console reads a standby (None: the primary).
+    pub replica_lag: Option<f64>,
     /// Whether acknowledged writes survive a failover, as the live ledger's
     /// settings and standbys say (None under time travel).
     pub durability: Option<crate::ledger::durability::Verdict>,

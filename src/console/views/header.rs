@@ -67,7 +67,22 @@ pub fn draw_header(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             header.fg(theme.role(role).fg.unwrap_or(theme.text)),
         ));
     }
+    let replica_lag = app.snapshot.as_ref().and_then(|s| s.replica_lag);
+    if let Some(lag) = replica_lag {
+        // A standby sends no notifications: such a console polls, and its
+        // data is as old as the replay behind the primary.
+        let (text, colour) = if lag > app.replica_lag_stale_secs {
+            (
+                format!("· replica {lag:.1} s behind: stale "),
+                theme.critical,
+            )
+        } else {
+            (format!("· replica, {lag:.1} s behind "), theme.muted)
+        };
+        spans.push(Span::styled(text, header.fg(colour)));
+    }
     let deaf = app.at.is_none()
+        && replica_lag.is_none()
         && matches!(app.connection, Connection::Live)
         && app.snapshot.as_ref().is_some_and(|s| !s.listening);
     if deaf {
