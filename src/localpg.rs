@@ -291,6 +291,21 @@ impl LocalCluster {
         }
     }
 
+    /// Stops the server and keeps its data, to start it again with [`resume`](Self::resume):
+    /// a standby that was down while its primary went on, as one behind a
+    /// broken network is.
+    pub fn pause(&mut self) -> Result<(), LocalPgError> {
+        self.shutdown()
+    }
+
+    /// Starts a paused server again on its port.
+    pub fn resume(&mut self) -> Result<(), LocalPgError> {
+        self.start_server(self.port, false)?;
+        self.stopped = false;
+        self.postmaster_pid = self.read_postmaster_pid();
+        Ok(())
+    }
+
     /// Promotes a standby to a primary (`pg_ctl promote`), waiting until it accepts writes.
     pub fn promote(&self) -> Result<(), LocalPgError> {
         let output = self
