@@ -66,51 +66,8 @@ async fn run(cli: Cli, explicit_url: bool, explicit_operator: bool) -> Result<()
     if let Some(read_url) = &cli.read_url {
         config.read_url = Some(read_url.clone());
     }
-    let outer = cli.console;
-    let command = match cli
-        .command
-        .unwrap_or(Command::Watch(ConsoleFlags::default()))
-    {
-        Command::Watch(flags) => Command::Watch(flags.or(outer.clone())),
-        Command::List {
-            pane,
-            format,
-            limit,
-            filter,
-            time_travel,
-        } => Command::List {
-            pane,
-            format,
-            limit,
-            filter,
-            time_travel: time_travel.or(outer.time_travel),
-        },
-        Command::Finance(mut args) => {
-            args.time_travel = args.time_travel.or(outer.time_travel);
-            Command::Finance(args)
-        }
-        Command::Demo(mut args) => {
-            args.database_url = cli.database_url.clone().filter(|_| explicit_url);
-            args.theme = args.theme.or(outer.theme.clone());
-            args.no_notify |= outer.no_notify;
-            Command::Demo(args)
-        }
-        other => {
-            if outer.time_travel.at.is_some() {
-                return Err(Failure::new(
-                    USAGE,
-                    "--at is for the console, `list` and `finance` (time travel); for a past range use `effectwatch report --since … --until …`",
-                ));
-            }
-            other
-        }
-    };
-    let at = match &command {
-        Command::Watch(flags) => flags.time_travel.at,
-        Command::List { time_travel, .. } => time_travel.at,
-        Command::Finance(args) => args.time_travel.at,
-        _ => None,
-    };
+    let demo_url = cli.database_url.clone().filter(|_| explicit_url);
+    let (command, at) = with_console_flags(cli.command, cli.console, demo_url)?;
     // Time travel shows the past: nothing may be acted on from it.
     config.read_only |= cli.read_only || at.is_some();
     if !matches!(command, Command::Watch(_) | Command::Demo(_)) {
@@ -212,6 +169,58 @@ async fn run(cli: Cli, explicit_url: bool, explicit_operator: bool) -> Result<()
         Command::Approval { command } => cli::approval::run(&pool, &config, command).await,
         Command::Settle(command) => cli::settle::run(&pool, &config, command).await,
     }
+}
+
+/// The subcommand with the console's flags given before it (`effectwatch
+/// --theme light watch`) folded in where it takes them, and the instant of
+/// time travel; `--at` before a subcommand that reads no instant is refused.
+fn with_console_flags(
+    command: Option<Command>,
+    outer: ConsoleFlags,
+    demo_url: Option<String>,
+) -> Result<(Command, Option<chrono::DateTime<chrono::Utc>>), Failure> {
+    let command = match command.unwrap_or(Command::Watch(ConsoleFlags::default())) {
+        Command::Watch(flags) => Command::Watch(flags.or(outer.clone())),
+        Command::List {
+            pane,
+            format,
+            limit,
+            filter,
+            time_travel,
+        } => Command::List {
+            pane,
+            format,
+            limit,
+            filter,
+            time_travel: time_travel.or(outer.time_travel),
+        },
+        Command::Finance(mut args) => {
+            args.time_travel = args.time_travel.or(outer.time_travel);
+            Command::Finance(args)
+        }
+        Command::Demo(mut args) => {
+            args.database_url = demo_url;
+            args.theme = args.theme.or(outer.theme.clone());
+            args.no_notify |= outer.no_notify;
+            Command::Demo(args)
+        }
+        other => {
+            if outer.time_travel.at.is_some() {
+                return Err(Failure::new(
+                    USAGE,
+                    "--at is for the console, `list` and `finance` (time travel); for a past range use `effectwatch report --since … --until …`",
+                ));
+            }
+            other
+        }
+    };
+    let at = match &command {
+        Command::Watch(flags) => flags.time_travel.at,
+        Command::List { time_travel, .. } => time_travel.at,
+        Command::Finance(args) => args.time_travel.at,
+        _ => None,
+    };
+    Ok((command, at))
 }
 
 /// `effectwatch finance | head` must end as other Unix tools do when the

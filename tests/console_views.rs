@@ -892,7 +892,7 @@ fn at_80x24_money_keeps_its_currency_and_the_cut_key_is_in_the_footer() {
 fn a_ledger_whose_writes_a_failover_can_lose_says_so_in_the_header_and_about() {
     let mut snapshot = full_snapshot();
     snapshot.durability = Some(effectwatch::ledger::durability::Verdict {
-        level: Some(effectwatch::ledger::check::Level::Warning),
+        risk: Some(effectwatch::ledger::durability::Risk::Failover),
         sentence: "asynchronous replication to 1 standby(s): a failover can lose writes".into(),
         synchronous_standbys: 0,
     });

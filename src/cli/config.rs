@@ -107,7 +107,7 @@ async fn durability(config: &Config, url: Option<&str>) -> String {
     match measured.await {
         Ok(durability) => {
             let verdict = durability.verdict();
-            match verdict.level {
+            match verdict.risk {
                 None => format!("failover-safe: {}", verdict.sentence),
                 Some(_) => format!("⚠ not failover-safe: {}", verdict.sentence),
             }

@@ -180,7 +180,11 @@ pub fn evaluate(health: &Health, thresholds: &Thresholds) -> Vec<Breach> {
     }
     if let Some(durability) = &health.durability {
         let verdict = durability.verdict();
-        if let Some(level) = verdict.level {
+        let level = verdict.risk.map(|risk| match risk {
+            super::durability::Risk::Failover => Level::Warning,
+            super::durability::Risk::Severe => Level::Critical,
+        });
+        if let Some(level) = level {
             breaches.push(Breach {
                 what: format!("not failover-safe: {}", verdict.sentence),
                 value: verdict.synchronous_standbys as i64,

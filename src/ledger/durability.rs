@@ -8,7 +8,17 @@ use serde::Serialize;
 use sqlx::PgConnection;
 
 use super::LedgerError;
-use super::check::Level;
+
+/// What losing this server can take from what was acknowledged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Risk {
+    /// A failover can lose acknowledged writes.
+    Failover,
+    /// A crash of this server alone can lose them, or commits wait on a
+    /// standby that is not there.
+    Severe,
+}
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Durability {
@@ -33,7 +43,7 @@ pub struct Standby {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Verdict {
     /// None: acknowledged writes survive a failover.
-    pub level: Option<Level>,
+    pub risk: Option<Risk>,
     pub sentence: String,
     /// Standbys that confirm each commit before it is acknowledged.
     pub synchronous_standbys: usize,
@@ -84,14 +94,14 @@ impl Durability {
                     && matches!(s.sync_state.as_deref(), Some("sync" | "quorum"))
             })
             .count();
-        let verdict = |level, sentence: String| Verdict {
-            level,
+        let verdict = |risk, sentence: String| Verdict {
+            risk,
             sentence,
             synchronous_standbys: synchronous,
         };
         if self.in_recovery {
             return verdict(
-                Some(Level::Warning),
+                Some(Risk::Failover),
                 "connected to a standby: ask the primary whether its writes survive a failover"
                     .into(),
             );
@@ -99,14 +109,14 @@ impl Durability {
         match self.synchronous_commit.as_str() {
             "off" => {
                 return verdict(
-                    Some(Level::Critical),
+                    Some(Risk::Severe),
                     "synchronous_commit is off: a crash of this server alone loses acknowledged ledger writes"
                         .into(),
                 );
             }
             "local" => {
                 return verdict(
-                    Some(Level::Warning),
+                    Some(Risk::Failover),
                     "synchronous_commit is local: writes are acknowledged before any standby has them, so a failover can lose them"
                         .into(),
                 );
@@ -115,7 +125,7 @@ impl Durability {
         }
         if !self.weaker_logins.is_empty() {
             return verdict(
-                Some(Level::Warning),
+                Some(Risk::Failover),
                 format!(
                     "login(s) {} set synchronous_commit off or local for themselves: their writes can be lost in a failover",
                     self.weaker_logins.join(", ")
@@ -129,17 +139,17 @@ impl Durability {
                     "asynchronous replication to {n} standby(s): a failover can lose writes already acknowledged to agents (set synchronous_standby_names)"
                 ),
             };
-            return verdict(Some(Level::Warning), sentence);
+            return verdict(Some(Risk::Failover), sentence);
         }
         if !self.standbys.is_empty() && self.standbys.iter().all(|s| s.sync_state.is_none()) {
             return verdict(
-                Some(Level::Warning),
+                Some(Risk::Failover),
                 "cannot see the standbys' state: grant pg_monitor to this login".into(),
             );
         }
         if synchronous == 0 {
             return verdict(
-                Some(Level::Critical),
+                Some(Risk::Severe),
                 format!(
                     "no synchronous standby of '{}' is connected: commits wait until one is",
                     self.synchronous_standby_names
@@ -184,21 +194,21 @@ mod tests {
 
     #[test]
     fn only_a_connected_synchronous_standby_makes_writes_survive_a_failover() {
-        let level = |d: Durability| d.verdict().level;
-        assert_eq!(level(durability("on", "", &[])), Some(Level::Warning));
+        let level = |d: Durability| d.verdict().risk;
+        assert_eq!(level(durability("on", "", &[])), Some(Risk::Failover));
         assert_eq!(
             level(durability("on", "", &[("s1", "async")])),
-            Some(Level::Warning)
+            Some(Risk::Failover)
         );
         assert_eq!(level(durability("on", "s1", &[("s1", "sync")])), None);
-        assert_eq!(level(durability("on", "s1", &[])), Some(Level::Critical));
+        assert_eq!(level(durability("on", "s1", &[])), Some(Risk::Severe));
         assert_eq!(
             level(durability("off", "s1", &[("s1", "sync")])),
-            Some(Level::Critical)
+            Some(Risk::Severe)
         );
         assert_eq!(
             level(durability("local", "s1", &[("s1", "sync")])),
-            Some(Level::Warning)
+            Some(Risk::Failover)
         );
         let mut weak = durability("on", "s1", &[("s1", "sync")]);
         weak.weaker_logins = vec!["agents".into()];

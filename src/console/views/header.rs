@@ -18,6 +18,14 @@ pub fn draw_header(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         " effectwatch ",
         header.add_modifier(Modifier::BOLD),
     )];
+    // First, where a long database name or a narrow terminal cannot cut it off.
+    if app.read_only {
+        spans.push(Span::styled(
+            " READ-ONLY ",
+            theme.selection().bg(theme.warn),
+        ));
+        spans.push(Span::styled(" ", header));
+    }
     if let Some(snapshot) = &app.snapshot {
         spans.push(Span::styled(
             format!(
@@ -93,15 +101,15 @@ pub fn draw_header(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     }
     // Said beside the connection, where it is not cut off on a small
     // terminal; `i` has the sentence.
-    if let Some(level) = app
+    if let Some(risk) = app
         .snapshot
         .as_ref()
         .and_then(|s| s.durability.as_ref())
-        .and_then(|verdict| verdict.level)
+        .and_then(|verdict| verdict.risk)
     {
-        let colour = match level {
-            crate::ledger::check::Level::Warning => theme.warn,
-            crate::ledger::check::Level::Critical => theme.critical,
+        let colour = match risk {
+            crate::ledger::durability::Risk::Failover => theme.warn,
+            crate::ledger::durability::Risk::Severe => theme.critical,
         };
         spans.push(Span::styled(
             "│ ⚠ not failover-safe (i) ",
@@ -134,12 +142,6 @@ pub fn draw_header(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         format!("│ {} ", sanitize_line(&app.operator)),
         header,
     ));
-    if app.read_only {
-        spans.push(Span::styled(
-            " READ-ONLY ",
-            theme.selection().bg(theme.warn),
-        ));
-    }
     frame.render_widget(Paragraph::new(Line::from(spans)).style(header), area);
 }
 

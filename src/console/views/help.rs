@@ -100,7 +100,7 @@ pub fn draw_about(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         .min(24);
     let mut about = app.about.clone();
     if let Some(verdict) = app.snapshot.as_ref().and_then(|s| s.durability.as_ref()) {
-        let said = match verdict.level {
+        let said = match verdict.risk {
             None => format!("failover-safe: {}", verdict.sentence),
             Some(_) => format!("⚠ not failover-safe: {}", verdict.sentence),
         };
