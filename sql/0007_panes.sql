@@ -54,6 +54,20 @@ $$;
 -- an archive: the last day's repeats, and every flagged one (a mismatch, a
 -- late result, a refused call) until an operator acknowledges them
 -- (ledger.op_acknowledge_duplicates) or the ledger is pruned.
+-- Whether one attempt puts its key in the duplicates pane at an instant:
+-- a kind that counts, made by then, within the last day or flagged, and
+-- after the key's repeats were last acknowledged. The pane and the rule of
+-- which actions apply (ledger.why_not) both ask it; a plain SQL expression,
+-- so the planner inlines it and the partial index still serves the pane.
+create function ledger.shown_as_duplicate(attempt ledger.attempts, acknowledged_at timestamptz,
+                                          at_time timestamptz) returns boolean
+language sql stable as $$
+    select ledger.counts_as_duplicate((attempt).kind)
+       and (attempt).at <= ledger.instant(at_time)
+       and ((attempt).at > ledger.instant(at_time) - interval '24 hours' or (attempt).flagged)
+       and (attempt).at > coalesce(acknowledged_at, '-infinity')
+$$;
+
 create function ledger.duplicate_attempts_at(at_time timestamptz)
 returns table (
     op_key text, effect_id bigint, action text, target text, state text, attempts bigint,
@@ -75,10 +89,9 @@ language sql stable as $$
                    array_agg(distinct a.requested_by) filter (where a.requested_by is not null) as requesters
               from ledger.attempts a
              where ledger.counts_as_duplicate(a.kind)
-               and a.at <= ledger.instant(at_time)
-               and (a.at > ledger.instant(at_time) - interval '24 hours' or a.flagged)
-               and a.at > coalesce((select x.duplicates_acknowledged_at
-                                      from ledger.effect_at(a.effect_id, at_time) x), '-infinity')
+               and ledger.shown_as_duplicate(a, (select x.duplicates_acknowledged_at
+                                                   from ledger.effect_at(a.effect_id, at_time) x),
+                                             at_time)
              group by a.effect_id) d
      cross join lateral ledger.effect_at(d.effect_id, at_time) e
 $$;

@@ -53,51 +53,50 @@ begin
 end
 $$;
 
--- Which operator actions apply to an effect as it is now: the one
+-- Which operator actions apply to effects as they are now: the one
 -- definition the operator functions refuse by and the console greys its
--- keys by. Null: it applies (the function may still refuse on what it is
--- given); else the sentence that says why not. Actions not named here
--- (annotate, escalate, reconcile) apply to every effect.
-create function ledger.why_not(effect ledger.effects, action text) returns text
-language sql stable
-set search_path = pg_catalog, pg_temp
-as $$
-    select case action
-        when 'resolve' then
-            case when (effect).state not in ('pending', 'unknown')
-                 then 'only a pending or unknown effect is resolved by hand' end
-        when 'release' then
-            case when (effect).state <> 'held' then 'only a held effect is released' end
-        when 'cancel' then
-            case when not ((effect).state = 'held'
-                           or ((effect).state = 'pending' and (effect).dispatched_at is null))
-                 then 'only a held effect, or a pending one never dispatched, is cancelled' end
-        when 'compensate' then
-            case when (effect).compensates is not null
-                 then 'it is itself a compensation: reconcile or resolve it instead'
-                 -- op_compensate answers a repeated request with the
-                 -- compensation already made, before it asks this.
-                 when (effect).state = 'compensated'
-                 then 'it is compensated already: its compensation is in its detail'
-                 when (effect).state <> 'succeeded'
-                 then 'only a succeeded effect is compensated' end
-        when 'acknowledge_duplicates' then
-            case when not exists (select 1 from ledger.duplicate_attempts_at(null) d
-                                   where d.effect_id = (effect).id)
-                 then 'it has no repeated or flagged calls to acknowledge' end
-    end
+-- keys by. For each effect, the actions that do not apply, each with the
+-- sentence that says why (an action not listed applies; its function may
+-- still refuse on what it is given). Actions not named here (annotate,
+-- escalate, reconcile) apply to every effect. Set-wise, by key, because a
+-- console asks it of every effect it shows on every poll: one plan for
+-- them all.
+create function ledger.refusals(op_keys text[]) returns table (op_key text, refused jsonb)
+language sql stable as $$
+    select e.op_key, jsonb_strip_nulls(jsonb_build_object(
+        'resolve',
+        case when e.state not in ('pending', 'unknown')
+             then 'only a pending or unknown effect is resolved by hand' end,
+        'release',
+        case when e.state <> 'held' then 'only a held effect is released' end,
+        'cancel',
+        case when not (e.state = 'held' or (e.state = 'pending' and e.dispatched_at is null))
+             then 'only a held effect, or a pending one never dispatched, is cancelled' end,
+        'compensate',
+        case when e.compensates is not null
+             then 'it is itself a compensation: reconcile or resolve it instead'
+             -- op_compensate answers a repeated request with the compensation
+             -- already made, before it asks this.
+             when e.state = 'compensated'
+             then 'it is compensated already: its compensation is in its detail'
+             when e.state <> 'succeeded'
+             then 'only a succeeded effect is compensated' end,
+        'acknowledge_duplicates',
+        -- By the effect's own attempts, read by their effect's index: left to
+        -- itself the planner walks the pane's index of every recent repeat
+        -- for each effect (OFFSET 0 keeps the test out of the scan).
+        case when not exists (select 1
+                                from (select * from ledger.attempts a where a.effect_id = e.id offset 0) a
+                               where ledger.shown_as_duplicate(a, e.duplicates_acknowledged_at, null))
+             then 'it has no repeated or flagged calls to acknowledge' end))
+      from ledger.effects e
+     where e.op_key = any(refusals.op_keys)
 $$;
 
--- Every action of why_not that does not apply, with its sentence.
-create function ledger.refused_actions(effect ledger.effects) returns jsonb
-language sql stable
-set search_path = pg_catalog, pg_temp
-as $$
-    select coalesce(jsonb_object_agg(r.action, r.why), '{}'::jsonb)
-      from (select a.action, ledger.why_not(effect, a.action) as why
-              from unnest(array['resolve', 'release', 'cancel', 'compensate',
-                                'acknowledge_duplicates']) as a(action)) r
-     where r.why is not null
+-- Why `action` does not apply to the effect; null: it applies.
+create function ledger.why_not(effect ledger.effects, action text) returns text
+language sql stable as $$
+    select r.refused ->> action from ledger.refusals(array[(effect).op_key]) r
 $$;
 
 create function ledger.require_applicable(effect ledger.effects, what text) returns void

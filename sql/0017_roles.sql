@@ -76,7 +76,7 @@ select ledger.grant_operator_actions();
 
 grant select on all tables in schema ledger to effect_operator, effect_readonly;
 -- Which actions apply to an effect: the console greys its keys by it.
-grant execute on function ledger.why_not(ledger.effects, text), ledger.refused_actions(ledger.effects),
+grant execute on function ledger.why_not(ledger.effects, text), ledger.refusals(text[]),
     ledger.compensation_approval(ledger.effects)
     to effect_operator, effect_readonly;
 grant execute on function
@@ -113,6 +113,7 @@ grant execute on function
     ledger.overdue_pending_at(timestamptz),
     ledger.unknown_outcomes_at(timestamptz),
     ledger.duplicate_attempts_at(timestamptz),
+    ledger.shown_as_duplicate(ledger.attempts, timestamptz, timestamptz),
     ledger.held_conflicts_at(timestamptz),
     ledger.open_escalations_at(timestamptz),
     ledger.awaiting_approval_at(timestamptz),

@@ -1,7 +1,7 @@
 //! Which operator action applies to an effect is defined once, in
-//! `ledger.why_not`: every operator function refuses exactly what
-//! `ledger.refused_actions` lists for the effect (the console greys its keys
-//! by that list), with the same sentence, and nothing else.
+//! `ledger.refusals`: every operator function refuses exactly what it lists
+//! for the effect (the console greys its keys by that list), with the same
+//! sentence, and nothing else.
 
 mod common;
 
@@ -96,7 +96,7 @@ async fn run(pool: &PgPool, action: &str, op_key: &str) -> Result<(), String> {
 }
 
 async fn refused_actions(pool: &PgPool, op_key: &str) -> Value {
-    sqlx::query_scalar("select ledger.refused_actions(e) from ledger.effects e where op_key = $1")
+    sqlx::query_scalar("select refused from ledger.refusals(array[$1])")
         .bind(op_key)
         .fetch_one(pool)
         .await

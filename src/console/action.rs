@@ -723,7 +723,7 @@ impl Action {
     }
 
     /// Its name in the ledger's rules of which action applies to an effect
-    /// (`ledger.why_not`): the SQL function's, without `op_`.
+    /// (`ledger.refusals`): the SQL function's, without `op_`.
     pub fn ledger_action(self) -> Option<&'static str> {
         match self {
             Action::ResolveSucceeded | Action::ResolveFailed => Some("resolve"),

@@ -146,7 +146,7 @@ impl OperatorCall {
 }
 
 /// The operator actions that do not apply to one effect as it is now, each
-/// with the ledger's sentence saying why (`ledger.why_not`): the console
+/// with the ledger's sentence saying why (`ledger.refusals`): the console
 /// greys their keys and refuses them before asking anything. The actions
 /// are named as their SQL functions are, without `op_`.
 pub type Refusals = BTreeMap<String, String>;
@@ -176,10 +176,10 @@ pub async fn applicability<'c>(
         bool,
     );
     let rows: Vec<Read> = sqlx::query_as(
-        "select e.op_key, ledger.refused_actions(e), a.limit_minor, e.currency, a.waits
-           from ledger.effects e
-          cross join lateral ledger.compensation_approval(e) a
-          where e.op_key = any($1)",
+        "select e.op_key, r.refused, a.limit_minor, e.currency, a.waits
+           from ledger.refusals($1) r
+           join ledger.effects e on e.op_key = r.op_key
+          cross join lateral ledger.compensation_approval(e) a",
     )
     .bind(op_keys)
     .fetch_all(executor)
