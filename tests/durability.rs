@@ -5,11 +5,9 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use effectwatch::localpg::{ClusterOptions, LocalCluster};
-use sqlx::{AssertSqlSafe, Connection, PgConnection};
+use sqlx::{Connection, PgConnection};
 
 /// The durability line of `effectwatch config` on that database.
 fn config_line(url: &str) -> String {
@@ -27,14 +25,6 @@ fn check(url: &str) -> (Option<i32>, String) {
         output.status.code(),
         String::from_utf8(output.stdout).unwrap(),
     )
-}
-
-async fn sql(url: &str, statement: &str) {
-    let mut conn = PgConnection::connect(url).await.unwrap();
-    sqlx::query(AssertSqlSafe(statement.to_string()))
-        .execute(&mut conn)
-        .await
-        .unwrap_or_else(|e| panic!("{statement}: {e}"));
 }
 
 /// Waits until the primary sees the standby in this sync state.
@@ -61,18 +51,7 @@ async fn wait_for_standby(url: &str, sync_state: &str) {
 
 #[tokio::test]
 async fn check_durability_says_whether_acknowledged_writes_survive_a_failover() {
-    let primary = match LocalCluster::start(ClusterOptions::default()) {
-        Ok(cluster) => cluster,
-        Err(error) => panic!("a primary of our own: {error}"),
-    };
-    sql(&primary.url("postgres"), "create database ledger").await;
-    let url = primary.url("ledger");
-    let migrated = Command::new(env!("CARGO_BIN_EXE_effectwatch"))
-        .args(["migrate", "--database-url", &url])
-        .env_remove("DATABASE_URL")
-        .output()
-        .unwrap();
-    assert!(migrated.status.success(), "{migrated:?}");
+    let (primary, url) = common::primary_with_ledger().await;
 
     let (code, line) = check(&url);
     assert_eq!(code, Some(1), "{line}");
@@ -91,12 +70,12 @@ async fn check_durability_says_whether_acknowledged_writes_survive_a_failover() 
     );
     assert!(line.contains("synchronous_standbys=0;1:;1:"), "{line}");
 
-    sql(
+    common::execute(
         &url,
         "alter system set synchronous_standby_names = 'standby1'",
     )
     .await;
-    sql(&url, "select pg_reload_conf()").await;
+    common::execute(&url, "select pg_reload_conf()").await;
     wait_for_standby(&url, "sync").await;
     let (code, line) = check(&url);
     assert_eq!(code, Some(0), "{line}");
@@ -117,8 +96,8 @@ async fn check_durability_says_whether_acknowledged_writes_survive_a_failover() 
     assert!(line.contains("connected to a standby"), "{line}");
 
     // An agent login that turns synchronous commit off for itself.
-    sql(&url, "create role agents login").await;
-    sql(&url, "alter role agents set synchronous_commit = off").await;
+    common::execute(&url, "create role agents login").await;
+    common::execute(&url, "alter role agents set synchronous_commit = off").await;
     let (code, line) = check(&url);
     assert_eq!(code, Some(1), "{line}");
     assert!(
@@ -127,7 +106,7 @@ async fn check_durability_says_whether_acknowledged_writes_survive_a_failover() 
     );
 
     // Off for the whole database: a crash alone loses what was acknowledged.
-    sql(&url, "alter database ledger set synchronous_commit = off").await;
+    common::execute(&url, "alter database ledger set synchronous_commit = off").await;
     let (code, line) = check(&url);
     assert_eq!(code, Some(2), "{line}");
     assert!(line.contains("synchronous_commit is off"), "{line}");

@@ -19,9 +19,8 @@ use effectwatch::ledger::writer::{
     Completion, Outcome, begin_effect, complete_effect, mark_dispatched,
 };
 use effectwatch::ledger::{self, ConnectSettings, Decision};
-use effectwatch::localpg::{ClusterOptions, LocalCluster};
 use serde_json::{Value, json};
-use sqlx::{AssertSqlSafe, Connection, PgConnection, PgPool};
+use sqlx::{Connection, PgConnection, PgPool};
 
 const AGENTS: usize = 3;
 const KEYS_PER_AGENT: usize = 40;
@@ -34,14 +33,6 @@ struct Acknowledged {
     proceeded: Mutex<BTreeSet<String>>,
     claimed: Mutex<BTreeSet<String>>,
     completed: Mutex<BTreeSet<String>>,
-}
-
-async fn sql(url: &str, statement: &str) {
-    let mut conn = PgConnection::connect(url).await.unwrap();
-    sqlx::query(AssertSqlSafe(statement.to_string()))
-        .execute(&mut conn)
-        .await
-        .unwrap_or_else(|e| panic!("{statement}: {e}"));
 }
 
 /// One key through the protocol; an error is the database going away.
@@ -174,19 +165,15 @@ struct Losses {
 /// keys the new primary holds open (begun or dispatched when the primary
 /// died, the call perhaps never made: the reconciler's to settle).
 async fn run_failover(synchronous: bool) -> (Losses, usize, usize) {
-    let mut primary = LocalCluster::start(ClusterOptions::default()).expect("a primary of our own");
-    sql(&primary.url("postgres"), "create database ledger").await;
-    let primary_url = primary.url("ledger");
-    let migrated = common::effectwatch_cli(&["migrate", "--database-url", &primary_url]);
-    assert!(migrated.status.success(), "{migrated:?}");
+    let (mut primary, primary_url) = common::primary_with_ledger().await;
     let mut standby = primary.start_standby("standby1").unwrap();
     if synchronous {
-        sql(
+        common::execute(
             &primary_url,
             "alter system set synchronous_standby_names = 'standby1'",
         )
         .await;
-        sql(&primary_url, "select pg_reload_conf()").await;
+        common::execute(&primary_url, "select pg_reload_conf()").await;
         let started = Instant::now();
         loop {
             let mut conn = PgConnection::connect(&primary_url).await.unwrap();

@@ -13,16 +13,7 @@ use effectwatch::ledger::writer::{
     Completion, Outcome, begin_effect, complete_effect, mark_dispatched,
 };
 use effectwatch::ledger::{self, ConnectSettings};
-use effectwatch::localpg::{ClusterOptions, LocalCluster};
-use sqlx::{AssertSqlSafe, Connection, PgConnection};
-
-async fn sql(url: &str, statement: &str) {
-    let mut conn = PgConnection::connect(url).await.unwrap();
-    sqlx::query(AssertSqlSafe(statement.to_string()))
-        .execute(&mut conn)
-        .await
-        .unwrap_or_else(|e| panic!("{statement}: {e}"));
-}
+use sqlx::{Connection, PgConnection};
 
 /// Waits until the standby has replayed the effect `op_key` at `version`.
 async fn replayed(url: &str, op_key: &str, version: i64) {
@@ -48,11 +39,7 @@ async fn replayed(url: &str, op_key: &str, version: i64) {
 
 #[tokio::test]
 async fn reads_go_to_the_replica_actions_to_the_primary_and_the_console_says_how_far_behind() {
-    let primary = LocalCluster::start(ClusterOptions::default()).expect("a primary of our own");
-    sql(&primary.url("postgres"), "create database ledger").await;
-    let primary_url = primary.url("ledger");
-    let migrated = common::effectwatch_cli(&["migrate", "--database-url", &primary_url]);
-    assert!(migrated.status.success(), "{migrated:?}");
+    let (primary, primary_url) = common::primary_with_ledger().await;
     let standby = primary.start_standby("replica1").unwrap();
     let replica_url = standby.url("ledger");
 
@@ -144,7 +131,7 @@ async fn reads_go_to_the_replica_actions_to_the_primary_and_the_console_says_how
     assert_eq!(notes, 1);
 
     // A replica that stops replaying falls behind, and the lag grows.
-    sql(&replica_url, "select pg_wal_replay_pause()").await;
+    common::execute(&replica_url, "select pg_wal_replay_pause()").await;
     let second = common::intent("refund:R-2:v1", "invoice:R-2");
     begin_effect(&pool, &second).await.unwrap();
     tokio::time::sleep(Duration::from_millis(1_500)).await;
@@ -154,7 +141,7 @@ async fn reads_go_to_the_replica_actions_to_the_primary_and_the_console_says_how
         "paused replay: {:?}",
         behind.replica_lag
     );
-    sql(&replica_url, "select pg_wal_replay_resume()").await;
+    common::execute(&replica_url, "select pg_wal_replay_resume()").await;
 
     read.close().await;
     pool.close().await;

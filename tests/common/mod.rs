@@ -248,3 +248,27 @@ pub fn effectwatch_cli(args: &[&str]) -> std::process::Output {
         .output()
         .unwrap_or_else(|e| panic!("running effectwatch {args:?}: {e}"))
 }
+
+/// One statement on its own connection to `url`: for a server of the test's
+/// own (a primary, a standby), outside any test database.
+pub async fn execute(url: &str, statement: &str) {
+    let mut conn = PgConnection::connect(url)
+        .await
+        .unwrap_or_else(|e| panic!("connecting to {url}: {e}"));
+    sqlx::query(AssertSqlSafe(statement.to_string()))
+        .execute(&mut conn)
+        .await
+        .unwrap_or_else(|e| panic!("{statement}: {e}"));
+}
+
+/// A server of the test's own (its standbys are made from it) with a
+/// migrated `ledger` database; returns it and that database's URL.
+pub async fn primary_with_ledger() -> (LocalCluster, String) {
+    let primary = LocalCluster::start(ClusterOptions::default())
+        .unwrap_or_else(|e| panic!("a primary of the test's own: {e}"));
+    execute(&primary.url("postgres"), "create database ledger").await;
+    let url = primary.url("ledger");
+    let migrated = effectwatch_cli(&["migrate", "--database-url", &url]);
+    assert!(migrated.status.success(), "{migrated:?}");
+    (primary, url)
+}
