@@ -149,30 +149,7 @@ impl LocalCluster {
                 (dir, None)
             }
         };
-        if let Some(run_as) = &run_as {
-            std::os::unix::fs::chown(
-                &cluster_dir,
-                Some(run_as.uid.as_raw()),
-                Some(run_as.gid.as_raw()),
-            )
-            .map_err(io_error(format!(
-                "handing cluster folder {} to user `postgres`",
-                cluster_dir.display()
-            )))?;
-        }
-
-        let mut cluster = LocalCluster {
-            bins,
-            run_as,
-            data_dir: cluster_dir.join("data"),
-            cluster_dir,
-            port: 0,
-            postmaster_pid: None,
-            temp_dir,
-            watchdogs: Mutex::new(Vec::new()),
-            // Nothing to stop until the server is up; set back to false once it is.
-            stopped: true,
-        };
+        let mut cluster = LocalCluster::unstarted(bins, run_as, cluster_dir, temp_dir)?;
         // From here on, an early return drops `cluster`, which removes a temporary folder.
         cluster.init_if_needed()?;
         cluster.stop_leftover_server();
@@ -196,7 +173,7 @@ impl LocalCluster {
                 Err(e) => {
                     // A start that timed out may have left a server behind.
                     if cluster.data_dir.join("postmaster.pid").exists() {
-                        let _ = cluster.pg_ctl_stop();
+                        let _ = cluster.pg_ctl_stop("fast");
                     }
                     return Err(e);
                 }
@@ -212,6 +189,39 @@ impl LocalCluster {
         Ok(cluster)
     }
 
+    /// A cluster in `cluster_dir` (handed to the server's user when running
+    /// as root), its server not started yet.
+    fn unstarted(
+        bins: Binaries,
+        run_as: Option<RunAs>,
+        cluster_dir: PathBuf,
+        temp_dir: Option<tempfile::TempDir>,
+    ) -> Result<LocalCluster, LocalPgError> {
+        if let Some(run_as) = &run_as {
+            std::os::unix::fs::chown(
+                &cluster_dir,
+                Some(run_as.uid.as_raw()),
+                Some(run_as.gid.as_raw()),
+            )
+            .map_err(io_error(format!(
+                "handing cluster folder {} to user `postgres`",
+                cluster_dir.display()
+            )))?;
+        }
+        Ok(LocalCluster {
+            bins,
+            run_as,
+            data_dir: cluster_dir.join("data"),
+            cluster_dir,
+            port: 0,
+            postmaster_pid: None,
+            temp_dir,
+            watchdogs: Mutex::new(Vec::new()),
+            // Nothing to stop until the server is up; set back to false once it is.
+            stopped: true,
+        })
+    }
+
     /// A streaming standby of this (running) cluster in a fresh temporary
     /// folder: `pg_basebackup -R` from it, then started read-only on a port
     /// of its own. It connects as `application_name = name`, the name
@@ -219,28 +229,12 @@ impl LocalCluster {
     pub fn start_standby(&self, name: &str) -> Result<LocalCluster, LocalPgError> {
         let temp = make_temp_dir(false)?;
         let cluster_dir = temp.path().to_path_buf();
-        if let Some(run_as) = &self.run_as {
-            std::os::unix::fs::chown(
-                &cluster_dir,
-                Some(run_as.uid.as_raw()),
-                Some(run_as.gid.as_raw()),
-            )
-            .map_err(io_error(format!(
-                "handing standby folder {} to user `postgres`",
-                cluster_dir.display()
-            )))?;
-        }
-        let mut standby = LocalCluster {
-            bins: self.bins.clone(),
-            run_as: self.run_as.clone(),
-            data_dir: cluster_dir.join("data"),
+        let mut standby = LocalCluster::unstarted(
+            self.bins.clone(),
+            self.run_as.clone(),
             cluster_dir,
-            port: 0,
-            postmaster_pid: None,
-            temp_dir: Some(temp),
-            watchdogs: Mutex::new(Vec::new()),
-            stopped: true,
-        };
+            Some(temp),
+        )?;
         let conninfo = format!(
             "host=127.0.0.1 port={} user=postgres application_name={name}",
             self.port
@@ -274,21 +268,7 @@ impl LocalCluster {
     /// not yet on disk or sent to a standby is gone.
     pub fn crash(&mut self) -> Result<(), LocalPgError> {
         self.stopped = true;
-        let output = self
-            .command(&self.bins.pg_ctl)
-            .arg("-D")
-            .arg(&self.data_dir)
-            .args(["-m", "immediate", "-w", "stop"])
-            .output()
-            .map_err(io_error("running pg_ctl stop -m immediate"))?;
-        if output.status.success() {
-            Ok(())
-        } else {
-            Err(LocalPgError::Stop {
-                data_dir: self.data_dir.clone(),
-                output: output_text(&output),
-            })
-        }
+        self.pg_ctl_stop("immediate")
     }
 
     /// Stops the server and keeps its data, to start it again with [`resume`](Self::resume):
@@ -433,7 +413,7 @@ impl LocalCluster {
             .output();
         if matches!(&status, Ok(o) if o.status.success()) {
             tracing::warn!(dir = %self.data_dir.display(), "stopping a leftover server on this data directory");
-            if let Err(e) = self.pg_ctl_stop() {
+            if let Err(e) = self.pg_ctl_stop("fast") {
                 tracing::warn!("{e}");
             }
         }
@@ -487,15 +467,16 @@ impl LocalCluster {
             return Ok(());
         }
         self.stopped = true;
-        self.pg_ctl_stop()
+        self.pg_ctl_stop("fast")
     }
 
-    fn pg_ctl_stop(&self) -> Result<(), LocalPgError> {
+    /// `pg_ctl stop` in `mode`: `fast` cuts open sessions, `immediate` is a crash.
+    fn pg_ctl_stop(&self, mode: &str) -> Result<(), LocalPgError> {
         let result = self
             .command(&self.bins.pg_ctl)
             .arg("-D")
             .arg(&self.data_dir)
-            .args(["-m", "fast", "-w", "-t", PG_CTL_TIMEOUT_SECS, "stop"])
+            .args(["-m", mode, "-w", "-t", PG_CTL_TIMEOUT_SECS, "stop"])
             .output();
         match result {
             Ok(output) if output.status.success() => Ok(()),

@@ -5,10 +5,6 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
-
-use sqlx::{Connection, PgConnection};
-
 /// The durability line of `effectwatch config` on that database.
 fn config_line(url: &str) -> String {
     let output = common::effectwatch_cli(&["config", "--database-url", url]);
@@ -27,28 +23,6 @@ fn check(url: &str) -> (Option<i32>, String) {
     )
 }
 
-/// Waits until the primary sees the standby in this sync state.
-async fn wait_for_standby(url: &str, sync_state: &str) {
-    let started = Instant::now();
-    loop {
-        let mut conn = PgConnection::connect(url).await.unwrap();
-        let seen: Option<String> = sqlx::query_scalar(
-            "select sync_state from pg_stat_replication where application_name = 'standby1' and state = 'streaming'",
-        )
-        .fetch_optional(&mut conn)
-        .await
-        .unwrap();
-        if seen.as_deref() == Some(sync_state) {
-            return;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "the standby never became {sync_state} (last seen {seen:?})"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 #[tokio::test]
 async fn check_durability_says_whether_acknowledged_writes_survive_a_failover() {
     let Some((primary, url)) = common::primary_with_ledger().await else {
@@ -63,7 +37,7 @@ async fn check_durability_says_whether_acknowledged_writes_survive_a_failover() 
     );
 
     let standby = primary.start_standby("standby1").unwrap();
-    wait_for_standby(&url, "async").await;
+    common::wait_for_standby(&url, "standby1", "async").await;
     let (code, line) = check(&url);
     assert_eq!(code, Some(1), "{line}");
     assert!(
@@ -72,13 +46,7 @@ async fn check_durability_says_whether_acknowledged_writes_survive_a_failover() 
     );
     assert!(line.contains("synchronous_standbys=0;1:;1:"), "{line}");
 
-    common::execute(
-        &url,
-        "alter system set synchronous_standby_names = 'standby1'",
-    )
-    .await;
-    common::execute(&url, "select pg_reload_conf()").await;
-    wait_for_standby(&url, "sync").await;
+    common::make_synchronous(&url, "standby1").await;
     let (code, line) = check(&url);
     assert_eq!(code, Some(0), "{line}");
     assert!(

@@ -65,14 +65,7 @@ async fn settle_one(
                 .await
                 .map_err(|e| e.to_string())?;
             if let Some(id) = found["data"][0]["id"].as_str() {
-                let completion = Completion {
-                    external_ref: Some(id.to_string()),
-                    ..Completion::default()
-                };
-                complete_effect(pool, key, Outcome::Succeeded, &completion)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                acked.completed.lock().unwrap().insert(key.to_string());
+                succeeded(pool, key, Some(id), acked).await?;
             }
             return Ok(());
         }
@@ -98,8 +91,18 @@ async fn settle_one(
         .json()
         .await
         .map_err(|e| e.to_string())?;
+    succeeded(pool, key, created["id"].as_str(), acked).await
+}
+
+/// Records the provider's answer; what the ledger acknowledges is noted.
+async fn succeeded(
+    pool: &PgPool,
+    key: &str,
+    external_ref: Option<&str>,
+    acked: &Acknowledged,
+) -> Result<(), String> {
     let completion = Completion {
-        external_ref: created["id"].as_str().map(str::to_string),
+        external_ref: external_ref.map(str::to_string),
         ..Completion::default()
     };
     complete_effect(pool, key, Outcome::Succeeded, &completion)
@@ -168,30 +171,7 @@ async fn run_failover(synchronous: bool) -> Option<(Losses, usize, usize)> {
     let (mut primary, primary_url) = common::primary_with_ledger().await?;
     let mut standby = primary.start_standby("standby1").unwrap();
     if synchronous {
-        common::execute(
-            &primary_url,
-            "alter system set synchronous_standby_names = 'standby1'",
-        )
-        .await;
-        common::execute(&primary_url, "select pg_reload_conf()").await;
-        let started = Instant::now();
-        loop {
-            let mut conn = PgConnection::connect(&primary_url).await.unwrap();
-            let state: Option<String> = sqlx::query_scalar(
-                "select sync_state from pg_stat_replication where application_name = 'standby1'",
-            )
-            .fetch_optional(&mut conn)
-            .await
-            .unwrap();
-            if state.as_deref() == Some("sync") {
-                break;
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "never synchronous"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        common::make_synchronous(&primary_url, "standby1").await;
     }
     let (fake, provider) = FakeProvider::start().await.unwrap();
     let current = Arc::new(Mutex::new(primary_url.clone()));

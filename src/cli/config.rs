@@ -105,13 +105,7 @@ async fn durability(config: &Config, url: Option<&str>) -> String {
         durability
     };
     match measured.await {
-        Ok(durability) => {
-            let verdict = durability.verdict();
-            match verdict.risk {
-                None => format!("failover-safe: {}", verdict.sentence),
-                Some(_) => format!("⚠ not failover-safe: {}", verdict.sentence),
-            }
-        }
+        Ok(durability) => durability.verdict().said(),
         Err(error) => format!(
             "cannot tell: {}",
             crate::text::sanitize_line(&error.to_string())

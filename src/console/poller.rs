@@ -88,7 +88,9 @@ pub fn spawn(
                         // The past does not change: a console reading an
                         // instant has nothing to be told; a standby sends
                         // no notifications, so one reading it polls.
-                        let standby = sqlx_is_standby(&connected).await;
+                        // A server that cannot say is taken for a primary:
+                        // the listener then finds out for itself.
+                        let standby = snapshot::is_standby(&connected).await.unwrap_or(false);
                         _listener = (current.at.is_none() && !standby).then(|| {
                             Listening(spawn_listener(
                                 connected.clone(),
@@ -310,12 +312,6 @@ pub async fn poll(pool: &PgPool, settings: &PollSettings) -> Result<Snapshot, Le
         role,
         offsets: settings.offsets,
     })
-}
-
-/// Whether the server is a standby; a server that cannot say is taken for
-/// a primary (the listener then says for itself whether it hears anything).
-async fn sqlx_is_standby(pool: &PgPool) -> bool {
-    snapshot::is_standby(pool).await.unwrap_or(false)
 }
 
 /// Every effect a view lists, once: what an operator can select and act on.

@@ -55,6 +55,13 @@ impl Default for Theme {
 }
 
 impl Theme {
+    /// The built-in theme after `current` (a name), in the order they are
+    /// listed; the first after a theme from a file.
+    pub fn next_built_in(current: &str) -> &'static str {
+        let at = BUILT_IN.iter().position(|(name, _)| *name == current);
+        BUILT_IN[at.map_or(0, |at| (at + 1) % BUILT_IN.len())].0
+    }
+
     pub fn built_in(name: &str) -> Option<Theme> {
         BUILT_IN
             .iter()

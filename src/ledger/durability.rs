@@ -84,6 +84,17 @@ pub async fn measure(conn: &mut PgConnection) -> Result<Durability, LedgerError>
     })
 }
 
+impl Verdict {
+    /// The verdict as people read it: `failover-safe: …` or
+    /// `⚠ not failover-safe: …`.
+    pub fn said(&self) -> String {
+        match self.risk {
+            None => format!("failover-safe: {}", self.sentence),
+            Some(_) => format!("⚠ not failover-safe: {}", self.sentence),
+        }
+    }
+}
+
 impl Durability {
     pub fn verdict(&self) -> Verdict {
         let synchronous = self

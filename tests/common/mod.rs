@@ -283,3 +283,38 @@ pub async fn primary_with_ledger() -> Option<(LocalCluster, String)> {
     assert!(migrated.status.success(), "{migrated:?}");
     Some((primary, url))
 }
+
+/// Waits until the primary at `url` sees standby `name` streaming in this
+/// sync state (`async`, `sync`).
+pub async fn wait_for_standby(url: &str, name: &str, sync_state: &str) {
+    let started = std::time::Instant::now();
+    loop {
+        let mut conn = PgConnection::connect(url).await.unwrap();
+        let seen: Option<String> = sqlx::query_scalar(
+            "select sync_state from pg_stat_replication where application_name = $1 and state = 'streaming'",
+        )
+        .bind(name)
+        .fetch_optional(&mut conn)
+        .await
+        .unwrap();
+        if seen.as_deref() == Some(sync_state) {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "standby {name} never became {sync_state} (last seen {seen:?})"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Makes standby `name` the primary's synchronous one, and waits until it is.
+pub async fn make_synchronous(url: &str, name: &str) {
+    execute(
+        url,
+        &format!("alter system set synchronous_standby_names = '{name}'"),
+    )
+    .await;
+    execute(url, "select pg_reload_conf()").await;
+    wait_for_standby(url, name, "sync").await;
+}

@@ -23,7 +23,7 @@ pub use super::action::DialogField;
 use super::model::{self, TableModel};
 use super::theme::Role;
 pub use super::view::{VIEW_COUNT, VIEWS, View};
-use crate::console::theme::BUILT_IN;
+use crate::console::theme::Theme;
 use crate::ledger::actions::Applicability;
 use crate::ledger::history::EffectHistory;
 use crate::ledger::panes::{Filter, Pane};
@@ -464,11 +464,7 @@ impl App {
 
     /// Cycles the built-in themes; a theme from a file is left for the first.
     fn next_theme(&mut self) -> Vec<Task> {
-        let names: Vec<&'static str> = BUILT_IN.iter().map(|(name, _)| *name).collect();
-        let next = match names.iter().position(|name| *name == self.theme) {
-            Some(index) => names[(index + 1) % names.len()],
-            None => names[0],
-        };
+        let next = Theme::next_built_in(&self.theme);
         self.theme = next.to_string();
         self.set_status(
             format!("theme: {next} (T: next; --theme {next} or theme = \"{next}\" in the config keeps it)"),

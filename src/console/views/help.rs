@@ -90,22 +90,16 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
 /// cut: a command line is only useful whole.
 pub fn draw_about(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     let width = area.width.saturating_sub(4).clamp(20, 100);
-    let label_width = app
-        .about
+    let mut about = app.about.clone();
+    if let Some(verdict) = app.snapshot.as_ref().and_then(|s| s.durability.as_ref()) {
+        about.push(("durability".to_string(), verdict.said()));
+    }
+    let label_width = about
         .iter()
-        .chain([&("durability".to_string(), String::new())])
         .map(|(label, _)| label.chars().count())
         .max()
         .unwrap_or(0)
         .min(24);
-    let mut about = app.about.clone();
-    if let Some(verdict) = app.snapshot.as_ref().and_then(|s| s.durability.as_ref()) {
-        let said = match verdict.risk {
-            None => format!("failover-safe: {}", verdict.sentence),
-            Some(_) => format!("⚠ not failover-safe: {}", verdict.sentence),
-        };
-        about.push(("durability".to_string(), said));
-    }
     let mut lines = Vec::new();
     for (label, value) in &about {
         let value = crate::text::sanitize_line(value);
