@@ -6,11 +6,11 @@
 mod common;
 
 use effectwatch::ledger::Decision;
+use effectwatch::ledger::LedgerPool;
 use effectwatch::ledger::writer::{
     Completion, Outcome, begin_effect, complete_effect, mark_dispatched,
 };
 use serde_json::{Value, json};
-use sqlx::PgPool;
 
 const ACTIONS: [&str; 5] = [
     "resolve",
@@ -32,7 +32,7 @@ const APPLIES: [(&str, &[&str]); 7] = [
 ];
 
 /// An effect of that kind under `op_key`, on a target of its own.
-async fn make(pool: &PgPool, op_key: &str, kind: &str) {
+async fn make(pool: &LedgerPool, op_key: &str, kind: &str) {
     let target = format!("invoice:{op_key}");
     let intent = common::intent(op_key, &target);
     if kind == "held" {
@@ -70,7 +70,7 @@ async fn make(pool: &PgPool, op_key: &str, kind: &str) {
 }
 
 /// Runs the operator function of `action` on the effect; the error's text if refused.
-async fn run(pool: &PgPool, action: &str, op_key: &str) -> Result<(), String> {
+async fn run(pool: &LedgerPool, action: &str, op_key: &str) -> Result<(), String> {
     let version: i64 = sqlx::query_scalar("select version from ledger.effects where op_key = $1")
         .bind(op_key)
         .fetch_one(pool)
@@ -95,7 +95,7 @@ async fn run(pool: &PgPool, action: &str, op_key: &str) -> Result<(), String> {
         .map_err(|error| error.to_string())
 }
 
-async fn refused_actions(pool: &PgPool, op_key: &str) -> Value {
+async fn refused_actions(pool: &LedgerPool, op_key: &str) -> Value {
     sqlx::query_scalar("select refused from ledger.refusals(array[$1])")
         .bind(op_key)
         .fetch_one(pool)

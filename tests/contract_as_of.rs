@@ -5,6 +5,7 @@
 
 mod common;
 
+use effectwatch::ledger::LedgerPool;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -15,7 +16,7 @@ use effectwatch::ledger::writer::{
 };
 use effectwatch::ledger::{Decision, audit, finance};
 use serde_json::{Value, json};
-use sqlx::{AssertSqlSafe, PgPool};
+use sqlx::AssertSqlSafe;
 
 /// Each view with its function of an instant, read in a total order so that two reads of
 /// the same rows compare equal.
@@ -60,7 +61,10 @@ struct Reading {
 
 /// Reads every view the console and the CLI read: live (`at` None) or as of `at`, as
 /// `--at` does.
-async fn read(conn: &mut sqlx::PgConnection, at: Option<DateTime<Utc>>) -> Reading {
+async fn read(
+    conn: &mut effectwatch::ledger::LedgerTransaction<'_>,
+    at: Option<DateTime<Utc>>,
+) -> Reading {
     let mut views = Vec::new();
     for (live, as_of) in VIEWS {
         let sql = rows_sql(if at.is_some() { as_of } else { live });
@@ -104,10 +108,10 @@ async fn read(conn: &mut sqlx::PgConnection, at: Option<DateTime<Utc>>) -> Readi
 }
 
 /// Reads every live view in one snapshot; returns the snapshot's instant.
-async fn read_live(pool: &PgPool) -> (DateTime<Utc>, Reading) {
+async fn read_live(pool: &LedgerPool) -> (DateTime<Utc>, Reading) {
     let mut tx = effectwatch::ledger::snapshot::begin(pool).await.unwrap();
     let at: DateTime<Utc> = sqlx::query_scalar("select now()")
-        .fetch_one(&mut *tx)
+        .fetch_one(&mut tx)
         .await
         .unwrap();
     let reading = read(&mut tx, None).await;
@@ -116,9 +120,11 @@ async fn read_live(pool: &PgPool) -> (DateTime<Utc>, Reading) {
 }
 
 /// Reads every view as of `at`, as `--at` does.
-async fn read_as_of(pool: &PgPool, at: DateTime<Utc>) -> Reading {
-    let mut conn = pool.acquire().await.unwrap();
-    read(&mut conn, Some(at)).await
+async fn read_as_of(pool: &LedgerPool, at: DateTime<Utc>) -> Reading {
+    let mut tx = effectwatch::ledger::snapshot::begin(pool).await.unwrap();
+    let reading = read(&mut tx, Some(at)).await;
+    tx.commit().await.unwrap();
+    reading
 }
 
 fn refund(op_key: &str, target: &str, amount_minor: i64, window_secs: i64) -> Intent {
@@ -136,19 +142,19 @@ fn refund(op_key: &str, target: &str, amount_minor: i64, window_secs: i64) -> In
     }
 }
 
-async fn begin(pool: &PgPool, intent: &Intent, expected: Decision) {
+async fn begin(pool: &LedgerPool, intent: &Intent, expected: Decision) {
     let begun = begin_effect(pool, intent).await.unwrap();
     assert_eq!(begun.decision, expected, "{}", intent.op_key);
 }
 
-async fn dispatch(pool: &PgPool, op_key: &str) {
+async fn dispatch(pool: &LedgerPool, op_key: &str) {
     let claim = mark_dispatched(pool, op_key, None, "worker-1")
         .await
         .unwrap();
     assert!(claim.claimed, "{op_key}");
 }
 
-async fn complete(pool: &PgPool, op_key: &str, outcome: Outcome) {
+async fn complete(pool: &LedgerPool, op_key: &str, outcome: Outcome) {
     let completion = Completion {
         external_ref: (outcome == Outcome::Succeeded).then(|| format!("ref-{op_key}")),
         reason: (outcome != Outcome::Succeeded).then(|| "read timeout".to_string()),
@@ -159,7 +165,7 @@ async fn complete(pool: &PgPool, op_key: &str, outcome: Outcome) {
         .unwrap();
 }
 
-async fn sql(pool: &PgPool, statement: &str) {
+async fn sql(pool: &LedgerPool, statement: &str) {
     sqlx::query(AssertSqlSafe(statement))
         .execute(pool)
         .await

@@ -5,6 +5,7 @@
 mod common;
 
 use common::intent;
+use effectwatch::ledger::LedgerPool;
 
 use std::sync::Arc;
 
@@ -16,28 +17,28 @@ use effectwatch::ledger::writer::{
 };
 use effectwatch::ledger::{Decision, Effect, LedgerError, State};
 use serde_json::{Value, json};
-use sqlx::{Connection, PgPool};
+use sqlx::Connection;
 use tokio::sync::Barrier;
 
-async fn effect(pool: &PgPool, op_key: &str) -> Effect {
+async fn effect(pool: &LedgerPool, op_key: &str) -> Effect {
     find_effect(pool, op_key)
         .await
         .unwrap()
         .unwrap_or_else(|| panic!("no effect {op_key}"))
 }
 
-async fn seen(pool: &PgPool, op_key: &str) -> SeenVersion {
+async fn seen(pool: &LedgerPool, op_key: &str) -> SeenVersion {
     SeenVersion(effect(pool, op_key).await.version)
 }
 
-async fn audit_count(pool: &PgPool) -> i64 {
+async fn audit_count(pool: &LedgerPool) -> i64 {
     sqlx::query_scalar("select count(*) from ledger.audit_log")
         .fetch_one(pool)
         .await
         .unwrap()
 }
 
-async fn reconciliation_count(pool: &PgPool) -> i64 {
+async fn reconciliation_count(pool: &LedgerPool) -> i64 {
     sqlx::query_scalar("select count(*) from ledger.reconciliations")
         .fetch_one(pool)
         .await
@@ -55,7 +56,7 @@ struct Entry {
     after: Option<Value>,
 }
 
-async fn last_entry(pool: &PgPool) -> Entry {
+async fn last_entry(pool: &LedgerPool) -> Entry {
     sqlx::query_as(
         "select seq, operator, action, op_key, reason, before, after
            from ledger.audit_log order by seq desc limit 1",
@@ -65,7 +66,7 @@ async fn last_entry(pool: &PgPool) -> Entry {
     .unwrap()
 }
 
-async fn pending_dispatched(pool: &PgPool, op_key: &str) {
+async fn pending_dispatched(pool: &LedgerPool, op_key: &str) {
     assert_eq!(
         begin_effect(pool, &intent(op_key, &format!("invoice:{op_key}")))
             .await
@@ -81,7 +82,7 @@ async fn pending_dispatched(pool: &PgPool, op_key: &str) {
     );
 }
 
-async fn unknown(pool: &PgPool, op_key: &str) {
+async fn unknown(pool: &LedgerPool, op_key: &str) {
     pending_dispatched(pool, op_key).await;
     complete_effect(pool, op_key, Outcome::Unknown, &Completion::default())
         .await
@@ -89,7 +90,7 @@ async fn unknown(pool: &PgPool, op_key: &str) {
 }
 
 /// Two keys on one target: `holder` pending, `held` held.
-async fn held(pool: &PgPool, holder: &str, held: &str) {
+async fn held(pool: &LedgerPool, holder: &str, held: &str) {
     let target = format!("invoice:{holder}");
     assert_eq!(
         begin_effect(pool, &intent(holder, &target))
@@ -117,7 +118,7 @@ fn absent() -> Finding {
     }
 }
 
-async fn verify(pool: &PgPool) -> ChainReport {
+async fn verify(pool: &LedgerPool) -> ChainReport {
     audit::verify(pool).await.unwrap()
 }
 
@@ -266,7 +267,7 @@ async fn an_action_and_its_audit_entry_commit_or_roll_back_together() {
 
     let mut tx = pool.begin().await.unwrap();
     let out = actions::resolve(
-        &mut *tx,
+        &mut tx,
         "k:tx",
         SeenVersion(before.version),
         "alice",
@@ -277,7 +278,7 @@ async fn an_action_and_its_audit_entry_commit_or_roll_back_together() {
     .unwrap();
     assert_eq!(out.state, State::Failed);
     let inside: i64 = sqlx::query_scalar("select count(*) from ledger.audit_log")
-        .fetch_one(&mut *tx)
+        .fetch_one(&mut tx)
         .await
         .unwrap();
     assert_eq!(inside, 1);
@@ -328,7 +329,7 @@ async fn an_action_on_a_stale_version_is_refused_and_writes_nothing() {
     let pool = &db.pool;
 
     async fn assert_changed<T: std::fmt::Debug>(
-        pool: &PgPool,
+        pool: &LedgerPool,
         key: &str,
         attempt: Result<T, LedgerError>,
         audit_before: i64,
@@ -505,7 +506,7 @@ async fn tamper(db: &common::TestDb, statement: &str) {
     conn.close().await.unwrap();
 }
 
-async fn five_entries(pool: &PgPool) {
+async fn five_entries(pool: &LedgerPool) {
     begin_effect(pool, &intent("a:chain", "invoice:chain"))
         .await
         .unwrap();

@@ -4,16 +4,16 @@
 
 mod common;
 
+use effectwatch::ledger::LedgerPool;
 use effectwatch::ledger::finance;
 use effectwatch::ledger::writer::{
     Completion, Intent, Outcome, begin_effect, complete_effect, mark_dispatched,
 };
 use serde_json::json;
-use sqlx::PgPool;
 
 /// A succeeded effect; `money`: amount and currency, None for one that moved none.
 async fn succeeded(
-    pool: &PgPool,
+    pool: &LedgerPool,
     op_key: &str,
     action: &str,
     target: &str,

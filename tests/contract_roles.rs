@@ -5,13 +5,14 @@
 mod common;
 
 use common::roles::LoginRole;
+use effectwatch::ledger::LedgerPool;
 use effectwatch::ledger::actions::{self, Finding, Resolution, SeenVersion};
 use effectwatch::ledger::writer::{
     Completion, Intent, Outcome, begin_effect, complete_effect, mark_dispatched,
 };
 use effectwatch::ledger::{Decision, LedgerError, State};
 use serde_json::json;
-use sqlx::{AssertSqlSafe, Connection, PgConnection, PgPool};
+use sqlx::{AssertSqlSafe, Connection, PgConnection};
 
 fn intent(op_key: &str, target: &str) -> Intent {
     Intent {
@@ -44,12 +45,12 @@ async fn exec(conn: &mut PgConnection, sql: &str) -> Result<u64, sqlx::Error> {
         .map(|r| r.rows_affected())
 }
 
-async fn names(pool: &PgPool, sql: &'static str) -> Vec<String> {
+async fn names(pool: &LedgerPool, sql: &'static str) -> Vec<String> {
     sqlx::query_scalar(sql).fetch_all(pool).await.unwrap()
 }
 
 /// Every table of the ledger with one of its ordinary (writable) columns.
-async fn tables(pool: &PgPool) -> Vec<(String, String)> {
+async fn tables(pool: &LedgerPool) -> Vec<(String, String)> {
     sqlx::query_as(
         "select c.relname::text, (select a.attname::text from pg_attribute a
                                    where a.attrelid = c.oid and a.attnum > 0 and not a.attisdropped
@@ -65,7 +66,7 @@ async fn tables(pool: &PgPool) -> Vec<(String, String)> {
 }
 
 /// Tries every kind of write on every ledger table as this connection's role.
-async fn assert_no_dml(conn: &mut PgConnection, pool: &PgPool) {
+async fn assert_no_dml(conn: &mut PgConnection, pool: &LedgerPool) {
     let tables = tables(pool).await;
     assert!(tables.len() >= 8, "{tables:?}");
     for (table, column) in tables {
@@ -92,7 +93,7 @@ async fn assert_no_dml(conn: &mut PgConnection, pool: &PgPool) {
     }
 }
 
-async fn assert_reads_every_view(conn: &mut PgConnection, pool: &PgPool) {
+async fn assert_reads_every_view(conn: &mut PgConnection, pool: &LedgerPool) {
     let views = names(
         pool,
         "select viewname::text from pg_views where schemaname = 'ledger' order by 1",
@@ -126,7 +127,7 @@ async fn assert_reads_every_view(conn: &mut PgConnection, pool: &PgPool) {
 }
 
 /// The ledger functions `role` may execute.
-async fn executable(pool: &PgPool, role: &str) -> Vec<String> {
+async fn executable(pool: &LedgerPool, role: &str) -> Vec<String> {
     sqlx::query_scalar(
         "select p.proname::text from pg_proc p join pg_namespace n on n.oid = p.pronamespace
           where n.nspname = 'ledger' and has_function_privilege($1, p.oid, 'execute')
@@ -139,7 +140,7 @@ async fn executable(pool: &PgPool, role: &str) -> Vec<String> {
 }
 
 /// An effect left in `unknown` and a held one, made by the superuser.
-async fn set_up(pool: &PgPool) {
+async fn set_up(pool: &LedgerPool) {
     begin_effect(pool, &intent("r:unknown", "invoice:R1"))
         .await
         .unwrap();

@@ -5,15 +5,16 @@
 mod common;
 
 use common::intent;
+use effectwatch::ledger::LedgerPool;
 
 use effectwatch::ledger::history::find_effect;
 use effectwatch::ledger::writer::{
     Completion, Outcome, begin_effect, complete_effect, mark_dispatched,
 };
 use effectwatch::ledger::{Decision, Effect, State};
-use sqlx::{Connection, PgPool};
+use sqlx::Connection;
 
-async fn effect(pool: &PgPool, op_key: &str) -> Effect {
+async fn effect(pool: &LedgerPool, op_key: &str) -> Effect {
     find_effect(pool, op_key)
         .await
         .unwrap()
@@ -31,7 +32,7 @@ fn db_error<T: std::fmt::Debug>(result: Result<T, sqlx::Error>) -> (String, Stri
     }
 }
 
-async fn set_state(pool: &PgPool, op_key: &str, to: &str) -> Result<u64, sqlx::Error> {
+async fn set_state(pool: &LedgerPool, op_key: &str, to: &str) -> Result<u64, sqlx::Error> {
     sqlx::query("update ledger.effects set state = $1 where op_key = $2")
         .bind(to)
         .bind(op_key)
@@ -95,7 +96,7 @@ impl Source {
 
     /// Brings a new effect `op_key` on `target` into this situation, through the writer API
     /// where it offers the path and with the allowed UPDATE sequence otherwise.
-    async fn set_up(self, pool: &PgPool, op_key: &str, target: &str) {
+    async fn set_up(self, pool: &LedgerPool, op_key: &str, target: &str) {
         let request = intent(op_key, target);
         if self == Source::Held {
             let holder = intent(&format!("{op_key}:holder"), target);
@@ -150,7 +151,7 @@ impl Source {
     }
 }
 
-async fn events(pool: &PgPool, op_key: &str) -> Vec<(Option<String>, String)> {
+async fn events(pool: &LedgerPool, op_key: &str) -> Vec<(Option<String>, String)> {
     sqlx::query_as(
         "select from_state, to_state from ledger.effect_events where op_key = $1 order by id",
     )
@@ -508,7 +509,7 @@ async fn history_and_attempts_are_append_only() {
     set_state(pool, key, "unknown").await.unwrap();
 
     for table in ["ledger.effect_versions", "ledger.attempts"] {
-        let count = |pool: PgPool| async move {
+        let count = |pool: LedgerPool| async move {
             sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(format!(
                 "select count(*) from {table}"
             )))

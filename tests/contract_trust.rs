@@ -8,6 +8,7 @@ mod common;
 
 use common::roles::LoginRole;
 use effectwatch::cli::show;
+use effectwatch::ledger::LedgerPool;
 use effectwatch::ledger::check::{self, Thresholds};
 use effectwatch::ledger::history;
 use effectwatch::ledger::writer::{
@@ -15,7 +16,7 @@ use effectwatch::ledger::writer::{
 };
 use effectwatch::ledger::{Decision, LedgerError};
 use serde_json::json;
-use sqlx::{AssertSqlSafe, PgConnection, PgPool};
+use sqlx::{AssertSqlSafe, PgConnection};
 
 fn intent(op_key: &str, target: &str, requested_by: &str) -> Intent {
     Intent {
@@ -30,7 +31,7 @@ fn intent(op_key: &str, target: &str, requested_by: &str) -> Intent {
     }
 }
 
-async fn state_of(pool: &PgPool, op_key: &str) -> (String, bool, i64) {
+async fn state_of(pool: &LedgerPool, op_key: &str) -> (String, bool, i64) {
     sqlx::query_as(
         "select state, dispatched_at is not null, version from ledger.effects where op_key = $1",
     )
@@ -42,7 +43,7 @@ async fn state_of(pool: &PgPool, op_key: &str) -> (String, bool, i64) {
 
 /// `(kind, requested_by, db_role, flagged, refused)` of every attempt on a key.
 async fn attempts(
-    pool: &PgPool,
+    pool: &LedgerPool,
     op_key: &str,
 ) -> Vec<(String, Option<String>, String, bool, Option<String>)> {
     sqlx::query_as(

@@ -4,6 +4,7 @@
 
 mod common;
 
+use effectwatch::ledger::LedgerPool;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -15,7 +16,6 @@ use effectwatch::ledger::writer::{
 };
 use effectwatch::ledger::{Decision, State};
 use serde_json::{Value, json};
-use sqlx::PgPool;
 use sqlx::postgres::PgListener;
 
 fn intent(op_key: &str, action: &str, target: &str, window_secs: i64) -> Intent {
@@ -33,12 +33,12 @@ fn intent(op_key: &str, action: &str, target: &str, window_secs: i64) -> Intent 
     }
 }
 
-async fn begin(pool: &PgPool, intent: &Intent, expected: Decision) {
+async fn begin(pool: &LedgerPool, intent: &Intent, expected: Decision) {
     let begun = begin_effect(pool, intent).await.unwrap();
     assert_eq!(begun.decision, expected, "{}", intent.op_key);
 }
 
-async fn dispatch(pool: &PgPool, op_key: &str) {
+async fn dispatch(pool: &LedgerPool, op_key: &str) {
     assert!(
         mark_dispatched(pool, op_key, None, "w")
             .await
@@ -48,7 +48,7 @@ async fn dispatch(pool: &PgPool, op_key: &str) {
     );
 }
 
-async fn complete(pool: &PgPool, op_key: &str, outcome: Outcome) {
+async fn complete(pool: &LedgerPool, op_key: &str, outcome: Outcome) {
     let completion = Completion {
         external_ref: Some(format!("ref-{op_key}")),
         result: Some(json!({"ok": true})),
@@ -62,7 +62,7 @@ async fn complete(pool: &PgPool, op_key: &str, outcome: Outcome) {
     );
 }
 
-async fn view_keys(pool: &PgPool, view: &str) -> BTreeSet<String> {
+async fn view_keys(pool: &LedgerPool, view: &str) -> BTreeSet<String> {
     sqlx::query_scalar::<_, String>(sqlx::AssertSqlSafe(format!("select op_key from {view}")))
         .fetch_all(pool)
         .await
@@ -75,7 +75,7 @@ fn set(keys: &[&str]) -> BTreeSet<String> {
     keys.iter().map(|k| k.to_string()).collect()
 }
 
-async fn fetched(pool: &PgPool, pane: Pane, filter: &str) -> BTreeSet<String> {
+async fn fetched(pool: &LedgerPool, pane: Pane, filter: &str) -> BTreeSet<String> {
     let filter = Filter::parse(filter).unwrap();
     panes::fetch(pool, pane, &filter, 100, 0)
         .await
@@ -88,7 +88,7 @@ async fn fetched(pool: &PgPool, pane: Pane, filter: &str) -> BTreeSet<String> {
 
 /// One effect in every situation a pane cares about (compensated is not reachable through the
 /// writer API and is left out).
-async fn build_ledger(pool: &PgPool) {
+async fn build_ledger(pool: &LedgerPool) {
     const LONG: i64 = 3600;
     // Pending within its window, prepared: no pane.
     begin(
@@ -395,7 +395,7 @@ async fn a_filter_narrows_each_pane() {
 }
 
 /// Every index the plan of `sql` uses.
-async fn plan_indexes(pool: &PgPool, sql: &str) -> (BTreeSet<String>, Value) {
+async fn plan_indexes(pool: &LedgerPool, sql: &str) -> (BTreeSet<String>, Value) {
     let plan: Value =
         sqlx::query_scalar(sqlx::AssertSqlSafe(format!("explain (format json) {sql}")))
             .fetch_one(pool)
@@ -555,7 +555,7 @@ async fn pane_changes_are_announced_on_the_notify_channel() {
     // A rolled-back change is never announced.
     let mut tx = pool.begin().await.unwrap();
     begin_effect(
-        &mut *tx,
+        &mut tx,
         &intent("refund:NOTIFY:rolled-back", "refund", "invoice:H", 60),
     )
     .await
@@ -569,7 +569,7 @@ async fn pane_changes_are_announced_on_the_notify_channel() {
     assert_eq!(next["op_key"], other);
 }
 
-async fn audit_actions(pool: &PgPool, op_key: &str) -> Vec<String> {
+async fn audit_actions(pool: &LedgerPool, op_key: &str) -> Vec<String> {
     sqlx::query_scalar(
         "select a.action from ledger.audit_log a join ledger.effects e on e.id = a.effect_id
           where e.op_key = $1 order by a.seq",

@@ -4,6 +4,7 @@
 
 mod common;
 
+use effectwatch::ledger::LedgerPool;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -14,7 +15,7 @@ use effectwatch::ledger::writer::{
 };
 use effectwatch::ledger::{Decision, Effect, State};
 use serde_json::{Value, json};
-use sqlx::{PgConnection, PgPool, Row};
+use sqlx::{PgConnection, Row};
 use tokio::sync::Barrier;
 
 const CONCURRENCY: usize = 16;
@@ -40,14 +41,14 @@ fn refund(op_key: &str, target: &str) -> Intent {
     )
 }
 
-async fn effect(pool: &PgPool, op_key: &str) -> Effect {
+async fn effect(pool: &LedgerPool, op_key: &str) -> Effect {
     find_effect(pool, op_key)
         .await
         .expect("read the effect")
         .unwrap_or_else(|| panic!("no effect with key {op_key}"))
 }
 
-async fn effect_rows(pool: &PgPool, op_key: &str) -> i64 {
+async fn effect_rows(pool: &LedgerPool, op_key: &str) -> i64 {
     sqlx::query_scalar("select count(*) from ledger.effects where op_key = $1")
         .bind(op_key)
         .fetch_one(pool)
@@ -56,7 +57,7 @@ async fn effect_rows(pool: &PgPool, op_key: &str) -> i64 {
 }
 
 /// The kinds of the attempts recorded for a key, in order.
-async fn attempt_kinds(pool: &PgPool, op_key: &str) -> Vec<String> {
+async fn attempt_kinds(pool: &LedgerPool, op_key: &str) -> Vec<String> {
     sqlx::query_scalar("select kind from ledger.attempts where op_key = $1 order by id")
         .bind(op_key)
         .fetch_all(pool)
@@ -65,7 +66,7 @@ async fn attempt_kinds(pool: &PgPool, op_key: &str) -> Vec<String> {
 }
 
 /// The state of each version of an effect, in order: its history as the ledger keeps it.
-async fn version_states(pool: &PgPool, op_key: &str) -> Vec<String> {
+async fn version_states(pool: &LedgerPool, op_key: &str) -> Vec<String> {
     sqlx::query_scalar(
         "select v.state from ledger.effect_versions v
            join ledger.effects e on e.id = v.effect_id
@@ -77,7 +78,7 @@ async fn version_states(pool: &PgPool, op_key: &str) -> Vec<String> {
     .unwrap()
 }
 
-async fn attempts_of_kind(pool: &PgPool, op_key: &str, kind: &str) -> i64 {
+async fn attempts_of_kind(pool: &LedgerPool, op_key: &str, kind: &str) -> i64 {
     sqlx::query_scalar("select count(*) from ledger.attempts where op_key = $1 and kind = $2")
         .bind(op_key)
         .bind(kind)
@@ -96,7 +97,7 @@ fn done(external_ref: &str, result: Value) -> Completion {
 }
 
 /// begin -> claim -> complete, as a well-behaved agent does.
-async fn run_to(pool: &PgPool, intent: &Intent, outcome: Outcome, completion: &Completion) {
+async fn run_to(pool: &LedgerPool, intent: &Intent, outcome: Outcome, completion: &Completion) {
     let begun = begin_effect(pool, intent).await.unwrap();
     assert!(
         begun.decision.may_dispatch(),
@@ -283,7 +284,7 @@ async fn an_unknown_or_dispatched_effect_is_in_flight_never_proceed() {
 
 /// What a naive webhook handler does for one delivery: record the event under its id, try to
 /// claim it whatever the decision said, and do the work only when the claim succeeded.
-async fn deliver(pool: &PgPool, event_id: &str) -> (Decision, bool) {
+async fn deliver(pool: &LedgerPool, event_id: &str) -> (Decision, bool) {
     let request = intent(
         event_id,
         "webhook",
@@ -597,11 +598,11 @@ async fn concurrent_keys_on_one_exclusive_target_hold_all_but_one() {
     }
 }
 
-async fn version(pool: &PgPool, op_key: &str) -> SeenVersion {
+async fn version(pool: &LedgerPool, op_key: &str) -> SeenVersion {
     SeenVersion(effect(pool, op_key).await.version)
 }
 
-async fn held_keys(pool: &PgPool) -> Vec<(String, String)> {
+async fn held_keys(pool: &LedgerPool) -> Vec<(String, String)> {
     sqlx::query_as("select op_key, holder_op_key from ledger.held_conflicts order by op_key")
         .fetch_all(pool)
         .await
@@ -822,7 +823,7 @@ async fn a_retryable_failure_is_retried_by_exactly_one_caller() {
     assert!(!mark_dispatched(pool, key, None, "w").await.unwrap().claimed);
 }
 
-async fn assert_late(pool: &PgPool, key: &str, settled: State) {
+async fn assert_late(pool: &LedgerPool, key: &str, settled: State) {
     let before = effect(pool, key).await;
     assert_eq!(before.state, settled);
     assert_eq!(before.late_result_at, None);
@@ -999,7 +1000,7 @@ async fn a_new_hold_points_at_the_open_effect_in_the_way_not_a_settled_one() {
     assert_eq!(hold_holder, b.op_key);
 }
 
-async fn run_to_completion(pool: &PgPool, op_key: &str) {
+async fn run_to_completion(pool: &LedgerPool, op_key: &str) {
     assert!(
         mark_dispatched(pool, op_key, None, "w")
             .await

@@ -10,6 +10,7 @@
 
 mod common;
 
+use effectwatch::ledger::LedgerPool;
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -20,7 +21,7 @@ use effectwatch::ledger::writer::{
 };
 use effectwatch::ledger::{self, ConnectSettings, Decision};
 use serde_json::{Value, json};
-use sqlx::{Connection, PgConnection, PgPool};
+use sqlx::{Connection, PgConnection};
 
 const AGENTS: usize = 3;
 const KEYS_PER_AGENT: usize = 40;
@@ -37,7 +38,7 @@ struct Acknowledged {
 
 /// One key through the protocol; an error is the database going away.
 async fn settle_one(
-    pool: &PgPool,
+    pool: &LedgerPool,
     http: &reqwest::Client,
     provider: &str,
     key: &str,
@@ -96,7 +97,7 @@ async fn settle_one(
 
 /// Records the provider's answer; what the ledger acknowledges is noted.
 async fn succeeded(
-    pool: &PgPool,
+    pool: &LedgerPool,
     key: &str,
     external_ref: Option<&str>,
     acked: &Acknowledged,
@@ -124,7 +125,7 @@ async fn agent(
         .timeout(Duration::from_secs(5))
         .build()
         .unwrap();
-    let mut pool: Option<(String, PgPool)> = None;
+    let mut pool: Option<(String, LedgerPool)> = None;
     for key in keys {
         let started = Instant::now();
         loop {

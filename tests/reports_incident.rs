@@ -6,6 +6,7 @@
 
 mod common;
 
+use effectwatch::ledger::LedgerPool;
 use std::process::Command;
 use std::time::Duration;
 
@@ -22,9 +23,8 @@ use effectwatch::ledger::writer::{
 };
 use effectwatch::ledger::{Decision, Effect, State};
 use serde_json::json;
-use sqlx::PgPool;
 
-async fn checkpoint(pool: &PgPool) -> DateTime<Utc> {
+async fn checkpoint(pool: &LedgerPool) -> DateTime<Utc> {
     tokio::time::sleep(Duration::from_millis(20)).await;
     let at = sqlx::query_scalar::<_, DateTime<Utc>>("select now()")
         .fetch_one(pool)
@@ -49,11 +49,11 @@ fn refund(key: &str, invoice: &str, amount: i64, currency: &str, window_secs: i6
     }
 }
 
-async fn begin(pool: &PgPool, intent: &Intent) -> Decision {
+async fn begin(pool: &LedgerPool, intent: &Intent) -> Decision {
     begin_effect(pool, intent).await.unwrap().decision
 }
 
-async fn dispatch(pool: &PgPool, key: &str) {
+async fn dispatch(pool: &LedgerPool, key: &str) {
     assert!(
         mark_dispatched(pool, key, None, "worker-1")
             .await
@@ -63,7 +63,7 @@ async fn dispatch(pool: &PgPool, key: &str) {
 }
 
 async fn complete(
-    pool: &PgPool,
+    pool: &LedgerPool,
     key: &str,
     outcome: Outcome,
     external_ref: Option<&str>,
@@ -80,11 +80,11 @@ async fn complete(
         .unwrap();
 }
 
-async fn effect(pool: &PgPool, key: &str) -> Effect {
+async fn effect(pool: &LedgerPool, key: &str) -> Effect {
     find_effect(pool, key).await.unwrap().unwrap()
 }
 
-async fn reconcile(pool: &PgPool, key: &str, finding: &str, refs: &[&str]) {
+async fn reconcile(pool: &LedgerPool, key: &str, finding: &str, refs: &[&str]) {
     let seen = SeenVersion(effect(pool, key).await.version);
     actions::record_reconciliation(
         pool,
@@ -104,7 +104,7 @@ async fn reconcile(pool: &PgPool, key: &str, finding: &str, refs: &[&str]) {
 }
 
 /// The time of the state change of `key` into `state`.
-async fn event_at(pool: &PgPool, key: &str, state: &str) -> DateTime<Utc> {
+async fn event_at(pool: &LedgerPool, key: &str, state: &str) -> DateTime<Utc> {
     sqlx::query_scalar(
         "select ev.at from ledger.effect_events ev where ev.op_key = $1 and ev.to_state = $2
           order by ev.at desc limit 1",
@@ -116,7 +116,7 @@ async fn event_at(pool: &PgPool, key: &str, state: &str) -> DateTime<Utc> {
     .unwrap()
 }
 
-async fn attempt_at(pool: &PgPool, key: &str, kind: &str) -> DateTime<Utc> {
+async fn attempt_at(pool: &LedgerPool, key: &str, kind: &str) -> DateTime<Utc> {
     sqlx::query_scalar(
         "select a.at from ledger.attempts a where a.op_key = $1 and a.kind = $2 order by a.at limit 1",
     )
@@ -157,7 +157,7 @@ struct Incident {
 }
 
 /// Runs the script on a fresh ledger and reads back when each thing happened.
-async fn incident(pool: &PgPool) -> Incident {
+async fn incident(pool: &LedgerPool) -> Incident {
     let (t0, t1, t2) = script(pool).await;
     let e_deadline =
         attempt_at(pool, "refund:INV-4:v1", "dispatch").await + chrono::Duration::seconds(1);
@@ -184,7 +184,7 @@ async fn incident(pool: &PgPool) -> Incident {
 /// is unknown until reconciled; G stays unknown; E is dispatched and never
 /// answers (overdue, escalated, found absent after the range); F2 is held
 /// behind F and cancelled; A is replayed by a second agent.
-async fn script(pool: &PgPool) -> (DateTime<Utc>, DateTime<Utc>, DateTime<Utc>) {
+async fn script(pool: &LedgerPool) -> (DateTime<Utc>, DateTime<Utc>, DateTime<Utc>) {
     sqlx::query(
         "insert into ledger.action_policies (action, compensation_approval_limit_minor) values ('refund', 1000)",
     )

@@ -5,6 +5,7 @@
 
 mod common;
 
+use effectwatch::ledger::LedgerPool;
 use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::Duration;
@@ -19,9 +20,9 @@ use effectwatch::ledger::writer::{
 };
 use effectwatch::ledger::{Decision, State};
 use serde_json::{Value, json};
-use sqlx::{Connection, PgPool};
+use sqlx::Connection;
 
-async fn checkpoint(pool: &PgPool) -> DateTime<Utc> {
+async fn checkpoint(pool: &LedgerPool) -> DateTime<Utc> {
     tokio::time::sleep(Duration::from_millis(20)).await;
     let at = sqlx::query_scalar::<_, DateTime<Utc>>("select now()")
         .fetch_one(pool)
@@ -45,7 +46,7 @@ fn intent(key: &str, target: &str) -> Intent {
     }
 }
 
-async fn settle(pool: &PgPool, key: &str, target: &str, outcome: Outcome) {
+async fn settle(pool: &LedgerPool, key: &str, target: &str, outcome: Outcome) {
     assert_eq!(
         begin_effect(pool, &intent(key, target))
             .await
@@ -63,16 +64,16 @@ async fn settle(pool: &PgPool, key: &str, target: &str, outcome: Outcome) {
         .unwrap();
 }
 
-async fn state(pool: &PgPool, key: &str) -> Option<State> {
+async fn state(pool: &LedgerPool, key: &str) -> Option<State> {
     find_effect(pool, key).await.unwrap().map(|e| e.state)
 }
 
-async fn count(pool: &PgPool, sql: &'static str) -> i64 {
+async fn count(pool: &LedgerPool, sql: &'static str) -> i64 {
     sqlx::query_scalar(sql).fetch_one(pool).await.unwrap()
 }
 
 /// Attempts and state changes of each effect, by key.
-async fn history_sizes(pool: &PgPool) -> BTreeMap<String, (i64, i64)> {
+async fn history_sizes(pool: &LedgerPool) -> BTreeMap<String, (i64, i64)> {
     sqlx::query_as::<_, (String, i64, i64)>(
         "select e.op_key,
                 (select count(*) from ledger.attempts a where a.effect_id = e.id),
@@ -121,7 +122,7 @@ const PROTECTED: [&str; 11] = [
 ];
 
 /// One effect of every kind; all but k:recent settled (or left open) before the returned instant.
-async fn ledger_of_every_kind(pool: &PgPool) -> DateTime<Utc> {
+async fn ledger_of_every_kind(pool: &LedgerPool) -> DateTime<Utc> {
     settle(pool, "p:ok", "t:ok", Outcome::Succeeded).await;
     settle(pool, "p:replayed", "t:replayed", Outcome::Succeeded).await;
     assert_eq!(
@@ -492,39 +493,39 @@ async fn the_history_stays_append_only_outside_a_prune() {
     // Operators and read-only consoles read the reports but cannot prune.
     let mut tx = pool.begin().await.unwrap();
     sqlx::query("set local role effect_operator")
-        .execute(&mut *tx)
+        .execute(&mut tx)
         .await
         .unwrap();
     sqlx::query("select count(*) from ledger.suspected_double_effects")
-        .execute(&mut *tx)
+        .execute(&mut tx)
         .await
         .unwrap();
     sqlx::query("select count(*) from ledger.overdue_pending_at(now())")
-        .execute(&mut *tx)
+        .execute(&mut tx)
         .await
         .unwrap();
     refused(
         sqlx::query("select * from ledger.prune_settled(interval '0', 'mallory', 'tidy up')")
-            .execute(&mut *tx)
+            .execute(&mut tx)
             .await,
     );
     drop(tx);
     let mut tx = pool.begin().await.unwrap();
     sqlx::query("set local role effect_readonly")
-        .execute(&mut *tx)
+        .execute(&mut tx)
         .await
         .unwrap();
     sqlx::query("select * from ledger.exposure")
-        .execute(&mut *tx)
+        .execute(&mut tx)
         .await
         .unwrap();
     sqlx::query("select * from ledger.pane_entries(now() - interval '1 hour', now())")
-        .execute(&mut *tx)
+        .execute(&mut tx)
         .await
         .unwrap();
     refused(
         sqlx::query("select * from ledger.prune_export(interval '0')")
-            .execute(&mut *tx)
+            .execute(&mut tx)
             .await,
     );
     drop(tx);

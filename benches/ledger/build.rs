@@ -1,7 +1,8 @@
 //! 2. Building the ledgers through the writer API.
 
-#[allow(unused_imports)]
 use super::*;
+#[allow(unused_imports)]
+use effectwatch::ledger::LedgerPool;
 
 /// The four actions, picked by g; an overdue effect and the one it holds share g, hence action
 /// and target.
@@ -151,7 +152,7 @@ pub(crate) fn fill_reconcile_sql() -> String {
 /// target, kept until commit, and each takes a slot of the shared lock table, which has room for
 /// max_locks_per_transaction × (max_connections + max_prepared_transactions) locks: a statement
 /// of 50,000 distinct targets fails with "out of shared memory" on a default server.
-pub(crate) async fn build_batch(pool: &PgPool, wanted: u64, jobs: usize) -> Result<u64> {
+pub(crate) async fn build_batch(pool: &LedgerPool, wanted: u64, jobs: usize) -> Result<u64> {
     let slots: i64 = sqlx::query_scalar(
         "select current_setting('max_locks_per_transaction')::bigint
               * (current_setting('max_connections')::bigint
@@ -171,7 +172,7 @@ pub(crate) async fn build_batch(pool: &PgPool, wanted: u64, jobs: usize) -> Resu
 /// Runs `sql` over g in from..=to in batches; each statement must count every row of its batch
 /// (every `every`-th value of g when the statement only takes those).
 pub(crate) async fn run_batched(
-    pool: &PgPool,
+    pool: &LedgerPool,
     sql: &str,
     from: u64,
     to: u64,
@@ -198,7 +199,7 @@ pub(crate) async fn run_batched(
     Ok(())
 }
 
-pub(crate) async fn build_open(pool: &PgPool, quarter: u64, batch: u64) -> Result<()> {
+pub(crate) async fn build_open(pool: &LedgerPool, quarter: u64, batch: u64) -> Result<()> {
     for (label, sql) in open_steps() {
         let t0 = Instant::now();
         run_batched(pool, &sql, 1, quarter, batch, 1).await?;
@@ -212,7 +213,7 @@ pub(crate) async fn build_open(pool: &PgPool, quarter: u64, batch: u64) -> Resul
 
 /// Settled filler effects g in from..=to (begin + complete succeeded), `jobs` statements at once.
 pub(crate) async fn build_filler(
-    pool: &PgPool,
+    pool: &LedgerPool,
     from: u64,
     to: u64,
     batch: u64,
@@ -287,7 +288,7 @@ pub(crate) async fn build_filler(
     Ok(())
 }
 
-pub(crate) async fn vacuum_analyze(pool: &PgPool) -> Result<()> {
+pub(crate) async fn vacuum_analyze(pool: &LedgerPool) -> Result<()> {
     let t0 = Instant::now();
     exec_raw(pool, "vacuum analyze").await?;
     eprintln!(

@@ -46,7 +46,7 @@ use effectwatch::ledger::{ConnectSettings, Decision, connect, migrate};
 use effectwatch::localpg::{ClusterOptions, LocalCluster};
 use serde_json::json;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{AssertSqlSafe, Connection, PgConnection, PgPool};
+use sqlx::{AssertSqlSafe, Connection, PgConnection};
 use std::fmt::Write as _;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -1,7 +1,8 @@
 //! 2. Measuring the panes at two ledger sizes.
 
-#[allow(unused_imports)]
 use super::*;
+#[allow(unused_imports)]
+use effectwatch::ledger::LedgerPool;
 
 pub(crate) struct PaneTiming {
     pub(crate) fetch_ms: f64,
@@ -18,7 +19,11 @@ pub(crate) struct Measurement {
     pub(crate) pane_counts_ms: f64,
 }
 
-pub(crate) async fn measure(pool: &PgPool, config: &Config, label: &str) -> Result<Measurement> {
+pub(crate) async fn measure(
+    pool: &LedgerPool,
+    config: &Config,
+    label: &str,
+) -> Result<Measurement> {
     let (effects, attempts, events): (i64, i64, i64) = sqlx::query_as(
         "select (select count(*) from ledger.effects), (select count(*) from ledger.attempts),
                 (select count(*) from ledger.effect_events)",

@@ -5,8 +5,9 @@
 //! ratio to the single reconciler of the same run; every run also checks
 //! that no effect was reconciled twice and none was left.
 
-#[allow(unused_imports)]
 use super::*;
+#[allow(unused_imports)]
+use effectwatch::ledger::LedgerPool;
 
 use effectwatch::config::Config as EffectwatchConfig;
 use effectwatch::fakeprovider::{FakeProvider, NewEffect, Route};
@@ -16,7 +17,7 @@ use effectwatch::settle::Settler;
 
 const PROVIDER: &str = "pay";
 
-async fn backlog(pool: &PgPool, fake: &FakeProvider, count: u64) -> Result<()> {
+async fn backlog(pool: &LedgerPool, fake: &FakeProvider, count: u64) -> Result<()> {
     // The writer API, server-side: the same calls an agent makes, without
     // 30,000 round trips.
     sqlx::query(AssertSqlSafe(format!(

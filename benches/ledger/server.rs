@@ -1,7 +1,8 @@
 //! The server and the benchmark's databases.
 
-#[allow(unused_imports)]
 use super::*;
+#[allow(unused_imports)]
+use effectwatch::ledger::LedgerPool;
 use effectwatch::ledger::connect::url_with_database;
 
 pub(crate) struct Server {
@@ -92,12 +93,13 @@ impl BenchDb {
         })
     }
 
-    pub(crate) async fn pool(&self, max: u32) -> Result<PgPool> {
+    pub(crate) async fn pool(&self, max: u32) -> Result<LedgerPool> {
         Ok(PgPoolOptions::new()
             .max_connections(max)
             .acquire_timeout(Duration::from_secs(60))
             .connect_with(options(&self.url)?)
-            .await?)
+            .await?
+            .into())
     }
 
     pub(crate) async fn drop_db(self) {
@@ -121,7 +123,7 @@ impl BenchDb {
 }
 
 /// Runs a statement with the simple protocol (utility statements, several statements).
-pub(crate) async fn exec_raw(pool: &PgPool, sql: &str) -> Result<()> {
+pub(crate) async fn exec_raw(pool: &LedgerPool, sql: &str) -> Result<()> {
     sqlx::raw_sql(AssertSqlSafe(sql.to_string()))
         .execute(pool)
         .await
@@ -131,6 +133,6 @@ pub(crate) async fn exec_raw(pool: &PgPool, sql: &str) -> Result<()> {
 
 /// A checkpoint before each writer round, so no round pays for the previous one's dirty pages.
 /// Needs superuser or pg_checkpoint; skipped silently otherwise.
-pub(crate) async fn checkpoint(pool: &PgPool) {
+pub(crate) async fn checkpoint(pool: &LedgerPool) {
     let _ = sqlx::raw_sql("checkpoint").execute(pool).await;
 }

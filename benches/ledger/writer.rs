@@ -1,7 +1,8 @@
 //! 1. Writer throughput against a bare table.
 
-#[allow(unused_imports)]
 use super::*;
+#[allow(unused_imports)]
+use effectwatch::ledger::LedgerPool;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum WritePath {
@@ -89,14 +90,14 @@ update bench_baseline.effects
 
 /// One writer: a connection of its own, new keys until `end`.
 pub(crate) async fn writer_task(
-    pool: PgPool,
+    pool: LedgerPool,
     path: WritePath,
     tag: String,
     worker: usize,
     run_for: Duration,
     barrier: Arc<tokio::sync::Barrier>,
 ) -> Result<(u64, Duration, Vec<Duration>)> {
-    let mut conn = pool.acquire().await?;
+    let mut conn = pool.session_pool().acquire().await?;
     barrier.wait().await;
     let start = Instant::now();
     let end = start + run_for;
@@ -200,7 +201,7 @@ pub(crate) async fn sample_waits(url: String, run_for: Duration) -> Result<Vec<(
 }
 
 pub(crate) async fn writer_round(
-    pool: &PgPool,
+    pool: &LedgerPool,
     url: &str,
     path: WritePath,
     round: usize,

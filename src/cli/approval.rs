@@ -59,7 +59,7 @@ pub struct GrantArgs {
 }
 
 pub async fn run(
-    pool: &sqlx::PgPool,
+    pool: &crate::ledger::LedgerPool,
     config: &Config,
     command: ApprovalCommand,
 ) -> Result<(), Failure> {

@@ -1,7 +1,7 @@
+use crate::ledger::LedgerPool;
 use chrono::{DateTime, Utc};
 use clap::{Args, ValueEnum};
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
-use sqlx::PgPool;
 
 use super::Format;
 use super::exit::{FAILURE, Failure, USAGE};
@@ -39,7 +39,7 @@ pub enum AuditFormat {
     Csv,
 }
 
-pub async fn list(pool: &PgPool, args: AuditListArgs) -> Result<(), Failure> {
+pub async fn list(pool: &LedgerPool, args: AuditListArgs) -> Result<(), Failure> {
     if let (Some(since), Some(until)) = (args.since, args.until)
         && until <= since
     {
@@ -121,7 +121,7 @@ fn csv(entries: &[AuditEntry]) -> Result<String, Failure> {
     csv_finish(writer)
 }
 
-pub async fn verify(pool: &PgPool, format: Format) -> Result<(), Failure> {
+pub async fn verify(pool: &LedgerPool, format: Format) -> Result<(), Failure> {
     let report = audit::verify(pool).await?;
     match format {
         Format::Json => println!("{}", safe_json(&report)),

@@ -98,9 +98,9 @@ async fn durability(config: &Config, url: Option<&str>) -> String {
     settings.max_connections = 1;
     let measured = async {
         let pool = crate::ledger::connect(&settings).await?;
-        let mut conn = pool.acquire().await?;
-        let durability = crate::ledger::durability::measure(&mut conn).await;
-        drop(conn);
+        let mut tx = crate::ledger::snapshot::begin(&pool).await?;
+        let durability = crate::ledger::durability::measure(&mut tx).await;
+        drop(tx);
         pool.close().await;
         durability
     };

@@ -2,10 +2,10 @@
 //! currency, for finance to review and export. Money is shown from integer
 //! minor units with its currency, and totalled per currency only.
 
+use crate::ledger::LedgerPool;
 use chrono::{DateTime, Utc};
 use clap::{Args, ValueEnum};
 use comfy_table::{CellAlignment, Table, presets::UTF8_FULL_CONDENSED};
-use sqlx::PgPool;
 
 use super::exit::{FAILURE, Failure};
 use super::report::{csv_finish, csv_text, write_output};
@@ -44,7 +44,7 @@ pub enum FinancePart {
 
 const CELL_WIDTH: usize = 40;
 
-pub async fn run(pool: &PgPool, args: FinanceArgs) -> Result<(), Failure> {
+pub async fn run(pool: &LedgerPool, args: FinanceArgs) -> Result<(), Failure> {
     let FinanceArgs {
         since,
         format,

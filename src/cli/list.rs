@@ -1,5 +1,5 @@
+use crate::ledger::LedgerPool;
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
-use sqlx::PgPool;
 
 use super::Format;
 use super::exit::{Failure, USAGE};
@@ -11,7 +11,7 @@ use crate::text::{safe_json, sanitize_line, truncate};
 const CELL_WIDTH: usize = 48;
 
 pub async fn run(
-    pool: &PgPool,
+    pool: &LedgerPool,
     at: Option<chrono::DateTime<chrono::Utc>>,
     pane: Pane,
     format: Format,

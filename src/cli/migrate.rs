@@ -1,9 +1,9 @@
-use sqlx::PgPool;
+use crate::ledger::LedgerPool;
 
 use super::exit::Failure;
 use crate::ledger::migrate;
 
-pub async fn run(pool: &PgPool) -> Result<(), Failure> {
+pub async fn run(pool: &LedgerPool) -> Result<(), Failure> {
     let report = migrate::run(pool).await?;
     if report.applied.is_empty() {
         println!(

@@ -83,7 +83,7 @@ fn parse_semantics(text: &str) -> Result<String, String> {
 }
 
 pub async fn run(
-    pool: &sqlx::PgPool,
+    pool: &crate::ledger::LedgerPool,
     config: &Config,
     command: PolicyCommand,
 ) -> Result<(), Failure> {

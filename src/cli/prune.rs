@@ -5,9 +5,9 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::ledger::LedgerPool;
 use clap::Args;
 use serde_json::Value;
-use sqlx::PgPool;
 
 use super::exit::{FAILURE, Failure, REFUSED};
 use super::report::AtomicFile;
@@ -46,7 +46,7 @@ fn parse_cutoff(text: &str) -> Result<Cutoff, String> {
     }
 }
 
-pub async fn run(pool: &PgPool, config: &Config, args: PruneArgs) -> Result<(), Failure> {
+pub async fn run(pool: &LedgerPool, config: &Config, args: PruneArgs) -> Result<(), Failure> {
     if args.dry_run {
         let plan = retention::plan(pool, args.older_than).await?;
         println!("would prune {} settled effects", plan.prunable);

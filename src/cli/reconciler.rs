@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::PgPool;
+use crate::ledger::LedgerPool;
 
 use super::exit::{BAD_CONFIG, FAILURE, Failure, REFUSED};
 use crate::config::Config;
@@ -46,7 +46,7 @@ pub fn settings(config: &Config, name: Option<String>) -> ReconcilerSettings {
 }
 
 /// A reconciler settling on `pool` as `settings.name`.
-pub fn reconciler(config: &Config, pool: PgPool, settings: ReconcilerSettings) -> Reconciler {
+pub fn reconciler(config: &Config, pool: LedgerPool, settings: ReconcilerSettings) -> Reconciler {
     let settler = Settler::new(
         pool.clone(),
         Arc::new(config.clone()),
@@ -56,7 +56,7 @@ pub fn reconciler(config: &Config, pool: PgPool, settings: ReconcilerSettings) -
     Reconciler::new(settler, pool, settings)
 }
 
-pub async fn run(pool: &PgPool, config: &Config, args: ServiceArgs) -> Result<(), Failure> {
+pub async fn run(pool: &LedgerPool, config: &Config, args: ServiceArgs) -> Result<(), Failure> {
     if config.read_only {
         return Err(Failure::new(
             REFUSED,

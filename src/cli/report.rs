@@ -7,9 +7,9 @@ use std::fmt::Write as _;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
+use crate::ledger::LedgerPool;
 use chrono::{DateTime, SecondsFormat, Utc};
 use clap::{Args, ValueEnum};
-use sqlx::PgPool;
 
 use super::exit::{FAILURE, Failure};
 use crate::format::{duration_ms, optional_money};
@@ -51,7 +51,7 @@ const MD_ROWS: usize = 200;
 /// Lines of each worst item's timeline in markdown.
 const MD_TIMELINE: usize = 60;
 
-pub async fn run(pool: &PgPool, args: ReportArgs) -> Result<(), Failure> {
+pub async fn run(pool: &LedgerPool, args: ReportArgs) -> Result<(), Failure> {
     let scope = ReportScope {
         since: args.since,
         until: args.until.unwrap_or_else(Utc::now),

@@ -7,11 +7,11 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::ledger::LedgerPool;
 use clap::error::ErrorKind;
 use clap::{ArgGroup, ArgMatches, Args, FromArgMatches, Subcommand};
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 use serde_json::json;
-use sqlx::PgPool;
 
 use super::Format;
 use super::exit::{BAD_CONFIG, FAILURE, Failure, REFUSED, USAGE, code_for};
@@ -240,7 +240,11 @@ impl From<SettleError> for Failure {
     }
 }
 
-pub async fn run(pool: &PgPool, config: &Config, command: SettleCommand) -> Result<(), Failure> {
+pub async fn run(
+    pool: &LedgerPool,
+    config: &Config,
+    command: SettleCommand,
+) -> Result<(), Failure> {
     let settler = Settler::new(
         pool.clone(),
         Arc::new(config.clone()),
@@ -399,7 +403,7 @@ fn versions(rows: &PaneRows) -> Vec<(String, i64)> {
 /// Bulk: the count is shown before anything is asked of a provider.
 async fn reconcile_pane(
     settler: &Settler,
-    pool: &PgPool,
+    pool: &LedgerPool,
     pane: Pane,
     args: &ReconcileArgs,
 ) -> Result<(), Failure> {
@@ -483,7 +487,7 @@ fn print_bulk(done: &[BulkItem], format: Format) {
     }
 }
 
-async fn list_escalations(pool: &PgPool, limit: i64, format: Format) -> Result<(), Failure> {
+async fn list_escalations(pool: &LedgerPool, limit: i64, format: Format) -> Result<(), Failure> {
     let open = escalations::unresolved(pool, limit.max(1)).await?;
     match format {
         Format::Json => println!("{}", safe_json(&open)),

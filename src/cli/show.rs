@@ -1,4 +1,4 @@
-use sqlx::PgPool;
+use crate::ledger::LedgerPool;
 
 use super::Format;
 use super::exit::Failure;
@@ -6,7 +6,7 @@ use crate::format::optional_money;
 use crate::ledger::history::{self, EffectHistory, timeline};
 use crate::text::{safe_json, sanitize, sanitize_line};
 
-pub async fn run(pool: &PgPool, op_key: &str, format: Format) -> Result<(), Failure> {
+pub async fn run(pool: &LedgerPool, op_key: &str, format: Format) -> Result<(), Failure> {
     let history = history::load(pool, op_key).await?;
     match format {
         Format::Json => println!("{}", safe_json(&history)),

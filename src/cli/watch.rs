@@ -1,7 +1,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use sqlx::PgPool;
+use crate::ledger::LedgerPool;
 
 use super::exit::{BAD_CONFIG, FAILURE, Failure};
 use crate::config::Config;
@@ -158,7 +158,7 @@ impl OperatorWiring {
     /// and a sink is configured (without one a pass would only record "not
     /// configured" as a failed attempt on escalations another worker can
     /// deliver).
-    pub fn settling(config: &Config, pool: PgPool) -> OperatorWiring {
+    pub fn settling(config: &Config, pool: LedgerPool) -> OperatorWiring {
         let settler = Arc::new(Settler::new(
             pool,
             Arc::new(config.clone()),

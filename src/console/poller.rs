@@ -6,9 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::ledger::LedgerPool;
 use chrono::{DateTime, Utc};
-use sqlx::postgres::PgListener;
-use sqlx::{Acquire, PgPool};
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::JoinHandle;
 
@@ -76,7 +75,7 @@ pub fn spawn(
         let listening = Arc::new(AtomicBool::new(false));
         let answer_within = connect.statement_timeout + ANSWER_GRACE;
         let mut backoff = Duration::from_millis(250);
-        let mut pool: Option<PgPool> = None;
+        let mut pool: Option<LedgerPool> = None;
         // Only ever dropped (which stops it), never read: hence the `_`.
         let mut _listener: Option<Listening> = None;
         let mut last_start = Instant::now();
@@ -182,12 +181,16 @@ pub fn spawn(
 /// is made again whenever it ends (a restarted server, a terminated
 /// backend, a pooler), with backoff; `listening` says whether it is up now,
 /// and each reconnect wakes one poll for what changed while it was down.
-fn spawn_listener(pool: PgPool, wake: Arc<Notify>, listening: Arc<AtomicBool>) -> JoinHandle<()> {
+fn spawn_listener(
+    pool: LedgerPool,
+    wake: Arc<Notify>,
+    listening: Arc<AtomicBool>,
+) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut backoff = Duration::from_millis(250);
         let mut reconnect = false;
         loop {
-            let listener = match PgListener::connect_with(&pool).await {
+            let listener = match pool.listener().await {
                 Ok(mut listener) => match listener.listen(NOTIFY_CHANNEL).await {
                     Ok(()) => Some(listener),
                     Err(_) => None,
@@ -216,15 +219,15 @@ fn spawn_listener(pool: PgPool, wake: Arc<Notify>, listening: Arc<AtomicBool>) -
 }
 
 /// One consistent read of everything the console shows.
-pub async fn poll(pool: &PgPool, settings: &PollSettings) -> Result<Snapshot, LedgerError> {
+pub async fn poll(pool: &LedgerPool, settings: &PollSettings) -> Result<Snapshot, LedgerError> {
     let started = Instant::now();
     let mut tx = crate::ledger::snapshot::begin(pool).await?;
     let mut rows = Vec::with_capacity(4);
     let mut counts = Vec::with_capacity(4);
     let all_counts = match (settings.filter.is_empty(), settings.at) {
         (false, _) => Vec::new(),
-        (true, None) => panes::counts(&mut *tx).await?,
-        (true, Some(at)) => timetravel::counts_at(&mut *tx, at).await?,
+        (true, None) => panes::counts(&mut tx).await?,
+        (true, Some(at)) => timetravel::counts_at(&mut tx, at).await?,
     };
     for (index, pane) in Pane::ALL.into_iter().enumerate() {
         let (filter, offset, limit) = (
@@ -233,8 +236,8 @@ pub async fn poll(pool: &PgPool, settings: &PollSettings) -> Result<Snapshot, Le
             WINDOW as i64,
         );
         let pane_rows = match settings.at {
-            None => panes::fetch(&mut *tx, pane, filter, limit, offset).await?,
-            Some(at) => timetravel::fetch_at(&mut *tx, pane, at, filter, limit, offset).await?,
+            None => panes::fetch(&mut tx, pane, filter, limit, offset).await?,
+            Some(at) => timetravel::fetch_at(&mut tx, pane, at, filter, limit, offset).await?,
         };
         rows.push((pane, pane_rows));
         let count = match (
@@ -242,13 +245,13 @@ pub async fn poll(pool: &PgPool, settings: &PollSettings) -> Result<Snapshot, Le
             settings.at,
         ) {
             (Some(count), _) => count.items,
-            (None, None) => panes::count(&mut *tx, pane, filter).await?,
-            (None, Some(at)) => timetravel::count_at(&mut *tx, pane, at, filter).await?,
+            (None, None) => panes::count(&mut tx, pane, filter).await?,
+            (None, Some(at)) => timetravel::count_at(&mut tx, pane, at, filter).await?,
         };
         counts.push((pane, count));
     }
-    let escalations = escalations::open(&mut *tx, settings.at, ESCALATION_ROWS).await?;
-    let approvals = escalations::awaiting_approval(&mut *tx, settings.at, ESCALATION_ROWS).await?;
+    let escalations = escalations::open(&mut tx, settings.at, ESCALATION_ROWS).await?;
+    let approvals = escalations::awaiting_approval(&mut tx, settings.at, ESCALATION_ROWS).await?;
     // Unfiltered, the tabs of the other views count from the same snapshot.
     let count_of = |view: &str| {
         all_counts
@@ -260,7 +263,7 @@ pub async fn poll(pool: &PgPool, settings: &PollSettings) -> Result<Snapshot, Le
         .zip(count_of("approvals"))
         .map(|(escalations, approvals)| escalations + approvals);
     let audit_count = count_of("audit");
-    let audit = audit::recent(&mut *tx, settings.at, AUDIT_ROWS).await?;
+    let audit = audit::recent(&mut tx, settings.at, AUDIT_ROWS).await?;
     // In the same snapshot as the panes, so its tab count agrees with them;
     // under a savepoint, so a failing review (a sum out of range) leaves
     // every pane fresh.
@@ -281,7 +284,7 @@ pub async fn poll(pool: &PgPool, settings: &PollSettings) -> Result<Snapshot, Le
         Some(_) => Default::default(),
         None => {
             let shown = shown_effects(&rows, &escalations, &approvals, finance.as_ref());
-            crate::ledger::actions::applicability(&mut *tx, &shown).await?
+            crate::ledger::actions::applicability(&mut tx, &shown).await?
         }
     };
     let replica_lag = snapshot::replica_lag(&mut tx).await?;
@@ -340,7 +343,7 @@ fn shown_effects(
 
 /// Suspected doubles and exposure over the finance window ending at the instant.
 async fn finance_review(
-    tx: &mut sqlx::PgConnection,
+    tx: &mut crate::ledger::LedgerTransaction<'_>,
     settings: &PollSettings,
 ) -> Result<FinanceReview, LedgerError> {
     let since = settings.at.unwrap_or_else(Utc::now) - chrono::Duration::days(FINANCE_DAYS);

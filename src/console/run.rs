@@ -248,12 +248,9 @@ async fn event_loop(
                 }
                 Task::LoadDetail(op_key) => {
                     if detail_pool.is_none() {
-                        detail_pool = options.connect.options().ok().map(|o| {
-                            sqlx::postgres::PgPoolOptions::new()
-                                .max_connections(2)
-                                .acquire_timeout(options.connect.connect_timeout)
-                                .connect_lazy_with(o)
-                        });
+                        let mut connect = options.connect.clone();
+                        connect.max_connections = 2;
+                        detail_pool = crate::ledger::connect_lazy(&connect).ok();
                     }
                     if let Some(pool) = detail_pool.clone() {
                         let sender = sender.clone();

@@ -8,8 +8,8 @@ pub mod simulator;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::ledger::LedgerPool;
 use serde::Serialize;
-use sqlx::PgPool;
 
 use crate::ledger::panes::{self, PaneCount};
 use crate::ledger::{self, ConnectSettings, LedgerError};
@@ -116,7 +116,7 @@ fn first_lines(text: &str) -> String {
 /// Existing policies keep their windows unless `update_windows` (the demo's
 /// own ledger, or a window asked for); nothing else of theirs is changed.
 pub async fn install_demo_policies(
-    pool: &PgPool,
+    pool: &LedgerPool,
     window: Option<Duration>,
     update_windows: bool,
 ) -> Result<(), LedgerError> {
@@ -171,7 +171,7 @@ pub struct HeadlessSummary {
 
 /// The four panes' counts (the agents fill those; escalations and approvals
 /// wait for an operator).
-pub async fn pane_counts(pool: &PgPool) -> Result<Vec<PaneCount>, LedgerError> {
+pub async fn pane_counts(pool: &LedgerPool) -> Result<Vec<PaneCount>, LedgerError> {
     let mut counts = panes::counts(pool).await?;
     counts.retain(|count| {
         panes::Pane::ALL

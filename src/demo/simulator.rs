@@ -8,10 +8,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use crate::ledger::LedgerPool;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use serde_json::{Value, json};
-use sqlx::PgPool;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
@@ -99,7 +99,11 @@ pub struct Simulator {
 }
 
 impl Simulator {
-    pub fn start(pool: PgPool, provider: ProviderClient, options: SimulatorOptions) -> Simulator {
+    pub fn start(
+        pool: LedgerPool,
+        provider: ProviderClient,
+        options: SimulatorOptions,
+    ) -> Simulator {
         let stats = Arc::new(SimStats::default());
         let run = format!("{}.{}", options.seed, chrono::Utc::now().format("%H%M%S"));
         let (stop, stopped) = watch::channel(false);
@@ -154,7 +158,7 @@ impl Simulator {
 
 struct Agent {
     name: String,
-    pool: PgPool,
+    pool: LedgerPool,
     provider: ProviderClient,
     rng: StdRng,
     stats: Arc<SimStats>,

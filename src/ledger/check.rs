@@ -2,8 +2,8 @@
 //! open escalations and (on request) suspected double effects, judged
 //! against thresholds.
 
+use super::LedgerPool;
 use serde::Serialize;
-use sqlx::PgPool;
 
 use super::LedgerError;
 use super::panes::{self, PaneCount};
@@ -97,13 +97,13 @@ pub struct Breach {
 pub const AGED_PANES: [&str; 4] = ["overdue", "unknown", "held", "escalations"];
 
 pub async fn measure(
-    pool: &PgPool,
+    pool: &LedgerPool,
     with_suspected: bool,
     with_durability: bool,
 ) -> Result<Health, LedgerError> {
     let mut tx = super::snapshot::begin(pool).await?;
     // The audit trail is a record, not something waiting for anyone.
-    let counts: Vec<PaneCount> = panes::counts(&mut *tx)
+    let counts: Vec<PaneCount> = panes::counts(&mut tx)
         .await?
         .into_iter()
         .filter(|count| count.pane != "audit")
@@ -112,7 +112,7 @@ pub async fn measure(
     let suspected = if with_suspected {
         Some(
             sqlx::query_scalar::<_, i64>("select count(*) from ledger.suspected_double_effects")
-                .fetch_one(&mut *tx)
+                .fetch_one(&mut tx)
                 .await?,
         )
     } else {
@@ -133,7 +133,7 @@ pub async fn measure(
 
 /// Triggers on the ledger's tables not set to ENABLE ALWAYS ('A'); what
 /// `alter table … disable trigger`, or a plain `enable trigger`, leaves.
-async fn weak_triggers(tx: &mut sqlx::PgConnection) -> Result<Vec<String>, LedgerError> {
+async fn weak_triggers(tx: &mut super::LedgerTransaction<'_>) -> Result<Vec<String>, LedgerError> {
     Ok(sqlx::query_scalar(
         "select c.relname || '.' || t.tgname
            from pg_trigger t

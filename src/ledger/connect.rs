@@ -2,9 +2,10 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{Connection, PgConnection, PgPool};
+use sqlx::{Connection, PgConnection};
 
 use super::LedgerError;
+use super::pool::{LedgerPool, Pooler};
 
 /// How a process connects to the ledger. Every connection names itself and
 /// bounds its statements, so a stuck query shows up in pg_stat_activity
@@ -16,6 +17,8 @@ pub struct ConnectSettings {
     pub statement_timeout: Duration,
     pub connect_timeout: Duration,
     pub max_connections: u32,
+    /// What stands in front of the server; `None` finds out when connecting.
+    pub pooler: Option<Pooler>,
 }
 
 impl ConnectSettings {
@@ -26,10 +29,19 @@ impl ConnectSettings {
             statement_timeout: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(5),
             max_connections: 4,
+            pooler: None,
         }
     }
 
+    /// The options for connecting straight to the server (or through a
+    /// pooler that keeps sessions).
     pub fn options(&self) -> Result<PgConnectOptions, LedgerError> {
+        self.options_for(Pooler::None)
+    }
+
+    /// Behind a transaction pooler the startup packet carries only what the
+    /// pooler tracks: the statement timeout is then set per transaction.
+    fn options_for(&self, pooler: Pooler) -> Result<PgConnectOptions, LedgerError> {
         // The driver ignores the scheme: `mysql://host/db` would reach a PostgreSQL on
         // that host's default port instead of being refused as the wrong kind of URL.
         if !has_postgres_scheme(&self.url) {
@@ -39,10 +51,22 @@ impl ConnectSettings {
         }
         let options = PgConnectOptions::from_str(&self.url)
             .map_err(|error| LedgerError::BadUrl(first_line(&error.to_string())))?;
-        let timeout_ms = self.statement_timeout.as_millis().to_string();
-        Ok(options
-            .application_name(&self.application_name)
-            .options([("statement_timeout", timeout_ms.as_str())]))
+        let options = options.application_name(&self.application_name);
+        Ok(match pooler {
+            Pooler::None => {
+                let timeout_ms = self.statement_timeout.as_millis().to_string();
+                options.options([("statement_timeout", timeout_ms.as_str())])
+            }
+            Pooler::Transaction => options.extra_float_digits(None).statement_cache_capacity(0),
+        })
+    }
+
+    fn pool(&self, options: PgConnectOptions, pooler: Pooler) -> LedgerPool {
+        let pool = PgPoolOptions::new()
+            .max_connections(self.max_connections)
+            .acquire_timeout(self.connect_timeout)
+            .connect_lazy_with(options);
+        LedgerPool::new(pool, pooler, self.statement_timeout.as_millis())
     }
 }
 
@@ -64,32 +88,51 @@ impl ConnectSettings {
 
 /// Opens a pool and proves it works with one round trip, so a wrong URL or
 /// a down server is reported here, once, rather than at the first query.
-pub async fn connect(settings: &ConnectSettings) -> Result<PgPool, LedgerError> {
-    let options = settings.options()?;
-    // A direct first connection reports the real cause (refused, bad
-    // password, no such database); a pool would only say it timed out.
+/// Unless told, it finds out whether a transaction pooler stands in front:
+/// such a pooler refuses the startup options a server takes.
+pub async fn connect(settings: &ConnectSettings) -> Result<LedgerPool, LedgerError> {
+    let pooler = match settings.pooler {
+        Some(pooler) => {
+            probe(settings, pooler).await?;
+            pooler
+        }
+        None => match probe(settings, Pooler::None).await {
+            Err(refused) if is_pooler_refusal(&refused.to_string()) => {
+                probe(settings, Pooler::Transaction).await?;
+                Pooler::Transaction
+            }
+            other => other.map(|()| Pooler::None)?,
+        },
+    };
+    Ok(settings.pool(settings.options_for(pooler)?, pooler))
+}
+
+/// A direct first connection reports the real cause (refused, bad
+/// password, no such database); a pool would only say it timed out.
+async fn probe(settings: &ConnectSettings, pooler: Pooler) -> Result<(), LedgerError> {
+    let options = settings.options_for(pooler)?;
     let probe = tokio::time::timeout(settings.connect_timeout, async {
         let mut connection = PgConnection::connect_with(&options).await?;
         sqlx::query_scalar::<_, i32>("select 1")
+            .persistent(false)
             .fetch_one(&mut connection)
             .await?;
         connection.close().await
     })
     .await;
     match probe {
-        Ok(Ok(())) => {}
-        Ok(Err(error)) => return Err(LedgerError::from_sqlx(error)),
-        Err(_) => {
-            return Err(LedgerError::Unreachable(format!(
-                "no answer within {} s",
-                settings.connect_timeout.as_secs()
-            )));
-        }
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(error)) => Err(LedgerError::from_sqlx(error)),
+        Err(_) => Err(LedgerError::Unreachable(format!(
+            "no answer within {} s",
+            settings.connect_timeout.as_secs()
+        ))),
     }
-    Ok(PgPoolOptions::new()
-        .max_connections(settings.max_connections)
-        .acquire_timeout(settings.connect_timeout)
-        .connect_lazy_with(options))
+}
+
+/// PgBouncer's answer to a startup option it does not pass on.
+fn is_pooler_refusal(message: &str) -> bool {
+    message.contains("unsupported startup parameter")
 }
 
 fn has_postgres_scheme(url: &str) -> bool {
@@ -103,12 +146,12 @@ fn first_line(text: &str) -> String {
 }
 
 /// A pool that connects on first use: for a console that must open (and
-/// show the database as unreachable) even when the server is down.
-pub fn connect_lazy(settings: &ConnectSettings) -> Result<PgPool, LedgerError> {
-    Ok(PgPoolOptions::new()
-        .max_connections(settings.max_connections)
-        .acquire_timeout(settings.connect_timeout)
-        .connect_lazy_with(settings.options()?))
+/// show the database as unreachable) even when the server is down. It
+/// cannot look first, so unless told it takes the way that works both
+/// straight to the server and through a transaction pooler.
+pub fn connect_lazy(settings: &ConnectSettings) -> Result<LedgerPool, LedgerError> {
+    let pooler = settings.pooler.unwrap_or(Pooler::Transaction);
+    Ok(settings.pool(settings.options_for(pooler)?, pooler))
 }
 
 /// `url` with its database (path) replaced, keeping credentials, host and

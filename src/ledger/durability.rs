@@ -5,7 +5,6 @@
 //! `claimed`; the agent's retry on the new primary then proceeds again.
 
 use serde::Serialize;
-use sqlx::PgConnection;
 
 use super::LedgerError;
 
@@ -49,7 +48,7 @@ pub struct Verdict {
     pub synchronous_standbys: usize,
 }
 
-pub async fn measure(conn: &mut PgConnection) -> Result<Durability, LedgerError> {
+pub async fn measure(conn: &mut super::LedgerTransaction<'_>) -> Result<Durability, LedgerError> {
     let (synchronous_commit, synchronous_standby_names, in_recovery): (String, String, bool) =
         sqlx::query_as(
             "select current_setting('synchronous_commit'),

@@ -5,7 +5,9 @@
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use sqlx::{PgExecutor, PgPool};
+use sqlx::PgExecutor;
+
+use super::LedgerPool;
 
 use super::LedgerError;
 
@@ -105,17 +107,17 @@ pub async fn exposure<'c>(
 }
 
 pub async fn review(
-    pool: &PgPool,
+    pool: &LedgerPool,
     at: Option<DateTime<Utc>>,
     since: Option<DateTime<Utc>>,
 ) -> Result<FinanceReview, LedgerError> {
     let mut tx = super::snapshot::begin(pool).await?;
     // Reads every succeeded effect of the touched targets: a review, not a poll.
     sqlx::query("set local statement_timeout = '5min'")
-        .execute(&mut *tx)
+        .execute(&mut tx)
         .await?;
-    let suspected = suspected(&mut *tx, at, since).await?;
-    let exposure = exposure(&mut *tx, at, since).await?;
+    let suspected = suspected(&mut tx, at, since).await?;
+    let exposure = exposure(&mut tx, at, since).await?;
     tx.commit().await?;
     Ok(FinanceReview {
         at,

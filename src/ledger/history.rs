@@ -1,9 +1,9 @@
 //! Everything the ledger knows about one effect, for `show` and the detail view.
 
+use super::LedgerPool;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
-use sqlx::PgPool;
 
 use super::LedgerError;
 use super::model::{
@@ -92,7 +92,7 @@ pub struct EscalationDelivery {
     pub at: DateTime<Utc>,
 }
 
-pub async fn find_effect(pool: &PgPool, op_key: &str) -> Result<Option<Effect>, LedgerError> {
+pub async fn find_effect(pool: &LedgerPool, op_key: &str) -> Result<Option<Effect>, LedgerError> {
     let sql = format!(
         "select {} from ledger.effects e where e.op_key = $1",
         Effect::COLUMNS
@@ -105,7 +105,7 @@ pub async fn find_effect(pool: &PgPool, op_key: &str) -> Result<Option<Effect>, 
 
 /// Reads the effect and its records in one repeatable-read snapshot, so the
 /// parts agree with each other even while workers write.
-pub async fn load(pool: &PgPool, op_key: &str) -> Result<EffectHistory, LedgerError> {
+pub async fn load(pool: &LedgerPool, op_key: &str) -> Result<EffectHistory, LedgerError> {
     let mut tx = super::snapshot::begin(pool).await?;
     let sql = format!(
         "select {} from ledger.effects e where e.op_key = $1",
@@ -113,7 +113,7 @@ pub async fn load(pool: &PgPool, op_key: &str) -> Result<EffectHistory, LedgerEr
     );
     let effect = sqlx::query_as::<_, Effect>(sqlx::AssertSqlSafe(sql))
         .bind(op_key)
-        .fetch_optional(&mut *tx)
+        .fetch_optional(&mut tx)
         .await?
         .ok_or_else(|| LedgerError::NotFound(op_key.to_string()))?;
     let attempts = sqlx::query_as::<_, Attempt>(
@@ -121,14 +121,14 @@ pub async fn load(pool: &PgPool, op_key: &str) -> Result<EffectHistory, LedgerEr
            from ledger.attempts where effect_id = $1 order by at, id",
     )
     .bind(effect.id)
-    .fetch_all(&mut *tx)
+    .fetch_all(&mut tx)
     .await?;
     let events = sqlx::query_as::<_, EffectEvent>(
         "select id, from_state, to_state, actor, db_role, reason, at
            from ledger.effect_events where effect_id = $1 order by at, id",
     )
     .bind(effect.id)
-    .fetch_all(&mut *tx)
+    .fetch_all(&mut tx)
     .await?;
     let reconciliations = sqlx::query_as::<_, Reconciliation>(
         "select id, provider, finding, external_refs, evidence, duration_ms, state_before,
@@ -136,7 +136,7 @@ pub async fn load(pool: &PgPool, op_key: &str) -> Result<EffectHistory, LedgerEr
            from ledger.reconciliations where effect_id = $1 order by at, id",
     )
     .bind(effect.id)
-    .fetch_all(&mut *tx)
+    .fetch_all(&mut tx)
     .await?;
     let escalations = sqlx::query_as::<_, Escalation>(
         "select id, escalation_key, op_key, sink, decision_needed, payload, state, delivery_attempts,
@@ -144,14 +144,14 @@ pub async fn load(pool: &PgPool, op_key: &str) -> Result<EffectHistory, LedgerEr
            from ledger.escalations where effect_id = $1 order by created_at, id",
     )
     .bind(effect.id)
-    .fetch_all(&mut *tx)
+    .fetch_all(&mut tx)
     .await?;
     let audit = sqlx::query_as::<_, AuditEntry>(
         "select seq, at, operator, db_role, action, effect_id, op_key, reason, before, after, hash
            from ledger.audit_log where effect_id = $1 order by seq",
     )
     .bind(effect.id)
-    .fetch_all(&mut *tx)
+    .fetch_all(&mut tx)
     .await?;
     let related_sql = format!(
         "select {} from ledger.effects e where e.target = $1 and e.id <> $2
@@ -161,9 +161,9 @@ pub async fn load(pool: &PgPool, op_key: &str) -> Result<EffectHistory, LedgerEr
     let related = sqlx::query_as::<_, Effect>(sqlx::AssertSqlSafe(related_sql))
         .bind(&effect.target)
         .bind(effect.id)
-        .fetch_all(&mut *tx)
+        .fetch_all(&mut tx)
         .await?;
-    let policy = Some(super::policies::for_action(&mut *tx, &effect.action).await?);
+    let policy = Some(super::policies::for_action(&mut tx, &effect.action).await?);
     let links = sqlx::query_as::<_, Link>(
         "select l.relation, x.op_key, x.state::text as state
            from (select 1 as ord, 'compensates'::text as relation, $2::bigint as id
@@ -182,7 +182,7 @@ pub async fn load(pool: &PgPool, op_key: &str) -> Result<EffectHistory, LedgerEr
     .bind(effect.compensates)
     .bind(effect.held_by)
     .bind(&effect.target)
-    .fetch_all(&mut *tx)
+    .fetch_all(&mut tx)
     .await?;
     let compensation_requests = sqlx::query_as::<_, CompensationRequest>(
         "select id, state, amount_minor, currency, approval_limit_minor, requested_by, reason,
@@ -190,7 +190,7 @@ pub async fn load(pool: &PgPool, op_key: &str) -> Result<EffectHistory, LedgerEr
            from ledger.compensation_requests where effect_id = $1 order by created_at, id",
     )
     .bind(effect.id)
-    .fetch_all(&mut *tx)
+    .fetch_all(&mut tx)
     .await?;
     let escalation_deliveries = sqlx::query_as::<_, EscalationDelivery>(
         "select s.escalation_key, d.attempt, d.worker, d.ok, d.error, d.duration_ms, d.at
@@ -200,10 +200,10 @@ pub async fn load(pool: &PgPool, op_key: &str) -> Result<EffectHistory, LedgerEr
           order by d.at, d.id",
     )
     .bind(effect.id)
-    .fetch_all(&mut *tx)
+    .fetch_all(&mut tx)
     .await?;
     let applicability =
-        super::actions::applicability(&mut *tx, std::slice::from_ref(&effect.op_key))
+        super::actions::applicability(&mut tx, std::slice::from_ref(&effect.op_key))
             .await?
             .remove(&effect.op_key)
             .unwrap_or_default();

@@ -1,7 +1,7 @@
 //! Installs or upgrades the ledger schema from the migrations in `sql/`,
 //! compiled into the binary so a deployed console needs no source tree.
 
-use sqlx::PgPool;
+use super::LedgerPool;
 use sqlx::migrate::Migrator;
 
 use super::LedgerError;
@@ -16,7 +16,10 @@ pub struct MigrationReport {
 
 /// Creates the database `name` on the cluster `admin` is connected to,
 /// unless it exists; says whether it made it.
-pub async fn create_database_if_missing(admin: &PgPool, name: &str) -> Result<bool, LedgerError> {
+pub async fn create_database_if_missing(
+    admin: &LedgerPool,
+    name: &str,
+) -> Result<bool, LedgerError> {
     let exists: bool =
         sqlx::query_scalar("select exists (select 1 from pg_database where datname = $1)")
             .bind(name)
@@ -38,14 +41,21 @@ pub async fn create_database_if_missing(admin: &PgPool, name: &str) -> Result<bo
 /// Applies what is missing; running it again applies nothing and says so.
 /// A ledger made by migrations other than these is refused with one line
 /// saying so, never half-upgraded.
-pub async fn run(pool: &PgPool) -> Result<MigrationReport, LedgerError> {
+pub async fn run(pool: &LedgerPool) -> Result<MigrationReport, LedgerError> {
+    // Migrations hold a session-level lock and prepare statements as a
+    // session does: a transaction pooler would hand their server away.
+    if pool.pooler() == super::Pooler::Transaction {
+        return Err(LedgerError::Invalid(
+            "migrate needs a connection of its own: run it with a URL straight to the server, not through the transaction pooler".to_string(),
+        ));
+    }
     let applied = applied_migrations(pool).await?;
     if let Some(problem) = foreign_migration(&applied) {
         return Err(LedgerError::OtherVersion(problem));
     }
     let done: Vec<i64> = applied.iter().map(|(version, _)| *version).collect();
     MIGRATOR
-        .run(pool)
+        .run(pool.session_pool())
         .await
         .map_err(|error| LedgerError::Database(format!("migration failed: {error}")))?;
     let applied = MIGRATOR
@@ -76,7 +86,7 @@ fn foreign_migration(applied: &[(i64, Vec<u8>)]) -> Option<String> {
     })
 }
 
-async fn applied_migrations(pool: &PgPool) -> Result<Vec<(i64, Vec<u8>)>, LedgerError> {
+async fn applied_migrations(pool: &LedgerPool) -> Result<Vec<(i64, Vec<u8>)>, LedgerError> {
     let exists: bool =
         sqlx::query_scalar("select to_regclass('public._sqlx_migrations') is not null")
             .fetch_one(pool)

@@ -16,6 +16,7 @@ pub mod migrate;
 pub mod model;
 pub mod panes;
 pub mod policies;
+pub mod pool;
 pub mod reconciler;
 pub mod report;
 pub mod retention;
@@ -26,6 +27,7 @@ pub mod writer;
 pub use connect::{ConnectSettings, connect, connect_lazy};
 pub use error::LedgerError;
 pub use model::{Decision, Effect, State};
+pub use pool::{LedgerPool, LedgerTransaction, Pooler};
 
 /// The channel every change to `ledger.effects` is announced on.
 pub const NOTIFY_CHANNEL: &str = "effectwatch_ledger";

@@ -128,26 +128,26 @@ pub struct LedgerFigures {
     pub backing_off: i64,
 }
 
-pub async fn figures(pool: &sqlx::PgPool) -> Result<LedgerFigures, LedgerError> {
+pub async fn figures(pool: &super::LedgerPool) -> Result<LedgerFigures, LedgerError> {
     let mut tx = super::snapshot::begin(pool).await?;
     let effects_by_state =
         sqlx::query_as("select state, count(*) from ledger.effects group by state order by state")
-            .fetch_all(&mut *tx)
+            .fetch_all(&mut tx)
             .await?;
     let escalations_by_state = sqlx::query_as(
         "select state, count(*) from ledger.escalations group by state order by state",
     )
-    .fetch_all(&mut *tx)
+    .fetch_all(&mut tx)
     .await?;
     let oldest_unknown_seconds: f64 = sqlx::query_scalar(
         "select coalesce(extract(epoch from now() - min(state_since)), 0)::float8 \
            from ledger.effects where state = 'unknown'",
     )
-    .fetch_one(&mut *tx)
+    .fetch_one(&mut tx)
     .await?;
     let (leased, backing_off): (i64, i64) =
         sqlx::query_as("select leased, backing_off from ledger.reconcile_backlog")
-            .fetch_one(&mut *tx)
+            .fetch_one(&mut tx)
             .await?;
     tx.commit().await?;
     Ok(LedgerFigures {

@@ -3,10 +3,10 @@
 //! was still open at the end, and the timelines of the worst items. The
 //! range is read in slices so a caller can show progress.
 
+use super::LedgerPool;
 use chrono::{DateTime, Duration, Utc};
 use serde::Serialize;
 use serde_json::Value;
-use sqlx::PgPool;
 
 use super::LedgerError;
 use super::history::{self, TimelineEntry};
@@ -181,7 +181,7 @@ pub const OPEN_LIMIT: i64 = 500;
 const SLICES: i32 = 50;
 
 pub async fn build(
-    pool: &PgPool,
+    pool: &LedgerPool,
     scope: &ReportScope,
     mut progress: impl FnMut(Progress),
 ) -> Result<Report, LedgerError> {

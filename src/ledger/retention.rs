@@ -7,11 +7,11 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use super::LedgerPool;
 use chrono::{DateTime, Utc};
 use futures_util::TryStreamExt;
 use serde::Serialize;
 use serde_json::Value;
-use sqlx::PgPool;
 use thiserror::Error;
 
 use super::LedgerError;
@@ -80,7 +80,7 @@ pub struct PruneOutcome {
     pub audit_seq: i64,
 }
 
-pub async fn plan(pool: &PgPool, cutoff: Cutoff) -> Result<PrunePlan, LedgerError> {
+pub async fn plan(pool: &LedgerPool, cutoff: Cutoff) -> Result<PrunePlan, LedgerError> {
     let (older_than, before) = cutoff.binds();
     let sql = format!(
         "select kept_because, count(*) from ledger.prune_review(now() - {})
@@ -108,7 +108,7 @@ pub async fn plan(pool: &PgPool, cutoff: Cutoff) -> Result<PrunePlan, LedgerErro
 }
 
 pub async fn prune(
-    pool: &PgPool,
+    pool: &LedgerPool,
     cutoff: Cutoff,
     operator: &str,
     reason: &str,
@@ -118,7 +118,7 @@ pub async fn prune(
     let mut tx = pool.begin().await.map_err(LedgerError::from)?;
     // A batch job over the whole ledger, not an interactive poll.
     sqlx::query("set local statement_timeout = '1h'")
-        .execute(&mut *tx)
+        .execute(&mut tx)
         .await
         .map_err(LedgerError::from)?;
     let mut only_ids: Option<Vec<i64>> = None;
@@ -131,7 +131,7 @@ pub async fn prune(
         let mut rows = sqlx::query_as::<_, (i64, Value)>(sqlx::AssertSqlSafe(sql))
             .bind(older_than)
             .bind(before)
-            .fetch(&mut *tx);
+            .fetch(&mut tx);
         while let Some((id, data)) = rows.try_next().await.map_err(LedgerError::from)? {
             sink.record(&data).map_err(PruneError::Export)?;
             ids.push(id);
@@ -151,7 +151,7 @@ pub async fn prune(
         .bind(operator)
         .bind(reason)
         .bind(&only_ids)
-        .fetch_one(&mut *tx)
+        .fetch_one(&mut tx)
         .await
         .map_err(LedgerError::from)?;
     if let Some(ids) = &only_ids
@@ -171,7 +171,7 @@ pub async fn prune(
 /// ledger refuses under 30 days): such a key could then proceed as new.
 /// Returns how many went and the audit entry.
 pub async fn prune_tombstones(
-    pool: &PgPool,
+    pool: &LedgerPool,
     older_than: Duration,
     operator: &str,
     reason: &str,

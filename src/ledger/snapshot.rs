@@ -2,20 +2,20 @@
 //! query of a poll, a detail view, a review or a check sees the ledger at
 //! the same instant while workers write.
 
-use sqlx::{PgPool, Postgres, Transaction};
+use sqlx::PgExecutor;
 
-use super::LedgerError;
+use super::{LedgerError, LedgerPool, LedgerTransaction};
 
-pub async fn begin(pool: &PgPool) -> Result<Transaction<'static, Postgres>, LedgerError> {
+pub async fn begin(pool: &LedgerPool) -> Result<LedgerTransaction<'static>, LedgerError> {
     let mut tx = pool.begin().await?;
     sqlx::query("set transaction isolation level repeatable read read only")
-        .execute(&mut *tx)
+        .execute(&mut tx)
         .await?;
     Ok(tx)
 }
 
 /// The database and login the snapshot reads as, for the console's header.
-pub async fn whoami(tx: &mut sqlx::PgConnection) -> Result<(String, String), LedgerError> {
+pub async fn whoami<'c>(tx: impl PgExecutor<'c>) -> Result<(String, String), LedgerError> {
     Ok(
         sqlx::query_as("select current_database()::text, session_user::text")
             .fetch_one(tx)
@@ -27,7 +27,7 @@ pub async fn whoami(tx: &mut sqlx::PgConnection) -> Result<(String, String), Led
 /// (0 when it has replayed all it received); None on a primary. An idle
 /// primary sends nothing, so the last replayed commit's age alone would
 /// call a caught-up standby late.
-pub async fn replica_lag(tx: &mut sqlx::PgConnection) -> Result<Option<f64>, LedgerError> {
+pub async fn replica_lag<'c>(tx: impl PgExecutor<'c>) -> Result<Option<f64>, LedgerError> {
     Ok(sqlx::query_scalar(
         "select case when pg_is_in_recovery() then
                     case when pg_last_wal_receive_lsn() is not distinct from pg_last_wal_replay_lsn()
@@ -40,7 +40,7 @@ pub async fn replica_lag(tx: &mut sqlx::PgConnection) -> Result<Option<f64>, Led
     .await?)
 }
 
-pub async fn is_standby(pool: &sqlx::PgPool) -> Result<bool, LedgerError> {
+pub async fn is_standby(pool: &LedgerPool) -> Result<bool, LedgerError> {
     Ok(sqlx::query_scalar("select pg_is_in_recovery()")
         .fetch_one(pool)
         .await?)

@@ -8,6 +8,7 @@ use std::sync::Mutex;
 use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
+use crate::ledger::LedgerPool;
 use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
@@ -18,7 +19,6 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
-use sqlx::PgPool;
 
 use super::Handled;
 use crate::ledger::reconciler::figures;
@@ -81,7 +81,7 @@ impl WorkCounters {
 #[derive(Clone)]
 pub struct Exposed {
     pub counters: std::sync::Arc<WorkCounters>,
-    pub pool: PgPool,
+    pub pool: LedgerPool,
     /// Unhealthy when no pass has reached the ledger for this long.
     pub stale_after: Duration,
 }

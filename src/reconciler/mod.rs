@@ -15,9 +15,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::ledger::LedgerPool;
 use futures_util::StreamExt;
 use futures_util::stream;
-use sqlx::PgPool;
 
 use crate::ledger::LedgerError;
 use crate::ledger::reconciler::{self as leases, LeaseTerms, Leased};
@@ -139,14 +139,14 @@ impl PassSummary {
 
 pub struct Reconciler {
     settler: Settler,
-    pool: PgPool,
+    pool: LedgerPool,
     settings: ReconcilerSettings,
     counters: Arc<WorkCounters>,
 }
 
 impl Reconciler {
     /// `settler` must settle as `settings.name` and may not be read-only.
-    pub fn new(settler: Settler, pool: PgPool, settings: ReconcilerSettings) -> Reconciler {
+    pub fn new(settler: Settler, pool: LedgerPool, settings: ReconcilerSettings) -> Reconciler {
         Reconciler {
             settler,
             pool,

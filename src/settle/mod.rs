@@ -14,9 +14,9 @@ mod reconcile;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use crate::ledger::LedgerPool;
 use serde::Serialize;
 use serde_json::{Value, json};
-use sqlx::PgPool;
 use thiserror::Error;
 
 use crate::adapters::provider::Provider;
@@ -217,7 +217,7 @@ impl Adapters {
 /// Settles effects for one operator; cheap to clone (everything is shared).
 #[derive(Debug, Clone)]
 pub struct Settler {
-    pool: PgPool,
+    pool: LedgerPool,
     config: Arc<Config>,
     operator: String,
     read_only: bool,
@@ -229,7 +229,7 @@ impl Settler {
     /// problem when used (and in [`Settler::adapter_problems`]), without
     /// keeping the others from working.
     pub fn new(
-        pool: PgPool,
+        pool: LedgerPool,
         config: Arc<Config>,
         operator: impl Into<String>,
         read_only: bool,

@@ -13,6 +13,7 @@
 //!   a shared server, and a throwaway cluster does not fill the disk during long runs.
 #![allow(dead_code)] // each test file uses its own part of the harness
 
+pub mod pgbouncer;
 pub mod roles;
 
 /// A EUR 12.00 refund on `target`, asked by agent-1: the intent most tests write.
@@ -34,10 +35,11 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use effectwatch::ledger::LedgerPool;
 pub use effectwatch::ledger::connect::url_with_database;
 use effectwatch::localpg::{ClusterOptions, LocalCluster};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{AssertSqlSafe, Connection, PgConnection, PgPool};
+use sqlx::{AssertSqlSafe, Connection, PgConnection};
 
 const APPLICATION_NAME: &str = "effectwatch-test";
 /// How long dropping a test database may hold up the end of a test.
@@ -45,7 +47,7 @@ const DROP_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// A fresh database for one test; dropped (best effort) when this is dropped.
 pub struct TestDb {
-    pub pool: PgPool,
+    pub pool: LedgerPool,
     /// URL of this test's database.
     pub url: String,
     admin_url: String,
@@ -72,13 +74,14 @@ pub async fn test_db() -> TestDb {
             .max_connections(10)
             .connect_with(options(&url))
             .await
-            .unwrap_or_else(|e| panic!("connecting to test database {name}: {e}")),
+            .unwrap_or_else(|e| panic!("connecting to test database {name}: {e}"))
+            .into(),
         url,
         admin_url: server.admin_url.clone(),
         name,
     };
     sqlx::migrate!("./sql")
-        .run(&db.pool)
+        .run(db.pool.session_pool())
         .await
         .unwrap_or_else(|e| panic!("applying migrations to test database {}: {e}", db.name));
     db
@@ -93,12 +96,13 @@ impl TestDb {
     }
 
     /// Another pool on this database, with at most `max` connections.
-    pub async fn pool_with(&self, max: u32) -> PgPool {
+    pub async fn pool_with(&self, max: u32) -> LedgerPool {
         PgPoolOptions::new()
             .max_connections(max)
             .connect_with(options(&self.url))
             .await
             .unwrap_or_else(|e| panic!("connecting to test database {}: {e}", self.name))
+            .into()
     }
 }
 
@@ -203,7 +207,7 @@ fn unique_name() -> String {
 /// format characters in its key or target included: whoever wrote a row, the
 /// console and the CLI must show it safely.
 pub async fn force_effect(
-    pool: &PgPool,
+    pool: &LedgerPool,
     intent: &effectwatch::ledger::writer::Intent,
 ) -> effectwatch::ledger::Decision {
     sqlx::query(

@@ -3,6 +3,7 @@
 //! `effect_operator` role, so every test also proves the grants suffice.
 #![allow(dead_code)] // each test file uses its own part of the rig
 
+use effectwatch::ledger::LedgerPool;
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,8 +17,8 @@ use effectwatch::ledger::{Decision, Effect};
 use effectwatch::reconciler::{Reconciler, ReconcilerSettings};
 use effectwatch::settle::Settler;
 use serde_json::json;
+use sqlx::Executor;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{Executor, PgPool};
 
 use crate::common::{TestDb, test_db};
 
@@ -29,7 +30,7 @@ pub struct Rig {
     pub fake: FakeProvider,
     pub base_url: String,
     pub config: Arc<Config>,
-    pub operator_pool: PgPool,
+    pub operator_pool: LedgerPool,
 }
 
 impl Rig {
@@ -220,7 +221,7 @@ impl Rig {
 
 /// A pool whose connections act as `role`, like a console logged in as a
 /// member of it.
-pub async fn role_pool(db: &TestDb, role: &'static str) -> PgPool {
+pub async fn role_pool(db: &TestDb, role: &'static str) -> LedgerPool {
     let options = PgConnectOptions::from_str(&db.url)
         .expect("test database URL")
         .application_name("effectwatch-settle-test");
@@ -241,6 +242,7 @@ pub async fn role_pool(db: &TestDb, role: &'static str) -> PgPool {
         .connect_with(options)
         .await
         .expect("connecting as a role")
+        .into()
 }
 
 /// A reconciler for tests: no grace, a millisecond's backoff, a person
