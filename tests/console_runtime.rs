@@ -20,7 +20,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 
-use effectwatch::console::app::{App, Message, Snapshot, View};
+use effectwatch::console::app::{App, Message, Notifications, Snapshot, View};
 use effectwatch::console::poller::{self, PollSettings};
 use effectwatch::console::theme::{Role, Theme};
 use effectwatch::console::views;
@@ -610,7 +610,7 @@ async fn a_lost_listen_connection_comes_back_and_the_console_says_while_it_is_go
     }
     notify().await;
     let woken = next_snapshot(&mut messages).await;
-    assert!(woken.listening);
+    assert_eq!(woken.notifications, Notifications::Arriving);
 
     for round in 0..3 {
         // The LISTEN session ends, as in a restart or a pooler's reaping.
@@ -624,7 +624,7 @@ async fn a_lost_listen_connection_comes_back_and_the_console_says_while_it_is_go
         // It comes back, and its reconnect polls once for what was missed.
         let back = next_snapshot(&mut messages).await;
         assert!(
-            back.listening,
+            back.notifications == Notifications::Arriving,
             "round {round}: the poll after the reconnect"
         );
         notify().await;
@@ -658,7 +658,7 @@ async fn a_console_reading_an_instant_polls_once_per_instant_and_never_listens()
     let first = next_snapshot(&mut messages).await;
     assert_eq!(first.finance.as_ref().and_then(|f| f.at), Some(t1));
     assert!(
-        !first.listening,
+        first.notifications != Notifications::Arriving,
         "the past sends no notifications to listen for"
     );
 

@@ -68,7 +68,7 @@ fn snapshot(overdue: Vec<OverdueRow>, total: i64, offset: usize) -> Snapshot {
         audit: Vec::new(),
         escalation_count: None,
         audit_count: None,
-        listening: true,
+        notifications: effectwatch::console::app::Notifications::Arriving,
         finance: None,
         offsets: [offset, 0, 0, 0],
         // Anything else a snapshot carries, as the fixtures have it.

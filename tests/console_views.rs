@@ -54,7 +54,7 @@ fn empty_snapshot() -> Snapshot {
         audit: Vec::new(),
         escalation_count: None,
         audit_count: None,
-        listening: true,
+        notifications: effectwatch::console::app::Notifications::Arriving,
         finance: None,
         ..fixtures::snapshot(0)
     }
@@ -663,12 +663,24 @@ fn a_console_that_is_not_listening_says_so() {
     let listening = screen(&app_with(full_snapshot(), false));
     assert!(!listening.lines().next().unwrap().contains("not listening"));
     let deaf = Snapshot {
-        listening: false,
+        notifications: effectwatch::console::app::Notifications::Reconnecting,
         ..full_snapshot()
     };
-    let screen = screen(&app_with(deaf, false));
-    let header = screen.lines().next().unwrap();
+    let screen_of_deaf = screen(&app_with(deaf, false));
+    let header = screen_of_deaf.lines().next().unwrap();
     assert!(header.contains("● live · not listening"), "{header}");
+    // Behind a transaction pooler LISTEN is accepted and then dropped: the
+    // console must not call itself live-listening, nor merely reconnecting.
+    let pooled = Snapshot {
+        notifications: effectwatch::console::app::Notifications::Lost,
+        ..full_snapshot()
+    };
+    let screen_of_pooled = screen(&app_with(pooled, false));
+    let header = screen_of_pooled.lines().next().unwrap();
+    assert!(
+        header.contains("● live · notifications do not arrive (a pooler?): polling"),
+        "{header}"
+    );
 }
 
 #[test]
@@ -922,7 +934,7 @@ fn a_console_on_a_replica_says_how_far_behind_it_is_and_when_that_is_stale() {
         let mut snapshot = full_snapshot();
         snapshot.replica_lag = Some(lag);
         // A standby sends no notifications: that is not "not listening".
-        snapshot.listening = false;
+        snapshot.notifications = effectwatch::console::app::Notifications::Reconnecting;
         let app = app_with(snapshot, false);
         screen(&app).lines().next().unwrap().to_string()
     };

@@ -3,7 +3,6 @@
 //! trying with backoff when the database goes away. The UI never waits on it.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::ledger::LedgerPool;
@@ -11,12 +10,13 @@ use chrono::{DateTime, Utc};
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::JoinHandle;
 
-use super::app::{Message, Snapshot, WINDOW};
+use super::app::{Message, Notifications, Snapshot, WINDOW};
 use crate::ledger::escalations::{ApprovalRow, EscalationRow};
 use crate::ledger::finance::{self, FinanceReview};
 use crate::ledger::panes::{self, Filter, Pane, PaneRows};
 use crate::ledger::{
-    self, ConnectSettings, LedgerError, NOTIFY_CHANNEL, audit, escalations, snapshot, timetravel,
+    self, ConnectSettings, LedgerError, NOTIFY_CHANNEL, audit, channel, escalations, snapshot,
+    timetravel,
 };
 
 #[derive(Debug, Clone, PartialEq)]
@@ -40,6 +40,12 @@ const SETTLE: Duration = Duration::from_millis(150);
 const MIN_WAKE_GAP: Duration = Duration::from_millis(250);
 /// The most a poll woken by NOTIFY waits after the previous one started.
 const MAX_WAKE_GAP: Duration = Duration::from_secs(1);
+/// How long a listener waits for its own probe before it concludes that
+/// notifications do not reach it.
+const PROBE_WAIT: Duration = Duration::from_secs(3);
+/// How long a console whose notifications are lost polls before it tries to
+/// listen again (the pooler may have been taken out of the way).
+const LOST_RETRY: Duration = Duration::from_secs(60);
 /// How much longer than the statement timeout a poll may take before the
 /// database counts as gone: a peer that vanished without a reset never
 /// answers, and the server-side timeout cannot fire where no server is.
@@ -72,7 +78,8 @@ pub fn spawn(
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
         let wake = Arc::new(Notify::new());
-        let listening = Arc::new(AtomicBool::new(false));
+        let (heard, hearing) = watch::channel(Notifications::Reconnecting);
+        let heard = Arc::new(heard);
         let answer_within = connect.statement_timeout + ANSWER_GRACE;
         let mut backoff = Duration::from_millis(250);
         let mut pool: Option<LedgerPool> = None;
@@ -94,7 +101,7 @@ pub fn spawn(
                             Listening(spawn_listener(
                                 connected.clone(),
                                 wake.clone(),
-                                listening.clone(),
+                                heard.clone(),
                             ))
                         });
                         pool = Some(connected);
@@ -121,7 +128,7 @@ pub fn spawn(
                 let message =
                     match tokio::time::timeout(answer_within, poll(connected, &current)).await {
                         Ok(Ok(mut snapshot)) => {
-                            snapshot.listening = listening.load(Ordering::Relaxed);
+                            snapshot.notifications = *hearing.borrow();
                             Message::Snapshot(Box::new(snapshot))
                         }
                         Ok(Err(error)) => {
@@ -179,12 +186,14 @@ pub fn spawn(
 
 /// Turns NOTIFY on the ledger channel into an early poll. Its connection
 /// is made again whenever it ends (a restarted server, a terminated
-/// backend, a pooler), with backoff; `listening` says whether it is up now,
-/// and each reconnect wakes one poll for what changed while it was down.
+/// backend), with backoff, and each reconnect wakes one poll for what changed
+/// while it was down. A LISTEN that is accepted is proven by a probe the
+/// listener announces through the pool: behind a transaction pooler the
+/// probe never comes back, and `heard` says so instead of claiming to listen.
 fn spawn_listener(
     pool: LedgerPool,
     wake: Arc<Notify>,
-    listening: Arc<AtomicBool>,
+    heard: Arc<watch::Sender<Notifications>>,
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut backoff = Duration::from_millis(250);
@@ -198,24 +207,67 @@ fn spawn_listener(
                 Err(_) => None,
             };
             let Some(mut listener) = listener else {
-                listening.store(false, Ordering::Relaxed);
+                heard.send_replace(Notifications::Reconnecting);
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(MAX_BACKOFF);
                 continue;
             };
-            listening.store(true, Ordering::Relaxed);
             backoff = Duration::from_millis(250);
+            match probe(&pool, &mut listener, &wake).await {
+                Some(true) => {}
+                Some(false) => {
+                    heard.send_replace(Notifications::Lost);
+                    drop(listener);
+                    tokio::time::sleep(LOST_RETRY).await;
+                    continue;
+                }
+                None => {
+                    heard.send_replace(Notifications::Reconnecting);
+                    continue;
+                }
+            }
+            heard.send_replace(Notifications::Arriving);
             if reconnect {
                 wake.notify_one();
             }
             reconnect = true;
             // try_recv answers None when the connection is gone: make a new one.
-            while let Ok(Some(_)) = listener.try_recv().await {
-                wake.notify_one();
+            while let Ok(Some(notification)) = listener.try_recv().await {
+                if !channel::is_probe(notification.payload()) {
+                    wake.notify_one();
+                }
             }
-            listening.store(false, Ordering::Relaxed);
+            heard.send_replace(Notifications::Reconnecting);
         }
     })
+}
+
+/// Announces a probe through the pool and waits for it on `listener`:
+/// whether it arrived, or None when the listener's connection ended first.
+/// Changes announced meanwhile still wake a poll.
+async fn probe(
+    pool: &LedgerPool,
+    listener: &mut sqlx::postgres::PgListener,
+    wake: &Notify,
+) -> Option<bool> {
+    let token = format!("{}-{}", std::process::id(), rand::random::<u64>());
+    let Ok(payload) = channel::send_probe(pool, &token).await else {
+        // The pool cannot reach the server: the poll says so; try again.
+        return None;
+    };
+    let deadline = tokio::time::Instant::now() + PROBE_WAIT;
+    loop {
+        match tokio::time::timeout_at(deadline, listener.try_recv()).await {
+            Err(_) => return Some(false),
+            Ok(Ok(Some(notification))) if notification.payload() == payload => return Some(true),
+            Ok(Ok(Some(notification))) => {
+                if !channel::is_probe(notification.payload()) {
+                    wake.notify_one();
+                }
+            }
+            Ok(Ok(None)) | Ok(Err(_)) => return None,
+        }
+    }
 }
 
 /// One consistent read of everything the console shows.
@@ -303,7 +355,7 @@ pub async fn poll(pool: &LedgerPool, settings: &PollSettings) -> Result<Snapshot
         audit,
         escalation_count,
         audit_count,
-        listening: false,
+        notifications: Notifications::Reconnecting,
         finance,
         applicability,
         replica_lag,

@@ -4,6 +4,7 @@
 pub mod actions;
 pub mod approvals;
 pub mod audit;
+pub mod channel;
 pub mod check;
 pub mod compensation;
 pub mod connect;
@@ -29,5 +30,4 @@ pub use error::LedgerError;
 pub use model::{Decision, Effect, State};
 pub use pool::{LedgerPool, LedgerTransaction, Pooler};
 
-/// The channel every change to `ledger.effects` is announced on.
-pub const NOTIFY_CHANNEL: &str = "effectwatch_ledger";
+pub use channel::NOTIFY_CHANNEL;

@@ -17,7 +17,7 @@ use std::ops::{Index, IndexMut};
 pub use self::dialog::{Dialog, key_suffix};
 use self::prompt::NOT_IN_HISTORY;
 pub use self::prompt::Prompt;
-pub use self::snapshot::Snapshot;
+pub use self::snapshot::{Notifications, Snapshot};
 use super::action::Action;
 pub use super::action::DialogField;
 use super::model::{self, TableModel};

@@ -26,9 +26,9 @@ pub struct Snapshot {
     /// the snapshot's instant; None under a filter (the tab counts what matches).
     pub escalation_count: Option<i64>,
     pub audit_count: Option<i64>,
-    /// Whether the poller's LISTEN connection was up: if not, changes show
+    /// Whether changes reach the console as they happen: if not, they show
     /// only at the next regular poll.
-    pub listening: bool,
+    pub notifications: Notifications,
     pub finance: Option<FinanceReview>,
     /// For each effect shown, what an operator may do with it now (empty
     /// under time travel, where nothing is acted on).
@@ -168,4 +168,17 @@ impl App {
                 .any(|(_, text)| text.to_lowercase().contains(&value))
         })
     }
+}
+
+/// Whether the console hears of changes as they happen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Notifications {
+    /// LISTEN is up, and a probe announced through the pool reached it.
+    Arriving,
+    /// The LISTEN connection is being made (again).
+    #[default]
+    Reconnecting,
+    /// LISTEN was accepted but the probe never arrived: a transaction pooler
+    /// drops the subscription with the transaction. The console polls.
+    Lost,
 }

@@ -5,7 +5,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
 
 use crate::console::action::TABLE;
-use crate::console::app::{App, Connection, Prompt, VIEWS, View};
+use crate::console::app::{App, Connection, Notifications, Prompt, VIEWS, View};
 use crate::console::theme::{Role, Theme};
 use crate::format::duration_ms;
 use crate::ledger::panes::FILTER_FIELDS;
@@ -89,15 +89,22 @@ pub fn draw_header(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         };
         spans.push(Span::styled(text, header.fg(colour)));
     }
-    let deaf = app.at.is_none()
-        && replica_lag.is_none()
-        && matches!(app.connection, Connection::Live)
-        && app.snapshot.as_ref().is_some_and(|s| !s.listening);
-    if deaf {
-        spans.push(Span::styled(
-            "· not listening: changes show at the next poll ",
-            header.fg(theme.warn),
-        ));
+    let notifications = app
+        .snapshot
+        .as_ref()
+        .filter(|_| app.at.is_none() && replica_lag.is_none())
+        .filter(|_| matches!(app.connection, Connection::Live))
+        .map(|s| s.notifications);
+    let deaf = match notifications {
+        Some(Notifications::Reconnecting) => {
+            Some("· not listening: changes show at the next poll ")
+        }
+        // A transaction pooler took the subscription with the transaction.
+        Some(Notifications::Lost) => Some("· notifications do not arrive (a pooler?): polling "),
+        Some(Notifications::Arriving) | None => None,
+    };
+    if let Some(text) = deaf {
+        spans.push(Span::styled(text, header.fg(theme.warn)));
     }
     // Said beside the connection, where it is not cut off on a small
     // terminal; `i` has the sentence.
