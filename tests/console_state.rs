@@ -69,6 +69,7 @@ fn snapshot(overdue: Vec<OverdueRow>, total: i64, offset: usize) -> Snapshot {
         escalation_count: None,
         audit_count: None,
         notifications: effectwatch::console::app::Notifications::Arriving,
+        server: None,
         finance: None,
         offsets: [offset, 0, 0, 0],
         // Anything else a snapshot carries, as the fixtures have it.
@@ -1072,4 +1073,23 @@ fn the_arrows_move_to_a_button_and_stay_there() {
     key(&mut app, KeyCode::Up);
     assert_eq!(app.dialog().unwrap().focus, DialogField::Reason);
     assert_eq!(app.dialog().unwrap().reason, "called the customer");
+}
+
+#[test]
+fn a_console_whose_ledger_moved_to_another_server_says_where_it_reads_now() {
+    let mut app = App::new("ops".to_string(), false, Duration::from_secs(2));
+    let read_from = |server: &str| Snapshot {
+        server: Some(server.to_string()),
+        ..snapshot(rows(&["a"]), 1, 0)
+    };
+    app.update(Message::Snapshot(Box::new(read_from("db1:5432/ledger"))));
+    app.update(Message::Snapshot(Box::new(read_from("db1:5432/ledger"))));
+    assert!(app.status.is_none(), "{:?}", app.status);
+    app.update(Message::Snapshot(Box::new(read_from("db2:5433/ledger"))));
+    let status = app.status.clone().expect("the move is said");
+    assert_eq!(
+        status.text,
+        "the ledger moved: reading db2:5433/ledger now (was db1:5432/ledger)"
+    );
+    assert_eq!(status.role, Role::Warn);
 }

@@ -55,6 +55,7 @@ fn empty_snapshot() -> Snapshot {
         escalation_count: None,
         audit_count: None,
         notifications: effectwatch::console::app::Notifications::Arriving,
+        server: None,
         finance: None,
         ..fixtures::snapshot(0)
     }

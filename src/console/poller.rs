@@ -129,6 +129,7 @@ pub fn spawn(
                     match tokio::time::timeout(answer_within, poll(connected, &current)).await {
                         Ok(Ok(mut snapshot)) => {
                             snapshot.notifications = *hearing.borrow();
+                            snapshot.server = Some(connected.server());
                             Message::Snapshot(Box::new(snapshot))
                         }
                         Ok(Err(error)) => {
@@ -356,6 +357,7 @@ pub async fn poll(pool: &LedgerPool, settings: &PollSettings) -> Result<Snapshot
         escalation_count,
         audit_count,
         notifications: Notifications::Reconnecting,
+        server: None,
         finance,
         applicability,
         replica_lag,

@@ -33,23 +33,17 @@ impl ConnectSettings {
         }
     }
 
-    /// The options for connecting straight to the server (or through a
-    /// pooler that keeps sessions).
+    /// The options for connecting straight to the (first) server, or
+    /// through a pooler that keeps sessions; checks the whole URL.
     pub fn options(&self) -> Result<PgConnectOptions, LedgerError> {
-        self.options_for(Pooler::None)
+        let hosts = Hosts::parse(&self.url)?;
+        self.options_for(&hosts.urls[0], Pooler::None)
     }
 
     /// Behind a transaction pooler the startup packet carries only what the
     /// pooler tracks: the statement timeout is then set per transaction.
-    fn options_for(&self, pooler: Pooler) -> Result<PgConnectOptions, LedgerError> {
-        // The driver ignores the scheme: `mysql://host/db` would reach a PostgreSQL on
-        // that host's default port instead of being refused as the wrong kind of URL.
-        if !has_postgres_scheme(&self.url) {
-            return Err(LedgerError::BadUrl(
-                "expected a URL starting with postgres:// or postgresql://".to_string(),
-            ));
-        }
-        let options = PgConnectOptions::from_str(&self.url)
+    fn options_for(&self, url: &str, pooler: Pooler) -> Result<PgConnectOptions, LedgerError> {
+        let options = PgConnectOptions::from_str(url)
             .map_err(|error| LedgerError::BadUrl(first_line(&error.to_string())))?;
         let options = options.application_name(&self.application_name);
         Ok(match pooler {
@@ -61,67 +55,230 @@ impl ConnectSettings {
         })
     }
 
-    fn pool(&self, options: PgConnectOptions, pooler: Pooler) -> LedgerPool {
-        let pool = PgPoolOptions::new()
+    pub(crate) fn pool(&self, url: &str, pooler: Pooler) -> Result<sqlx::PgPool, LedgerError> {
+        Ok(PgPoolOptions::new()
             .max_connections(self.max_connections)
             .acquire_timeout(self.connect_timeout)
-            .connect_lazy_with(options);
-        LedgerPool::new(pool, pooler, self.statement_timeout.as_millis())
+            .connect_lazy_with(self.options_for(url, pooler)?))
+    }
+}
+
+/// Which of several servers a pool wants, as libpq's `target_session_attrs`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wanted {
+    /// Whichever answers first (one host, or `target_session_attrs=any`).
+    Any,
+    /// The one that takes writes: the primary, wherever it is now.
+    Primary,
+}
+
+/// A URL as one URL per host, in the order given, and which of them to use.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Hosts {
+    pub urls: Vec<String>,
+    pub wanted: Wanted,
+}
+
+impl Hosts {
+    /// `postgres://u@h1:5432,h2:5433/db?…` (libpq's form of several hosts)
+    /// becomes one URL per host. Several hosts want the primary unless
+    /// `target_session_attrs=any` says otherwise; `target_session_attrs`
+    /// itself is taken out, since the driver does not know it.
+    pub fn parse(url: &str) -> Result<Hosts, LedgerError> {
+        // The driver ignores the scheme: `mysql://host/db` would reach a PostgreSQL on
+        // that host's default port instead of being refused as the wrong kind of URL.
+        if !has_postgres_scheme(url) {
+            return Err(LedgerError::BadUrl(
+                "expected a URL starting with postgres:// or postgresql://".to_string(),
+            ));
+        }
+        let (scheme, rest) = url.split_once("://").unwrap_or(("postgres", url));
+        let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+        let (authority, tail) = rest.split_at(authority_end);
+        let (userinfo, host_list) = match authority.rfind('@') {
+            Some(at) => (&authority[..=at], &authority[at + 1..]),
+            None => ("", authority),
+        };
+        let (path, query) = match tail.split_once('?') {
+            Some((path, query)) => (path, Some(query)),
+            None => (tail, None),
+        };
+        let mut attrs = None;
+        let kept: Vec<&str> = query
+            .into_iter()
+            .flat_map(|query| query.split('&'))
+            .filter(|pair| match pair.split_once('=') {
+                Some(("target_session_attrs", value)) => {
+                    attrs = Some(value.to_string());
+                    false
+                }
+                _ => !pair.is_empty(),
+            })
+            .collect();
+        let query = if kept.is_empty() {
+            String::new()
+        } else {
+            format!("?{}", kept.join("&"))
+        };
+        let hosts: Vec<&str> = host_list.split(',').collect();
+        if hosts.len() > 1 && hosts.iter().any(|host| host.is_empty()) {
+            return Err(LedgerError::BadUrl(
+                "an empty host in the list of hosts".to_string(),
+            ));
+        }
+        let wanted = match attrs.as_deref() {
+            None if hosts.len() > 1 => Wanted::Primary,
+            None | Some("any") => Wanted::Any,
+            Some("read-write" | "primary") => Wanted::Primary,
+            Some(other) => {
+                return Err(LedgerError::BadUrl(format!(
+                    "target_session_attrs={other} is not supported: use read-write (the primary) or any"
+                )));
+            }
+        };
+        Ok(Hosts {
+            urls: hosts
+                .iter()
+                .map(|host| format!("{scheme}://{userinfo}{host}{path}{query}"))
+                .collect(),
+            wanted,
+        })
     }
 }
 
 impl ConnectSettings {
     /// `host:port/database` without user or password, for saying which
-    /// server the console is waiting on.
+    /// server the console is waiting on; every host of a list.
     pub fn server(&self) -> String {
-        match self.options() {
-            Ok(options) => format!(
-                "{}:{}/{}",
-                options.get_host(),
-                options.get_port(),
-                options.get_database().unwrap_or("?")
-            ),
-            Err(_) => "?".to_string(),
-        }
+        let Ok(hosts) = Hosts::parse(&self.url) else {
+            return "?".to_string();
+        };
+        let named: Vec<String> = hosts.urls.iter().map(|url| server_name(url)).collect();
+        named.join(",")
+    }
+}
+
+/// `host:port/database` of a one-host URL, without credentials.
+pub(crate) fn server_name(url: &str) -> String {
+    match PgConnectOptions::from_str(url) {
+        Ok(options) => format!(
+            "{}:{}/{}",
+            options.get_host(),
+            options.get_port(),
+            options.get_database().unwrap_or("?")
+        ),
+        Err(_) => "?".to_string(),
     }
 }
 
 /// Opens a pool and proves it works with one round trip, so a wrong URL or
 /// a down server is reported here, once, rather than at the first query.
 /// Unless told, it finds out whether a transaction pooler stands in front:
-/// such a pooler refuses the startup options a server takes.
+/// such a pooler refuses the startup options a server takes. Of several
+/// hosts it takes the primary, and the pool follows the primary when it
+/// moves (see [`LedgerPool`]).
 pub async fn connect(settings: &ConnectSettings) -> Result<LedgerPool, LedgerError> {
-    let pooler = match settings.pooler {
-        Some(pooler) => {
-            probe(settings, pooler).await?;
-            pooler
-        }
-        None => match probe(settings, Pooler::None).await {
-            Err(refused) if is_pooler_refusal(&refused.to_string()) => {
-                probe(settings, Pooler::Transaction).await?;
-                Pooler::Transaction
+    let hosts = Hosts::parse(&settings.url)?;
+    let found = find_server(settings, &hosts).await?;
+    let pool = settings.pool(&found.url, found.pooler)?;
+    let following = (hosts.urls.len() > 1).then(|| (settings.clone(), hosts));
+    Ok(LedgerPool::new(
+        pool,
+        found.pooler,
+        settings.statement_timeout.as_millis(),
+        server_name(&found.url),
+        following,
+    ))
+}
+
+/// The server a pool should use now.
+pub(crate) struct Found {
+    pub url: String,
+    pub pooler: Pooler,
+}
+
+/// The first host, in the order given, that answers and is what is wanted.
+pub(crate) async fn find_server(
+    settings: &ConnectSettings,
+    hosts: &Hosts,
+) -> Result<Found, LedgerError> {
+    let mut passed_over = Vec::new();
+    let mut errors = Vec::new();
+    for url in &hosts.urls {
+        match probe_host(settings, url, hosts.wanted).await {
+            Ok(Some(pooler)) => {
+                return Ok(Found {
+                    url: url.clone(),
+                    pooler,
+                });
             }
-            other => other.map(|()| Pooler::None)?,
+            Ok(None) => passed_over.push(format!("{} is a standby", server_name(url))),
+            Err(error) => {
+                passed_over.push(format!("{}: {error}", server_name(url)));
+                errors.push(error);
+            }
+        }
+    }
+    // One host, or every host saying the same lasting thing (a refused
+    // login, a missing schema): that error as it is.
+    let lasting = errors.len() == hosts.urls.len() && errors.iter().all(LedgerError::is_permanent);
+    if (lasting || hosts.urls.len() == 1)
+        && let Some(error) = errors.pop()
+    {
+        return Err(error);
+    }
+    Err(LedgerError::Unreachable(format!(
+        "no primary among the hosts ({})",
+        passed_over.join("; ")
+    )))
+}
+
+/// Whether `url` answers and is what is wanted (None: a standby where the
+/// primary is wanted), and what stands in front of it.
+async fn probe_host(
+    settings: &ConnectSettings,
+    url: &str,
+    wanted: Wanted,
+) -> Result<Option<Pooler>, LedgerError> {
+    let pooler = match settings.pooler {
+        Some(pooler) => pooler,
+        None => match probe(settings, url, Pooler::None, Wanted::Any).await {
+            Err(refused) if is_pooler_refusal(&refused.to_string()) => Pooler::Transaction,
+            Err(error) => return Err(error),
+            Ok(_) if wanted == Wanted::Any => return Ok(Some(Pooler::None)),
+            Ok(_) => Pooler::None,
         },
     };
-    Ok(settings.pool(settings.options_for(pooler)?, pooler))
+    let writable = probe(settings, url, pooler, wanted).await?;
+    Ok(writable.then_some(pooler))
 }
 
 /// A direct first connection reports the real cause (refused, bad
 /// password, no such database); a pool would only say it timed out.
-async fn probe(settings: &ConnectSettings, pooler: Pooler) -> Result<(), LedgerError> {
-    let options = settings.options_for(pooler)?;
+/// Answers whether the server takes writes, when asked.
+async fn probe(
+    settings: &ConnectSettings,
+    url: &str,
+    pooler: Pooler,
+    wanted: Wanted,
+) -> Result<bool, LedgerError> {
+    let options = settings.options_for(url, pooler)?;
     let probe = tokio::time::timeout(settings.connect_timeout, async {
         let mut connection = PgConnection::connect_with(&options).await?;
-        sqlx::query_scalar::<_, i32>("select 1")
+        let question = match wanted {
+            Wanted::Any => "select true",
+            Wanted::Primary => "select not pg_is_in_recovery()",
+        };
+        let writable = sqlx::query_scalar::<_, bool>(question)
             .persistent(false)
             .fetch_one(&mut connection)
             .await?;
-        connection.close().await
+        connection.close().await?;
+        Ok::<bool, sqlx::Error>(writable)
     })
     .await;
     match probe {
-        Ok(Ok(())) => Ok(()),
+        Ok(Ok(writable)) => Ok(writable),
         Ok(Err(error)) => Err(LedgerError::from_sqlx(error)),
         Err(_) => Err(LedgerError::Unreachable(format!(
             "no answer within {} s",
@@ -149,9 +306,25 @@ fn first_line(text: &str) -> String {
 /// show the database as unreachable) even when the server is down. It
 /// cannot look first, so unless told it takes the way that works both
 /// straight to the server and through a transaction pooler.
+/// Of several hosts it starts on the first and finds the primary at the
+/// first failure.
 pub fn connect_lazy(settings: &ConnectSettings) -> Result<LedgerPool, LedgerError> {
     let pooler = settings.pooler.unwrap_or(Pooler::Transaction);
-    Ok(settings.pool(settings.options_for(pooler)?, pooler))
+    let hosts = Hosts::parse(&settings.url)?;
+    let first = hosts.urls[0].clone();
+    let pool = settings.pool(&first, pooler)?;
+    let following = (hosts.urls.len() > 1).then(|| (settings.clone(), hosts));
+    let pool = LedgerPool::new(
+        pool,
+        pooler,
+        settings.statement_timeout.as_millis(),
+        server_name(&first),
+        following,
+    );
+    if pool.follows() {
+        pool.suspect();
+    }
+    Ok(pool)
 }
 
 /// `url` with its database (path) replaced, keeping credentials, host and
@@ -175,7 +348,47 @@ pub fn url_with_database(url: &str, database: &str) -> String {
 
 #[cfg(test)]
 mod server_tests {
-    use super::{ConnectSettings, url_with_database};
+    use super::{ConnectSettings, Hosts, Wanted, url_with_database};
+
+    #[test]
+    fn several_hosts_are_one_url_each_and_want_the_primary() {
+        let hosts =
+            Hosts::parse("postgres://ops:pw@db1:5432,db2:5433/ledger?sslmode=require").unwrap();
+        assert_eq!(
+            hosts.urls,
+            [
+                "postgres://ops:pw@db1:5432/ledger?sslmode=require",
+                "postgres://ops:pw@db2:5433/ledger?sslmode=require"
+            ]
+        );
+        assert_eq!(hosts.wanted, Wanted::Primary);
+        let any = Hosts::parse("postgres://db1,db2/ledger?target_session_attrs=any").unwrap();
+        assert_eq!(any.urls, ["postgres://db1/ledger", "postgres://db2/ledger"]);
+        assert_eq!(any.wanted, Wanted::Any);
+        let one =
+            Hosts::parse("postgresql://db1/ledger?target_session_attrs=read-write&a=b").unwrap();
+        assert_eq!(one.urls, ["postgresql://db1/ledger?a=b"]);
+        assert_eq!(one.wanted, Wanted::Primary);
+        assert_eq!(
+            Hosts::parse("postgres://db1/ledger").unwrap().wanted,
+            Wanted::Any
+        );
+    }
+
+    #[test]
+    fn a_host_list_the_ledger_cannot_use_is_refused_with_the_reason() {
+        let standby_only = Hosts::parse("postgres://db1,db2/l?target_session_attrs=standby");
+        assert!(
+            standby_only
+                .unwrap_err()
+                .to_string()
+                .contains("target_session_attrs=standby is not supported")
+        );
+        assert!(Hosts::parse("postgres://db1,,db2/l").is_err());
+        assert!(Hosts::parse("mysql://db1,db2/l").is_err());
+        let settings = ConnectSettings::new("postgres://ops:secret@db1:5432,db2:6432/ledger");
+        assert_eq!(settings.server(), "db1:5432/ledger,db2:6432/ledger");
+    }
 
     #[test]
     fn the_server_is_named_without_its_credentials() {

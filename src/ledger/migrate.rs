@@ -55,7 +55,7 @@ pub async fn run(pool: &LedgerPool) -> Result<MigrationReport, LedgerError> {
     }
     let done: Vec<i64> = applied.iter().map(|(version, _)| *version).collect();
     MIGRATOR
-        .run(pool.session_pool())
+        .run(&pool.session_pool())
         .await
         .map_err(|error| LedgerError::Database(format!("migration failed: {error}")))?;
     let applied = MIGRATOR

@@ -81,7 +81,7 @@ pub async fn test_db() -> TestDb {
         name,
     };
     sqlx::migrate!("./sql")
-        .run(db.pool.session_pool())
+        .run(&db.pool.session_pool())
         .await
         .unwrap_or_else(|e| panic!("applying migrations to test database {}: {e}", db.name));
     db

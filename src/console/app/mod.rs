@@ -333,6 +333,15 @@ impl App {
         match message {
             Message::Key(key) => self.on_key(key),
             Message::Snapshot(snapshot) => {
+                let before = self.snapshot.as_ref().and_then(|s| s.server.clone());
+                if let (Some(before), Some(now)) = (before, &snapshot.server)
+                    && &before != now
+                {
+                    self.set_status(
+                        format!("the ledger moved: reading {now} now (was {before})"),
+                        Role::Warn,
+                    );
+                }
                 self.apply_snapshot(snapshot);
                 self.connection = Connection::Live;
                 self.refresh_detail()

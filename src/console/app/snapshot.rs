@@ -29,6 +29,9 @@ pub struct Snapshot {
     /// Whether changes reach the console as they happen: if not, they show
     /// only at the next regular poll.
     pub notifications: Notifications,
+    /// `host:port/database` the snapshot was read from: of several hosts,
+    /// the one the console found the ledger on.
+    pub server: Option<String>,
     pub finance: Option<FinanceReview>,
     /// For each effect shown, what an operator may do with it now (empty
     /// under time travel, where nothing is acted on).
