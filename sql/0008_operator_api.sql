@@ -331,6 +331,16 @@ begin
                                   from ledger.policy_for(e.action) p),
                    failure_reason = 'the provider has no such effect', attention = null
              where e.id = effect.id returning e.* into effect;
+        elsif applied_finding = 'duplicate'
+              and coalesce(array_length(record_reconciliation.external_refs, 1), 0) >= 2
+              and (select p.retry_semantics = 'compensate' from ledger.policy_for(effect.action) p) then
+            -- The action's policy reverses what happened twice: the effect
+            -- happened (its first record), and op_reverse_duplicate
+            -- reverses each other record.
+            update ledger.effects e
+               set state = 'succeeded', external_ref = record_reconciliation.external_refs[1],
+                   attention = 'duplicate'
+             where e.id = effect.id returning e.* into effect;
         elsif applied_finding in ('duplicate', 'mismatch') then
             update ledger.effects e set attention = applied_finding
              where e.id = effect.id returning e.* into effect;

@@ -52,6 +52,8 @@ $$;
 
 -- The compensation of an effect that is still in play (open or succeeded);
 -- failed and cancelled ones are history, and a new one may follow them.
+-- The reversal of a duplicate record (below) reverses something else than
+-- the effect itself, so it is not the effect's compensation.
 create function ledger.live_compensation(original_id bigint) returns ledger.effects
 language sql stable
 set search_path = pg_catalog, pg_temp
@@ -59,6 +61,7 @@ as $$
     select c.* from ledger.effects c
      where c.compensates = original_id
        and c.state in ('pending', 'held', 'unknown', 'succeeded')
+       and not c.params ? 'reverses_duplicate'
      order by c.id desc
      limit 1
 $$;
@@ -67,7 +70,8 @@ $$;
 -- effect like any other (attempts, events, panes), then links it. The
 -- caller holds the original's row lock.
 create function ledger.create_compensation(
-    original ledger.effects, requested_by text, operator text, approval_ref text
+    original ledger.effects, requested_by text, operator text, approval_ref text,
+    reverses_duplicate text default null
 ) returns ledger.effects
 language plpgsql
 set search_path = pg_catalog, pg_temp
@@ -92,7 +96,8 @@ begin
             op_key => key, action => 'compensate', target => (original).target,
             params => jsonb_strip_nulls(jsonb_build_object(
                 'compensates', (original).op_key, 'action', (original).action,
-                'external_ref', (original).external_ref,
+                'external_ref', coalesce(create_compensation.reverses_duplicate, (original).external_ref),
+                'reverses_duplicate', create_compensation.reverses_duplicate,
                 'amount_minor', (original).amount_minor, 'currency', (original).currency)),
             requested_by => create_compensation.requested_by,
             amount_minor => (original).amount_minor, currency => (original).currency,
@@ -193,6 +198,76 @@ begin
                             'compensation_key', created.op_key, 'compensation_state', created.state));
     return query select 'created'::text, created.op_key, created.state, false, op_compensate.operator,
                         created.amount_minor, created.currency, null::bigint, seq;
+end
+$$;
+
+-- A duplicate at the provider: the action happened more than once under
+-- one key. The reconciliation that found it recorded the first record as the
+-- effect (its reference); each other record it found is reversed by a
+-- compensation of its own, sent under its own key with that record as the
+-- reference to reverse, which leaves the effect itself standing. Above the
+-- action's approval limit nothing is created: a person decides (the
+-- reconciler escalates). Repeated calls for one record get its reversal back.
+create function ledger.op_reverse_duplicate(
+    op_key text, expected_version bigint, operator text, reason text, duplicate_ref text
+) returns table (status text, compensation_key text, compensation_state text, dispatched boolean,
+                 amount_minor bigint, currency text, audit_seq bigint)
+language plpgsql security definer
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    effect   ledger.effects;
+    existing ledger.effects;
+    created  ledger.effects;
+    approval record;
+    seq      bigint;
+begin
+    effect := ledger.lock_for_operator(op_reverse_duplicate.op_key, op_reverse_duplicate.expected_version,
+                                       op_reverse_duplicate.operator, op_reverse_duplicate.reason, true);
+    select c.* into existing from ledger.effects c
+     where c.compensates = effect.id
+       and c.params ->> 'reverses_duplicate' = op_reverse_duplicate.duplicate_ref
+       and c.state in ('pending', 'held', 'unknown', 'succeeded')
+     order by c.id desc limit 1;
+    if existing.id is not null then
+        return query select 'existing'::text, existing.op_key, existing.state,
+                            existing.dispatched_at is not null, existing.amount_minor,
+                            existing.currency, null::bigint;
+        return;
+    end if;
+    if effect.state <> 'succeeded' or effect.attention is distinct from 'duplicate' then
+        raise exception 'ledger: cannot reverse a duplicate of % (%): only a succeeded effect its provider holds twice has one',
+            effect.op_key, effect.state
+            using errcode = 'EW422';
+    end if;
+    if op_reverse_duplicate.duplicate_ref is not distinct from effect.external_ref then
+        raise exception 'ledger: % is the reference of % itself, not a duplicate of it: compensate the effect instead',
+            op_reverse_duplicate.duplicate_ref, effect.op_key
+            using errcode = 'EW422';
+    end if;
+    if not exists (select 1 from ledger.reconciliations r
+                    where r.effect_id = effect.id and r.finding = 'duplicate'
+                      and op_reverse_duplicate.duplicate_ref = any (r.external_refs)) then
+        raise exception 'ledger: no reconciliation of % found % among its duplicates',
+            effect.op_key, op_reverse_duplicate.duplicate_ref
+            using errcode = 'EW422', hint = 'reconcile the effect first';
+    end if;
+    select a.limit_minor, a.waits into approval from ledger.compensation_approval(effect) a;
+    if approval.waits then
+        raise exception 'ledger: reversing a duplicate of % (% minor units) is above the approval limit of %: a person must decide',
+            effect.op_key, effect.amount_minor, effect.action
+            using errcode = 'EW422', hint = 'escalate the effect';
+    end if;
+    created := ledger.create_compensation(effect, op_reverse_duplicate.operator, op_reverse_duplicate.operator,
+                                          null, op_reverse_duplicate.duplicate_ref);
+    seq := ledger.audit(op_reverse_duplicate.operator, 'reverse_duplicate', effect, op_reverse_duplicate.reason,
+                        ledger.effect_snapshot(effect),
+                        ledger.effect_snapshot(effect) || jsonb_build_object(
+                            'duplicate_ref', op_reverse_duplicate.duplicate_ref,
+                            'compensation_key', created.op_key, 'compensation_state', created.state));
+    return query select 'created'::text, created.op_key, created.state, false, created.amount_minor,
+                        created.currency, seq;
 end
 $$;
 
@@ -397,6 +472,10 @@ declare
     saved_reason text;
     why          text;
 begin
+    -- The reversal of a duplicate record leaves the effect itself standing.
+    if new.params ? 'reverses_duplicate' then
+        return null;
+    end if;
     select e.* into original from ledger.effects e where e.id = new.compensates for update;
     if not found or original.state <> 'succeeded' then
         -- Already compensated another way, or never succeeded: nothing to reverse in the ledger.

@@ -473,3 +473,183 @@ async fn an_escalate_action_is_handed_to_a_person_once_without_asking_the_provid
     assert_eq!(escalations_of(&rig, "refund:HUMAN:v1").await, 1);
     assert_eq!(rig.effect("refund:HUMAN:v1").await.state, State::Unknown);
 }
+
+async fn set_compensating_policy(rig: &Rig, approval_limit_minor: i64) {
+    effectwatch::ledger::policies::set(
+        &rig.operator_pool,
+        "refund",
+        &effectwatch::ledger::policies::PolicyChange {
+            retry_semantics: Some("compensate".to_string()),
+            compensation_approval_limit_minor: Some(Some(approval_limit_minor)),
+            ..Default::default()
+        },
+        "alice",
+        "refunds are reversed when the provider pays twice",
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn a_duplicate_of_an_action_that_compensates_is_reversed_by_rule_and_the_effect_stands() {
+    let rig = Rig::new().await;
+    set_compensating_policy(&rig, 10_000).await;
+    rig.unknown_effect("refund:TWICE:v1", 1500).await;
+    let first = rig.provider_did("refund:TWICE:v1", 1500);
+    let second = rig.provider_did("refund:TWICE:v1", 1500);
+    let service = reconciler(&rig, settings("reconciler@test"));
+
+    let summary = service.pass().await.unwrap();
+    assert_eq!(summary.findings.get("duplicate"), Some(&1), "{summary:?}");
+    assert_eq!((summary.reversed, summary.escalated), (1, 0), "{summary:?}");
+    assert!(
+        summary.line().contains("1 duplicate records reversed"),
+        "{}",
+        summary.line()
+    );
+
+    // The refund happened: it stands, on the provider's first record.
+    let effect = rig.effect("refund:TWICE:v1").await;
+    assert_eq!(effect.state, State::Succeeded);
+    assert_eq!(effect.external_ref.as_deref(), Some(first.as_str()));
+    assert_eq!(effect.attention.as_deref(), Some("duplicate"));
+    // The second payment is reversed at the provider, once; the first is not touched.
+    assert_eq!(rig.fake.reversals_of(&second).len(), 1);
+    assert!(rig.fake.reversals_of(&first).is_empty());
+    let (reversal_state, reversal_ref): (String, Option<String>) = sqlx::query_as(
+        "select c.state, c.params ->> 'reverses_duplicate' from ledger.effects c
+          join ledger.effects o on o.id = c.compensates where o.op_key = 'refund:TWICE:v1'",
+    )
+    .fetch_one(&rig.db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        (reversal_state.as_str(), reversal_ref),
+        ("succeeded", Some(second.clone()))
+    );
+    let audited: Vec<String> = sqlx::query_scalar(
+        "select action from ledger.audit_log where operator = 'reconciler@test' order by seq",
+    )
+    .fetch_all(&rig.db.pool)
+    .await
+    .unwrap();
+    assert!(
+        audited.contains(&"reverse_duplicate".to_string()),
+        "{audited:?}"
+    );
+
+    // Nothing is asked or sent again: not by the next pass, nor by asking
+    // for the same reversal by hand.
+    assert_eq!(service.pass().await.unwrap().leased, 0);
+    let again = rig
+        .settler("alice")
+        .reverse_duplicate("refund:TWICE:v1", &second, "checking")
+        .await
+        .unwrap();
+    assert_eq!(again.detail["status"], "existing", "{}", again.summary);
+    assert_eq!(rig.fake.reversals_of(&second).len(), 1);
+    assert_eq!(escalations_of(&rig, "refund:TWICE:v1").await, 0);
+
+    // The effect itself can still be compensated in full, later, by a person.
+    let full = rig
+        .settler("alice")
+        .settle(effectwatch::settle::Request::Compensate {
+            op_key: "refund:TWICE:v1".to_string(),
+            seen: None,
+            reason: "the customer returned the goods".to_string(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        full.detail["compensation_state"], "succeeded",
+        "{}",
+        full.summary
+    );
+    assert_eq!(rig.fake.reversals_of(&first).len(), 1);
+    assert_eq!(
+        rig.effect("refund:TWICE:v1").await.state,
+        State::Compensated
+    );
+    rig.audit_intact().await;
+}
+
+#[tokio::test]
+async fn a_duplicate_above_the_approval_limit_is_never_reversed_by_rule_but_goes_to_a_person() {
+    let rig = Rig::new().await;
+    set_compensating_policy(&rig, 1000).await;
+    rig.unknown_effect("refund:BIG:v1", 1500).await;
+    let first = rig.provider_did("refund:BIG:v1", 1500);
+    let second = rig.provider_did("refund:BIG:v1", 1500);
+    let service = reconciler(&rig, settings("reconciler@test"));
+
+    let summary = service.pass().await.unwrap();
+    assert_eq!((summary.reversed, summary.escalated), (0, 1), "{summary:?}");
+    assert!(
+        rig.fake.reversals_of(&second).is_empty(),
+        "sent above the limit"
+    );
+    assert!(rig.fake.reversals_of(&first).is_empty());
+    let effect = rig.effect("refund:BIG:v1").await;
+    assert_eq!(
+        (effect.state, effect.attention.as_deref()),
+        (State::Succeeded, Some("duplicate"))
+    );
+    assert_eq!(
+        rig.count("select count(*) from ledger.effects where compensates is not null")
+            .await,
+        0
+    );
+    let reason: String = sqlx::query_scalar(
+        "select reason from ledger.audit_log where action = 'escalate' order by seq desc limit 1",
+    )
+    .fetch_one(&rig.db.pool)
+    .await
+    .unwrap();
+    assert!(reason.contains("above the approval limit"), "{reason}");
+}
+
+#[tokio::test]
+async fn only_a_record_the_reconciliation_found_twice_can_be_reversed() {
+    let rig = Rig::new().await;
+    set_compensating_policy(&rig, 10_000).await;
+    // Succeeded once, no duplicate found: there is nothing to reverse.
+    let reference = rig.succeeded_effect("refund:ONCE:v1", 1500).await;
+    let settler = rig.settler("alice");
+    let refused = settler
+        .reverse_duplicate("refund:ONCE:v1", "fx_999", "a guess")
+        .await
+        .unwrap_err()
+        .line();
+    assert!(
+        refused.contains("only a succeeded effect its provider holds twice"),
+        "{refused}"
+    );
+    // Found twice: its own reference, or one the provider never listed, is refused.
+    rig.unknown_effect("refund:DUP:v1", 1500).await;
+    let first = rig.provider_did("refund:DUP:v1", 1500);
+    rig.provider_did("refund:DUP:v1", 1500);
+    settler
+        .settle(effectwatch::settle::Request::Reconcile {
+            op_key: "refund:DUP:v1".to_string(),
+            seen: None,
+        })
+        .await
+        .unwrap();
+    let own = settler
+        .reverse_duplicate("refund:DUP:v1", &first, "mistake")
+        .await
+        .unwrap_err()
+        .line();
+    assert!(own.contains("not a duplicate of it"), "{own}");
+    let stranger = settler
+        .reverse_duplicate("refund:DUP:v1", &reference, "mistake")
+        .await
+        .unwrap_err()
+        .line();
+    assert!(stranger.contains("among its duplicates"), "{stranger}");
+    assert_eq!(
+        rig.count("select count(*) from ledger.effects where compensates is not null")
+            .await,
+        0
+    );
+}

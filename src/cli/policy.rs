@@ -27,7 +27,8 @@ pub enum PolicyCommand {
 #[derive(Debug, Args)]
 pub struct SetArgs {
     pub action: String,
-    /// What may happen after a doubt: safe_retry, reconcile_first, compensate, never_retry, escalate.
+    /// What may happen after a doubt: safe_retry, reconcile_first, compensate (a duplicate is
+    /// reversed by rule), never_retry, escalate.
     #[arg(long, value_parser = parse_semantics)]
     pub retry: Option<String>,
     /// How long a dispatched effect may wait for its answer (e.g. 5m).

@@ -44,6 +44,41 @@ pub async fn compensate<'c>(
     .await?)
 }
 
+/// What `ledger.op_reverse_duplicate` decided about one extra provider record.
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+pub struct ReversalStart {
+    /// created | existing
+    pub status: String,
+    pub compensation_key: String,
+    pub compensation_state: String,
+    pub dispatched: bool,
+    pub amount_minor: Option<i64>,
+    pub currency: Option<String>,
+    pub audit_seq: Option<i64>,
+}
+
+pub async fn reverse_duplicate<'c>(
+    executor: impl PgExecutor<'c>,
+    op_key: &str,
+    seen: i64,
+    operator: &str,
+    reason: &str,
+    duplicate_ref: &str,
+) -> Result<ReversalStart, LedgerError> {
+    Ok(sqlx::query_as::<_, ReversalStart>(
+        "select status, compensation_key, compensation_state, dispatched, amount_minor, currency, audit_seq
+           from ledger.op_reverse_duplicate(op_key => $1, expected_version => $2, operator => $3,
+                                            reason => $4, duplicate_ref => $5)",
+    )
+    .bind(op_key)
+    .bind(seen)
+    .bind(operator)
+    .bind(reason)
+    .bind(duplicate_ref)
+    .fetch_one(executor)
+    .await?)
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
 pub struct Approval {
     pub status: String,

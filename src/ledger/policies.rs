@@ -47,7 +47,7 @@ impl Policy {
                 "ask the provider; if absent, a person decides"
             }
             ("compensate", "unknown" | "pending") => {
-                "ask the provider; settle doubts by compensating"
+                "ask the provider; a duplicate is reversed by rule within the approval limit"
             }
             (_, "unknown" | "pending") => "ask the provider; the finding decides",
             ("never_retry" | "escalate", "failed") => "never sent again by itself",

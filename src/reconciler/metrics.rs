@@ -30,6 +30,7 @@ type Labels = Vec<(String, String)>;
 pub struct WorkCounters {
     reconciliations: Family<Labels, Counter>,
     escalations: Counter,
+    reversals: Counter,
     passes: Counter,
     failed_passes: Counter,
     last_success: Mutex<Option<(Instant, f64)>>,
@@ -38,7 +39,14 @@ pub struct WorkCounters {
 impl WorkCounters {
     pub(super) fn record(&self, handled: &Handled) {
         let (finding, escalated) = match handled {
-            Handled::Reconciled { finding, escalated } => (finding.as_str(), *escalated),
+            Handled::Reconciled {
+                finding,
+                escalated,
+                reversed,
+            } => {
+                self.reversals.inc_by(*reversed as u64);
+                (finding.as_str(), *escalated)
+            }
             Handled::Changed => ("changed", false),
             Handled::Failed { escalated, .. } => ("error", *escalated),
             Handled::ByPolicy { escalated } => ("left_to_a_person", *escalated),
@@ -141,6 +149,18 @@ pub async fn render(exposed: &Exposed) -> Result<String, String> {
         "reconciler_escalations",
         "Effects this reconciler handed to a person",
         counters.escalations.clone(),
+    );
+    registry.register(
+        "reconciler_duplicate_reversals",
+        "Duplicate provider records this reconciler reversed by policy (compensate semantics)",
+        counters.reversals.clone(),
+    );
+    let switches = Counter::<u64>::default();
+    switches.inc_by(exposed.pool.switches());
+    registry.register(
+        "ledger_primary_switches",
+        "Times this reconciler's pool followed the primary to another host",
+        switches,
     );
     registry.register(
         "reconcile_passes",

@@ -3,9 +3,12 @@
 //!
 //! Each pass leases a batch of unknown effects (and dispatched pending ones
 //! past their window and a grace period), asks each one's provider, and lets
-//! the ledger apply what the finding allows. What no rule can settle — a
-//! duplicate or a mismatch, a provider that cannot tell after several tries,
-//! one that cannot be asked at all — is escalated to a person, once. Any
+//! the ledger apply what the finding allows. An action whose policy says
+//! `compensate` has a duplicate at its provider reversed by rule, within its
+//! approval limit. What no rule can settle — a duplicate of any other action
+//! or above that limit, a mismatch, a provider that cannot tell after
+//! several tries, one that cannot be asked at all — is escalated to a
+//! person, once. Any
 //! number of reconcilers may run against one ledger: leases keep them off
 //! each other's effects, and a killed one's leases expire.
 
@@ -20,8 +23,9 @@ use futures_util::StreamExt;
 use futures_util::stream;
 
 use crate::ledger::LedgerError;
+use crate::ledger::State;
 use crate::ledger::reconciler::{self as leases, LeaseTerms, Leased};
-use crate::settle::{Request, SettleError, Settler};
+use crate::settle::{Reconciled, Request, SettleError, Settler};
 use crate::text::sanitize_line;
 
 pub use metrics::WorkCounters;
@@ -58,7 +62,12 @@ impl ReconcilerSettings {
 pub enum Handled {
     /// The finding as the ledger recorded it (`exists_once`, `absent`,
     /// `duplicate`, `mismatch`, `indeterminate`).
-    Reconciled { finding: String, escalated: bool },
+    /// `reversed`: the duplicate provider records reversed by rule.
+    Reconciled {
+        finding: String,
+        escalated: bool,
+        reversed: usize,
+    },
     /// The effect changed since it was leased (its agent answered, an
     /// operator acted): nothing was asked.
     Changed,
@@ -76,14 +85,21 @@ pub struct PassSummary {
     pub changed: usize,
     pub failed: usize,
     pub escalated: usize,
+    /// Duplicate provider records reversed by a compensation of their own.
+    pub reversed: usize,
 }
 
 impl PassSummary {
     fn add(&mut self, handled: &Handled) {
         match handled {
-            Handled::Reconciled { finding, escalated } => {
+            Handled::Reconciled {
+                finding,
+                escalated,
+                reversed,
+            } => {
                 *self.findings.entry(finding.clone()).or_default() += 1;
                 self.escalated += usize::from(*escalated);
+                self.reversed += reversed;
             }
             Handled::Changed => self.changed += 1,
             Handled::Failed { escalated, .. } => {
@@ -108,6 +124,7 @@ impl PassSummary {
         self.changed += other.changed;
         self.failed += other.failed;
         self.escalated += other.escalated;
+        self.reversed += other.reversed;
     }
 
     /// One line for the log and `--once`.
@@ -129,6 +146,9 @@ impl PassSummary {
         }
         if self.failed > 0 {
             parts.push(format!("{} could not be asked", self.failed));
+        }
+        if self.reversed > 0 {
+            parts.push(format!("{} duplicate records reversed", self.reversed));
         }
         if self.escalated > 0 {
             parts.push(format!("{} escalated to a person", self.escalated));
@@ -237,8 +257,8 @@ impl Reconciler {
             .settler
             .reconcile_effect(&effect.op_key, Some(effect.version))
             .await;
-        let (finding, failure) = match reconciled {
-            Ok(reconciled) => (reconciled.finding, None),
+        let (finding, failure, reconciled) = match reconciled {
+            Ok(reconciled) => (reconciled.finding.clone(), None, Some(reconciled)),
             Err(SettleError::Ledger(LedgerError::NotFound(_))) => return Ok(Handled::Changed),
             Err(SettleError::Ledger(LedgerError::Changed(_) | LedgerError::NotApplicable(_))) => {
                 self.end(&effect, "changed").await?;
@@ -251,10 +271,29 @@ impl Reconciler {
                 | LedgerError::SchemaMissing(_)
                 | LedgerError::Database(_)),
             )) => return Err(error),
-            Err(error) => ("error".to_string(), Some(error.line())),
+            Err(error) => ("error".to_string(), Some(error.line()), None),
         };
         let end = self.end(&effect, &finding).await?;
-        let needs_person = match finding.as_str() {
+        let reversal = match &reconciled {
+            Some(reconciled)
+                if finding == "duplicate"
+                    && effect.retry_semantics == "compensate"
+                    && reconciled.state == State::Succeeded =>
+            {
+                Some(self.reverse_duplicates(&effect, reconciled).await)
+            }
+            _ => None,
+        };
+        let needs_person = match (finding.as_str(), &reversal) {
+            ("duplicate", Some(Ok(_))) => None,
+            ("duplicate", Some(Err(why))) => Some(format!(
+                "the provider holds this effect more than once and the policy's reversal could not \
+                 be made: {why}"
+            )),
+            _ => None,
+        }
+        .or_else(|| match finding.as_str() {
+            "duplicate" if reversal.is_some() => None,
             "duplicate" | "mismatch" => Some(format!(
                 "the provider reports a {finding} for this key: a person must decide"
             )),
@@ -274,15 +313,51 @@ impl Reconciler {
                 end.tries
             )),
             _ => None,
+        });
+        let reversed = match &reversal {
+            Some(Ok(reversed)) => *reversed,
+            _ => 0,
         };
         let escalated = match needs_person {
             Some(why) if !end.escalated => self.escalate(&effect, &why).await?,
             _ => false,
         };
         Ok(match failure {
-            None => Handled::Reconciled { finding, escalated },
+            None => Handled::Reconciled {
+                finding,
+                escalated,
+                reversed,
+            },
             Some(error) => Handled::Failed { error, escalated },
         })
+    }
+
+    /// The action's policy compensates: the ledger recorded the effect as
+    /// its provider's first record, and each other record is reversed by a
+    /// compensation of its own. How many were reversed, or why not: above
+    /// the approval limit, a provider that refused, an answer not known.
+    async fn reverse_duplicates(
+        &self,
+        effect: &Leased,
+        reconciled: &Reconciled,
+    ) -> Result<usize, String> {
+        let reason = format!(
+            "{}: the provider holds {} more than once and the action's policy compensates",
+            self.settings.name, effect.op_key
+        );
+        let mut reversed = 0;
+        for duplicate_ref in reconciled.external_refs.iter().skip(1) {
+            let settled = self
+                .settler
+                .reverse_duplicate(&effect.op_key, duplicate_ref, &reason)
+                .await
+                .map_err(|error| error.line())?;
+            if settled.detail["compensation_state"] != "succeeded" {
+                return Err(settled.summary);
+            }
+            reversed += 1;
+        }
+        Ok(reversed)
     }
 
     async fn end(&self, effect: &Leased, finding: &str) -> Result<leases::LeaseEnd, LedgerError> {

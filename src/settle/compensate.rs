@@ -76,6 +76,54 @@ impl Settler {
         }
     }
 
+    /// Reverses one extra record of an effect its provider holds twice
+    /// (`ledger.op_reverse_duplicate`): a compensation of its own, sent with
+    /// that record as the one to reverse; the effect itself stands.
+    pub async fn reverse_duplicate(
+        &self,
+        op_key: &str,
+        duplicate_ref: &str,
+        reason: &str,
+    ) -> Result<Settled, SettleError> {
+        if self.read_only {
+            return Err(SettleError::ReadOnly("reverse a duplicate"));
+        }
+        require_reason(reason, "reverse a duplicate")?;
+        let (effect, seen) = self.look(op_key, None).await?;
+        // The provider's other record: the effect as it holds it twice.
+        let duplicate = Effect {
+            external_ref: Some(duplicate_ref.to_string()),
+            ..effect.clone()
+        };
+        self.check_sendable(&duplicate, reason)?;
+        let start = compensation::reverse_duplicate(
+            &self.pool,
+            op_key,
+            seen,
+            &self.operator,
+            reason,
+            duplicate_ref,
+        )
+        .await?;
+        let amount = optional_money(start.amount_minor, start.currency.as_deref());
+        let dispatch = self
+            .dispatch_compensation(&duplicate, &start.compensation_key, reason)
+            .await?;
+        let mut settled = compensation_report(
+            "reverse_duplicate",
+            op_key,
+            &start.status,
+            &start.compensation_key,
+            &amount,
+            dispatch,
+            start.audit_seq,
+        );
+        if let Some(detail) = settled.detail.as_object_mut() {
+            detail.insert("duplicate_ref".into(), json!(duplicate_ref));
+        }
+        Ok(settled)
+    }
+
     pub(super) async fn approve(
         &self,
         op_key: &str,

@@ -21,6 +21,8 @@ pub struct Reconciled {
     pub finding: String,
     pub state_before: State,
     pub state: State,
+    /// The provider records the finding rests on, as the provider listed them.
+    pub external_refs: Vec<String>,
     pub settled: Settled,
 }
 
@@ -132,6 +134,7 @@ impl Settler {
             finding: recorded.finding,
             state_before: effect.state,
             state: recorded.state,
+            external_refs: assessment.external_refs,
             settled,
         })
     }
