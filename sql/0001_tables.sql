@@ -339,6 +339,9 @@ create table ledger.compensation_requests (
     decision_reason      text,
     compensation_id      bigint references ledger.effects (id),
     compensation_key     text,
+    -- Set when the request reverses a duplicate provider record of the
+    -- effect (ledger.op_reverse_duplicate) rather than the effect itself.
+    duplicate_ref        text,
     created_at           timestamptz not null default now(),
     updated_at           timestamptz not null default now(),
     check ((state = 'created') = (compensation_id is not null))

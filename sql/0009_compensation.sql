@@ -206,12 +206,13 @@ $$;
 -- effect (its reference); each other record it found is reversed by a
 -- compensation of its own, sent under its own key with that record as the
 -- reference to reverse, which leaves the effect itself standing. Above the
--- action's approval limit nothing is created: a person decides (the
--- reconciler escalates). Repeated calls for one record get its reversal back.
+-- action's approval limit it is a request a second operator approves
+-- (ledger.op_approve_compensation), as a compensation is. Repeated calls for
+-- one record get its reversal, or the request, back.
 create function ledger.op_reverse_duplicate(
     op_key text, expected_version bigint, operator text, reason text, duplicate_ref text
 ) returns table (status text, compensation_key text, compensation_state text, dispatched boolean,
-                 amount_minor bigint, currency text, audit_seq bigint)
+                 amount_minor bigint, currency text, approval_limit_minor bigint, audit_seq bigint)
 language plpgsql security definer
 set search_path = pg_catalog, pg_temp
 as $$
@@ -220,6 +221,7 @@ declare
     effect   ledger.effects;
     existing ledger.effects;
     created  ledger.effects;
+    request  ledger.compensation_requests;
     approval record;
     seq      bigint;
 begin
@@ -233,7 +235,18 @@ begin
     if existing.id is not null then
         return query select 'existing'::text, existing.op_key, existing.state,
                             existing.dispatched_at is not null, existing.amount_minor,
-                            existing.currency, null::bigint;
+                            existing.currency, null::bigint, null::bigint;
+        return;
+    end if;
+    select r.* into request from ledger.compensation_requests r
+     where r.effect_id = effect.id and r.state = 'awaiting_approval';
+    if found then
+        if request.duplicate_ref is distinct from op_reverse_duplicate.duplicate_ref then
+            raise exception 'ledger: a request about % already waits for approval: decide it first', effect.op_key
+                using errcode = 'EW422';
+        end if;
+        return query select 'awaiting_approval'::text, null::text, null::text, false, request.amount_minor,
+                            request.currency, request.approval_limit_minor, null::bigint;
         return;
     end if;
     if effect.state <> 'succeeded' or effect.attention is distinct from 'duplicate' then
@@ -255,19 +268,37 @@ begin
     end if;
     select a.limit_minor, a.waits into approval from ledger.compensation_approval(effect) a;
     if approval.waits then
-        raise exception 'ledger: reversing a duplicate of % (% minor units) is above the approval limit of %: a person must decide',
-            effect.op_key, effect.amount_minor, effect.action
-            using errcode = 'EW422', hint = 'escalate the effect';
+        insert into ledger.compensation_requests (effect_id, op_key, state, amount_minor, currency,
+                                                  approval_limit_minor, requested_by, reason, duplicate_ref)
+        values (effect.id, effect.op_key, 'awaiting_approval', effect.amount_minor, effect.currency,
+                approval.limit_minor, op_reverse_duplicate.operator, op_reverse_duplicate.reason,
+                op_reverse_duplicate.duplicate_ref)
+        returning * into request;
+        seq := ledger.audit(op_reverse_duplicate.operator, 'reverse_duplicate_request', effect,
+                            op_reverse_duplicate.reason, ledger.effect_snapshot(effect),
+                            ledger.effect_snapshot(effect) || jsonb_build_object(
+                                'duplicate_ref', op_reverse_duplicate.duplicate_ref,
+                                'compensation', 'awaiting_approval', 'request_id', request.id,
+                                'approval_limit_minor', approval.limit_minor));
+        return query select 'awaiting_approval'::text, null::text, null::text, false, effect.amount_minor,
+                            effect.currency, approval.limit_minor, seq;
+        return;
     end if;
     created := ledger.create_compensation(effect, op_reverse_duplicate.operator, op_reverse_duplicate.operator,
                                           null, op_reverse_duplicate.duplicate_ref);
+    insert into ledger.compensation_requests (effect_id, op_key, state, amount_minor, currency,
+                                              requested_by, reason, compensation_id, compensation_key,
+                                              duplicate_ref)
+    values (effect.id, effect.op_key, 'created', effect.amount_minor, effect.currency,
+            op_reverse_duplicate.operator, op_reverse_duplicate.reason, created.id, created.op_key,
+            op_reverse_duplicate.duplicate_ref);
     seq := ledger.audit(op_reverse_duplicate.operator, 'reverse_duplicate', effect, op_reverse_duplicate.reason,
                         ledger.effect_snapshot(effect),
                         ledger.effect_snapshot(effect) || jsonb_build_object(
                             'duplicate_ref', op_reverse_duplicate.duplicate_ref,
                             'compensation_key', created.op_key, 'compensation_state', created.state));
     return query select 'created'::text, created.op_key, created.state, false, created.amount_minor,
-                        created.currency, seq;
+                        created.currency, null::bigint, seq;
 end
 $$;
 
@@ -313,7 +344,7 @@ begin
             using errcode = 'EW422';
     end if;
     created := ledger.create_compensation(effect, request.requested_by, op_approve_compensation.operator,
-                                          'compensation_request:' || request.id);
+                                          'compensation_request:' || request.id, request.duplicate_ref);
     update ledger.compensation_requests r
        set state = 'created', decided_by = op_approve_compensation.operator, decided_role = session_user,
            decided_at = now(), decision_reason = op_approve_compensation.reason,
@@ -323,6 +354,7 @@ begin
                         ledger.effect_snapshot(effect),
                         ledger.effect_snapshot(effect) || jsonb_build_object(
                             'request_id', request.id, 'requested_by', request.requested_by,
+                            'duplicate_ref', request.duplicate_ref,
                             'compensation_key', created.op_key, 'compensation_state', created.state));
     return query select 'created'::text, created.op_key, created.state, request.requested_by, seq;
 end

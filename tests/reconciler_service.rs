@@ -474,6 +474,15 @@ async fn an_escalate_action_is_handed_to_a_person_once_without_asking_the_provid
     assert_eq!(rig.effect("refund:HUMAN:v1").await.state, State::Unknown);
 }
 
+fn reverse(op_key: &str, duplicate_ref: &str, reason: &str) -> effectwatch::settle::Request {
+    effectwatch::settle::Request::ReverseDuplicate {
+        op_key: op_key.to_string(),
+        seen: None,
+        duplicate_ref: duplicate_ref.to_string(),
+        reason: reason.to_string(),
+    }
+}
+
 async fn set_compensating_policy(rig: &Rig, approval_limit_minor: i64) {
     effectwatch::ledger::policies::set(
         &rig.operator_pool,
@@ -543,7 +552,7 @@ async fn a_duplicate_of_an_action_that_compensates_is_reversed_by_rule_and_the_e
     assert_eq!(service.pass().await.unwrap().leased, 0);
     let again = rig
         .settler("alice")
-        .reverse_duplicate("refund:TWICE:v1", &second, "checking")
+        .settle(reverse("refund:TWICE:v1", &second, "checking"))
         .await
         .unwrap();
     assert_eq!(again.detail["status"], "existing", "{}", again.summary);
@@ -574,7 +583,7 @@ async fn a_duplicate_of_an_action_that_compensates_is_reversed_by_rule_and_the_e
 }
 
 #[tokio::test]
-async fn a_duplicate_above_the_approval_limit_is_never_reversed_by_rule_but_goes_to_a_person() {
+async fn a_duplicate_above_the_approval_limit_waits_for_a_second_operator_and_a_person_is_asked() {
     let rig = Rig::new().await;
     set_compensating_policy(&rig, 1000).await;
     rig.unknown_effect("refund:BIG:v1", 1500).await;
@@ -597,7 +606,19 @@ async fn a_duplicate_above_the_approval_limit_is_never_reversed_by_rule_but_goes
     assert_eq!(
         rig.count("select count(*) from ledger.effects where compensates is not null")
             .await,
-        0
+        0,
+        "nothing exists that could be dispatched before the approval"
+    );
+    let (requested_by, duplicate_ref): (String, Option<String>) = sqlx::query_as(
+        "select requested_by, duplicate_ref from ledger.compensation_requests
+          where op_key = 'refund:BIG:v1' and state = 'awaiting_approval'",
+    )
+    .fetch_one(&rig.db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        (requested_by.as_str(), duplicate_ref),
+        ("reconciler@test", Some(second.clone()))
     );
     let reason: String = sqlx::query_scalar(
         "select reason from ledger.audit_log where action = 'escalate' order by seq desc limit 1",
@@ -605,7 +626,45 @@ async fn a_duplicate_above_the_approval_limit_is_never_reversed_by_rule_but_goes
     .fetch_one(&rig.db.pool)
     .await
     .unwrap();
-    assert!(reason.contains("above the approval limit"), "{reason}");
+    assert!(
+        reason.contains("above the limit") && reason.contains("second operator"),
+        "{reason}"
+    );
+
+    // A second operator approves: the duplicate record is reversed, the effect stands.
+    let approved = rig
+        .settler("bob")
+        .settle(effectwatch::settle::Request::Approve {
+            op_key: "refund:BIG:v1".to_string(),
+            seen: None,
+            reason: "paid twice, checked with the provider".to_string(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        approved.detail["compensation_state"], "succeeded",
+        "{}",
+        approved.summary
+    );
+    assert_eq!(rig.fake.reversals_of(&second).len(), 1);
+    assert!(rig.fake.reversals_of(&first).is_empty());
+    assert_eq!(rig.effect("refund:BIG:v1").await.state, State::Succeeded);
+    // Its record says what was reversed, who asked and who approved.
+    let history = effectwatch::ledger::history::load(&rig.db.pool, "refund:BIG:v1")
+        .await
+        .unwrap();
+    let described: Vec<String> = history
+        .compensation_requests
+        .iter()
+        .map(|request| request.describe())
+        .collect();
+    assert_eq!(
+        described,
+        [format!(
+            "reverse the duplicate {second}, asked by reconciler@test (15.00 EUR, above the limit of 10.00 EUR): created by bob"
+        )]
+    );
+    rig.audit_intact().await;
 }
 
 #[tokio::test]
@@ -616,7 +675,7 @@ async fn only_a_record_the_reconciliation_found_twice_can_be_reversed() {
     let reference = rig.succeeded_effect("refund:ONCE:v1", 1500).await;
     let settler = rig.settler("alice");
     let refused = settler
-        .reverse_duplicate("refund:ONCE:v1", "fx_999", "a guess")
+        .settle(reverse("refund:ONCE:v1", "fx_999", "a guess"))
         .await
         .unwrap_err()
         .line();
@@ -636,13 +695,13 @@ async fn only_a_record_the_reconciliation_found_twice_can_be_reversed() {
         .await
         .unwrap();
     let own = settler
-        .reverse_duplicate("refund:DUP:v1", &first, "mistake")
+        .settle(reverse("refund:DUP:v1", &first, "mistake"))
         .await
         .unwrap_err()
         .line();
     assert!(own.contains("not a duplicate of it"), "{own}");
     let stranger = settler
-        .reverse_duplicate("refund:DUP:v1", &reference, "mistake")
+        .settle(reverse("refund:DUP:v1", &reference, "mistake"))
         .await
         .unwrap_err()
         .line();

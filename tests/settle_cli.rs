@@ -383,3 +383,69 @@ async fn policies_are_listed_and_changed_from_the_command_line() {
     .unwrap();
     assert_eq!(operator, "carol");
 }
+
+#[tokio::test]
+async fn a_duplicate_record_is_reversed_from_the_command_line_and_the_effect_stands() {
+    let rig = Rig::new().await;
+    let cli = Cli::new(&rig);
+    let policy = cli
+        .run(&[
+            "policy",
+            "set",
+            "refund",
+            "--retry",
+            "compensate",
+            "--reason",
+            "paid twice is reversed",
+        ])
+        .await;
+    assert!(policy.status.success(), "{}", text(&policy.stderr));
+    rig.unknown_effect("refund:TWO:v1", 1500).await;
+    let first = rig.provider_did("refund:TWO:v1", 1500);
+    let second = rig.provider_did("refund:TWO:v1", 1500);
+    let reconciled = cli.run(&["reconcile", "refund:TWO:v1"]).await;
+    assert!(reconciled.status.success(), "{}", text(&reconciled.stderr));
+    assert_eq!(rig.effect("refund:TWO:v1").await.state, State::Succeeded);
+
+    let out = cli
+        .run(&[
+            "reverse-duplicate",
+            "refund:TWO:v1",
+            "--ref",
+            &second,
+            "--reason",
+            "the provider paid it twice",
+            "--format",
+            "json",
+        ])
+        .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        answer["detail"]["compensation_state"], "succeeded",
+        "{answer}"
+    );
+    assert_eq!(answer["detail"]["duplicate_ref"], second.as_str());
+    assert_eq!(rig.fake.reversals_of(&second).len(), 1);
+    assert!(rig.fake.reversals_of(&first).is_empty());
+    assert_eq!(rig.effect("refund:TWO:v1").await.state, State::Succeeded);
+
+    // The effect's own record is not a duplicate: refused, nothing sent.
+    let refused = cli
+        .run(&[
+            "reverse-duplicate",
+            "refund:TWO:v1",
+            "--ref",
+            &first,
+            "--reason",
+            "oops",
+        ])
+        .await;
+    assert!(!refused.status.success());
+    assert!(
+        text(&refused.stderr).contains("not a duplicate of it"),
+        "{}",
+        text(&refused.stderr)
+    );
+    assert!(rig.fake.reversals_of(&first).is_empty());
+}

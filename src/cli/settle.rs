@@ -29,6 +29,9 @@ pub enum SettleCommand {
     /// Reverse a succeeded effect with a compensation under its own key (above the action's limit,
     /// a second operator must approve).
     Compensate(ActionArgs),
+    /// Reverse one extra provider record of an effect the provider holds twice (the effect
+    /// stands; above the action's limit, a second operator must approve).
+    ReverseDuplicate(ReverseDuplicateArgs),
     /// Hand an effect to a person through a sink: the decision needed, the key, the entry, the evidence.
     Escalate(EscalateArgs),
     /// Settle an effect by hand, with evidence: --succeeded REF, or --failed.
@@ -59,6 +62,15 @@ pub struct ActionArgs {
     pub expect_version: Option<i64>,
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
+}
+
+#[derive(Debug, Args)]
+pub struct ReverseDuplicateArgs {
+    #[command(flatten)]
+    pub action: ActionArgs,
+    /// The provider record to reverse: one a reconciliation found besides the effect's own.
+    #[arg(long = "ref", value_name = "REF")]
+    pub duplicate_ref: String,
 }
 
 #[derive(Debug, Args)]
@@ -277,6 +289,16 @@ pub async fn run(
                 op_key: args.op_key,
                 seen: args.expect_version,
                 reason: args.reason,
+            };
+            settle_and_print(&settler, request, format).await
+        }
+        SettleCommand::ReverseDuplicate(args) => {
+            let format = args.action.format;
+            let request = Request::ReverseDuplicate {
+                op_key: args.action.op_key,
+                seen: args.action.expect_version,
+                duplicate_ref: args.duplicate_ref,
+                reason: args.action.reason,
             };
             settle_and_print(&settler, request, format).await
         }

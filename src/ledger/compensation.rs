@@ -47,13 +47,14 @@ pub async fn compensate<'c>(
 /// What `ledger.op_reverse_duplicate` decided about one extra provider record.
 #[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
 pub struct ReversalStart {
-    /// created | existing
+    /// created | existing | awaiting_approval (above the action's limit)
     pub status: String,
-    pub compensation_key: String,
-    pub compensation_state: String,
+    pub compensation_key: Option<String>,
+    pub compensation_state: Option<String>,
     pub dispatched: bool,
     pub amount_minor: Option<i64>,
     pub currency: Option<String>,
+    pub approval_limit_minor: Option<i64>,
     pub audit_seq: Option<i64>,
 }
 
@@ -66,7 +67,8 @@ pub async fn reverse_duplicate<'c>(
     duplicate_ref: &str,
 ) -> Result<ReversalStart, LedgerError> {
     Ok(sqlx::query_as::<_, ReversalStart>(
-        "select status, compensation_key, compensation_state, dispatched, amount_minor, currency, audit_seq
+        "select status, compensation_key, compensation_state, dispatched, amount_minor, currency,
+                approval_limit_minor, audit_seq
            from ledger.op_reverse_duplicate(op_key => $1, expected_version => $2, operator => $3,
                                             reason => $4, duplicate_ref => $5)",
     )

@@ -58,11 +58,15 @@ pub struct CompensationRequest {
     pub decided_at: Option<DateTime<Utc>>,
     pub decision_reason: Option<String>,
     pub compensation_key: Option<String>,
+    /// The provider record reversed, when the request reverses a duplicate
+    /// of the effect rather than the effect itself.
+    pub duplicate_ref: Option<String>,
     pub created_at: DateTime<Utc>,
 }
 
 impl CompensationRequest {
-    /// `asked by alice (150.00 EUR, above the limit of 100.00 EUR): approved by bob`.
+    /// `asked by alice (150.00 EUR, above the limit of 100.00 EUR): approved by bob`;
+    /// a duplicate's reversal begins `reverse the duplicate fx_2, `.
     pub fn describe(&self) -> String {
         let money = |minor| crate::format::optional_money(minor, self.currency.as_deref());
         let decided = match &self.decided_by {
@@ -73,8 +77,12 @@ impl CompensationRequest {
             Some(limit) => format!(", above the limit of {}", money(Some(limit))),
             None => String::new(),
         };
+        let what = match &self.duplicate_ref {
+            Some(duplicate_ref) => format!("reverse the duplicate {duplicate_ref}, "),
+            None => String::new(),
+        };
         format!(
-            "asked by {} ({}{limit}): {decided}",
+            "{what}asked by {} ({}{limit}): {decided}",
             self.requested_by,
             money(self.amount_minor)
         )
@@ -186,7 +194,7 @@ pub async fn load(pool: &LedgerPool, op_key: &str) -> Result<EffectHistory, Ledg
     .await?;
     let compensation_requests = sqlx::query_as::<_, CompensationRequest>(
         "select id, state, amount_minor, currency, approval_limit_minor, requested_by, reason,
-                decided_by, decided_at, decision_reason, compensation_key, created_at
+                decided_by, decided_at, decision_reason, compensation_key, duplicate_ref, created_at
            from ledger.compensation_requests where effect_id = $1 order by created_at, id",
     )
     .bind(effect.id)

@@ -347,11 +347,19 @@ impl Reconciler {
         );
         let mut reversed = 0;
         for duplicate_ref in reconciled.external_refs.iter().skip(1) {
+            let request = Request::ReverseDuplicate {
+                op_key: effect.op_key.clone(),
+                seen: None,
+                duplicate_ref: duplicate_ref.clone(),
+                reason: reason.clone(),
+            };
             let settled = self
                 .settler
-                .reverse_duplicate(&effect.op_key, duplicate_ref, &reason)
+                .settle(request)
                 .await
                 .map_err(|error| error.line())?;
+            // Above the approval limit it waits for a second operator; a
+            // provider that refused or did not answer is a person's too.
             if settled.detail["compensation_state"] != "succeeded" {
                 return Err(settled.summary);
             }

@@ -79,17 +79,15 @@ impl Settler {
     /// Reverses one extra record of an effect its provider holds twice
     /// (`ledger.op_reverse_duplicate`): a compensation of its own, sent with
     /// that record as the one to reverse; the effect itself stands.
-    pub async fn reverse_duplicate(
+    pub(crate) async fn reverse_duplicate(
         &self,
         op_key: &str,
+        seen: Option<i64>,
         duplicate_ref: &str,
         reason: &str,
     ) -> Result<Settled, SettleError> {
-        if self.read_only {
-            return Err(SettleError::ReadOnly("reverse a duplicate"));
-        }
         require_reason(reason, "reverse a duplicate")?;
-        let (effect, seen) = self.look(op_key, None).await?;
+        let (effect, seen) = self.look(op_key, seen).await?;
         // The provider's other record: the effect as it holds it twice.
         let duplicate = Effect {
             external_ref: Some(duplicate_ref.to_string()),
@@ -106,14 +104,25 @@ impl Settler {
         )
         .await?;
         let amount = optional_money(start.amount_minor, start.currency.as_deref());
-        let dispatch = self
-            .dispatch_compensation(&duplicate, &start.compensation_key, reason)
-            .await?;
+        let Some(key) = start.compensation_key.as_deref() else {
+            let limit = optional_money(start.approval_limit_minor, start.currency.as_deref());
+            return Ok(Settled::new(
+                format!(
+                    "reversing the duplicate {duplicate_ref} of {op_key} ({amount}) is above the limit \
+                     ({limit}): it waits for a second operator's approval (`effectwatch approve {op_key}`)"
+                ),
+                json!({ "action": "reverse_duplicate", "op_key": op_key, "status": start.status,
+                        "duplicate_ref": duplicate_ref, "amount_minor": start.amount_minor,
+                        "currency": start.currency, "approval_limit_minor": start.approval_limit_minor,
+                        "audit_seq": start.audit_seq }),
+            ));
+        };
+        let dispatch = self.dispatch_compensation(&duplicate, key, reason).await?;
         let mut settled = compensation_report(
             "reverse_duplicate",
             op_key,
             &start.status,
-            &start.compensation_key,
+            key,
             &amount,
             dispatch,
             start.audit_seq,
@@ -138,8 +147,17 @@ impl Settler {
         let approval =
             compensation::approve(&self.pool, op_key, seen, &self.operator, reason).await?;
         let amount = optional_money(effect.amount_minor, effect.currency.as_deref());
+        // A request to reverse a duplicate record sends that record, not the effect's.
+        let compensation = self.effect(&approval.compensation_key).await?;
+        let reversed = match compensation.params.get("reverses_duplicate") {
+            Some(serde_json::Value::String(duplicate_ref)) => Effect {
+                external_ref: Some(duplicate_ref.clone()),
+                ..effect.clone()
+            },
+            _ => effect.clone(),
+        };
         let dispatch = self
-            .dispatch_compensation(&effect, &approval.compensation_key, reason)
+            .dispatch_compensation(&reversed, &approval.compensation_key, reason)
             .await?;
         let mut report = compensation_report(
             "approve",

@@ -47,6 +47,13 @@ pub enum Request {
         seen: Option<i64>,
         reason: String,
     },
+    /// Reverse one extra record of an effect its provider holds twice.
+    ReverseDuplicate {
+        op_key: String,
+        seen: Option<i64>,
+        duplicate_ref: String,
+        reason: String,
+    },
     Escalate {
         op_key: String,
         seen: Option<i64>,
@@ -92,6 +99,7 @@ impl Request {
         match self {
             Request::Reconcile { .. } | Request::ReconcileMany { .. } => "reconcile",
             Request::Compensate { .. } => "compensate",
+            Request::ReverseDuplicate { .. } => "reverse a duplicate",
             Request::Escalate { .. } => "escalate",
             Request::Resolve { .. } => "resolve",
             Request::Operator { call, .. } => call.name,
@@ -107,6 +115,7 @@ impl Request {
         match self {
             Request::Reconcile { op_key, .. }
             | Request::Compensate { op_key, .. }
+            | Request::ReverseDuplicate { op_key, .. }
             | Request::Escalate { op_key, .. }
             | Request::Resolve { op_key, .. }
             | Request::Operator { op_key, .. }
@@ -264,6 +273,15 @@ impl Settler {
                 seen,
                 reason,
             } => self.compensate(&op_key, seen, &reason).await,
+            Request::ReverseDuplicate {
+                op_key,
+                seen,
+                duplicate_ref,
+                reason,
+            } => {
+                self.reverse_duplicate(&op_key, seen, &duplicate_ref, &reason)
+                    .await
+            }
             Request::Escalate {
                 op_key,
                 seen,
