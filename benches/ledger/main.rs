@@ -27,7 +27,8 @@
 //! per build statement (capped by the server's lock table, see `build_batch`),
 //! `EW_BENCH_BUILD_JOBS` [cores] parallel build connections, `EW_BENCH_RUNS` [15] timed runs per
 //! query, `EW_BENCH_WARMUPS` [3], `EW_BENCH_LIMIT` [500] rows per pane fetch, `EW_BENCH_RECONCILE` [10000] unknown
-//! effects for the reconciler, `EW_BENCH_ONLY` [all] `writer`, `panes` or `reconciler`.
+//! effects for the reconciler, `EW_BENCH_ONLY` [all] `writer`, `panes` or `reconciler`,
+//! `EW_BENCH_KEEP` [unset] set to 1: keep the ledgers built (with `DATABASE_URL`) to inspect them.
 //!
 //! Results go to stdout; progress goes to stderr.
 

@@ -80,6 +80,30 @@ pub(crate) async fn measure(
             counts_times.push(ms(t0.elapsed()));
         }
     }
+    // Each branch of ledger.pane_counts on its own, and the plan of the whole,
+    // so a count that grows with the ledger is named, not guessed.
+    for (branch, sql) in PANE_COUNT_BRANCHES {
+        let mut times = Vec::new();
+        for run in 0..config.warmups + config.runs {
+            let t0 = Instant::now();
+            sqlx::query(AssertSqlSafe(sql.to_string()))
+                .fetch_all(pool)
+                .await?;
+            if run >= config.warmups {
+                times.push(ms(t0.elapsed()));
+            }
+        }
+        eprintln!(
+            "[panes] {label} pane_counts branch {branch}: {:.2} ms",
+            median(&mut times)
+        );
+    }
+    let plan: Vec<String> = sqlx::query_scalar(
+        "explain (analyze, buffers, costs off) select * from ledger.pane_counts",
+    )
+    .fetch_all(pool)
+    .await?;
+    eprintln!("[panes] {label} pane_counts plan:\n{}", plan.join("\n"));
     Ok(Measurement {
         effects,
         attempts,
@@ -88,6 +112,38 @@ pub(crate) async fn measure(
         pane_counts_ms: median(&mut counts_times),
     })
 }
+
+/// The branches of `ledger.pane_counts_at(null)`, as it reads them.
+const PANE_COUNT_BRANCHES: [(&str, &str); 7] = [
+    (
+        "overdue",
+        "select count(*), max(v.overdue_by) from ledger.overdue_pending v",
+    ),
+    (
+        "unknown",
+        "select count(*), max(v.unknown_for) from ledger.unknown_outcomes v",
+    ),
+    (
+        "duplicates",
+        "select count(*), min(v.first_seen) from ledger.duplicate_attempts v",
+    ),
+    (
+        "held",
+        "select count(*), max(v.held_for) from ledger.held_conflicts v",
+    ),
+    (
+        "escalations",
+        "select count(*), max(v.age) from ledger.open_escalations v",
+    ),
+    (
+        "approvals",
+        "select count(*), max(v.waiting_for) from ledger.awaiting_approval v",
+    ),
+    (
+        "audit",
+        "select count(*), min(v.at) from ledger.audit_log_at(null) v",
+    ),
+];
 
 /// The partial indexes that serve each pane: their predicate is the view's filter.
 /// (`attempts_duplicate_at_idx`, added for reports, has the same predicate as

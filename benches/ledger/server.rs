@@ -103,6 +103,11 @@ impl BenchDb {
     }
 
     pub(crate) async fn drop_db(self) {
+        // EW_BENCH_KEEP=1 keeps the ledgers, to look at their plans by hand afterwards.
+        if std::env::var("EW_BENCH_KEEP").is_ok_and(|v| v.trim() == "1") {
+            eprintln!("[setup] kept database {} ({})", self.name, self.url);
+            return;
+        }
         let result = async {
             let mut admin = PgConnection::connect_with(&options(&self.admin_url)?).await?;
             sqlx::query(AssertSqlSafe(format!(
