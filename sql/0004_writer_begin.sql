@@ -375,10 +375,12 @@ begin
             using errcode = 'insufficient_privilege',
                   hint = 'choose another key; compensations are requested with ledger.op_compensate';
     end if;
-    hidden := coalesce('op_key has ' || ledger.hidden_character(begin_effect.op_key),
-                       'action has ' || ledger.hidden_character(begin_effect.action),
-                       'target has ' || ledger.hidden_character(begin_effect.target));
-    if hidden is not null then
+    if ledger.has_hidden_character(begin_effect.op_key)
+       or ledger.has_hidden_character(begin_effect.action)
+       or ledger.has_hidden_character(begin_effect.target) then
+        hidden := coalesce('op_key has ' || ledger.hidden_character(begin_effect.op_key),
+                           'action has ' || ledger.hidden_character(begin_effect.action),
+                           'target has ' || ledger.hidden_character(begin_effect.target));
         raise exception 'ledger: % (an invisible or control character): keys, actions and targets must be visible text',
             hidden
             using errcode = 'invalid_parameter_value';
