@@ -333,7 +333,12 @@ begin
              where e.id = effect.id returning e.* into effect;
         elsif applied_finding = 'duplicate'
               and coalesce(array_length(record_reconciliation.external_refs, 1), 0) >= 2
-              and (select p.retry_semantics = 'compensate' from ledger.policy_for(effect.action) p) then
+              and effect.compensates is null
+              and (select p.retry_semantics = 'compensate' from ledger.policy_for(effect.action) p)
+              and not exists (select 1 from ledger.effects o
+                               where o.external_ref = record_reconciliation.external_refs[1]
+                                 and o.id <> effect.id
+                                 and o.provider is not distinct from effect.provider) then
             -- The action's policy reverses what happened twice: the effect
             -- happened (its first record), and op_reverse_duplicate
             -- reverses each other record.

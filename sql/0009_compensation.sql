@@ -50,10 +50,17 @@ as $$
            end
 $$;
 
+-- Whether a compensation reverses the effect it is linked to, rather than
+-- an extra provider record of it (ledger.op_reverse_duplicate): only the
+-- former is the effect's compensation.
+create function ledger.reverses_the_effect(compensation_params jsonb) returns boolean
+language sql immutable parallel safe
+as $$
+    select not coalesce(compensation_params ? 'reverses_duplicate', false)
+$$;
+
 -- The compensation of an effect that is still in play (open or succeeded);
 -- failed and cancelled ones are history, and a new one may follow them.
--- The reversal of a duplicate record (below) reverses something else than
--- the effect itself, so it is not the effect's compensation.
 create function ledger.live_compensation(original_id bigint) returns ledger.effects
 language sql stable
 set search_path = pg_catalog, pg_temp
@@ -61,7 +68,7 @@ as $$
     select c.* from ledger.effects c
      where c.compensates = original_id
        and c.state in ('pending', 'held', 'unknown', 'succeeded')
-       and not c.params ? 'reverses_duplicate'
+       and ledger.reverses_the_effect(c.params)
      order by c.id desc
      limit 1
 $$;
@@ -249,13 +256,22 @@ begin
                             request.currency, request.approval_limit_minor, null::bigint;
         return;
     end if;
-    if effect.state <> 'succeeded' or effect.attention is distinct from 'duplicate' then
+    if op_reverse_duplicate.duplicate_ref is not distinct from effect.external_ref then
+        raise exception 'ledger: % is the reference of % itself, not a duplicate of it: compensate the effect instead',
+            op_reverse_duplicate.duplicate_ref, effect.op_key
+            using errcode = 'EW422';
+    end if;
+    if effect.state <> 'succeeded' or effect.attention is distinct from 'duplicate'
+       or effect.compensates is not null then
         raise exception 'ledger: cannot reverse a duplicate of % (%): only a succeeded effect its provider holds twice has one',
             effect.op_key, effect.state
             using errcode = 'EW422';
     end if;
-    if op_reverse_duplicate.duplicate_ref is not distinct from effect.external_ref then
-        raise exception 'ledger: % is the reference of % itself, not a duplicate of it: compensate the effect instead',
+    -- Another effect's record is that effect's, whatever a reconciliation listed.
+    if exists (select 1 from ledger.effects o
+                where o.external_ref = op_reverse_duplicate.duplicate_ref and o.id <> effect.id
+                  and o.provider is not distinct from effect.provider) then
+        raise exception 'ledger: % is the reference of another effect, not a duplicate of %',
             op_reverse_duplicate.duplicate_ref, effect.op_key
             using errcode = 'EW422';
     end if;
@@ -308,7 +324,7 @@ $$;
 create function ledger.op_approve_compensation(
     op_key text, expected_version bigint, operator text, reason text
 ) returns table (status text, compensation_key text, compensation_state text, requested_by text,
-                 audit_seq bigint)
+                 duplicate_ref text, audit_seq bigint)
 language plpgsql security definer
 set search_path = pg_catalog, pg_temp
 as $$
@@ -356,7 +372,8 @@ begin
                             'request_id', request.id, 'requested_by', request.requested_by,
                             'duplicate_ref', request.duplicate_ref,
                             'compensation_key', created.op_key, 'compensation_state', created.state));
-    return query select 'created'::text, created.op_key, created.state, request.requested_by, seq;
+    return query select 'created'::text, created.op_key, created.state, request.requested_by,
+                        request.duplicate_ref, seq;
 end
 $$;
 
@@ -504,8 +521,28 @@ declare
     saved_reason text;
     why          text;
 begin
-    -- The reversal of a duplicate record leaves the effect itself standing.
-    if new.params ? 'reverses_duplicate' then
+    -- The reversal of a duplicate record leaves the effect itself standing;
+    -- once every extra record a reconciliation listed is reversed, the
+    -- effect is no longer held twice, and its flag goes (audited).
+    if not ledger.reverses_the_effect(new.params) then
+        select e.* into original from ledger.effects e where e.id = new.compensates for update;
+        if original.attention = 'duplicate' and not exists (
+               select 1 from ledger.reconciliations r cross join lateral unnest(r.external_refs) listed(ref)
+                where r.effect_id = original.id and r.finding = 'duplicate'
+                  and listed.ref is distinct from original.external_ref
+                  and not exists (select 1 from ledger.effects c
+                                   where c.compensates = original.id and c.state = 'succeeded'
+                                     and c.params ->> 'reverses_duplicate' = listed.ref)) then
+            why := 'every duplicate record at the provider is reversed (last by ' || new.op_key || ')';
+            saved_reason := current_setting('ledger.reason', true);
+            perform set_config('ledger.reason', why, true);
+            before := ledger.effect_snapshot(original);
+            update ledger.effects e set attention = null where e.id = original.id
+            returning e.* into original;
+            perform ledger.audit(ledger.current_actor(), 'duplicates_reversed', original, why, before,
+                                 ledger.effect_snapshot(original));
+            perform set_config('ledger.reason', coalesce(saved_reason, ''), true);
+        end if;
         return null;
     end if;
     select e.* into original from ledger.effects e where e.id = new.compensates for update;

@@ -31,6 +31,7 @@ language sql stable as $$
                         else c.state end as status
               from ledger.effects_at(compensation_status_at.at_time) c
              where c.compensates = compensation_status_at.effect_id
+               and ledger.reverses_the_effect(c.params)
              order by c.id desc limit 1) comp on true
       left join lateral (
             select r.state from ledger.compensation_requests_at(compensation_status_at.at_time) r

@@ -120,6 +120,7 @@ grant execute on function
     ledger.audit_log_at(timestamptz),
     ledger.pane_counts_at(timestamptz),
     ledger.approved_amount(jsonb),
+    ledger.reverses_the_effect(jsonb),
     ledger.compensation_status_at(bigint, timestamptz),
     ledger.suspected_double_effects_at(timestamptz, timestamptz),
     ledger.exposure_at(timestamptz, timestamptz),

@@ -517,11 +517,19 @@ async fn a_duplicate_of_an_action_that_compensates_is_reversed_by_rule_and_the_e
         summary.line()
     );
 
-    // The refund happened: it stands, on the provider's first record.
+    // The refund happened: it stands, on the provider's first record, and
+    // with its one extra record reversed it is no longer held twice.
     let effect = rig.effect("refund:TWICE:v1").await;
     assert_eq!(effect.state, State::Succeeded);
     assert_eq!(effect.external_ref.as_deref(), Some(first.as_str()));
-    assert_eq!(effect.attention.as_deref(), Some("duplicate"));
+    assert_eq!(effect.attention, None);
+    let suspected: i64 = sqlx::query_scalar(
+        "select count(*) from ledger.suspected_double_effects where op_key = 'refund:TWICE:v1'",
+    )
+    .fetch_one(&rig.db.pool)
+    .await
+    .unwrap();
+    assert_eq!(suspected, 0, "finance still counts the reversed record");
     // The second payment is reversed at the provider, once; the first is not touched.
     assert_eq!(rig.fake.reversals_of(&second).len(), 1);
     assert!(rig.fake.reversals_of(&first).is_empty());
@@ -543,7 +551,8 @@ async fn a_duplicate_of_an_action_that_compensates_is_reversed_by_rule_and_the_e
     .await
     .unwrap();
     assert!(
-        audited.contains(&"reverse_duplicate".to_string()),
+        audited.contains(&"reverse_duplicate".to_string())
+            && audited.contains(&"duplicates_reversed".to_string()),
         "{audited:?}"
     );
 
@@ -648,7 +657,15 @@ async fn a_duplicate_above_the_approval_limit_waits_for_a_second_operator_and_a_
     );
     assert_eq!(rig.fake.reversals_of(&second).len(), 1);
     assert!(rig.fake.reversals_of(&first).is_empty());
-    assert_eq!(rig.effect("refund:BIG:v1").await.state, State::Succeeded);
+    let effect = rig.effect("refund:BIG:v1").await;
+    assert_eq!((effect.state, effect.attention), (State::Succeeded, None));
+    assert!(
+        approved
+            .summary
+            .contains(&format!("the reversal of the duplicate {second}")),
+        "{}",
+        approved.summary
+    );
     // Its record says what was reversed, who asked and who approved.
     let history = effectwatch::ledger::history::load(&rig.db.pool, "refund:BIG:v1")
         .await
@@ -705,7 +722,17 @@ async fn only_a_record_the_reconciliation_found_twice_can_be_reversed() {
         .await
         .unwrap_err()
         .line();
-    assert!(stranger.contains("among its duplicates"), "{stranger}");
+    // Another effect's record is refused, whatever a reconciliation listed.
+    assert!(
+        stranger.contains("the reference of another effect"),
+        "{stranger}"
+    );
+    let unlisted = settler
+        .settle(reverse("refund:DUP:v1", "fx_404", "mistake"))
+        .await
+        .unwrap_err()
+        .line();
+    assert!(unlisted.contains("among its duplicates"), "{unlisted}");
     assert_eq!(
         rig.count("select count(*) from ledger.effects where compensates is not null")
             .await,

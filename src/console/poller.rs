@@ -213,7 +213,6 @@ fn spawn_listener(
                 backoff = (backoff * 2).min(MAX_BACKOFF);
                 continue;
             };
-            backoff = Duration::from_millis(250);
             match probe(&pool, &mut listener, &wake).await {
                 Some(true) => {}
                 Some(false) => {
@@ -222,11 +221,17 @@ fn spawn_listener(
                     tokio::time::sleep(LOST_RETRY).await;
                     continue;
                 }
+                // The probe could not be sent, or the connection ended: the
+                // same backoff as a listener that could not connect.
                 None => {
                     heard.send_replace(Notifications::Reconnecting);
+                    drop(listener);
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
                     continue;
                 }
             }
+            backoff = Duration::from_millis(250);
             heard.send_replace(Notifications::Arriving);
             if reconnect {
                 wake.notify_one();

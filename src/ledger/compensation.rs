@@ -87,6 +87,8 @@ pub struct Approval {
     pub compensation_key: String,
     pub compensation_state: String,
     pub requested_by: String,
+    /// The provider record reversed, when the request was a duplicate's.
+    pub duplicate_ref: Option<String>,
     pub audit_seq: i64,
 }
 
@@ -98,7 +100,7 @@ pub async fn approve<'c>(
     reason: &str,
 ) -> Result<Approval, LedgerError> {
     Ok(sqlx::query_as::<_, Approval>(
-        "select status, compensation_key, compensation_state, requested_by, audit_seq
+        "select status, compensation_key, compensation_state, requested_by, duplicate_ref, audit_seq
            from ledger.op_approve_compensation(op_key => $1, expected_version => $2,
                                                operator => $3, reason => $4)",
     )

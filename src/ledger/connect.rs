@@ -10,7 +10,7 @@ use super::pool::{LedgerPool, Pooler};
 /// How a process connects to the ledger. Every connection names itself and
 /// bounds its statements, so a stuck query shows up in pg_stat_activity
 /// under our name and never hangs an operator.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ConnectSettings {
     pub url: String,
     pub application_name: String,
@@ -146,6 +146,20 @@ impl Hosts {
     }
 }
 
+/// Names the server, never the URL: it may carry a password.
+impl std::fmt::Debug for ConnectSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnectSettings")
+            .field("server", &self.server())
+            .field("application_name", &self.application_name)
+            .field("statement_timeout", &self.statement_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("max_connections", &self.max_connections)
+            .field("pooler", &self.pooler)
+            .finish()
+    }
+}
+
 impl ConnectSettings {
     /// `host:port/database` without user or password, for saying which
     /// server the console is waiting on; every host of a list.
@@ -240,17 +254,17 @@ async fn probe_host(
     url: &str,
     wanted: Wanted,
 ) -> Result<Option<Pooler>, LedgerError> {
-    let pooler = match settings.pooler {
-        Some(pooler) => pooler,
-        None => match probe(settings, url, Pooler::None, Wanted::Any).await {
-            Err(refused) if is_pooler_refusal(&refused.to_string()) => Pooler::Transaction,
-            Err(error) => return Err(error),
-            Ok(_) if wanted == Wanted::Any => return Ok(Some(Pooler::None)),
-            Ok(_) => Pooler::None,
+    let (pooler, answer) = match settings.pooler {
+        Some(pooler) => (pooler, probe(settings, url, pooler, wanted).await),
+        None => match probe(settings, url, Pooler::None, wanted).await {
+            Err(refused) if is_pooler_refusal(&refused.to_string()) => (
+                Pooler::Transaction,
+                probe(settings, url, Pooler::Transaction, wanted).await,
+            ),
+            answer => (Pooler::None, answer),
         },
     };
-    let writable = probe(settings, url, pooler, wanted).await?;
-    Ok(writable.then_some(pooler))
+    Ok(answer?.then_some(pooler))
 }
 
 /// A direct first connection reports the real cause (refused, bad
@@ -373,6 +387,17 @@ mod server_tests {
             Hosts::parse("postgres://db1/ledger").unwrap().wanted,
             Wanted::Any
         );
+    }
+
+    #[test]
+    fn settings_print_the_server_and_never_the_password() {
+        let settings = ConnectSettings::new("postgres://ops:s3cret@db1:5432,db2:5432/ledger");
+        let printed = format!("{settings:?}");
+        assert!(
+            printed.contains("db1:5432/ledger,db2:5432/ledger"),
+            "{printed}"
+        );
+        assert!(!printed.contains("s3cret"), "{printed}");
     }
 
     #[test]

@@ -79,6 +79,8 @@ struct Following {
     suspect: AtomicBool,
     /// One search at a time; the other callers wait for its answer.
     searching: tokio::sync::Mutex<()>,
+    /// When the last search found no primary, and why.
+    last_failure: std::sync::Mutex<Option<(std::time::Instant, String)>>,
     switches: AtomicU64,
 }
 
@@ -111,6 +113,7 @@ impl LedgerPool {
                     hosts,
                     suspect: AtomicBool::new(false),
                     searching: tokio::sync::Mutex::new(()),
+                    last_failure: std::sync::Mutex::new(None),
                     switches: AtomicU64::new(0),
                 }),
             }),
@@ -163,51 +166,77 @@ impl LedgerPool {
     }
 
     /// The server to use now: the same one, unless an error made it suspect;
-    /// then the primary among the hosts, switched to if it is another.
-    /// When none is found the call goes where it went and fails as it would.
-    async fn ready(&self) -> Current {
+    /// then the primary among the hosts, switched to if it is another. When
+    /// no host is the primary the call fails saying so; callers meanwhile
+    /// get that answer for a moment rather than each searching again.
+    async fn ready(&self) -> Result<Current, sqlx::Error> {
         let Some(following) = &self.shared.following else {
-            return self.current();
+            return Ok(self.current());
         };
         if !following.suspect.load(Ordering::Relaxed) {
-            return self.current();
+            return Ok(self.current());
         }
         let _searching = following.searching.lock().await;
         if !following.suspect.load(Ordering::Relaxed) {
-            return self.current();
+            return Ok(self.current());
         }
-        let Ok(found) = super::connect::find_server(&following.settings, &following.hosts).await
-        else {
-            return self.current();
+        let mut last_failure = following
+            .last_failure
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone();
+        if let Some((at, why)) = &last_failure
+            && at.elapsed() < SEARCH_PAUSE
+        {
+            return Err(no_primary(why));
+        }
+        let found = match super::connect::find_server(&following.settings, &following.hosts).await {
+            Ok(found) => found,
+            Err(error) => {
+                let why = error.to_string();
+                last_failure = Some((std::time::Instant::now(), why.clone()));
+                *following
+                    .last_failure
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner()) = last_failure;
+                return Err(no_primary(&why));
+            }
         };
+        *following
+            .last_failure
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = None;
         let server = super::connect::server_name(&found.url);
         let before = self.current();
         if server != before.server || found.pooler != before.pooler {
-            let Ok(pool) = following.settings.pool(&found.url, found.pooler) else {
-                return before;
-            };
+            let pool = following
+                .settings
+                .pool(&found.url, found.pooler)
+                .map_err(|error| no_primary(&error.to_string()))?;
             let now = Current::new(pool, found.pooler, self.shared.statement_timeout_ms, server);
             *self
                 .shared
                 .current
                 .write()
                 .unwrap_or_else(|poisoned| poisoned.into_inner()) = now;
-            following.switches.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(
-                "the ledger's primary is now {} (was {})",
-                self.server(),
-                before.server
-            );
-            let old = before.pool;
-            tokio::spawn(async move { old.close().await });
+            // The old pool is dropped, not closed: calls still holding it
+            // finish (or fail) on their own, and its connections go with it.
+            if self.server() != before.server {
+                following.switches.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    "the ledger's primary is now {} (was {})",
+                    self.server(),
+                    before.server
+                );
+            }
         }
         following.suspect.store(false, Ordering::Relaxed);
-        self.current()
+        Ok(self.current())
     }
 
     /// A transaction whose statements are safe behind this pool's pooler.
     pub async fn begin(&self) -> Result<LedgerTransaction<'static>, sqlx::Error> {
-        let current = self.ready().await;
+        let current = self.ready().await?;
         let tx = match current.pooler {
             Pooler::None => current.pool.begin().await,
             Pooler::Transaction => current.pool.begin_with(current.begin.clone()).await,
@@ -224,7 +253,7 @@ impl LedgerPool {
     /// connects, but the pooler drops the subscription with the transaction:
     /// whoever listens must find out whether notifications arrive.
     pub async fn listener(&self) -> Result<PgListener, sqlx::Error> {
-        let current = self.ready().await;
+        let current = self.ready().await?;
         PgListener::connect_with(&current.pool)
             .await
             .inspect_err(|error| self.note(error))
@@ -241,6 +270,16 @@ impl LedgerPool {
     }
 }
 
+/// How long a search that found no primary answers for the callers after it.
+const SEARCH_PAUSE: std::time::Duration = std::time::Duration::from_secs(1);
+
+fn no_primary(why: &str) -> sqlx::Error {
+    sqlx::Error::Io(std::io::Error::new(
+        std::io::ErrorKind::NotConnected,
+        why.to_string(),
+    ))
+}
+
 /// An error after which the primary may be elsewhere: the connection or the
 /// server went away, or the server no longer takes writes (a demoted
 /// primary answers as a standby).
@@ -250,7 +289,6 @@ fn may_mean_the_primary_moved(error: &sqlx::Error) -> bool {
         | sqlx::Error::Tls(_)
         | sqlx::Error::Protocol(_)
         | sqlx::Error::PoolTimedOut
-        | sqlx::Error::PoolClosed
         | sqlx::Error::WorkerCrashed => true,
         sqlx::Error::Database(database) => database.code().is_some_and(|code| {
             code.starts_with("08") || matches!(code.as_ref(), "25006" | "57P01" | "57P02" | "57P03")
@@ -349,7 +387,7 @@ impl<'p> Executor<'p> for &'p LedgerPool {
         E: 'q + Execute<'q, Postgres>,
     {
         futures_util::stream::once(async move {
-            let current = self.ready().await;
+            let current = self.ready().await?;
             let steps: Result<Vec<Step>, sqlx::Error> = match current.pooler {
                 Pooler::None => current.pool.fetch_many(query).try_collect().await,
                 Pooler::Transaction => {
@@ -378,7 +416,7 @@ impl<'p> Executor<'p> for &'p LedgerPool {
         E: 'q + Execute<'q, Postgres>,
     {
         Box::pin(async move {
-            let current = self.ready().await;
+            let current = self.ready().await?;
             let row = match current.pooler {
                 Pooler::None => current.pool.fetch_optional(query).await,
                 Pooler::Transaction => {
@@ -404,7 +442,7 @@ impl<'p> Executor<'p> for &'p LedgerPool {
         'p: 'e,
     {
         Box::pin(async move {
-            let pool = self.ready().await.pool;
+            let pool = self.ready().await?.pool;
             pool.prepare_with(sql, parameters).await
         })
     }
@@ -417,7 +455,7 @@ impl<'p> Executor<'p> for &'p LedgerPool {
         'p: 'e,
     {
         Box::pin(async move {
-            let pool = self.ready().await.pool;
+            let pool = self.ready().await?.pool;
             pool.describe(sql).await
         })
     }

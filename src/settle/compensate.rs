@@ -88,12 +88,7 @@ impl Settler {
     ) -> Result<Settled, SettleError> {
         require_reason(reason, "reverse a duplicate")?;
         let (effect, seen) = self.look(op_key, seen).await?;
-        // The provider's other record: the effect as it holds it twice.
-        let duplicate = Effect {
-            external_ref: Some(duplicate_ref.to_string()),
-            ..effect.clone()
-        };
-        self.check_sendable(&duplicate, reason)?;
+        self.check_sendable(&effect, reason)?;
         let start = compensation::reverse_duplicate(
             &self.pool,
             op_key,
@@ -117,7 +112,7 @@ impl Settler {
                         "audit_seq": start.audit_seq }),
             ));
         };
-        let dispatch = self.dispatch_compensation(&duplicate, key, reason).await?;
+        let dispatch = self.dispatch_compensation(&effect, key, reason).await?;
         let mut settled = compensation_report(
             "reverse_duplicate",
             op_key,
@@ -147,17 +142,8 @@ impl Settler {
         let approval =
             compensation::approve(&self.pool, op_key, seen, &self.operator, reason).await?;
         let amount = optional_money(effect.amount_minor, effect.currency.as_deref());
-        // A request to reverse a duplicate record sends that record, not the effect's.
-        let compensation = self.effect(&approval.compensation_key).await?;
-        let reversed = match compensation.params.get("reverses_duplicate") {
-            Some(serde_json::Value::String(duplicate_ref)) => Effect {
-                external_ref: Some(duplicate_ref.clone()),
-                ..effect.clone()
-            },
-            _ => effect.clone(),
-        };
         let dispatch = self
-            .dispatch_compensation(&reversed, &approval.compensation_key, reason)
+            .dispatch_compensation(&effect, &approval.compensation_key, reason)
             .await?;
         let mut report = compensation_report(
             "approve",
@@ -168,8 +154,12 @@ impl Settler {
             dispatch,
             Some(approval.audit_seq),
         );
+        let what = match &approval.duplicate_ref {
+            Some(duplicate_ref) => format!("the reversal of the duplicate {duplicate_ref} of"),
+            None => "the compensation".to_string(),
+        };
         report.summary = sanitize_line(&format!(
-            "approved the compensation {} requested by {}; {}",
+            "approved {what} {} requested by {}; {}",
             op_key, approval.requested_by, report.summary
         ));
         if let Some(map) = report.detail.as_object_mut() {
@@ -232,13 +222,30 @@ impl Settler {
             });
         }
         let provider = self.provider_for(original)?;
+        // A reversal of a duplicate record sends that record, not the effect's.
+        let duplicate_ref = compensation
+            .params
+            .get("reverses_duplicate")
+            .and_then(Value::as_str);
+        let mut reversed = EffectQuery::from(original);
+        if let Some(duplicate_ref) = duplicate_ref {
+            reversed.external_ref = Some(duplicate_ref.to_string());
+        }
+        let again = match duplicate_ref {
+            Some(duplicate_ref) => format!(
+                "reverse-duplicate {} --ref {duplicate_ref}",
+                original.op_key
+            ),
+            None => format!("compensate {}", original.op_key),
+        };
         let prepared = provider
-            .prepare_compensation(&EffectQuery::from(original), compensation_key, reason)
+            .prepare_compensation(&reversed, compensation_key, reason)
             .map_err(|error| {
                 SettleError::Provider(format!(
                     "compensation {} exists but cannot be sent: {error}; fix the configuration and \
-                     run compensate again",
-                    sanitize_line(compensation_key)
+                     run {} again",
+                    sanitize_line(compensation_key),
+                    sanitize_line(&again)
                 ))
             })?;
         let claim =

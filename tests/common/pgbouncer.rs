@@ -24,6 +24,11 @@ impl PgBouncer {
     /// None, said on stderr, where PgBouncer is not installed.
     pub fn start(server_url: &str) -> Option<PgBouncer> {
         let Some(binary) = find_binary() else {
+            // CI installs the package and sets this: there, a skip would hide a gap.
+            assert!(
+                std::env::var_os("EFFECTWATCH_REQUIRE_PGBOUNCER").is_none(),
+                "EFFECTWATCH_REQUIRE_PGBOUNCER is set and the pgbouncer package is not installed"
+            );
             eprintln!(
                 "skipped: this test runs agents through PgBouncer, and the pgbouncer package is not installed"
             );
