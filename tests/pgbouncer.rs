@@ -234,3 +234,30 @@ async fn heard(connect: ConnectSettings) -> Notifications {
     poller.abort();
     last
 }
+
+#[tokio::test]
+async fn a_pooler_told_to_drop_the_startup_options_is_still_recognised() {
+    let db = common::test_db().await;
+    // Common advice for clients that send options: drop them silently. The
+    // statement timeout then never arrives, and named statements collide.
+    let Some(bouncer) = PgBouncer::start_with(&db.url, "ignore_startup_parameters = options")
+    else {
+        return;
+    };
+    let pool = through(&bouncer, &database_of(&db.url), 4).await;
+    assert_eq!(pool.pooler(), Pooler::Transaction);
+    let timeout: String = sqlx::query_scalar("select current_setting('statement_timeout')")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(timeout, "10s", "the timeout is set per transaction instead");
+    let intent = common::intent("refund:OPT:v1", "invoice:OPT");
+    assert_eq!(
+        begin_effect(&pool, &intent).await.unwrap().decision,
+        Decision::Proceed
+    );
+    assert_eq!(
+        begin_effect(&pool, &intent).await.unwrap().decision,
+        Decision::InFlight
+    );
+}

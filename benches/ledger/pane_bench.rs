@@ -17,6 +17,9 @@ pub(crate) struct Measurement {
     pub(crate) events: i64,
     pub(crate) panes: Vec<(Pane, PaneTiming)>,
     pub(crate) pane_counts_ms: f64,
+    /// One whole console poll (`console::poller::poll`): every pane's window,
+    /// the counts, escalations, approvals, audit, finance and what applies.
+    pub(crate) console_poll_ms: f64,
 }
 
 pub(crate) async fn measure(
@@ -110,7 +113,28 @@ pub(crate) async fn measure(
         events,
         panes: panes_out,
         pane_counts_ms: median(&mut counts_times),
+        console_poll_ms: console_poll_ms(pool, config).await?,
     })
+}
+
+/// What one refresh of a live console costs the ledger, as the console polls.
+async fn console_poll_ms(pool: &LedgerPool, config: &Config) -> Result<f64> {
+    let settings = effectwatch::console::poller::PollSettings {
+        filter: Filter::default(),
+        interval: Duration::from_secs(2),
+        paused: false,
+        offsets: [0; 4],
+        at: None,
+    };
+    let mut times = Vec::new();
+    for run in 0..config.warmups + config.runs {
+        let t0 = Instant::now();
+        effectwatch::console::poller::poll(pool, &settings).await?;
+        if run >= config.warmups {
+            times.push(ms(t0.elapsed()));
+        }
+    }
+    Ok(median(&mut times))
 }
 
 /// The branches of `ledger.pane_counts_at(null)`, as it reads them.
@@ -493,6 +517,13 @@ pub(crate) async fn panes_bench(config: &Config, server: &Server) -> Result<Stri
         small.pane_counts_ms,
         large.pane_counts_ms,
         large.pane_counts_ms / small.pane_counts_ms
+    )?;
+    writeln!(
+        out,
+        "| console poll (every view, counts, finance, applicability) | poller::poll | {:.2} | {:.2} | {:.2}× | | |",
+        small.console_poll_ms,
+        large.console_poll_ms,
+        large.console_poll_ms / small.console_poll_ms
     )?;
 
     writeln!(out, "\n### Plans on the large ledger\n")?;

@@ -257,42 +257,63 @@ async fn probe_host(
     let (pooler, answer) = match settings.pooler {
         Some(pooler) => (pooler, probe(settings, url, pooler, wanted).await),
         None => match probe(settings, url, Pooler::None, wanted).await {
+            // A pooler that refuses the startup option, or one told to drop
+            // it (`ignore_startup_parameters = options`): either way the
+            // statement timeout did not arrive, and the server may change
+            // under us between statements.
             Err(refused) if is_pooler_refusal(&refused.to_string()) => (
+                Pooler::Transaction,
+                probe(settings, url, Pooler::Transaction, wanted).await,
+            ),
+            Ok(answer) if !answer.timeout_applied => (
                 Pooler::Transaction,
                 probe(settings, url, Pooler::Transaction, wanted).await,
             ),
             answer => (Pooler::None, answer),
         },
     };
-    Ok(answer?.then_some(pooler))
+    Ok(answer?.writable.then_some(pooler))
+}
+
+/// What a probe learnt of a server.
+struct Probed {
+    /// It takes writes (or writes were not asked about).
+    writable: bool,
+    /// The statement timeout asked for in the startup packet is in force.
+    timeout_applied: bool,
 }
 
 /// A direct first connection reports the real cause (refused, bad
 /// password, no such database); a pool would only say it timed out.
-/// Answers whether the server takes writes, when asked.
 async fn probe(
     settings: &ConnectSettings,
     url: &str,
     pooler: Pooler,
     wanted: Wanted,
-) -> Result<bool, LedgerError> {
+) -> Result<Probed, LedgerError> {
     let options = settings.options_for(url, pooler)?;
+    let asked_ms = settings.statement_timeout.as_millis() as i64;
     let probe = tokio::time::timeout(settings.connect_timeout, async {
         let mut connection = PgConnection::connect_with(&options).await?;
         let question = match wanted {
-            Wanted::Any => "select true",
-            Wanted::Primary => "select not pg_is_in_recovery()",
+            Wanted::Any => "select true, setting::bigint from pg_settings where name = 'statement_timeout'",
+            Wanted::Primary => {
+                "select not pg_is_in_recovery(), setting::bigint from pg_settings where name = 'statement_timeout'"
+            }
         };
-        let writable = sqlx::query_scalar::<_, bool>(question)
+        let (writable, timeout_ms) = sqlx::query_as::<_, (bool, i64)>(question)
             .persistent(false)
             .fetch_one(&mut connection)
             .await?;
         connection.close().await?;
-        Ok::<bool, sqlx::Error>(writable)
+        Ok::<Probed, sqlx::Error>(Probed {
+            writable,
+            timeout_applied: timeout_ms == asked_ms,
+        })
     })
     .await;
     match probe {
-        Ok(Ok(writable)) => Ok(writable),
+        Ok(Ok(probed)) => Ok(probed),
         Ok(Err(error)) => Err(LedgerError::from_sqlx(error)),
         Err(_) => Err(LedgerError::Unreachable(format!(
             "no answer within {} s",

@@ -23,6 +23,11 @@ impl PgBouncer {
     /// database name through with the server URL's user and password.
     /// None, said on stderr, where PgBouncer is not installed.
     pub fn start(server_url: &str) -> Option<PgBouncer> {
+        Self::start_with(server_url, "")
+    }
+
+    /// As [`start`](Self::start), with more `[pgbouncer]` settings.
+    pub fn start_with(server_url: &str, settings: &str) -> Option<PgBouncer> {
         let Some(binary) = find_binary() else {
             // CI installs the package and sets this: there, a skip would hide a gap.
             assert!(
@@ -59,7 +64,8 @@ impl PgBouncer {
              default_pool_size = 8\n\
              server_reset_query =\n\
              logfile = {log}\n\
-             pidfile = {pid}\n",
+             pidfile = {pid}\n\
+             {settings}\n",
             log = dir.path().join("pgbouncer.log").display(),
             pid = dir.path().join("pgbouncer.pid").display(),
         );
