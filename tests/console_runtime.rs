@@ -715,3 +715,56 @@ async fn each_poll_carries_what_the_ledger_refuses_for_every_effect_shown() {
     // An effect no view lists is not read.
     assert!(!snapshot.applicability.contains_key("refund:holder"));
 }
+
+#[tokio::test]
+async fn a_live_console_keeps_its_finance_review_between_readings_and_says_when_it_was_read() {
+    let db = common::test_db().await;
+    let (_settings, mut messages, poller) =
+        start_poller(&db.url, settings(Duration::from_millis(100)));
+    let first = next_snapshot(&mut messages).await;
+    let reviewed = first.finance.clone().expect("the first poll reads finance");
+    assert!(reviewed.exposure.is_empty(), "{:?}", reviewed.exposure);
+
+    // Money moves into an unknown effect: the panes show it at the next
+    // poll, the finance review (read every half minute) does not yet.
+    let intent = common::intent("refund:LATER:v1", "invoice:LATER");
+    effectwatch::ledger::writer::begin_effect(&db.pool, &intent)
+        .await
+        .unwrap();
+    effectwatch::ledger::writer::mark_dispatched(&db.pool, &intent.op_key, None, "agent-1")
+        .await
+        .unwrap();
+    effectwatch::ledger::writer::complete_effect(
+        &db.pool,
+        &intent.op_key,
+        effectwatch::ledger::writer::Outcome::Unknown,
+        &effectwatch::ledger::writer::Completion::default(),
+    )
+    .await
+    .unwrap();
+    let later = loop {
+        let snapshot = next_snapshot(&mut messages).await;
+        if snapshot
+            .counts
+            .iter()
+            .any(|(pane, n)| *pane == Pane::Unknown && *n == 1)
+        {
+            break snapshot;
+        }
+    };
+    let kept = later.finance.expect("the last review is carried");
+    assert_eq!(
+        kept.read_at, reviewed.read_at,
+        "read again within the half minute"
+    );
+    assert!(kept.exposure.is_empty());
+    // The review itself, read now, has the money at risk.
+    let fresh = poller::poll(&db.pool, &settings(Duration::from_millis(100)))
+        .await
+        .unwrap()
+        .finance
+        .unwrap();
+    assert_eq!(fresh.exposure.len(), 1, "{:?}", fresh.exposure);
+    assert!(fresh.read_at > reviewed.read_at);
+    poller.abort();
+}

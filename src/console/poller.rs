@@ -32,6 +32,12 @@ pub struct PollSettings {
 const AUDIT_ROWS: i64 = 300;
 /// The finance view reviews this many days of succeeded effects.
 const FINANCE_DAYS: i64 = 30;
+/// How often a live console reads the finance review again. It reviews a
+/// window of settled effects, so its cost grows with the ledger's traffic
+/// (about 18 s at 1M effects in the window, against 10 ms for every pane's
+/// count): read every poll it would hold up every pane. Between readings the
+/// snapshot carries the last review, which says when it was read.
+const FINANCE_EVERY: Duration = Duration::from_secs(30);
 const ESCALATION_ROWS: i64 = 500;
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// Changes arrive in bursts: a NOTIFY waits this long for the rest.
@@ -86,6 +92,8 @@ pub fn spawn(
         // Only ever dropped (which stops it), never read: hence the `_`.
         let mut _listener: Option<Listening> = None;
         let mut last_start = Instant::now();
+        // The last finance review, when it was read, and for which settings.
+        let mut last_finance: Option<(Instant, PollSettings, FinanceReview)> = None;
         loop {
             let current = settings.borrow_and_update().clone();
             if pool.is_none() {
@@ -125,29 +133,42 @@ pub fn spawn(
                 && let Some(connected) = &pool
             {
                 last_start = Instant::now();
-                let message =
-                    match tokio::time::timeout(answer_within, poll(connected, &current)).await {
-                        Ok(Ok(mut snapshot)) => {
-                            snapshot.notifications = *hearing.borrow();
-                            snapshot.server = Some(connected.server());
-                            Message::Snapshot(Box::new(snapshot))
+                let keep = last_finance
+                    .as_ref()
+                    .filter(|(read, read_for, _)| {
+                        current.at.is_none()
+                            && read.elapsed() < FINANCE_EVERY
+                            && read_for.filter == current.filter
+                    })
+                    .map(|(_, _, review)| review);
+                let reading = poll_keeping_finance(connected, &current, keep);
+                let message = match tokio::time::timeout(answer_within, reading).await {
+                    Ok(Ok(mut snapshot)) => {
+                        snapshot.notifications = *hearing.borrow();
+                        snapshot.server = Some(connected.server());
+                        if keep.is_none()
+                            && let Some(review) = &snapshot.finance
+                        {
+                            last_finance = Some((Instant::now(), current.clone(), review.clone()));
                         }
-                        Ok(Err(error)) => {
-                            if error.is_connection() {
-                                pool = None;
-                                _listener = None;
-                            }
-                            Message::PollFailed(error.to_string())
-                        }
-                        Err(_) => {
+                        Message::Snapshot(Box::new(snapshot))
+                    }
+                    Ok(Err(error)) => {
+                        if error.is_connection() {
                             pool = None;
                             _listener = None;
-                            Message::PollFailed(format!(
-                                "no answer from the database within {} s",
-                                answer_within.as_secs()
-                            ))
                         }
-                    };
+                        Message::PollFailed(error.to_string())
+                    }
+                    Err(_) => {
+                        pool = None;
+                        _listener = None;
+                        Message::PollFailed(format!(
+                            "no answer from the database within {} s",
+                            answer_within.as_secs()
+                        ))
+                    }
+                };
                 if messages.send(message).await.is_err() {
                     return;
                 }
@@ -278,6 +299,16 @@ async fn probe(
 
 /// One consistent read of everything the console shows.
 pub async fn poll(pool: &LedgerPool, settings: &PollSettings) -> Result<Snapshot, LedgerError> {
+    poll_keeping_finance(pool, settings, None).await
+}
+
+/// As [`poll`], but with `kept` as the finance review instead of reading it
+/// again (what its effects allow is still read in this snapshot).
+pub async fn poll_keeping_finance(
+    pool: &LedgerPool,
+    settings: &PollSettings,
+    kept: Option<&FinanceReview>,
+) -> Result<Snapshot, LedgerError> {
     let started = Instant::now();
     let mut tx = crate::ledger::snapshot::begin(pool).await?;
     let mut rows = Vec::with_capacity(4);
@@ -325,7 +356,9 @@ pub async fn poll(pool: &LedgerPool, settings: &PollSettings) -> Result<Snapshot
     // In the same snapshot as the panes, so its tab count agrees with them;
     // under a savepoint, so a failing review (a sum out of range) leaves
     // every pane fresh.
-    let (finance, finance_error) = {
+    let (finance, finance_error) = if let Some(kept) = kept {
+        (Some(kept.clone()), None)
+    } else {
         let mut review = tx.begin().await?;
         match finance_review(&mut review, settings).await {
             Ok(found) => {
@@ -408,6 +441,7 @@ async fn finance_review(
     let since = settings.at.unwrap_or_else(Utc::now) - chrono::Duration::days(FINANCE_DAYS);
     Ok(FinanceReview {
         at: settings.at,
+        read_at: Utc::now(),
         since: Some(since),
         suspected: finance::suspected(&mut *tx, settings.at, Some(since)).await?,
         exposure: finance::exposure(&mut *tx, settings.at, Some(since)).await?,

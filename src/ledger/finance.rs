@@ -64,6 +64,8 @@ pub struct Exposure {
 pub struct FinanceReview {
     /// The instant it is as of; None: now.
     pub at: Option<DateTime<Utc>>,
+    /// When it was read: a live console reads it less often than the panes.
+    pub read_at: DateTime<Utc>,
     pub since: Option<DateTime<Utc>>,
     pub suspected: Vec<SuspectedEffect>,
     pub exposure: Vec<Exposure>,
@@ -121,6 +123,7 @@ pub async fn review(
     tx.commit().await?;
     Ok(FinanceReview {
         at,
+        read_at: Utc::now(),
         since,
         suspected,
         exposure,

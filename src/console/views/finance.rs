@@ -23,11 +23,20 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     let height = (exposure.len() as u16 + 4).min(area.height / 2).max(3);
     let [top, bottom] =
         Layout::vertical([Constraint::Length(height), Constraint::Min(3)]).areas(area);
+    // Read less often than the panes: say when.
+    let reviewed = app
+        .snapshot
+        .as_ref()
+        .and_then(|s| s.finance.as_ref())
+        .map(|f| format!(", reviewed {} UTC", f.read_at.format("%H:%M:%S")))
+        .unwrap_or_default();
     let block = Block::default()
         .borders(Borders::TOP)
         .border_style(theme.border())
         .title(Span::styled(
-            " Exposure per currency (last 30 days; never summed across currencies) ",
+            format!(
+                " Exposure per currency (last 30 days{reviewed}; never summed across currencies) "
+            ),
             theme.role(Role::Accent).add_modifier(Modifier::BOLD),
         ));
     let mut lines = vec![Line::from(Span::styled(
