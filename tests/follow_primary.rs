@@ -9,7 +9,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use effectwatch::console::app::Message;
-use effectwatch::console::poller::{self, PollSettings};
+use effectwatch::console::poller;
 use effectwatch::ledger::writer::begin_effect;
 use effectwatch::ledger::{self, ConnectSettings, Decision};
 
@@ -44,13 +44,8 @@ async fn one_pool_and_a_console_follow_the_primary_to_the_promoted_standby() {
         Decision::Proceed
     );
 
-    let (_settings_sender, settings_receiver) = tokio::sync::watch::channel(PollSettings {
-        filter: Default::default(),
-        interval: Duration::from_millis(200),
-        paused: false,
-        offsets: [0; 4],
-        at: None,
-    });
+    let (_settings_sender, settings_receiver) =
+        tokio::sync::watch::channel(common::live_poll_settings(Duration::from_millis(200)));
     let (sender, mut messages) = tokio::sync::mpsc::channel(64);
     let console = poller::spawn(settings.clone(), settings_receiver, sender);
     let first_read_from = loop {

@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use common::pgbouncer::PgBouncer;
 use effectwatch::console::app::{Message, Notifications};
-use effectwatch::console::poller::PollSettings;
 use effectwatch::ledger::writer::{
     Completion, Outcome, begin_effect, complete_effect, mark_dispatched,
 };
@@ -212,13 +211,8 @@ async fn a_console_behind_transaction_pooling_says_notifications_do_not_arrive_a
 
 /// What the console's poller ends up saying about notifications, within 15 s.
 async fn heard(connect: ConnectSettings) -> Notifications {
-    let (_settings_tx, settings_rx) = tokio::sync::watch::channel(PollSettings {
-        filter: Default::default(),
-        interval: Duration::from_millis(200),
-        paused: false,
-        offsets: [0; 4],
-        at: None,
-    });
+    let (_settings_tx, settings_rx) =
+        tokio::sync::watch::channel(common::live_poll_settings(Duration::from_millis(200)));
     let (messages_tx, mut messages) = tokio::sync::mpsc::channel(16);
     let poller = effectwatch::console::poller::spawn(connect, settings_rx, messages_tx);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);

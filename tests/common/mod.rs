@@ -16,6 +16,19 @@
 pub mod pgbouncer;
 pub mod roles;
 
+/// What a live console polls with, every `interval`, unfiltered.
+pub fn live_poll_settings(
+    interval: std::time::Duration,
+) -> effectwatch::console::poller::PollSettings {
+    effectwatch::console::poller::PollSettings {
+        filter: Default::default(),
+        interval,
+        paused: false,
+        offsets: [0; 4],
+        at: None,
+    }
+}
+
 /// A EUR 12.00 refund on `target`, asked by agent-1: the intent most tests write.
 pub fn intent(op_key: &str, target: &str) -> effectwatch::ledger::writer::Intent {
     effectwatch::ledger::writer::Intent {
