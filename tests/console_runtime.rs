@@ -768,3 +768,31 @@ async fn a_live_console_keeps_its_finance_review_between_readings_and_says_when_
     assert!(fresh.read_at > reviewed.read_at);
     poller.abort();
 }
+
+#[tokio::test]
+async fn a_failed_finance_review_is_not_tried_again_at_every_poll() {
+    let db = common::test_db().await;
+    // A review that fails, as one slower than the statement timeout does.
+    sqlx::query("alter function ledger.exposure_at rename to exposure_at_gone")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let (_settings, mut messages, poller) =
+        start_poller(&db.url, settings(Duration::from_millis(100)));
+    let first = next_snapshot(&mut messages).await;
+    let error = first.finance_error.clone().expect("the failure is shown");
+    // Mended at once: a console that read it again at every poll would show
+    // a review at the next one; this one shows the failure until its half
+    // minute is up, and its panes meanwhile stay fresh.
+    sqlx::query("alter function ledger.exposure_at_gone rename to exposure_at")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    for _ in 0..5 {
+        let later = next_snapshot(&mut messages).await;
+        assert_eq!(later.finance, None);
+        assert_eq!(later.finance_error.as_deref(), Some(error.as_str()));
+        assert!(later.polled_at > first.polled_at);
+    }
+    poller.abort();
+}

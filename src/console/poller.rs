@@ -92,8 +92,10 @@ pub fn spawn(
         // Only ever dropped (which stops it), never read: hence the `_`.
         let mut _listener: Option<Listening> = None;
         let mut last_start = Instant::now();
-        // The last finance review, when it was read, and for which settings.
-        let mut last_finance: Option<(Instant, PollSettings, FinanceReview)> = None;
+        // The last finance reading (a review, or why it failed), when it was
+        // read, and for which settings. A failure is kept as long as a review:
+        // a review slower than the statement timeout must not hold up every poll.
+        let mut last_finance: Option<(Instant, PollSettings, Result<FinanceReview, String>)> = None;
         loop {
             let current = settings.borrow_and_update().clone();
             if pool.is_none() {
@@ -140,16 +142,18 @@ pub fn spawn(
                             && read.elapsed() < FINANCE_EVERY
                             && read_for.filter == current.filter
                     })
-                    .map(|(_, _, review)| review);
-                let reading = poll_keeping_finance(connected, &current, keep);
+                    .map(|(_, _, reading)| reading);
+                let reading = poll_with(connected, &current, keep);
                 let message = match tokio::time::timeout(answer_within, reading).await {
                     Ok(Ok(mut snapshot)) => {
                         snapshot.notifications = *hearing.borrow();
                         snapshot.server = Some(connected.server());
-                        if keep.is_none()
-                            && let Some(review) = &snapshot.finance
-                        {
-                            last_finance = Some((Instant::now(), current.clone(), review.clone()));
+                        if keep.is_none() {
+                            let reading = match (&snapshot.finance, &snapshot.finance_error) {
+                                (Some(review), _) => Ok(review.clone()),
+                                (None, error) => Err(error.clone().unwrap_or_default()),
+                            };
+                            last_finance = Some((Instant::now(), current.clone(), reading));
                         }
                         Message::Snapshot(Box::new(snapshot))
                     }
@@ -309,6 +313,17 @@ pub async fn poll_keeping_finance(
     settings: &PollSettings,
     kept: Option<&FinanceReview>,
 ) -> Result<Snapshot, LedgerError> {
+    let kept = kept.map(|review| Ok(review.clone()));
+    poll_with(pool, settings, kept.as_ref()).await
+}
+
+/// As [`poll`], with the last finance reading (a review, or why it failed)
+/// instead of a new one when `kept` is given.
+async fn poll_with(
+    pool: &LedgerPool,
+    settings: &PollSettings,
+    kept: Option<&Result<FinanceReview, String>>,
+) -> Result<Snapshot, LedgerError> {
     let started = Instant::now();
     let mut tx = crate::ledger::snapshot::begin(pool).await?;
     let mut rows = Vec::with_capacity(4);
@@ -357,7 +372,10 @@ pub async fn poll_keeping_finance(
     // under a savepoint, so a failing review (a sum out of range) leaves
     // every pane fresh.
     let (finance, finance_error) = if let Some(kept) = kept {
-        (Some(kept.clone()), None)
+        match kept {
+            Ok(review) => (Some(review.clone()), None),
+            Err(error) => (None, Some(error.clone())),
+        }
     } else {
         let mut review = tx.begin().await?;
         match finance_review(&mut review, settings).await {
