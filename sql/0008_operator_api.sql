@@ -264,6 +264,15 @@ begin
 end
 $$;
 
+-- Whether a provider record is already another effect's reference: two
+-- refunds of one invoice must not settle on, nor reverse, the same record.
+create function ledger.held_by_another_effect(effect ledger.effects, reference text) returns boolean
+language sql stable as $$
+    select exists (select 1 from ledger.effects o
+                    where o.external_ref = reference and o.id <> (effect).id
+                      and o.provider is not distinct from (effect).provider)
+$$;
+
 -- Stores what the provider said and applies the state change it allows:
 -- exists_once -> succeeded with the reference; absent -> failed (retryable
 -- when the action's policy permits); duplicate / mismatch -> flagged for a
@@ -299,13 +308,9 @@ begin
     before := ledger.effect_snapshot(effect);
     state_before := effect.state;
     applied_finding := record_reconciliation.finding;
-    -- A reference another effect already holds is not this effect's: two
-    -- refunds of one invoice must not settle on the same provider record.
-    if applied_finding = 'exists_once' and exists (
-           select 1 from ledger.effects o
-            where o.external_ref = record_reconciliation.external_refs[1]
-              and o.id <> effect.id
-              and o.provider is not distinct from effect.provider) then
+    -- A reference another effect already holds is not this effect's.
+    if applied_finding = 'exists_once'
+       and ledger.held_by_another_effect(effect, record_reconciliation.external_refs[1]) then
         applied_finding := 'mismatch';
         note := 'the provider''s record is already the reference of another effect';
     end if;
@@ -335,10 +340,7 @@ begin
               and coalesce(array_length(record_reconciliation.external_refs, 1), 0) >= 2
               and effect.compensates is null
               and (select p.retry_semantics = 'compensate' from ledger.policy_for(effect.action) p)
-              and not exists (select 1 from ledger.effects o
-                               where o.external_ref = record_reconciliation.external_refs[1]
-                                 and o.id <> effect.id
-                                 and o.provider is not distinct from effect.provider) then
+              and not ledger.held_by_another_effect(effect, record_reconciliation.external_refs[1]) then
             -- The action's policy reverses what happened twice: the effect
             -- happened (its first record), and op_reverse_duplicate
             -- reverses each other record.

@@ -268,9 +268,7 @@ begin
             using errcode = 'EW422';
     end if;
     -- Another effect's record is that effect's, whatever a reconciliation listed.
-    if exists (select 1 from ledger.effects o
-                where o.external_ref = op_reverse_duplicate.duplicate_ref and o.id <> effect.id
-                  and o.provider is not distinct from effect.provider) then
+    if ledger.held_by_another_effect(effect, op_reverse_duplicate.duplicate_ref) then
         raise exception 'ledger: % is the reference of another effect, not a duplicate of %',
             op_reverse_duplicate.duplicate_ref, effect.op_key
             using errcode = 'EW422';

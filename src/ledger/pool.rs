@@ -77,10 +77,9 @@ struct Following {
     hosts: Hosts,
     /// Set by an error that may mean the primary moved; cleared once it is found.
     suspect: AtomicBool,
-    /// One search at a time; the other callers wait for its answer.
-    searching: tokio::sync::Mutex<()>,
-    /// When the last search found no primary, and why.
-    last_failure: std::sync::Mutex<Option<(std::time::Instant, String)>>,
+    /// One search at a time; the other callers wait for its answer. It
+    /// holds when the last search found no primary, and why.
+    searching: tokio::sync::Mutex<Option<(std::time::Instant, String)>>,
     switches: AtomicU64,
 }
 
@@ -112,8 +111,7 @@ impl LedgerPool {
                     settings,
                     hosts,
                     suspect: AtomicBool::new(false),
-                    searching: tokio::sync::Mutex::new(()),
-                    last_failure: std::sync::Mutex::new(None),
+                    searching: tokio::sync::Mutex::new(None),
                     switches: AtomicU64::new(0),
                 }),
             }),
@@ -176,16 +174,11 @@ impl LedgerPool {
         if !following.suspect.load(Ordering::Relaxed) {
             return Ok(self.current());
         }
-        let _searching = following.searching.lock().await;
+        let mut last_failure = following.searching.lock().await;
         if !following.suspect.load(Ordering::Relaxed) {
             return Ok(self.current());
         }
-        let mut last_failure = following
-            .last_failure
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .clone();
-        if let Some((at, why)) = &last_failure
+        if let Some((at, why)) = last_failure.as_ref()
             && at.elapsed() < SEARCH_PAUSE
         {
             return Err(no_primary(why));
@@ -194,18 +187,11 @@ impl LedgerPool {
             Ok(found) => found,
             Err(error) => {
                 let why = error.to_string();
-                last_failure = Some((std::time::Instant::now(), why.clone()));
-                *following
-                    .last_failure
-                    .lock()
-                    .unwrap_or_else(|poisoned| poisoned.into_inner()) = last_failure;
+                *last_failure = Some((std::time::Instant::now(), why.clone()));
                 return Err(no_primary(&why));
             }
         };
-        *following
-            .last_failure
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) = None;
+        *last_failure = None;
         let server = super::connect::server_name(&found.url);
         let before = self.current();
         if server != before.server || found.pooler != before.pooler {

@@ -274,12 +274,11 @@ impl Reconciler {
             Err(error) => ("error".to_string(), Some(error.line()), None),
         };
         let end = self.end(&effect, &finding).await?;
+        // The ledger decides whether a duplicate is settled by rule (the
+        // action's policy compensates): it then records the effect as
+        // succeeded, and each extra record is reversed here.
         let reversal = match &reconciled {
-            Some(reconciled)
-                if finding == "duplicate"
-                    && effect.retry_semantics == "compensate"
-                    && reconciled.state == State::Succeeded =>
-            {
+            Some(reconciled) if finding == "duplicate" && reconciled.state == State::Succeeded => {
                 Some(self.reverse_duplicates(&effect, reconciled).await)
             }
             _ => None,
@@ -290,30 +289,26 @@ impl Reconciler {
                 "the provider holds this effect more than once and the policy's reversal could not \
                  be made: {why}"
             )),
-            _ => None,
-        }
-        .or_else(|| match finding.as_str() {
-            "duplicate" if reversal.is_some() => None,
-            "duplicate" | "mismatch" => Some(format!(
+            ("duplicate" | "mismatch", None) => Some(format!(
                 "the provider reports a {finding} for this key: a person must decide"
             )),
-            "absent" if effect.retry_semantics == "never_retry" => Some(
+            ("absent", _) if effect.retry_semantics == "never_retry" => Some(
                 "the provider has no such effect and the action is never retried automatically: \
                  decide whether to send it again"
                     .to_string(),
             ),
             _ if end.settled => None,
-            "indeterminate" if end.tries >= self.settings.escalate_after => Some(format!(
+            ("indeterminate", _) if end.tries >= self.settings.escalate_after => Some(format!(
                 "the provider could not tell after {} tries",
                 end.tries
             )),
-            "error" if end.tries >= self.settings.escalate_after => Some(format!(
+            ("error", _) if end.tries >= self.settings.escalate_after => Some(format!(
                 "the reconciler cannot ask the provider ({}) after {} tries",
                 failure.as_deref().unwrap_or("?"),
                 end.tries
             )),
             _ => None,
-        });
+        };
         let reversed = match &reversal {
             Some(Ok(reversed)) => *reversed,
             _ => 0,
