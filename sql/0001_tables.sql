@@ -188,9 +188,20 @@ language sql immutable parallel safe as $$
                     'late_result', 'dispatch_refused', 'refused')
 $$;
 
+-- The four history tables (attempts, effect_versions, reconciliations,
+-- audit_log) are partitioned by month of `at` (sql/0018_history_partitions.sql
+-- makes the months), so retention drops a month instead of deleting its
+-- rows; each has a default partition, `<table>_kept`, holding the rows of
+-- dropped months that belong to an effect still in the ledger. Their keys
+-- carry `at`, as a partitioned table's must; the id (or seq) alone stays
+-- unique because only its sequence (or the audit chain's lock) assigns it.
+-- They name their effect without a foreign key: only the ledger's own
+-- functions write them, for an effect they have just read, and a key would
+-- make every delete of an effect probe every month of every history table
+-- while retention holds them locked.
 create table ledger.attempts (
-    id            bigint generated always as identity primary key,
-    effect_id     bigint not null references ledger.effects (id),
+    id            bigint generated always as identity,
+    effect_id     bigint not null,
     op_key        text not null,
     kind          text not null check (kind in
                     ('replay', 'in_flight', 'retry', 'stop', 'mismatch', 'held', 'wait', 'overlap',
@@ -205,8 +216,10 @@ create table ledger.attempts (
     params        jsonb,
     detail        jsonb,
     flagged       boolean not null default false,
-    at            timestamptz not null default now()
-);
+    at            timestamptz not null default now(),
+    primary key (id, at)
+) partition by range (at);
+create table ledger.attempts_kept partition of ledger.attempts default;
 
 create index attempts_effect_idx on ledger.attempts (effect_id, at);
 create index attempts_duplicate_idx on ledger.attempts (at) where ledger.counts_as_duplicate(kind);
@@ -248,8 +261,9 @@ create table ledger.effect_versions (
     duplicates_acknowledged_at timestamptz,
     error_class     text,
     retry_not_before timestamptz,
-    primary key (effect_id, version)
-);
+    primary key (effect_id, version, at)
+) partition by range (at);
+create table ledger.effect_versions_kept partition of ledger.effect_versions default;
 
 -- What entered the unknown and held panes over a range (reports).
 create index effect_versions_unknown_held_idx on ledger.effect_versions (at)
@@ -282,8 +296,8 @@ create table ledger.holds (
 create index holds_open_idx on ledger.holds (target, effect_id) where closed_at is null;
 
 create table ledger.reconciliations (
-    id              bigint generated always as identity primary key,
-    effect_id       bigint not null references ledger.effects (id),
+    id              bigint generated always as identity,
+    effect_id       bigint not null,
     op_key          text not null,
     provider        text,
     finding         text not null check (finding in
@@ -294,8 +308,10 @@ create table ledger.reconciliations (
     state_before    text not null,
     state_after     text not null,
     requested_by    text not null,
-    at              timestamptz not null default now()
-);
+    at              timestamptz not null default now(),
+    primary key (id, at)
+) partition by range (at);
+create table ledger.reconciliations_kept partition of ledger.reconciliations default;
 
 create index reconciliations_effect_idx on ledger.reconciliations (effect_id, at);
 
@@ -335,19 +351,21 @@ create index escalations_decision_idx on ledger.escalations (effect_id, decision
 -- Append-only and hash-chained: seq orders the chain, hash covers the entry
 -- and the previous hash, so an altered or removed entry breaks every later one.
 create table ledger.audit_log (
-    seq         bigint primary key,
+    seq         bigint not null,
     at          timestamptz not null default now(),
     operator    text not null,
     db_role     text not null,
     action      text not null,
-    effect_id   bigint references ledger.effects (id),
+    effect_id   bigint,
     op_key      text,
     reason      text,
     before      jsonb,
     after       jsonb,
     prev_hash   text not null,
-    hash        text not null
-);
+    hash        text not null,
+    primary key (seq, at)
+) partition by range (at);
+create table ledger.audit_log_kept partition of ledger.audit_log default;
 
 create index audit_log_effect_idx on ledger.audit_log (effect_id, seq);
 create index audit_log_at_idx on ledger.audit_log (at);

@@ -22,10 +22,24 @@ language plpgsql as $$
 declare
     last_seq  bigint;
     last_hash text;
+    mark_seq  bigint;
+    mark_hash text;
 begin
+    -- An entry carried into another partition keeps its place in the chain.
+    if ledger.moving_history() then
+        return new;
+    end if;
     perform pg_advisory_xact_lock(hashtextextended('ledger.audit_log', 0));
     select a.seq, a.hash into last_seq, last_hash
       from ledger.audit_log a order by a.seq desc limit 1;
+    -- When retention has dropped the head of the chain, it goes on from
+    -- the checkpoint that vouches for it.
+    select c.seq, c.hash into mark_seq, mark_hash
+      from ledger.audit_checkpoints c order by c.seq desc limit 1;
+    if mark_seq > coalesce(last_seq, 0) then
+        last_seq := mark_seq;
+        last_hash := mark_hash;
+    end if;
     new.seq := coalesce(last_seq, 0) + 1;
     new.prev_hash := coalesce(last_hash, repeat('0', 64));
     new.at := clock_timestamp();
@@ -40,9 +54,20 @@ $$;
 create trigger audit_chain
     before insert on ledger.audit_log
     for each row execute function ledger.audit_chain();
+create function ledger.audit_append_only() returns trigger
+language plpgsql as $$
+begin
+    if tg_op = 'DELETE' and ledger.moving_history() then
+        return old;
+    end if;
+    raise exception 'ledger: ledger.audit_log is append-only (% refused)', tg_op
+        using errcode = 'insufficient_privilege';
+end
+$$;
+
 create trigger audit_append_only
     before update or delete on ledger.audit_log
-    for each row execute function ledger.reject_change();
+    for each row execute function ledger.audit_append_only();
 create trigger audit_no_truncate
     before truncate on ledger.audit_log
     for each statement execute function ledger.reject_change();
@@ -83,19 +108,111 @@ begin
 end
 $$;
 
--- Walks the whole chain in order. Returns how many entries were checked and,
--- if the chain is broken, the first entry that does not verify and why.
+-- Checkpoints of the chain, made when retention drops months of audit
+-- history (sql/0018_history_partitions.sql): the head of the chain before
+-- the dropped months (seq, hash), and a digest of the entries from before
+-- it that were kept because they name an effect still in the ledger. The
+-- message is signed with an Ed25519 key the database never sees, so a
+-- checkpoint cannot be forged by whoever can write here; `effectwatch audit
+-- verify` checks the signature against the key it trusts.
+create table ledger.audit_checkpoints (
+    seq          bigint primary key,
+    hash         text not null,
+    -- History before this instant was dropped.
+    through      timestamptz not null,
+    kept_entries bigint not null,
+    kept_digest  text not null,
+    message      text not null,
+    -- Base64: the signature of message, and the raw 32-byte public key.
+    signature    text not null,
+    public_key   text not null,
+    made_by      text not null,
+    made_at      timestamptz not null default now()
+);
+
+create trigger audit_checkpoints_append_only
+    before update or delete on ledger.audit_checkpoints
+    for each row execute function ledger.reject_change();
+create trigger audit_checkpoints_no_truncate
+    before truncate on ledger.audit_checkpoints
+    for each statement execute function ledger.reject_change();
+alter table ledger.audit_checkpoints enable always trigger audit_checkpoints_append_only;
+alter table ledger.audit_checkpoints enable always trigger audit_checkpoints_no_truncate;
+
+-- The digest of the entries up to `through_seq` that are in the trail, or,
+-- given dropping_before, that will be once the months before it are
+-- dropped (their entries naming no effect go): what a checkpoint vouches
+-- was kept.
+create function ledger.audit_kept_digest(
+    through_seq bigint, dropping_before timestamptz default null, out entries bigint, out digest text
+)
+language sql stable as $$
+    select count(*), encode(sha256(convert_to(coalesce(string_agg(a.hash, ',' order by a.seq), ''), 'UTF8')), 'hex')
+      from ledger.audit_log a
+     where a.seq <= through_seq
+       and not (a.at < dropping_before and a.effect_id is null
+                and a.tableoid <> 'ledger.audit_log_kept'::regclass)
+$$;
+
+-- The exact text a checkpoint signs.
+create function ledger.audit_checkpoint_message(
+    seq bigint, hash text, through timestamptz, kept_entries bigint, kept_digest text
+) returns text
+language sql immutable as $$
+    select format('effectwatch audit checkpoint v1 seq=%s hash=%s through=%s kept=%s kept_digest=%s',
+                  seq, hash, (extract(epoch from through) * 1000000)::bigint, kept_entries, kept_digest)
+$$;
+
+-- Walks the chain in order, from the newest checkpoint when months of it
+-- were dropped. Returns how many entries were checked, the checkpoint it
+-- started from (null: the chain is whole), and, if the chain is broken, the
+-- first entry that does not verify and why. Entries from before the
+-- checkpoint that were kept are checked each on its own and against the
+-- checkpoint's digest; the signature is checked by the client, which holds
+-- the trusted key.
 create function ledger.verify_audit_chain(
-    out checked bigint, out first_broken_seq bigint, out problem text
+    out checked bigint, out first_broken_seq bigint, out problem text, out checkpoint_seq bigint
 )
 language plpgsql stable as $$
 declare
     entry     record;
+    mark      ledger.audit_checkpoints;
+    kept      record;
     expected_prev text := repeat('0', 64);
     expected_seq  bigint := 1;
 begin
     checked := 0;
-    for entry in select * from ledger.audit_log order by seq loop
+    select * into mark from ledger.audit_checkpoints c order by c.seq desc limit 1;
+    if found then
+        checkpoint_seq := mark.seq;
+        if mark.message <> ledger.audit_checkpoint_message(mark.seq, mark.hash, mark.through,
+                                                           mark.kept_entries, mark.kept_digest) then
+            first_broken_seq := mark.seq;
+            problem := format('the checkpoint at entry %s was altered after it was signed', mark.seq);
+            return;
+        end if;
+        for entry in select * from ledger.audit_log a where a.seq <= mark.seq order by a.seq loop
+            if entry.hash <> ledger.audit_entry_hash(entry.prev_hash, entry.seq, entry.at, entry.operator,
+                                                     entry.db_role, entry.action, entry.effect_id,
+                                                     entry.op_key, entry.reason, entry.before, entry.after)
+               or (entry.seq = mark.seq and entry.hash <> mark.hash) then
+                first_broken_seq := entry.seq;
+                problem := format('entry %s was altered after it was written', entry.seq);
+                return;
+            end if;
+            checked := checked + 1;
+        end loop;
+        select * into kept from ledger.audit_kept_digest(mark.seq);
+        if kept.entries <> mark.kept_entries or kept.digest <> mark.kept_digest then
+            first_broken_seq := mark.seq;
+            problem := format('%s entries from before the checkpoint at entry %s were kept, %s remain: entries are missing',
+                              mark.kept_entries, mark.seq, kept.entries);
+            return;
+        end if;
+        expected_prev := mark.hash;
+        expected_seq := mark.seq + 1;
+    end if;
+    for entry in select * from ledger.audit_log a where a.seq >= expected_seq order by a.seq loop
         if entry.seq <> expected_seq then
             first_broken_seq := entry.seq;
             problem := format('entry %s follows %s: entries are missing', entry.seq, expected_seq - 1);

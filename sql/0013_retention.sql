@@ -5,18 +5,21 @@
 --   * effects that are not settled, or settled in a way that still needs a
 --     person: pending, held, unknown, compensated, failed and retryable,
 --     flagged (attention, late result);
---   * effects named by the audit trail: audit_log rows are never deleted,
---     and nulling their effect_id would both be an UPDATE of an append-only
---     table and break the hash chain (effect_id is hashed). So an effect any
---     operator acted on stays as long as the audit trail, i.e. for good;
+--   * effects named by the audit trail: an audit entry that names an
+--     effect is never dropped, and nulling its effect_id would both be an
+--     UPDATE of an append-only table and break the hash chain (effect_id is
+--     hashed). So an effect any operator acted on stays for good;
 --   * effects with an escalation (in any state: escalations keep the
 --     delivery record, and every escalation is audited anyway);
 --   * effects linked to another: a compensation or a compensated original,
 --     either side of a hold, the subject of a compensation request;
 --   * members of a suspected double effect (ledger.suspected_double_effects):
 --     the evidence finance needs.
--- It never touches audit_log; it appends one entry of its own with counts.
--- Each pruned key leaves a tombstone (ledger.key_tombstones) that
+-- Then it drops the months of history that ended before the cutoff
+-- (sql/0018_history_partitions.sql): the rows of the effects that stay are
+-- carried into the kept partitions first, and the audit entries naming no
+-- effect go under a signed checkpoint. It appends one audit entry of its
+-- own with the counts. Each pruned key leaves a tombstone (ledger.key_tombstones) that
 -- begin_effect answers from, so the key can never proceed again;
 -- tombstones have their own, much longer retention (prune_tombstones).
 --
@@ -111,9 +114,10 @@ $$;
 -- the CLI deletes exactly what it exported — and appends one audit entry
 -- with the counts. Owner only.
 create function ledger.prune_settled(
-    older_than interval, operator text, reason text, only_ids bigint[] default null
+    older_than interval, operator text, reason text, only_ids bigint[] default null,
+    checkpoint_signature text default null, checkpoint_key text default null
 ) returns table (effects bigint, attempts bigint, events bigint, reconciliations bigint, holds bigint,
-                 tombstones bigint, kept jsonb, cutoff timestamptz, audit_seq bigint)
+                 tombstones bigint, kept jsonb, cutoff timestamptz, history jsonb, audit_seq bigint)
 language plpgsql security definer
 set search_path = pg_catalog, pg_temp
 as $$
@@ -128,6 +132,8 @@ declare
     n_recons     bigint;
     n_holds      bigint;
     n_tombstones bigint;
+    boundary     timestamptz;
+    months       jsonb;
     seq          bigint;
 begin
     perform ledger.require_who_and_why(prune_settled.operator, prune_settled.reason, 'to prune');
@@ -136,6 +142,7 @@ begin
             using errcode = 'invalid_parameter_value';
     end if;
     limit_at := now() - prune_settled.older_than;
+    boundary := ledger.history_drop_boundary(limit_at);
     -- One prune at a time; lock the candidates before judging them, so an
     -- audit entry or escalation naming one waits until we are done.
     perform pg_advisory_xact_lock(hashtextextended('ledger.prune', 0));
@@ -153,14 +160,20 @@ begin
                      where v.kept_because is not null group by v.kept_because) g)
       into doomed, kept_counts;
 
-    perform set_config('ledger.prune_xact', pg_current_xact_id()::text, true);
-    delete from ledger.attempts a where a.effect_id = any (doomed);
-    get diagnostics n_attempts = row_count;
-    -- Counted as events: the versions that changed the state.
+    -- Counted before the months go: what the pruned effects had.
+    select count(*) into n_attempts from ledger.attempts a where a.effect_id = any (doomed);
     select count(*) into n_events from ledger.effect_events ev where ev.effect_id = any (doomed);
-    delete from ledger.effect_versions v where v.effect_id = any (doomed);
-    delete from ledger.reconciliations r where r.effect_id = any (doomed);
-    get diagnostics n_recons = row_count;
+    select count(*) into n_recons from ledger.reconciliations r where r.effect_id = any (doomed);
+    -- Their history in months that stay goes row by row; the months that
+    -- end before the boundary go whole below.
+    boundary := coalesce(boundary, '-infinity');
+    perform set_config('ledger.prune_xact', pg_current_xact_id()::text, true);
+    delete from ledger.attempts a where a.effect_id = any (doomed) and a.at >= boundary;
+    delete from ledger.attempts_kept a where a.effect_id = any (doomed);
+    delete from ledger.effect_versions v where v.effect_id = any (doomed) and v.at >= boundary;
+    delete from ledger.effect_versions_kept v where v.effect_id = any (doomed);
+    delete from ledger.reconciliations r where r.effect_id = any (doomed) and r.at >= boundary;
+    delete from ledger.reconciliations_kept r where r.effect_id = any (doomed);
     delete from ledger.holds h where h.effect_id = any (doomed) or h.holder_id = any (doomed);
     get diagnostics n_holds = row_count;
     insert into ledger.key_tombstones (op_key, effect_id, material_hash, final_state, external_ref,
@@ -175,14 +188,17 @@ begin
     delete from ledger.effects e where e.id = any (doomed) and e.state in ('succeeded', 'failed', 'cancelled');
     get diagnostics n_effects = row_count;
     perform set_config('ledger.prune_xact', '', true);
+    months := ledger.drop_history_months(nullif(boundary, '-infinity'), prune_settled.operator,
+                                         prune_settled.checkpoint_signature, prune_settled.checkpoint_key);
 
     seq := ledger.audit(prune_settled.operator, 'prune', null::ledger.effects, prune_settled.reason,
                         jsonb_build_object('older_than', prune_settled.older_than::text, 'cutoff', limit_at),
                         jsonb_build_object('effects', n_effects, 'attempts', n_attempts, 'events', n_events,
                                            'reconciliations', n_recons, 'holds', n_holds,
-                                           'tombstones', n_tombstones, 'kept', kept_counts));
+                                           'tombstones', n_tombstones, 'kept', kept_counts,
+                                           'history', months));
     return query select n_effects, n_attempts, n_events, n_recons, n_holds, n_tombstones, kept_counts,
-                        limit_at, seq;
+                        limit_at, months, seq;
 end
 $$;
 

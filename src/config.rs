@@ -74,6 +74,18 @@ pub struct Config {
     /// Where logs go; never the terminal the console owns.
     pub log_file: Option<PathBuf>,
     pub reconciler: ReconcilerConfig,
+    pub audit: AuditConfig,
+}
+
+/// `[audit]`: the key that signs the audit chain's checkpoints when
+/// retention drops months of it, and the keys `audit verify` trusts.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuditConfig {
+    /// A file made by `effectwatch audit keygen` (never stored in the ledger).
+    pub signing_key: Option<PathBuf>,
+    /// Public keys (base64, as keygen prints them) whose checkpoints verify.
+    pub trusted_keys: Vec<String>,
 }
 
 /// `[reconciler]`: how `effectwatch reconcile --watch` and `--once` work.
@@ -188,6 +200,7 @@ impl Default for Config {
             sinks: BTreeMap::new(),
             log_file: None,
             reconciler: ReconcilerConfig::default(),
+            audit: AuditConfig::default(),
         }
     }
 }
@@ -289,6 +302,14 @@ impl Config {
             problems.push("operator must not be empty".to_string());
         }
         problems.extend(self.reconciler.problems());
+        for key in &self.audit.trusted_keys {
+            if !crate::ledger::audit::is_public_key(key) {
+                problems.push(format!(
+                    "audit.trusted_keys: {} is not a public key (base64 of 32 bytes, as `effectwatch audit keygen` prints)",
+                    crate::text::sanitize_line(key)
+                ));
+            }
+        }
         problems.extend(adapter_problems(&self.providers, &self.sinks));
         problems
     }

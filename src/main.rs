@@ -90,6 +90,12 @@ async fn run(cli: Cli, explicit_url: bool, explicit_operator: bool) -> Result<()
     if let Command::Config = command {
         return cli::config::run(&config, &source, cli.database_url.as_deref()).await;
     }
+    if let Command::Audit {
+        command: AuditCommand::Keygen { out },
+    } = &command
+    {
+        return cli::audit::keygen(out);
+    }
     if let Command::Check(args) = command {
         // Every failure of a check, a missing URL included, is "cannot tell".
         let url = cli
@@ -140,7 +146,10 @@ async fn run(cli: Cli, explicit_url: bool, explicit_operator: bool) -> Result<()
         | Command::Config
         | Command::Demo(_)
         | Command::Completions { .. }
-        | Command::Man { .. } => unreachable!("handled above"),
+        | Command::Man { .. }
+        | Command::Audit {
+            command: AuditCommand::Keygen { .. },
+        } => unreachable!("handled above"),
         Command::Migrate => cli::migrate::run(&pool).await,
         Command::List {
             pane,
@@ -152,7 +161,7 @@ async fn run(cli: Cli, explicit_url: bool, explicit_operator: bool) -> Result<()
         Command::Show { op_key, format } => cli::show::run(&pool, &op_key, format).await,
         Command::Audit {
             command: AuditCommand::Verify { format },
-        } => cli::audit::verify(&pool, format).await,
+        } => cli::audit::verify(&pool, &config, format).await,
         Command::Audit {
             command: AuditCommand::List(mut args),
         } => {

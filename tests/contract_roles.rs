@@ -65,6 +65,19 @@ async fn tables(pool: &LedgerPool) -> Vec<(String, String)> {
     .unwrap()
 }
 
+/// The tables a role reads: a month of a history table is read through
+/// its table, and holds no grants of its own.
+async fn readable_tables(pool: &LedgerPool) -> Vec<String> {
+    sqlx::query_scalar(
+        "select c.relname::text from pg_class c join pg_namespace n on n.oid = c.relnamespace
+          where n.nspname = 'ledger' and c.relkind in ('r', 'p') and not c.relispartition
+          order by 1",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
 /// Tries every kind of write on every ledger table as this connection's role.
 async fn assert_no_dml(conn: &mut PgConnection, pool: &LedgerPool) {
     let tables = tables(pool).await;
@@ -310,7 +323,7 @@ async fn an_operator_changes_rows_through_the_operator_functions_only() {
     };
 
     assert_reads_every_view(&mut conn, pool).await;
-    for (table, _) in tables(pool).await {
+    for table in readable_tables(pool).await {
         sqlx::query(AssertSqlSafe(format!(
             "select * from ledger.{table} limit 1"
         )))

@@ -315,6 +315,7 @@ async fn a_replay_weeks_later_after_a_prune_is_not_a_second_refund() {
         "retention-bot",
         "test",
         None,
+        None,
     )
     .await
     .unwrap();

@@ -1,6 +1,7 @@
 //! Retention removes only old settled effects nothing protects, exports
 //! them first, writes one audit entry, and leaves every protected record —
-//! and the whole audit trail — in place. The append-only history stays
+//! and, while no month of history has ended before the cutoff, the whole
+//! audit trail — in place (months dropped whole: history_partitions.rs). The append-only history stays
 //! append-only for everyone else.
 
 mod common;
@@ -253,6 +254,7 @@ async fn prune_removes_only_what_nothing_protects() {
         "retention-bot",
         "older than the test",
         Some(&mut export),
+        None,
     )
     .await
     .unwrap();
@@ -328,9 +330,16 @@ async fn prune_removes_only_what_nothing_protects() {
     assert!(audit::verify(pool).await.unwrap().is_intact());
 
     // Again: nothing left to remove, and that is audited too.
-    let again = retention::prune(pool, Cutoff::Before(cutoff), "retention-bot", "again", None)
-        .await
-        .unwrap();
+    let again = retention::prune(
+        pool,
+        Cutoff::Before(cutoff),
+        "retention-bot",
+        "again",
+        None,
+        None,
+    )
+    .await
+    .unwrap();
     assert_eq!(again.effects, 0);
     assert_eq!(
         count(pool, "select count(*) from ledger.audit_log").await,
@@ -551,9 +560,16 @@ async fn a_replay_weeks_later_after_a_prune_is_answered_from_the_keys_tombstone(
     .await
     .unwrap_or(json!(null));
     let cutoff = checkpoint(pool).await;
-    let outcome = retention::prune(pool, Cutoff::Before(cutoff), "retention-bot", "old", None)
-        .await
-        .unwrap();
+    let outcome = retention::prune(
+        pool,
+        Cutoff::Before(cutoff),
+        "retention-bot",
+        "old",
+        None,
+        None,
+    )
+    .await
+    .unwrap();
     assert_eq!((outcome.effects, outcome.tombstones), (2, 2));
     assert_eq!(state(pool, "refund:OLD:v1").await, None, "the row is gone");
 

@@ -2,11 +2,13 @@ use crate::ledger::LedgerPool;
 use chrono::{DateTime, Utc};
 use clap::{Args, ValueEnum};
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
+use serde::Serialize;
 
 use super::Format;
 use super::exit::{FAILURE, Failure, USAGE};
 use super::report::{csv_finish, csv_text, write_output};
-use crate::ledger::audit::{self, AuditQuery};
+use crate::config::Config;
+use crate::ledger::audit::{self, AuditQuery, CheckpointSigner, SignatureVerdict};
 use crate::ledger::history::params_diff;
 use crate::ledger::model::AuditEntry;
 use crate::text::{safe_json, sanitize_line};
@@ -121,24 +123,107 @@ fn csv(entries: &[AuditEntry]) -> Result<String, Failure> {
     csv_finish(writer)
 }
 
-pub async fn verify(pool: &LedgerPool, format: Format) -> Result<(), Failure> {
-    let report = audit::verify(pool).await?;
+pub fn keygen(out: &std::path::Path) -> Result<(), Failure> {
+    let signer = CheckpointSigner::generate(out).map_err(|e| Failure::new(FAILURE, e))?;
+    println!("wrote the signing key to {}", out.display());
+    println!(
+        "its public key, for [audit] trusted_keys: {}",
+        signer.public_key()
+    );
+    println!(
+        "set [audit] signing_key = \"{}\" where retention runs",
+        out.display()
+    );
+    Ok(())
+}
+
+/// The chain's verdict and, when months of it were dropped, the
+/// checkpoint's signature against the keys the config trusts.
+#[derive(Debug, Serialize)]
+struct Verification {
+    #[serde(flatten)]
+    chain: audit::ChainReport,
+    checkpoint: Option<CheckpointVerdict>,
+}
+
+#[derive(Debug, Serialize)]
+struct CheckpointVerdict {
+    seq: i64,
+    through: DateTime<Utc>,
+    kept_entries: i64,
+    public_key: String,
+    made_by: String,
+    signature: SignatureVerdict,
+}
+
+pub async fn verify(pool: &LedgerPool, config: &Config, format: Format) -> Result<(), Failure> {
+    let chain = audit::verify(pool).await?;
+    let checkpoint = match chain.checkpoint_seq {
+        Some(_) => audit::newest_checkpoint(pool)
+            .await?
+            .map(|mark| CheckpointVerdict {
+                signature: audit::judge_signature(&mark, &config.audit.trusted_keys),
+                seq: mark.seq,
+                through: mark.through,
+                kept_entries: mark.kept_entries,
+                public_key: mark.public_key,
+                made_by: mark.made_by,
+            }),
+        None => None,
+    };
+    let verification = Verification { chain, checkpoint };
+    let chain = &verification.chain;
     match format {
-        Format::Json => println!("{}", safe_json(&report)),
-        Format::Table if report.is_intact() => {
-            println!("audit chain intact: {} entries verified", report.checked)
+        Format::Json => println!("{}", safe_json(&verification)),
+        Format::Table => {
+            if let Some(mark) = &verification.checkpoint {
+                println!(
+                    "history before {} was dropped: the chain starts from the checkpoint at entry {} (made by {}, {} earlier entries kept), {}",
+                    mark.through.to_rfc3339(),
+                    mark.seq,
+                    sanitize_line(&mark.made_by),
+                    mark.kept_entries,
+                    match mark.signature {
+                        SignatureVerdict::Trusted => "signed by a trusted key".to_string(),
+                        SignatureVerdict::KeyNotChecked => format!(
+                            "signed by key {}, which nothing here vouches for: list it in [audit] trusted_keys",
+                            sanitize_line(&mark.public_key)
+                        ),
+                        SignatureVerdict::UntrustedKey => format!(
+                            "signed by key {}, which is NOT in [audit] trusted_keys",
+                            sanitize_line(&mark.public_key)
+                        ),
+                        SignatureVerdict::Invalid => "whose signature does NOT verify".to_string(),
+                    }
+                );
+            }
+            if chain.is_intact() {
+                println!("audit chain intact: {} entries verified", chain.checked)
+            }
         }
-        Format::Table => {}
     }
-    match report.first_broken_seq {
-        None => Ok(()),
-        Some(seq) => Err(Failure::new(
+    if let Some(seq) = chain.first_broken_seq {
+        return Err(Failure::new(
             FAILURE,
             format!(
                 "audit chain BROKEN at entry {seq} ({} entries before it verified): {}",
-                report.checked,
-                sanitize_line(report.problem.as_deref().unwrap_or("unknown problem"))
+                chain.checked,
+                sanitize_line(chain.problem.as_deref().unwrap_or("unknown problem"))
+            ),
+        ));
+    }
+    match &verification.checkpoint {
+        Some(mark) if !mark.signature.is_acceptable() => Err(Failure::new(
+            FAILURE,
+            format!(
+                "audit checkpoint at entry {} cannot be trusted: {}",
+                mark.seq,
+                match mark.signature {
+                    SignatureVerdict::Invalid => "its signature does not verify",
+                    _ => "it was signed by a key [audit] trusted_keys does not list",
+                }
             ),
         )),
+        _ => Ok(()),
     }
 }

@@ -82,6 +82,16 @@ pub async fn run(
             .map(|address| format!("; metrics on {address}"))
             .unwrap_or_default()
     );
+    println!(
+        "audit signing:    {}; {} trusted key(s)",
+        config
+            .audit
+            .signing_key
+            .as_deref()
+            .map(|path| format!("checkpoints signed with {}", path.display()))
+            .unwrap_or_else(|| "no signing key (retention cannot drop audit history)".into()),
+        config.audit.trusted_keys.len()
+    );
     let url = database_url.or(config.database_url.as_deref());
     println!("durability:       {}", durability(config, url).await);
     Ok(())

@@ -211,6 +211,12 @@ pub enum AuditCommand {
     },
     /// The entries of a range, oldest first, with what each changed; --operator NAME: only theirs.
     List(audit::AuditListArgs),
+    /// Make the Ed25519 key that signs the chain's checkpoints when retention drops months of it.
+    Keygen {
+        /// A new file (never overwritten), readable by its owner only.
+        #[arg(long, value_name = "FILE")]
+        out: std::path::PathBuf,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -1,7 +1,10 @@
 //! `effectwatch prune`: retention. Removes settled effects older than a
 //! cutoff that nothing protects (sql/0013_retention.sql lists what is always
-//! kept), after exporting them as JSON lines; never touches the audit trail.
-//! Needs the ledger owner's role: operators cannot prune.
+//! kept), after exporting them as JSON lines, then drops the months of
+//! history that ended before the cutoff, keeping what belongs to an effect
+//! that stays; audit entries that go are vouched for by a checkpoint signed
+//! with `[audit] signing_key`. Needs the ledger owner's role: operators
+//! cannot prune.
 
 use std::path::{Path, PathBuf};
 
@@ -9,10 +12,11 @@ use crate::ledger::LedgerPool;
 use clap::Args;
 use serde_json::Value;
 
-use super::exit::{FAILURE, Failure, REFUSED};
+use super::exit::{BAD_CONFIG, FAILURE, Failure, REFUSED};
 use super::report::AtomicFile;
 use crate::config::Config;
 use crate::format::duration_ms;
+use crate::ledger::audit::CheckpointSigner;
 use crate::ledger::retention::{self, Cutoff, ExportSink, PruneError};
 use crate::text::sanitize_line;
 use crate::time_args::{parse_duration, parse_instant};
@@ -50,6 +54,12 @@ pub async fn run(pool: &LedgerPool, config: &Config, args: PruneArgs) -> Result<
     if args.dry_run {
         let plan = retention::plan(pool, args.older_than).await?;
         println!("would prune {} settled effects", plan.prunable);
+        if !plan.months.is_empty() {
+            println!(
+                "would drop the history of {} (kept: the rows of every effect that stays)",
+                plan.months.join(", ")
+            );
+        }
         print_kept(&serde_json::to_value(&plan.kept).unwrap_or(Value::Null));
         return Ok(());
     }
@@ -66,6 +76,10 @@ pub async fn run(pool: &LedgerPool, config: &Config, args: PruneArgs) -> Result<
             }
             Cutoff::Before(at) => format!("retention: settled before {}", at.to_rfc3339()),
         });
+    let signer = match &config.audit.signing_key {
+        Some(path) => Some(CheckpointSigner::load(path).map_err(|e| Failure::new(BAD_CONFIG, e))?),
+        None => None,
+    };
     let mut sink = match &args.export {
         Some(path) => Some(JsonLines::create(path)?),
         None => None,
@@ -76,6 +90,7 @@ pub async fn run(pool: &LedgerPool, config: &Config, args: PruneArgs) -> Result<
         &config.operator,
         &reason,
         sink.as_mut().map(|s| s as &mut dyn ExportSink),
+        signer.as_ref(),
     )
     .await
     .map_err(|error| match error {
@@ -97,6 +112,7 @@ pub async fn run(pool: &LedgerPool, config: &Config, args: PruneArgs) -> Result<
         println!("exported {} records to {}", sink.records, path.display());
     }
     print_kept(&outcome.kept);
+    print_history(&outcome.history);
     if let Some(age) = args.tombstones_older_than {
         let (dropped, seq) =
             retention::prune_tombstones(pool, age, &config.operator, &reason).await?;
@@ -105,6 +121,44 @@ pub async fn run(pool: &LedgerPool, config: &Config, args: PruneArgs) -> Result<
         );
     }
     Ok(())
+}
+
+/// The months dropped whole: rows dropped and rows carried over, per table.
+fn print_history(history: &Value) {
+    let months: Vec<&str> = history["months"]
+        .as_array()
+        .map(|months| months.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    if months.is_empty() {
+        return;
+    }
+    let per_table = |side: &str| -> String {
+        history[side]
+            .as_object()
+            .map(|tables| {
+                tables
+                    .iter()
+                    .map(|(table, n)| format!("{} {}", sanitize_line(table), n))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+            .unwrap_or_default()
+    };
+    println!(
+        "dropped the history of {}: {} rows went ({}); kept for effects that stay: {}",
+        sanitize_line(&months.join(", ")),
+        history["dropped"]
+            .as_object()
+            .map(|t| t.values().filter_map(Value::as_i64).sum::<i64>())
+            .unwrap_or(0),
+        per_table("dropped"),
+        per_table("kept")
+    );
+    if let Some(seq) = history["checkpoint_seq"].as_i64() {
+        println!(
+            "audit checkpoint signed at entry #{seq}: `effectwatch audit verify` starts there"
+        );
+    }
 }
 
 fn print_kept(kept: &Value) {

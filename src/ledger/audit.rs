@@ -1,5 +1,11 @@
 //! The audit chain: verification and reading.
 
+use std::path::Path;
+
+use aws_lc_rs::signature::{ED25519, Ed25519KeyPair, KeyPair, UnparsedPublicKey};
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sqlx::PgExecutor;
 
@@ -11,6 +17,9 @@ pub struct ChainReport {
     pub checked: i64,
     pub first_broken_seq: Option<i64>,
     pub problem: Option<String>,
+    /// The checkpoint the walk started from, when months of the chain were
+    /// dropped; None: the chain is whole from its first entry.
+    pub checkpoint_seq: Option<i64>,
 }
 
 impl ChainReport {
@@ -21,7 +30,7 @@ impl ChainReport {
 
 pub async fn verify<'c>(executor: impl PgExecutor<'c>) -> Result<ChainReport, LedgerError> {
     Ok(sqlx::query_as::<_, ChainReport>(
-        "select checked, first_broken_seq, problem from ledger.verify_audit_chain()",
+        "select checked, first_broken_seq, problem, checkpoint_seq from ledger.verify_audit_chain()",
     )
     .fetch_one(executor)
     .await?)
@@ -83,4 +92,144 @@ pub async fn recent<'c>(
     .bind(limit)
     .fetch_all(executor)
     .await?)
+}
+
+/// A checkpoint of the chain made when retention dropped months of it
+/// (sql/0003_audit.sql): the head it vouches for and its signature.
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+pub struct Checkpoint {
+    pub seq: i64,
+    pub hash: String,
+    /// History before this instant was dropped.
+    pub through: DateTime<Utc>,
+    pub kept_entries: i64,
+    pub message: String,
+    pub signature: String,
+    pub public_key: String,
+    pub made_by: String,
+    pub made_at: DateTime<Utc>,
+}
+
+/// The newest checkpoint, if months of the chain were ever dropped.
+pub async fn newest_checkpoint<'c>(
+    executor: impl PgExecutor<'c>,
+) -> Result<Option<Checkpoint>, LedgerError> {
+    Ok(sqlx::query_as::<_, Checkpoint>(
+        "select seq, hash, through, kept_entries, message, signature, public_key, made_by, made_at
+           from ledger.audit_checkpoints order by seq desc limit 1",
+    )
+    .fetch_optional(executor)
+    .await?)
+}
+
+/// What a checkpoint's signature proves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SignatureVerdict {
+    /// Signed by a key the config trusts.
+    Trusted,
+    /// A good signature by a key the config does not list: anyone who can
+    /// write to the ledger could have made it.
+    UntrustedKey,
+    /// A good signature, and no trusted key configured to compare with.
+    KeyNotChecked,
+    /// The signature does not verify: the checkpoint was altered or forged.
+    Invalid,
+}
+
+impl SignatureVerdict {
+    pub fn is_acceptable(self) -> bool {
+        matches!(
+            self,
+            SignatureVerdict::Trusted | SignatureVerdict::KeyNotChecked
+        )
+    }
+}
+
+/// Checks a checkpoint's signature over its message, and its key against
+/// `trusted` (base64 public keys).
+pub fn judge_signature(checkpoint: &Checkpoint, trusted: &[String]) -> SignatureVerdict {
+    let (Ok(key), Ok(signature)) = (
+        BASE64.decode(checkpoint.public_key.trim()),
+        BASE64.decode(checkpoint.signature.trim()),
+    ) else {
+        return SignatureVerdict::Invalid;
+    };
+    if UnparsedPublicKey::new(&ED25519, &key)
+        .verify(checkpoint.message.as_bytes(), &signature)
+        .is_err()
+    {
+        return SignatureVerdict::Invalid;
+    }
+    if trusted.is_empty() {
+        return SignatureVerdict::KeyNotChecked;
+    }
+    let trusted_bytes = trusted.iter().filter_map(|k| BASE64.decode(k.trim()).ok());
+    if trusted_bytes.into_iter().any(|t| t == key) {
+        SignatureVerdict::Trusted
+    } else {
+        SignatureVerdict::UntrustedKey
+    }
+}
+
+/// The Ed25519 key that signs checkpoints. It lives in a file the
+/// database never sees (base64 of its PKCS#8 form, one line), so whoever
+/// can write to the ledger still cannot forge a checkpoint.
+pub struct CheckpointSigner {
+    pair: Ed25519KeyPair,
+}
+
+impl std::fmt::Debug for CheckpointSigner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CheckpointSigner({})", self.public_key())
+    }
+}
+
+impl CheckpointSigner {
+    /// Makes a new key in a new file readable by its owner alone (an
+    /// existing file is never replaced) and returns the signer.
+    pub fn generate(path: &Path) -> Result<CheckpointSigner, String> {
+        use std::io::Write as _;
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let rng = aws_lc_rs::rand::SystemRandom::new();
+        let document = Ed25519KeyPair::generate_pkcs8(&rng)
+            .map_err(|_| "cannot generate a key".to_string())?;
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path)
+            .map_err(|error| format!("cannot create {}: {error}", path.display()))?;
+        file.write_all(format!("{}\n", BASE64.encode(document.as_ref())).as_bytes())
+            .and_then(|()| file.sync_all())
+            .map_err(|error| format!("cannot write {}: {error}", path.display()))?;
+        Self::load(path)
+    }
+
+    pub fn load(path: &Path) -> Result<CheckpointSigner, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|error| format!("cannot read the signing key {}: {error}", path.display()))?;
+        let der = BASE64
+            .decode(text.trim())
+            .map_err(|_| format!("{} is not a signing key (base64 expected)", path.display()))?;
+        let pair = Ed25519KeyPair::from_pkcs8(&der)
+            .map_err(|_| format!("{} is not an Ed25519 signing key", path.display()))?;
+        Ok(CheckpointSigner { pair })
+    }
+
+    /// Base64 of the raw public key: what `[audit] trusted_keys` lists.
+    pub fn public_key(&self) -> String {
+        BASE64.encode(self.pair.public_key().as_ref())
+    }
+
+    pub fn sign(&self, message: &str) -> String {
+        BASE64.encode(self.pair.sign(message.as_bytes()).as_ref())
+    }
+}
+
+/// Whether text is a public key `judge_signature` can compare with.
+pub fn is_public_key(text: &str) -> bool {
+    BASE64
+        .decode(text.trim())
+        .is_ok_and(|bytes| bytes.len() == aws_lc_rs::signature::ED25519_PUBLIC_KEY_LEN)
 }

@@ -135,10 +135,14 @@ pub async fn measure(
 /// `alter table … disable trigger`, or a plain `enable trigger`, leaves.
 async fn weak_triggers(tx: &mut super::LedgerTransaction<'_>) -> Result<Vec<String>, LedgerError> {
     Ok(sqlx::query_scalar(
-        "select c.relname || '.' || t.tgname
+        // A month of a history table is named by its table: its triggers
+        // are the table's, cloned.
+        "select distinct coalesce(parent.relname, c.relname) || '.' || t.tgname
            from pg_trigger t
            join pg_class c on c.oid = t.tgrelid
            join pg_namespace n on n.oid = c.relnamespace
+           left join pg_inherits i on i.inhrelid = c.oid
+           left join pg_class parent on parent.oid = i.inhparent
           where n.nspname = 'ledger' and not t.tgisinternal and t.tgenabled <> 'A'
           order by 1",
     )

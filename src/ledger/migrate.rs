@@ -58,6 +58,7 @@ pub async fn run(pool: &LedgerPool) -> Result<MigrationReport, LedgerError> {
         .run(&pool.session_pool())
         .await
         .map_err(|error| LedgerError::Database(format!("migration failed: {error}")))?;
+    super::retention::ensure_months(pool).await?;
     let applied = MIGRATOR
         .iter()
         .filter(|migration| !done.contains(&migration.version))

@@ -15,6 +15,7 @@ use serde_json::Value;
 use thiserror::Error;
 
 use super::LedgerError;
+use super::audit::CheckpointSigner;
 
 /// Which settled effects are old enough.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,6 +53,10 @@ pub enum PruneError {
     #[error("writing the export failed, nothing was pruned: {0}")]
     Export(std::io::Error),
     #[error(
+        "dropping the months of history before {through} drops audit entries, and their checkpoint must be signed: make a key with `effectwatch audit keygen --out FILE`, then set [audit] signing_key"
+    )]
+    NeedsSigningKey { through: DateTime<Utc> },
+    #[error(
         "the ledger changed during the prune ({exported} exported, {deleted} deletable): nothing was pruned; run it again"
     )]
     Changed { exported: usize, deleted: i64 },
@@ -63,6 +68,8 @@ pub enum PruneError {
 pub struct PrunePlan {
     pub prunable: i64,
     pub kept: BTreeMap<String, i64>,
+    /// The months of history that would be dropped whole (YYYY-MM).
+    pub months: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
@@ -77,6 +84,10 @@ pub struct PruneOutcome {
     /// Old settled effects kept, by reason.
     pub kept: Value,
     pub cutoff: DateTime<Utc>,
+    /// The months of history dropped whole, with the rows dropped and the
+    /// rows carried into the kept partitions per table, and the audit
+    /// checkpoint made (sql/0018_history_partitions.sql).
+    pub history: Value,
     pub audit_seq: i64,
 }
 
@@ -92,9 +103,22 @@ pub async fn plan(pool: &LedgerPool, cutoff: Cutoff) -> Result<PrunePlan, Ledger
         .bind(before)
         .fetch_all(pool)
         .await?;
+    let sql = format!(
+        "select to_char(h.month, 'YYYY-MM') from ledger.history_months h
+          where ledger.month_start((h.month + interval '1 month')::date)
+                <= ledger.history_drop_boundary(now() - {})
+          order by h.month",
+        Cutoff::OLDER_THAN
+    );
+    let months: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+        .bind(older_than)
+        .bind(before)
+        .fetch_all(pool)
+        .await?;
     let mut plan = PrunePlan {
         prunable: 0,
         kept: BTreeMap::new(),
+        months,
     };
     for (reason, count) in rows {
         match reason {
@@ -113,6 +137,7 @@ pub async fn prune(
     operator: &str,
     reason: &str,
     export: Option<&mut dyn ExportSink>,
+    signer: Option<&CheckpointSigner>,
 ) -> Result<PruneOutcome, PruneError> {
     let (older_than, before) = cutoff.binds();
     let mut tx = pool.begin().await.map_err(LedgerError::from)?;
@@ -140,9 +165,31 @@ pub async fn prune(
         sink.finish().map_err(PruneError::Export)?;
         only_ids = Some(ids);
     }
+    // The audit entries of the months that go are vouched for by a
+    // checkpoint signed here, with a key the database never sees.
     let sql = format!(
-        "select effects, attempts, events, reconciliations, holds, tombstones, kept, cutoff, audit_seq
-           from ledger.prune_settled(older_than => {}, operator => $3, reason => $4, only_ids => $5)",
+        "select through, message from ledger.audit_checkpoint_due(now() - {})",
+        Cutoff::OLDER_THAN
+    );
+    let due: Option<(DateTime<Utc>, String)> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+        .bind(older_than)
+        .bind(before)
+        .fetch_optional(&mut tx)
+        .await
+        .map_err(LedgerError::from)?;
+    let (signature, public_key) = match (&due, signer) {
+        (None, _) => (None, None),
+        (Some((through, _)), None) => {
+            return Err(PruneError::NeedsSigningKey { through: *through });
+        }
+        (Some((_, message)), Some(signer)) => {
+            (Some(signer.sign(message)), Some(signer.public_key()))
+        }
+    };
+    let sql = format!(
+        "select effects, attempts, events, reconciliations, holds, tombstones, kept, cutoff, history, audit_seq
+           from ledger.prune_settled(older_than => {}, operator => $3, reason => $4, only_ids => $5,
+                                     checkpoint_signature => $6, checkpoint_key => $7)",
         Cutoff::OLDER_THAN
     );
     let outcome = sqlx::query_as::<_, PruneOutcome>(sqlx::AssertSqlSafe(sql))
@@ -151,6 +198,8 @@ pub async fn prune(
         .bind(operator)
         .bind(reason)
         .bind(&only_ids)
+        .bind(signature)
+        .bind(public_key)
         .fetch_one(&mut tx)
         .await
         .map_err(LedgerError::from)?;
@@ -184,4 +233,15 @@ pub async fn prune_tombstones(
     .bind(reason)
     .fetch_one(pool)
     .await?)
+}
+
+/// Makes the history's months from this one through two ahead, where
+/// missing (sql/0018_history_partitions.sql); returns how many were made.
+/// Cheap when they exist: migrate and every reconciler pass call it.
+pub async fn ensure_months(pool: &LedgerPool) -> Result<i32, LedgerError> {
+    Ok(
+        sqlx::query_scalar("select ledger.ensure_history_partitions()")
+            .fetch_one(pool)
+            .await?,
+    )
 }

@@ -189,6 +189,11 @@ impl Reconciler {
     /// what one statement picked was leased by another a moment before.)
     pub async fn pass(&self) -> Result<PassSummary, LedgerError> {
         let mut summary = PassSummary::default();
+        // The history's next months exist before anything is written in
+        // them (one indexed read when they do).
+        if let Err(error) = crate::ledger::retention::ensure_months(&self.pool).await {
+            tracing::warn!(%error, "cannot make the history's next months");
+        }
         let began = match leases::ledger_now(&self.pool).await {
             Ok(began) => began,
             Err(error) => {
