@@ -131,6 +131,12 @@ create table ledger.effects (
     -- A booking's time range, for an action whose policy conflicts by time
     -- range; part of the intent (a different range is another booking).
     during            tstzrange check (during is null or not isempty(during)),
+    -- Set at creation when another effect of the same target and action
+    -- exists, or when the amount is above what the params' approval states:
+    -- only a group holding such an effect (or one the provider holds twice,
+    -- attention 'duplicate') can be a suspected double effect, so finance
+    -- reads those groups by their index instead of every success.
+    double_candidate  boolean not null default false,
     check (pending_window > interval '0'),
     check ((amount_minor is null) = (currency is null)),
     check (state <> 'held' or held_by is not null),
@@ -167,6 +173,10 @@ $$;
 create index effects_target_idx on ledger.effects (target, action, created_at);
 create index effects_compensates_idx on ledger.effects (compensates) where compensates is not null;
 create index effects_external_ref_idx on ledger.effects (external_ref) where external_ref is not null;
+-- Finance's groups (see double_candidate): an entry for the few effects
+-- that can make a double, none for the effect that goes well.
+create index effects_double_candidate_idx on ledger.effects (target, action)
+    where double_candidate or attention = 'duplicate';
 -- Rows are appended and updated in time order, so a block range summary is
 -- enough to find what changed since T (time travel, finance's since) and
 -- costs the writer nothing per row, where a b-tree costs an entry for

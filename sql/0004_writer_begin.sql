@@ -292,7 +292,7 @@ begin
         insert into ledger.effects as e (
             op_key, action, target, params, params_hash, amount_minor, currency, provider,
             requested_by, owner_role, approval_ref, approval_version, request_id, state, pending_window,
-            deadline_at, held_by, during)
+            deadline_at, held_by, during, double_candidate)
         values (
             open_effect.op_key, open_effect.action, open_effect.target, offered_params, offered_hash,
             open_effect.amount_minor, upper(open_effect.currency), open_effect.provider,
@@ -305,7 +305,12 @@ begin
             -- that one was held by may be settled by now).
             holder.id,
             -- A refused key keeps no time: it must not stand in a booking's way.
-            case when refusal is null then open_effect.during end)
+            case when refusal is null then open_effect.during end,
+            -- The target lock above makes "another exists" exact: no
+            -- second effect of this target and action can begin meanwhile.
+            exists (select 1 from ledger.effects x
+                     where x.target = open_effect.target and x.action = open_effect.action)
+            or coalesce(open_effect.amount_minor > ledger.approved_amount(offered_params), false))
         on conflict on constraint effects_op_key_key do nothing
         returning e.* into created;
 

@@ -69,10 +69,19 @@ returns table (
     compensation text, compensation_key text, compensation_under_way boolean,
     version bigint)
 language sql stable as $$
-    with touched as (
-        -- settled_at <= updated_at, so the updated_at index narrows the scan.
+    with candidates as (
+        -- A group of one effect, within its approval and held once, cannot
+        -- be a double: only groups with a double_candidate (or a provider
+        -- duplicate) are read, by their partial index.
         select distinct e.target, e.action
           from ledger.effects_at(suspected_double_effects_at.at_time) e
+         where e.double_candidate or e.attention = 'duplicate'
+    ),
+    touched as (
+        select distinct e.target, e.action
+          from candidates c
+          join ledger.effects_at(suspected_double_effects_at.at_time) e
+            on e.target = c.target and e.action = c.action
          where e.state = 'succeeded' and e.compensates is null
            and (suspected_double_effects_at.since is null
                 or (e.updated_at >= suspected_double_effects_at.since

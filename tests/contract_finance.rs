@@ -188,3 +188,126 @@ async fn the_finance_table_never_cuts_two_keys_into_the_same_text() {
     assert!(table.contains("approval:v2"), "{table}");
     assert!(table.contains("refund:customer"), "{table}");
 }
+
+/// The suspected doubles as ledger.suspected_double_effects lists them.
+async fn suspects(pool: &LedgerPool) -> Vec<(String, Vec<String>, Option<i64>)> {
+    sqlx::query_as(
+        "select op_key, reasons, excess_minor from ledger.suspected_double_effects order by op_key",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn finance_reads_only_the_groups_that_can_hold_a_double_and_misses_none() {
+    let db = common::test_db().await;
+    let pool = &db.pool;
+    // Alone and within its approval: never a candidate.
+    succeeded(
+        pool,
+        "alone:1",
+        "refund",
+        "order:1",
+        Some((500, "EUR")),
+        None,
+    )
+    .await;
+    succeeded(
+        pool,
+        "alone:2",
+        "refund",
+        "order:2",
+        Some((500, "EUR")),
+        Some(("ap-2", 500)),
+    )
+    .await;
+    // Alone and above what its own approval states.
+    succeeded(
+        pool,
+        "above:1",
+        "refund",
+        "order:3",
+        Some((900, "EUR")),
+        Some(("ap-3", 400)),
+    )
+    .await;
+    // Paid twice.
+    succeeded(
+        pool,
+        "twice:1",
+        "refund",
+        "order:4",
+        Some((300, "EUR")),
+        None,
+    )
+    .await;
+    succeeded(
+        pool,
+        "twice:2",
+        "refund",
+        "order:4",
+        Some((300, "EUR")),
+        None,
+    )
+    .await;
+    // One success, and a failed effect whose approval is the only one on
+    // record for the target: the success exceeds it.
+    let failed = Intent {
+        op_key: "other:failed".into(),
+        action: "refund".into(),
+        target: "order:5".into(),
+        params: json!({"approved_amount_minor": 100}),
+        requested_by: "agent-1".into(),
+        amount_minor: Some(100),
+        currency: Some("EUR".into()),
+        ..Intent::default()
+    };
+    begin_effect(pool, &failed).await.unwrap();
+    mark_dispatched(pool, "other:failed", None, "w")
+        .await
+        .unwrap();
+    complete_effect(
+        pool,
+        "other:failed",
+        Outcome::Failed { retryable: false },
+        &Completion::default(),
+    )
+    .await
+    .unwrap();
+    succeeded(
+        pool,
+        "other:paid",
+        "refund",
+        "order:5",
+        Some((700, "EUR")),
+        None,
+    )
+    .await;
+
+    let candidates: Vec<String> = sqlx::query_scalar(
+        "select op_key from ledger.effects where double_candidate order by op_key",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    assert_eq!(candidates, ["above:1", "other:paid", "twice:2"]);
+    let listed = suspects(pool).await;
+    let keys: Vec<&str> = listed.iter().map(|(key, _, _)| key.as_str()).collect();
+    assert_eq!(keys, ["above:1", "other:paid", "twice:1", "twice:2"]);
+
+    // Every effect a candidate: the rule read over every group lists the same.
+    sqlx::query(
+        "do $$ begin
+             alter table ledger.effects disable trigger user;
+             update ledger.effects set double_candidate = true;
+             alter table ledger.effects enable always trigger effects_guard;
+             alter table ledger.effects enable always trigger effects_history;
+             alter table ledger.effects enable always trigger effects_settle_original;
+         end $$",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+    assert_eq!(suspects(pool).await, listed);
+}
