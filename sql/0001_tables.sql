@@ -304,6 +304,13 @@ create table ledger.holds (
 );
 
 create index holds_open_idx on ledger.holds (target, effect_id) where closed_at is null;
+-- Retention deletes effects: every foreign key naming an effect needs an
+-- index on its column, or each effect deleted reads the whole referencing
+-- table (the effects table itself, for held_by). The rows that name an
+-- effect this way are few, so these cost the writer almost nothing.
+create index holds_effect_idx on ledger.holds (effect_id);
+create index holds_holder_idx on ledger.holds (holder_id);
+create index effects_held_by_idx on ledger.effects (held_by) where held_by is not null;
 
 create table ledger.reconciliations (
     id              bigint generated always as identity,
@@ -410,6 +417,8 @@ create table ledger.compensation_requests (
 create unique index compensation_requests_awaiting_idx
     on ledger.compensation_requests (effect_id) where state = 'awaiting_approval';
 create index compensation_requests_effect_idx on ledger.compensation_requests (effect_id, created_at);
+create index compensation_requests_compensation_idx on ledger.compensation_requests (compensation_id)
+    where compensation_id is not null;
 
 -- Every delivery attempt of an escalation, for the console and a post-mortem.
 create table ledger.escalation_deliveries (
@@ -436,6 +445,8 @@ create index reconciliations_at_idx on ledger.reconciliations (at);
 create index effects_pending_deadline_idx on ledger.effects (deadline_at) where state = 'pending';
 create index effects_unknown_idx on ledger.effects (updated_at) where state = 'unknown';
 create index effects_held_idx on ledger.effects (target, created_at) where state = 'held';
+-- Finance's exposure: what was compensated since T.
+create index effects_compensated_idx on ledger.effects (settled_at) where state = 'compensated';
 
 -- The reconciler service's leases (sql/0014_reconciler.sql): which
 -- reconciler holds an effect until when, how often it was asked, and when
@@ -508,4 +519,6 @@ create table ledger.approvals (
     primary key (approval_ref, version),
     check ((amount_ceiling_minor is null) = (currency is null))
 );
+
+create index approvals_consumed_by_idx on ledger.approvals (consumed_by) where consumed_by is not null;
 

@@ -163,6 +163,15 @@ language sql immutable as $$
                   seq, hash, (extract(epoch from through) * 1000000)::bigint, kept_entries, kept_digest)
 $$;
 
+-- Whether an entry's hash is the hash of what it says (and of the hash it
+-- points at).
+create function ledger.audit_entry_intact(entry ledger.audit_log) returns boolean
+language sql immutable as $$
+    select entry.hash = ledger.audit_entry_hash(entry.prev_hash, entry.seq, entry.at, entry.operator,
+                                                entry.db_role, entry.action, entry.effect_id,
+                                                entry.op_key, entry.reason, entry.before, entry.after)
+$$;
+
 -- Walks the chain in order, from the newest checkpoint when months of it
 -- were dropped. Returns how many entries were checked, the checkpoint it
 -- started from (null: the chain is whole), and, if the chain is broken, the
@@ -175,7 +184,7 @@ create function ledger.verify_audit_chain(
 )
 language plpgsql stable as $$
 declare
-    entry     record;
+    entry     ledger.audit_log;
     mark      ledger.audit_checkpoints;
     kept      record;
     expected_prev text := repeat('0', 64);
@@ -192,10 +201,7 @@ begin
             return;
         end if;
         for entry in select * from ledger.audit_log a where a.seq <= mark.seq order by a.seq loop
-            if entry.hash <> ledger.audit_entry_hash(entry.prev_hash, entry.seq, entry.at, entry.operator,
-                                                     entry.db_role, entry.action, entry.effect_id,
-                                                     entry.op_key, entry.reason, entry.before, entry.after)
-               or (entry.seq = mark.seq and entry.hash <> mark.hash) then
+            if not ledger.audit_entry_intact(entry) or (entry.seq = mark.seq and entry.hash <> mark.hash) then
                 first_broken_seq := entry.seq;
                 problem := format('entry %s was altered after it was written', entry.seq);
                 return;
@@ -223,9 +229,7 @@ begin
             problem := format('entry %s does not point at the hash of entry %s', entry.seq, entry.seq - 1);
             return;
         end if;
-        if entry.hash <> ledger.audit_entry_hash(entry.prev_hash, entry.seq, entry.at, entry.operator,
-                                                 entry.db_role, entry.action, entry.effect_id,
-                                                 entry.op_key, entry.reason, entry.before, entry.after) then
+        if not ledger.audit_entry_intact(entry) then
             first_broken_seq := entry.seq;
             problem := format('entry %s was altered after it was written', entry.seq);
             return;

@@ -69,6 +69,9 @@ returns table (
     compensation text, compensation_key text, compensation_under_way boolean,
     version bigint)
 language sql stable as $$
+    -- Each group is read by its own index probes (a lateral call per group,
+    -- fenced so the planner cannot flatten it into a scan of every effect):
+    -- the cost follows the candidate groups, not the ledger.
     with candidates as (
         -- A group of one effect, within its approval and held once, cannot
         -- be a double: only groups with a double_candidate (or a provider
@@ -78,20 +81,27 @@ language sql stable as $$
          where e.double_candidate or e.attention = 'duplicate'
     ),
     touched as (
-        select distinct e.target, e.action
+        select c.target, c.action
           from candidates c
-          join ledger.effects_at(suspected_double_effects_at.at_time) e
-            on e.target = c.target and e.action = c.action
-         where e.state = 'succeeded' and e.compensates is null
-           and (suspected_double_effects_at.since is null
-                or (e.updated_at >= suspected_double_effects_at.since
-                    and e.settled_at >= suspected_double_effects_at.since))
+         cross join lateral (
+                select 1 from ledger.effects_at(suspected_double_effects_at.at_time) e
+                 where e.target = c.target and e.action = c.action
+                   and e.state = 'succeeded' and e.compensates is null
+                   and (suspected_double_effects_at.since is null
+                        or (e.updated_at >= suspected_double_effects_at.since
+                            and e.settled_at >= suspected_double_effects_at.since))
+                 limit 1) succeeded_since
+    ),
+    group_effects as (
+        select e.*
+          from touched t
+         cross join lateral (
+                select e.* from ledger.effects_at(suspected_double_effects_at.at_time) e
+                 where e.target = t.target and e.action = t.action and e.compensates is null
+                offset 0) e
     ),
     members as (
-        select e.*
-          from ledger.effects_at(suspected_double_effects_at.at_time) e
-          join touched t on t.target = e.target and t.action = e.action
-         where e.state = 'succeeded' and e.compensates is null
+        select g.* from group_effects g where g.state = 'succeeded'
     ),
     counts as (
         select m.target, m.action, count(*) as n from members m group by m.target, m.action
@@ -100,9 +110,8 @@ language sql stable as $$
         select a.target, a.action, a.currency, sum(a.approved)::bigint as approved
           from (select distinct on (e.target, e.action, e.currency, coalesce(e.approval_ref, e.op_key))
                        e.target, e.action, e.currency, ledger.approved_amount(e.params) as approved
-                  from ledger.effects_at(suspected_double_effects_at.at_time) e
-                  join touched t on t.target = e.target and t.action = e.action
-                 where e.compensates is null and e.currency is not null
+                  from group_effects e
+                 where e.currency is not null
                    and ledger.approved_amount(e.params) is not null
                  order by e.target, e.action, e.currency, coalesce(e.approval_ref, e.op_key),
                           e.approval_version desc nulls last, e.id desc) a

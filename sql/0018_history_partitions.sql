@@ -226,7 +226,7 @@ revoke execute on all functions in schema ledger from public;
 -- (an operator login) keeps them ahead.
 grant execute on function ledger.ensure_history_partitions(timestamptz, timestamptz) to effect_operator;
 grant select on ledger.history_months, ledger.audit_checkpoints to effect_operator, effect_readonly;
-grant execute on function ledger.audit_kept_digest(bigint, timestamptz), ledger.history_tables(),
+grant execute on function ledger.audit_kept_digest(bigint, timestamptz), ledger.audit_entry_intact(ledger.audit_log), ledger.history_tables(),
     ledger.audit_checkpoint_message(bigint, text, timestamptz, bigint, text)
     to effect_readonly, effect_operator;
 

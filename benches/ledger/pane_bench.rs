@@ -309,6 +309,34 @@ pub(crate) async fn explain(db: &BenchDb, limit: i64) -> Result<Plans> {
         .await?;
         plans.push((pane, fetch_plan, rows.join("\n")));
     }
+    // A month of a history table uses its copy of the table's index, named
+    // after the month: the plans name the table's index (the month is on
+    // the same line, as the table scanned).
+    let month_indexes: Vec<(String, String)> = sqlx::query_as(
+        "select c.relname::text, parent.relname::text
+           from pg_inherits i
+           join pg_class c on c.oid = i.inhrelid and c.relkind = 'i'
+           join pg_class parent on parent.oid = i.inhparent
+           join pg_namespace n on n.oid = c.relnamespace
+          where n.nspname = 'ledger'",
+    )
+    .fetch_all(&mut conn)
+    .await?;
+    let by_table_index = |plan: &str| -> String {
+        plan.split_inclusive(char::is_whitespace)
+            .map(|word| {
+                let name = word.trim_end();
+                match month_indexes.iter().find(|(month, _)| month == name) {
+                    Some((_, table_index)) => word.replacen(name, table_index, 1),
+                    None => word.to_string(),
+                }
+            })
+            .collect()
+    };
+    let plans = plans
+        .into_iter()
+        .map(|(pane, fetch, count)| (pane, by_table_index(&fetch), by_table_index(&count)))
+        .collect();
     let big_tables: Vec<String> = sqlx::query_scalar(
         "select c.relname::text from pg_class c join pg_namespace n on n.oid = c.relnamespace
           where n.nspname = 'ledger' and c.relkind = 'r' and c.reltuples >= 10000
@@ -376,6 +404,9 @@ pub(crate) struct Ledger {
     pub(crate) measurement: Measurement,
     pub(crate) plans: Plans,
     pub(crate) build: Duration,
+    /// New effects per second through the writer API on this ledger, as
+    /// agents write (EW_BENCH_SECONDS over EW_BENCH_CONNECTIONS).
+    pub(crate) writer_per_second: f64,
 }
 
 /// Builds a ledger of `total` effects in a database of its own — the settled ones first, then
@@ -414,10 +445,30 @@ pub(crate) async fn build_and_measure(
         let measurement = measure(&console, config, label).await?;
         console.close().await;
         let plans = explain(&db, config.limit).await?;
+        // Last, so its new effects change nothing measured above.
+        let writers = db.pool(config.connections as u32).await?;
+        let round = writer_round(
+            &writers,
+            &db.url,
+            WritePath::Ledger,
+            0,
+            label,
+            Duration::from_secs(config.seconds),
+            config.connections,
+        )
+        .await?;
+        writers.close().await;
+        eprintln!(
+            "[panes] {label}: writer {:.0} effects/s ({} in {:.1} s)",
+            round.per_second(),
+            round.effects,
+            round.elapsed.as_secs_f64()
+        );
         anyhow::Ok(Ledger {
             measurement,
             plans,
             build: built,
+            writer_per_second: round.per_second(),
         })
     }
     .await;
@@ -545,6 +596,13 @@ pub(crate) async fn panes_bench(config: &Config, server: &Server) -> Result<Stri
         small.console_poll_kept_ms,
         large.console_poll_kept_ms,
         large.console_poll_kept_ms / small.console_poll_kept_ms
+    )?;
+    writeln!(
+        out,
+        "| writer throughput, effects/s (higher is better) | begin_effect + complete_effect | {:.0} | {:.0} | {:.2}× | | |",
+        small_ledger.writer_per_second,
+        large_ledger.writer_per_second,
+        large_ledger.writer_per_second / small_ledger.writer_per_second
     )?;
 
     writeln!(out, "\n### Plans on the large ledger\n")?;
