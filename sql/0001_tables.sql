@@ -203,8 +203,10 @@ $$;
 -- makes the months), so retention drops a month instead of deleting its
 -- rows; each has a default partition, `<table>_kept`, holding the rows of
 -- dropped months that belong to an effect still in the ledger. Their keys
--- carry `at`, as a partitioned table's must; the id (or seq) alone stays
--- unique because only its sequence (or the audit chain's lock) assigns it.
+-- carry `at`, as a partitioned table's must; what stays unique without it:
+-- an id, because only its identity sequence assigns it; an effect's version,
+-- because only the history trigger writes it, under the effect's row lock;
+-- the audit chain's seq, because ledger.audit_head moves under its row lock.
 -- They name their effect without a foreign key: only the ledger's own
 -- functions write them, for an effect they have just read, and a key would
 -- make every delete of an effect probe every month of every history table

@@ -17,36 +17,43 @@ language sql immutable as $$
         'UTF8')), 'hex')
 $$;
 
+-- The head of the chain: one row, moved forward by every entry under its
+-- row lock. It makes seq unique without a key on the partitioned table (a
+-- writer whose snapshot missed a newer head fails to serialize instead of
+-- forking the chain), survives retention dropping the entries it names,
+-- and is read in one lookup.
+create table ledger.audit_head (
+    single boolean primary key default true check (single),
+    seq    bigint not null,
+    hash   text not null
+);
+insert into ledger.audit_head (seq, hash) values (0, repeat('0', 64));
+
+create trigger audit_head_no_delete
+    before delete or truncate on ledger.audit_head
+    for each statement execute function ledger.reject_change();
+alter table ledger.audit_head enable always trigger audit_head_no_delete;
+
 create function ledger.audit_chain() returns trigger
 language plpgsql as $$
 declare
-    last_seq  bigint;
-    last_hash text;
-    mark_seq  bigint;
-    mark_hash text;
+    head ledger.audit_head;
 begin
     -- An entry carried into another partition keeps its place in the chain.
     if ledger.moving_history() then
         return new;
     end if;
+    -- Retention takes this lock too, to wait for entries being written.
     perform pg_advisory_xact_lock(hashtextextended('ledger.audit_log', 0));
-    select a.seq, a.hash into last_seq, last_hash
-      from ledger.audit_log a order by a.seq desc limit 1;
-    -- When retention has dropped the head of the chain, it goes on from
-    -- the checkpoint that vouches for it.
-    select c.seq, c.hash into mark_seq, mark_hash
-      from ledger.audit_checkpoints c order by c.seq desc limit 1;
-    if mark_seq > coalesce(last_seq, 0) then
-        last_seq := mark_seq;
-        last_hash := mark_hash;
-    end if;
-    new.seq := coalesce(last_seq, 0) + 1;
-    new.prev_hash := coalesce(last_hash, repeat('0', 64));
+    select * into head from ledger.audit_head for update;
+    new.seq := head.seq + 1;
+    new.prev_hash := head.hash;
     new.at := clock_timestamp();
     new.db_role := session_user::text;
     new.hash := ledger.audit_entry_hash(new.prev_hash, new.seq, new.at, new.operator, new.db_role,
                                         new.action, new.effect_id, new.op_key, new.reason,
                                         new.before, new.after);
+    update ledger.audit_head set seq = new.seq, hash = new.hash;
     return new;
 end
 $$;

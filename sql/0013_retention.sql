@@ -115,6 +115,7 @@ $$;
 -- with the counts. Owner only.
 create function ledger.prune_settled(
     older_than interval, operator text, reason text, only_ids bigint[] default null,
+    drop_months boolean default true, checkpoint_message text default null,
     checkpoint_signature text default null, checkpoint_key text default null
 ) returns table (effects bigint, attempts bigint, events bigint, reconciliations bigint, holds bigint,
                  tombstones bigint, kept jsonb, cutoff timestamptz, history jsonb, audit_seq bigint)
@@ -142,7 +143,8 @@ begin
             using errcode = 'invalid_parameter_value';
     end if;
     limit_at := now() - prune_settled.older_than;
-    boundary := ledger.history_drop_boundary(limit_at);
+    -- Without months to drop (or told not to), history goes row by row.
+    boundary := case when prune_settled.drop_months then ledger.history_drop_boundary(limit_at) end;
     -- One prune at a time; lock the candidates before judging them, so an
     -- audit entry or escalation naming one waits until we are done.
     perform pg_advisory_xact_lock(hashtextextended('ledger.prune', 0));
@@ -164,10 +166,13 @@ begin
     select count(*) into n_attempts from ledger.attempts a where a.effect_id = any (doomed);
     select count(*) into n_events from ledger.effect_events ev where ev.effect_id = any (doomed);
     select count(*) into n_recons from ledger.reconciliations r where r.effect_id = any (doomed);
-    -- Their history in months that stay goes row by row; the months that
+    -- Their history in months that stay, and in the kept partitions (whose
+    -- rows may be older than the boundary), goes row by row; the months that
     -- end before the boundary go whole below.
     boundary := coalesce(boundary, '-infinity');
     perform set_config('ledger.prune_xact', pg_current_xact_id()::text, true);
+    -- (A kept row older than the boundary is not in the first statement's
+    -- months; an OR of the two would probe every month for every effect.)
     delete from ledger.attempts a where a.effect_id = any (doomed) and a.at >= boundary;
     delete from ledger.attempts_kept a where a.effect_id = any (doomed);
     delete from ledger.effect_versions v where v.effect_id = any (doomed) and v.at >= boundary;
@@ -189,7 +194,8 @@ begin
     get diagnostics n_effects = row_count;
     perform set_config('ledger.prune_xact', '', true);
     months := ledger.drop_history_months(nullif(boundary, '-infinity'), prune_settled.operator,
-                                         prune_settled.checkpoint_signature, prune_settled.checkpoint_key);
+                                         prune_settled.checkpoint_message, prune_settled.checkpoint_signature,
+                                         prune_settled.checkpoint_key);
 
     seq := ledger.audit(prune_settled.operator, 'prune', null::ledger.effects, prune_settled.reason,
                         jsonb_build_object('older_than', prune_settled.older_than::text, 'cutoff', limit_at),

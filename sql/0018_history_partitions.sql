@@ -33,6 +33,33 @@ language sql immutable as $$
     select month::timestamp at time zone 'UTC'
 $$;
 
+-- Gives a partition its table's guards. Row triggers are cloned, but take
+-- the default firing mode: the ledger's fire in every session mode (see
+-- 0002). Statement triggers (TRUNCATE refused) are not cloned at all, and a
+-- partition can be truncated by name: each gets its own.
+create function ledger.guard_history_partition(tbl text, part text) returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    trig record;
+begin
+    for trig in
+        select t.tgname, t.tgfoid::regproc::text as function_name, t.tgtype::integer & 1 = 1 as per_row
+          from pg_trigger t
+         where t.tgrelid = format('ledger.%I', tbl)::regclass and t.tgenabled = 'A' and not t.tgisinternal
+    loop
+        if not trig.per_row and not exists (
+            select 1 from pg_trigger t
+             where t.tgrelid = format('ledger.%I', part)::regclass and t.tgname = trig.tgname) then
+            execute format('create trigger %I before truncate on ledger.%I for each statement execute function %s()',
+                           trig.tgname, part, trig.function_name);
+        end if;
+        execute format('alter table ledger.%I enable always trigger %I', part, trig.tgname);
+    end loop;
+end
+$$;
+
 -- Makes the month partitions from the month of from_at through that of
 -- through_at; returns how many months were made. Rows the kept partition
 -- already holds for a new month (written before it existed) move into it.
@@ -89,17 +116,7 @@ begin
                                tbl, part, lower_at, upper_at);
                 perform set_config('ledger.history_move_xact', '', true);
             end if;
-            -- A cloned trigger takes the default firing mode; the ledger's
-            -- fire in every session mode (see 0002). Only row triggers are
-            -- cloned: TRUNCATE is refused on the parent, and a partition is
-            -- the owner's to truncate or drop, as it always could the table.
-            for trig in
-                select t.tgname from pg_trigger t
-                 where t.tgrelid = format('ledger.%I', tbl)::regclass and t.tgenabled = 'A'
-                   and not t.tgisinternal and t.tgtype::integer & 1 = 1
-            loop
-                execute format('alter table ledger.%I enable always trigger %I', part, trig);
-            end loop;
+            perform ledger.guard_history_partition(tbl, part);
         end loop;
         insert into ledger.history_months (month) values (wanted);
         made := made + 1;
@@ -154,7 +171,8 @@ $$;
 -- Holds each history table exclusively from its first detach until commit:
 -- writers wait that long, which is why the row-by-row work comes first.
 create function ledger.drop_history_months(
-    boundary timestamptz, operator text, checkpoint_signature text, checkpoint_key text
+    boundary timestamptz, operator text, checkpoint_message text, checkpoint_signature text,
+    checkpoint_key text
 ) returns jsonb
 language plpgsql
 set search_path = pg_catalog, pg_temp
@@ -174,12 +192,20 @@ begin
     if boundary is null then
         return jsonb_build_object('months', months, 'dropped', dropped, 'kept', kept);
     end if;
+    -- An entry being written now, stamped before the boundary, must be in
+    -- the head that is vouched for: wait for the writers of the chain.
+    perform pg_advisory_xact_lock(hashtextextended('ledger.audit_log', 0));
     select * into due from ledger.audit_checkpoint_due(boundary);
     if found then
         if checkpoint_signature is null or checkpoint_key is null then
             raise exception 'ledger: dropping audit history before % needs a signed checkpoint of the chain', boundary
                 using errcode = 'invalid_parameter_value',
                       hint = 'effectwatch prune signs it with the key named by audit_signing_key';
+        end if;
+        if checkpoint_message is distinct from due.message then
+            raise exception 'ledger: the checkpoint signed is not the head of the chain at % (the chain moved): nothing was pruned; run it again',
+                boundary
+                using errcode = 'serialization_failure';
         end if;
         insert into ledger.audit_checkpoints (seq, hash, through, kept_entries, kept_digest, message,
                                               signature, public_key, made_by)
@@ -222,12 +248,23 @@ $$;
 
 -- As in 0017: nothing here is anyone's but the owner's unless granted.
 revoke execute on all functions in schema ledger from public;
--- Making next months is harmless and cheap when they exist: the reconciler
--- (an operator login) keeps them ahead.
-grant execute on function ledger.ensure_history_partitions(timestamptz, timestamptz) to effect_operator;
+revoke all on ledger.audit_head from public;
 grant select on ledger.history_months, ledger.audit_checkpoints to effect_operator, effect_readonly;
 grant execute on function ledger.audit_kept_digest(bigint, timestamptz), ledger.audit_entry_intact(ledger.audit_log), ledger.history_tables(),
     ledger.audit_checkpoint_message(bigint, text, timestamptz, bigint, text)
     to effect_readonly, effect_operator;
 
-select ledger.ensure_history_partitions();
+-- Made with the tables, before their triggers: guarded here.
+select ledger.guard_history_partition(t, t || '_kept') from unnest(ledger.history_tables()) t;
+
+-- What the reconciler and migrate call: this month and the two after it.
+create function ledger.ensure_next_history_months() returns integer
+language sql security definer
+set search_path = pg_catalog, pg_temp
+as $$
+    select ledger.ensure_history_partitions(now(), now() + interval '2 months')
+$$;
+revoke execute on function ledger.ensure_next_history_months() from public;
+grant execute on function ledger.ensure_next_history_months() to effect_operator;
+
+select ledger.ensure_next_history_months();

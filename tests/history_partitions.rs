@@ -184,19 +184,6 @@ async fn a_month_of_history_is_dropped_whole_and_every_effect_that_stays_keeps_a
     let history_before = history_rows(pool).await;
     let dir = tempfile::tempdir().unwrap();
 
-    // Without a signing key nothing happens: the audit entries of the old
-    // month could not be vouched for.
-    let unsigned = write_config(dir.path(), None, &[]);
-    let refused = cli(&db.url, &unsigned, &["prune", "--older-than", "30d"]);
-    assert!(!refused.status.success(), "{}", text(&refused));
-    assert!(
-        text(&refused).contains("effectwatch audit keygen"),
-        "{}",
-        text(&refused)
-    );
-    assert_eq!(months(pool).await, months_before);
-    assert!(find_effect(pool, "k:plain:1").await.unwrap().is_some());
-
     let (key_file, public) = keygen(dir.path(), "audit.key");
     let config = write_config(dir.path(), Some(&key_file), &[&public]);
     let dry = cli(
@@ -297,8 +284,16 @@ async fn a_month_of_history_is_dropped_whole_and_every_effect_that_stays_keeps_a
         "{report}"
     );
 
-    // A key the config does not trust is refused, and so is a forged
-    // signature.
+    // A key the config does not trust is refused, and so is one no key is
+    // trusted to check.
+    let trusting_none = write_config(dir.path(), Some(&key_file), &[]);
+    let unchecked = cli(&db.url, &trusting_none, &["audit", "verify"]);
+    assert!(!unchecked.status.success(), "{}", text(&unchecked));
+    assert!(
+        text(&unchecked).contains("no key is trusted to vouch for it"),
+        "{}",
+        text(&unchecked)
+    );
     let (_, stranger) = keygen(dir.path(), "other.key");
     let distrustful = write_config(dir.path(), Some(&key_file), &[&stranger, &stranger]);
     let untrusted = cli(&db.url, &distrustful, &["audit", "verify"]);
@@ -432,4 +427,66 @@ async fn rows_written_where_no_month_exists_wait_in_the_kept_partition_and_move_
         .execute(pool)
         .await;
     assert!(append_only.is_err());
+    // Nor can a month or the kept partition be truncated by name.
+    let month: String = sqlx::query_scalar(
+        "select 'ledger.audit_log_' || to_char(now() - interval '6 months', 'YYYY_MM')",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    for table in [
+        month.as_str(),
+        "ledger.audit_log_kept",
+        "ledger.attempts_kept",
+        "ledger.effect_versions_kept",
+    ] {
+        let truncated = sqlx::query(AssertSqlSafe(format!("truncate {table}")))
+            .execute(pool)
+            .await;
+        assert!(truncated.is_err(), "{table} was truncated");
+    }
+}
+
+#[tokio::test]
+async fn without_a_signing_key_history_goes_row_by_row_and_the_months_stay() {
+    let db = common::test_db().await;
+    let pool = &db.pool;
+    settle(pool, "k:plain", Outcome::Succeeded).await;
+    settle(pool, "k:unknown", Outcome::Unknown).await;
+    sqlx::query(
+        "select * from ledger.prune_tombstones('400 days', 'ops', 'an entry that would go')",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+    age_ledger(pool, 3, true).await;
+    let months_before = months(pool).await;
+    let kept_before = history_rows(pool).await.remove("k:unknown");
+    let dir = tempfile::tempdir().unwrap();
+    let unsigned = write_config(dir.path(), None, &[]);
+    let pruned = cli(&db.url, &unsigned, &["prune", "--older-than", "30d"]);
+    assert!(pruned.status.success(), "{}", text(&pruned));
+    assert!(
+        text(&pruned).contains("pruned 1 effects"),
+        "{}",
+        text(&pruned)
+    );
+    assert!(
+        text(&pruned).contains("were not dropped"),
+        "{}",
+        text(&pruned)
+    );
+    assert!(months(pool).await.starts_with(&months_before));
+    assert!(find_effect(pool, "k:plain").await.unwrap().is_none());
+    let orphans: i64 = sqlx::query_scalar(
+        "select count(*) from ledger.effect_versions v
+          where not exists (select 1 from ledger.effects e where e.id = v.effect_id)",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    assert_eq!(orphans, 0);
+    assert_eq!(history_rows(pool).await.remove("k:unknown"), kept_before);
+    let verified = cli(&db.url, &unsigned, &["audit", "verify"]);
+    assert!(verified.status.success(), "{}", text(&verified));
 }

@@ -157,9 +157,19 @@ struct CheckpointVerdict {
 }
 
 pub async fn verify(pool: &LedgerPool, config: &Config, format: Format) -> Result<(), Failure> {
-    let chain = audit::verify(pool).await?;
+    // The chain and its checkpoint as of one instant: a prune between two
+    // reads would pair a walk with another checkpoint.
+    let mut tx = pool
+        .begin()
+        .await
+        .map_err(crate::ledger::LedgerError::from)?;
+    sqlx::query("set transaction isolation level repeatable read, read only")
+        .execute(&mut tx)
+        .await
+        .map_err(crate::ledger::LedgerError::from)?;
+    let chain = audit::verify(&mut tx).await?;
     let checkpoint = match chain.checkpoint_seq {
-        Some(_) => audit::newest_checkpoint(pool)
+        Some(_) => audit::newest_checkpoint(&mut tx)
             .await?
             .map(|mark| CheckpointVerdict {
                 signature: audit::judge_signature(&mark, &config.audit.trusted_keys),
@@ -220,6 +230,9 @@ pub async fn verify(pool: &LedgerPool, config: &Config, format: Format) -> Resul
                 mark.seq,
                 match mark.signature {
                     SignatureVerdict::Invalid => "its signature does not verify",
+                    SignatureVerdict::KeyNotChecked => {
+                        "no key is trusted to vouch for it: list the signing key's public key in [audit] trusted_keys"
+                    }
                     _ => "it was signed by a key [audit] trusted_keys does not list",
                 }
             ),

@@ -113,6 +113,12 @@ pub async fn run(pool: &LedgerPool, config: &Config, args: PruneArgs) -> Result<
     }
     print_kept(&outcome.kept);
     print_history(&outcome.history);
+    if let Some(through) = outcome.unsigned_through {
+        println!(
+            "the months of history before {} were not dropped (their rows went one by one): the audit entries in them need a signed checkpoint; make a key with `effectwatch audit keygen --out FILE` and set [audit] signing_key",
+            through.to_rfc3339()
+        );
+    }
     if let Some(age) = args.tombstones_older_than {
         let (dropped, seq) =
             retention::prune_tombstones(pool, age, &config.operator, &reason).await?;

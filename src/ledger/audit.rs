@@ -131,7 +131,8 @@ pub enum SignatureVerdict {
     /// A good signature by a key the config does not list: anyone who can
     /// write to the ledger could have made it.
     UntrustedKey,
-    /// A good signature, and no trusted key configured to compare with.
+    /// A good signature, and no trusted key configured to compare with:
+    /// as unproven as an untrusted key.
     KeyNotChecked,
     /// The signature does not verify: the checkpoint was altered or forged.
     Invalid,
@@ -139,10 +140,7 @@ pub enum SignatureVerdict {
 
 impl SignatureVerdict {
     pub fn is_acceptable(self) -> bool {
-        matches!(
-            self,
-            SignatureVerdict::Trusted | SignatureVerdict::KeyNotChecked
-        )
+        self == SignatureVerdict::Trusted
     }
 }
 

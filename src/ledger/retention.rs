@@ -53,10 +53,6 @@ pub enum PruneError {
     #[error("writing the export failed, nothing was pruned: {0}")]
     Export(std::io::Error),
     #[error(
-        "dropping the months of history before {through} drops audit entries, and their checkpoint must be signed: make a key with `effectwatch audit keygen --out FILE`, then set [audit] signing_key"
-    )]
-    NeedsSigningKey { through: DateTime<Utc> },
-    #[error(
         "the ledger changed during the prune ({exported} exported, {deleted} deletable): nothing was pruned; run it again"
     )]
     Changed { exported: usize, deleted: i64 },
@@ -88,6 +84,11 @@ pub struct PruneOutcome {
     /// rows carried into the kept partitions per table, and the audit
     /// checkpoint made (sql/0018_history_partitions.sql).
     pub history: Value,
+    /// Months that ended before this were not dropped (their history went
+    /// row by row): their audit entries need a signed checkpoint and no
+    /// signing key was given.
+    #[sqlx(skip)]
+    pub unsigned_through: Option<DateTime<Utc>>,
     pub audit_seq: i64,
 }
 
@@ -140,6 +141,7 @@ pub async fn prune(
     signer: Option<&CheckpointSigner>,
 ) -> Result<PruneOutcome, PruneError> {
     let (older_than, before) = cutoff.binds();
+    ensure_months(pool).await?;
     let mut tx = pool.begin().await.map_err(LedgerError::from)?;
     // A batch job over the whole ledger, not an interactive poll.
     sqlx::query("set local statement_timeout = '1h'")
@@ -177,27 +179,37 @@ pub async fn prune(
         .fetch_optional(&mut tx)
         .await
         .map_err(LedgerError::from)?;
-    let (signature, public_key) = match (&due, signer) {
-        (None, _) => (None, None),
-        (Some((through, _)), None) => {
-            return Err(PruneError::NeedsSigningKey { through: *through });
-        }
+    // Without a key the months stay and their history goes row by row:
+    // retention still works, only slower.
+    let (drop_months, unsigned_through, message, signature, public_key) = match (due, signer) {
+        (None, _) => (true, None, None, None, None),
+        (Some((through, _)), None) => (false, Some(through), None, None, None),
         (Some((_, message)), Some(signer)) => {
-            (Some(signer.sign(message)), Some(signer.public_key()))
+            let signature = signer.sign(&message);
+            (
+                true,
+                None,
+                Some(message),
+                Some(signature),
+                Some(signer.public_key()),
+            )
         }
     };
     let sql = format!(
         "select effects, attempts, events, reconciliations, holds, tombstones, kept, cutoff, history, audit_seq
            from ledger.prune_settled(older_than => {}, operator => $3, reason => $4, only_ids => $5,
-                                     checkpoint_signature => $6, checkpoint_key => $7)",
+                                     drop_months => $6, checkpoint_message => $7,
+                                     checkpoint_signature => $8, checkpoint_key => $9)",
         Cutoff::OLDER_THAN
     );
-    let outcome = sqlx::query_as::<_, PruneOutcome>(sqlx::AssertSqlSafe(sql))
+    let mut outcome = sqlx::query_as::<_, PruneOutcome>(sqlx::AssertSqlSafe(sql))
         .bind(older_than)
         .bind(before)
         .bind(operator)
         .bind(reason)
         .bind(&only_ids)
+        .bind(drop_months)
+        .bind(message)
         .bind(signature)
         .bind(public_key)
         .fetch_one(&mut tx)
@@ -213,6 +225,7 @@ pub async fn prune(
         });
     }
     tx.commit().await.map_err(LedgerError::from)?;
+    outcome.unsigned_through = unsigned_through;
     Ok(outcome)
 }
 
@@ -240,7 +253,7 @@ pub async fn prune_tombstones(
 /// Cheap when they exist: migrate and every reconciler pass call it.
 pub async fn ensure_months(pool: &LedgerPool) -> Result<i32, LedgerError> {
     Ok(
-        sqlx::query_scalar("select ledger.ensure_history_partitions()")
+        sqlx::query_scalar("select ledger.ensure_next_history_months()")
             .fetch_one(pool)
             .await?,
     )

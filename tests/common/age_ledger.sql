@@ -43,6 +43,7 @@ begin
          where a.seq = entry.seq
         returning a.hash into prev;
     end loop;
+    update ledger.audit_head h set seq = coalesce((select max(a.seq) from ledger.audit_log a), 0), hash = prev;
     for trig in select * from aged_triggers loop
         execute format('alter table %s %s trigger %I', trig.tbl,
                        case trig.tgenabled when 'A' then 'enable always' when 'D' then 'disable'
