@@ -11,9 +11,7 @@ use std::path::Path;
 use effectwatch::ledger::LedgerPool;
 use effectwatch::ledger::actions::{self, SeenVersion};
 use effectwatch::ledger::history::find_effect;
-use effectwatch::ledger::writer::{
-    Completion, Outcome, begin_effect, complete_effect, mark_dispatched,
-};
+use effectwatch::ledger::writer::{Outcome, begin_effect};
 use effectwatch::ledger::{Decision, State};
 use serde_json::Value;
 use sqlx::AssertSqlSafe;
@@ -44,19 +42,7 @@ async fn age_ledger(pool: &LedgerPool, months: i32, make_months: bool) {
 }
 
 async fn settle(pool: &LedgerPool, key: &str, outcome: Outcome) {
-    let intent = common::intent(key, &format!("t:{key}"));
-    assert_eq!(
-        begin_effect(pool, &intent).await.unwrap().decision,
-        Decision::Proceed
-    );
-    assert!(mark_dispatched(pool, key, None, "w").await.unwrap().claimed);
-    let completion = Completion {
-        external_ref: Some(format!("ref:{key}")),
-        ..Completion::default()
-    };
-    complete_effect(pool, key, outcome, &completion)
-        .await
-        .unwrap();
+    common::settle(pool, &common::intent(key, &format!("t:{key}")), outcome).await;
 }
 
 /// Rows of each history table per effect key, and where they live.

@@ -16,9 +16,7 @@ use effectwatch::ledger::actions::{self, SeenVersion};
 use effectwatch::ledger::audit;
 use effectwatch::ledger::history::find_effect;
 use effectwatch::ledger::retention::{self, Cutoff, ExportSink};
-use effectwatch::ledger::writer::{
-    Completion, Intent, Outcome, begin_effect, complete_effect, mark_dispatched,
-};
+use effectwatch::ledger::writer::{Completion, Intent, Outcome, begin_effect, complete_effect};
 use effectwatch::ledger::{Decision, State};
 use serde_json::{Value, json};
 use sqlx::Connection;
@@ -48,21 +46,7 @@ fn intent(key: &str, target: &str) -> Intent {
 }
 
 async fn settle(pool: &LedgerPool, key: &str, target: &str, outcome: Outcome) {
-    assert_eq!(
-        begin_effect(pool, &intent(key, target))
-            .await
-            .unwrap()
-            .decision,
-        Decision::Proceed
-    );
-    assert!(mark_dispatched(pool, key, None, "w").await.unwrap().claimed);
-    let completion = Completion {
-        external_ref: Some(format!("ref:{key}")),
-        ..Completion::default()
-    };
-    complete_effect(pool, key, outcome, &completion)
-        .await
-        .unwrap();
+    common::settle(pool, &intent(key, target), outcome).await;
 }
 
 async fn state(pool: &LedgerPool, key: &str) -> Option<State> {

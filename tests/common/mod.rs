@@ -43,6 +43,30 @@ pub fn intent(op_key: &str, target: &str) -> effectwatch::ledger::writer::Intent
     }
 }
 
+/// Begins `intent`, claims its dispatch and completes it with `outcome` and
+/// the provider reference `ref:<key>`: an effect that went its whole way.
+pub async fn settle(
+    pool: &effectwatch::ledger::LedgerPool,
+    intent: &effectwatch::ledger::writer::Intent,
+    outcome: effectwatch::ledger::writer::Outcome,
+) {
+    use effectwatch::ledger::writer::{Completion, begin_effect, complete_effect, mark_dispatched};
+    let key = intent.op_key.as_str();
+    assert_eq!(
+        begin_effect(pool, intent).await.unwrap().decision,
+        effectwatch::ledger::Decision::Proceed,
+        "{key}"
+    );
+    assert!(mark_dispatched(pool, key, None, "w").await.unwrap().claimed);
+    let completion = Completion {
+        external_ref: Some(format!("ref:{key}")),
+        ..Completion::default()
+    };
+    complete_effect(pool, key, outcome, &completion)
+        .await
+        .unwrap();
+}
+
 use std::str::FromStr;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
