@@ -16,9 +16,11 @@ pub(crate) struct Config {
     pub(crate) warmups: usize,
     pub(crate) limit: i64,
     pub(crate) reconcile: u64,
+    pub(crate) retain: u64,
     pub(crate) writer: bool,
     pub(crate) panes: bool,
     pub(crate) reconciler: bool,
+    pub(crate) retention: bool,
 }
 
 pub(crate) fn env_num<T: FromStr>(name: &str, default: T) -> Result<T>
@@ -39,12 +41,15 @@ impl Config {
     pub(crate) fn from_env() -> Result<Config> {
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
         let only = std::env::var("EW_BENCH_ONLY").unwrap_or_default();
-        let (writer, panes, reconciler) = match only.trim() {
-            "" | "both" | "all" => (true, true, true),
-            "writer" => (true, false, false),
-            "panes" => (false, true, false),
-            "reconciler" => (false, false, true),
-            other => bail!("EW_BENCH_ONLY={other:?}: expected writer, panes, reconciler or all"),
+        let (writer, panes, reconciler, retention) = match only.trim() {
+            "" | "both" | "all" => (true, true, true, true),
+            "writer" => (true, false, false, false),
+            "panes" => (false, true, false, false),
+            "reconciler" => (false, false, true, false),
+            "retention" => (false, false, false, true),
+            other => bail!(
+                "EW_BENCH_ONLY={other:?}: expected writer, panes, reconciler, retention or all"
+            ),
         };
         let config = Config {
             effects: env_num("EW_BENCH_EFFECTS", 1_000_000)?,
@@ -59,9 +64,11 @@ impl Config {
             warmups: env_num("EW_BENCH_WARMUPS", 3)?,
             limit: env_num("EW_BENCH_LIMIT", 500)?,
             reconcile: env_num("EW_BENCH_RECONCILE", 10_000)?,
+            retain: env_num("EW_BENCH_RETAIN", 200_000)?,
             writer,
             panes,
             reconciler,
+            retention,
         };
         if config.open < 4 || config.small < config.open || config.effects < config.small {
             bail!(
@@ -78,9 +85,10 @@ impl Config {
             || config.build_jobs == 0
             || config.runs == 0
             || config.reconcile == 0
+            || config.retain == 0
         {
             bail!(
-                "EW_BENCH_SECONDS, _ROUNDS, _CONNECTIONS, _BATCH, _BUILD_JOBS, _RUNS and _RECONCILE must be > 0"
+                "EW_BENCH_SECONDS, _ROUNDS, _CONNECTIONS, _BATCH, _BUILD_JOBS, _RUNS, _RECONCILE and _RETAIN must be > 0"
             );
         }
         Ok(config)

@@ -12,6 +12,10 @@
 //!
 //! 3. **Reconciler**: a backlog of unknown effects settled by 1, 2 and 4 reconcilers at once
 //!    against the fake provider (`reconciler_bench`).
+//! 4. **Retention**: the time to drop a month of history, on a ledger whose aged history sits
+//!    in month partitions, against the same prune deleting it row by row on a ledger built
+//!    alike whose history sits in the kept partitions; with the begin latency of a writer
+//!    running beside it and the database size before and after (`retention_bench`).
 //!
 //! Server: `DATABASE_URL` if set (fresh databases `ew_bench_<pid>_*` are created on it and
 //! dropped afterwards), else a private cluster started with `effectwatch::localpg` (durable
@@ -27,7 +31,8 @@
 //! per build statement (capped by the server's lock table, see `build_batch`),
 //! `EW_BENCH_BUILD_JOBS` [cores] parallel build connections, `EW_BENCH_RUNS` [15] timed runs per
 //! query, `EW_BENCH_WARMUPS` [3], `EW_BENCH_LIMIT` [500] rows per pane fetch, `EW_BENCH_RECONCILE` [10000] unknown
-//! effects for the reconciler, `EW_BENCH_ONLY` [all] `writer`, `panes` or `reconciler`,
+//! effects for the reconciler, `EW_BENCH_RETAIN` [200000] settled effects per retention ledger,
+//! `EW_BENCH_ONLY` [all] `writer`, `panes`, `reconciler` or `retention`,
 //! `EW_BENCH_KEEP` [unset] set to 1: keep the ledgers built (with `DATABASE_URL`) to inspect them.
 //!
 //! Results go to stdout; progress goes to stderr.
@@ -36,6 +41,7 @@ mod build;
 mod config;
 mod pane_bench;
 mod reconciler_bench;
+mod retention_bench;
 mod server;
 mod stats;
 mod writer;
@@ -58,6 +64,7 @@ pub(crate) use build::*;
 pub(crate) use config::*;
 pub(crate) use pane_bench::*;
 pub(crate) use reconciler_bench::*;
+pub(crate) use retention_bench::*;
 pub(crate) use server::*;
 pub(crate) use stats::*;
 pub(crate) use writer::*;
@@ -105,6 +112,9 @@ async fn run(config: &Config, server: &Server) -> Result<()> {
     }
     if config.reconciler {
         println!("{}", reconciler_bench(config, server).await?);
+    }
+    if config.retention {
+        println!("{}", retention_bench(config, server).await?);
     }
     Ok(())
 }
