@@ -33,6 +33,13 @@ language sql immutable as $$
     select month::timestamp at time zone 'UTC'
 $$;
 
+-- The months made whose end has come by limit_at: what retention may drop.
+create function ledger.months_ended_by(limit_at timestamptz) returns setof date
+language sql stable as $$
+    select h.month from ledger.history_months h
+     where ledger.month_start((h.month + interval '1 month')::date) <= limit_at
+$$;
+
 -- Gives a partition its table's guards. Row triggers are cloned, but take
 -- the default firing mode: the ledger's fire in every session mode (see
 -- 0002). Statement triggers (TRUNCATE refused) are not cloned at all, and a
@@ -70,28 +77,27 @@ language plpgsql security definer
 set search_path = pg_catalog, pg_temp
 as $$
 declare
+    missing  date[];
     wanted   date;
     tbl      text;
     part     text;
     lower_at timestamptz;
     upper_at timestamptz;
-    trig     text;
     stray    boolean;
     made     integer := 0;
 begin
-    if not exists (
-        select 1 from generate_series(date_trunc('month', from_at at time zone 'UTC'),
-                                      date_trunc('month', through_at at time zone 'UTC'),
-                                      interval '1 month') m
-         where not exists (select 1 from ledger.history_months h where h.month = m::date)) then
-        return 0;
-    end if;
-    perform pg_advisory_xact_lock(hashtextextended('ledger.history_months', 0));
-    for wanted in
+    missing := array(
         select m::date from generate_series(date_trunc('month', from_at at time zone 'UTC'),
                                             date_trunc('month', through_at at time zone 'UTC'),
                                             interval '1 month') m
-    loop
+         where not exists (select 1 from ledger.history_months h where h.month = m::date));
+    -- The common case, every month there, takes no lock.
+    if cardinality(missing) = 0 then
+        return 0;
+    end if;
+    perform pg_advisory_xact_lock(hashtextextended('ledger.history_months', 0));
+    foreach wanted in array missing loop
+        -- Another caller may have made it while we waited for the lock.
         continue when exists (select 1 from ledger.history_months h where h.month = wanted);
         lower_at := ledger.month_start(wanted);
         upper_at := ledger.month_start((wanted + interval '1 month')::date);
@@ -129,9 +135,7 @@ $$;
 -- may be dropped by month. Null: no month has.
 create function ledger.history_drop_boundary(limit_at timestamptz) returns timestamptz
 language sql stable as $$
-    select max(ledger.month_start((h.month + interval '1 month')::date))
-      from ledger.history_months h
-     where ledger.month_start((h.month + interval '1 month')::date) <= limit_at
+    select ledger.month_start((max(m) + interval '1 month')::date) from ledger.months_ended_by(limit_at) m
 $$;
 
 -- The checkpoint that dropping the months ending by limit_at needs, with
@@ -214,11 +218,7 @@ begin
         mark_seq := due.seq;
     end if;
     perform set_config('ledger.history_move_xact', pg_current_xact_id()::text, true);
-    for gone in
-        select h.month from ledger.history_months h
-         where ledger.month_start((h.month + interval '1 month')::date) <= boundary
-         order by h.month
-    loop
+    for gone in select m from ledger.months_ended_by(boundary) m order by m loop
         foreach tbl in array ledger.history_tables() loop
             part := format('%s_%s', tbl, to_char(gone, 'YYYY_MM'));
             execute format('alter table ledger.%I detach partition ledger.%I', tbl, part);

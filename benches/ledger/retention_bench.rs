@@ -132,17 +132,12 @@ async fn writer_beside(
     while !stop.load(Ordering::SeqCst) {
         let n = samples.len();
         let key = format!("bench:{tag}:{n}");
-        let intent = Intent {
-            op_key: key.clone(),
-            action: "refund".to_string(),
-            target: format!("invoice:{tag}-{n}"),
-            params: json!({"n": n, "amount_minor": 1500, "currency": "EUR"}),
-            requested_by: "bench-agent".to_string(),
-            amount_minor: Some(1500),
-            currency: Some("EUR".to_string()),
-            provider: Some("bench".to_string()),
-            ..Default::default()
-        };
+        let intent = bench_refund(
+            &key,
+            format!("invoice:{tag}-{n}"),
+            json!({"n": n, "amount_minor": 1500, "currency": "EUR"}),
+            "bench-agent",
+        );
         let t0 = Instant::now();
         let begun = begin_effect(&mut *conn, &intent).await?;
         samples.push((t0, t0.elapsed()));

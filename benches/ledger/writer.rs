@@ -88,6 +88,26 @@ update bench_baseline.effects
        updated_at = now(), settled_at = now()
  where op_key = $1";
 
+/// The refund every bench agent asks for: EUR 15.00 under a new key.
+pub(crate) fn bench_refund(
+    key: &str,
+    target: String,
+    params: serde_json::Value,
+    requested_by: &str,
+) -> Intent {
+    Intent {
+        op_key: key.to_string(),
+        action: "refund".to_string(),
+        target,
+        params,
+        requested_by: requested_by.to_string(),
+        amount_minor: Some(1500),
+        currency: Some("EUR".to_string()),
+        provider: Some("bench".to_string()),
+        ..Default::default()
+    }
+}
+
 /// One writer: a connection of its own, new keys until `end`.
 pub(crate) async fn writer_task(
     pool: LedgerPool,
@@ -112,17 +132,7 @@ pub(crate) async fn writer_task(
         let result = json!({"provider_id": external_ref});
         match path {
             WritePath::Ledger => {
-                let intent = Intent {
-                    op_key: key.clone(),
-                    action: "refund".to_string(),
-                    target,
-                    params,
-                    requested_by: requested_by.clone(),
-                    amount_minor: Some(1500),
-                    currency: Some("EUR".to_string()),
-                    provider: Some("bench".to_string()),
-                    ..Default::default()
-                };
+                let intent = bench_refund(&key, target, params, &requested_by);
                 let t0 = Instant::now();
                 let begun = begin_effect(&mut *conn, &intent).await?;
                 latencies.push(t0.elapsed());

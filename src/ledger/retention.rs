@@ -105,10 +105,7 @@ pub async fn plan(pool: &LedgerPool, cutoff: Cutoff) -> Result<PrunePlan, Ledger
         .fetch_all(pool)
         .await?;
     let sql = format!(
-        "select to_char(h.month, 'YYYY-MM') from ledger.history_months h
-          where ledger.month_start((h.month + interval '1 month')::date)
-                <= ledger.history_drop_boundary(now() - {})
-          order by h.month",
+        "select to_char(m, 'YYYY-MM') from ledger.months_ended_by(now() - {}) m order by m",
         Cutoff::OLDER_THAN
     );
     let months: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
