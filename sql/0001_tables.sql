@@ -10,7 +10,8 @@ create extension if not exists btree_gist;
 -- or format character (Unicode categories Cc and Cf: zero-width spaces and
 -- joiners, bidi controls, soft hyphens, tags…) would hide a difference
 -- between two keys or drive the terminal that shows them, so the table
--- refuses them whoever writes (its checks follow the table). The class of
+-- refuses them whoever writes (the state machine's guard trigger, 0002,
+-- checks every new effect; the three never change after). The class of
 -- such characters, written once:
 create function ledger.hidden_character_class() returns text
 language sql immutable parallel safe
@@ -76,15 +77,25 @@ create table ledger.action_policies (
     check (pending_window > interval '0')
 );
 
+-- The row's checks (a key, action and target of 1 to 512, 128 and 512
+-- characters of visible text; params an object; a currency of three capital
+-- letters, given with an amount and only then; a known state, attention and
+-- error class; a held effect names its holder; a positive pending window; a
+-- non-empty booking range) are made by the state machine's guard trigger
+-- (0002) on every insert and update, whoever writes. Not CHECK constraints:
+-- PostgreSQL reads each constraint back from its stored text and plans it
+-- for every statement that writes the table, which cost the writer a fifth
+-- of its CPU (BENCHMARKS.md); the trigger's checks are planned once per
+-- session.
 create table ledger.effects (
     id                bigint generated always as identity primary key,
-    op_key            text not null unique check (length(op_key) between 1 and 512),
-    action            text not null check (length(action) between 1 and 128),
-    target            text not null check (length(target) between 1 and 512),
-    params            jsonb not null default '{}'::jsonb check (jsonb_typeof(params) = 'object'),
+    op_key            text not null unique,
+    action            text not null,
+    target            text not null,
+    params            jsonb not null default '{}'::jsonb,
     params_hash       text not null,
     amount_minor      bigint,
-    currency          text check (currency ~ '^[A-Z]{3}$'),
+    currency          text,
     provider          text,
     requested_by      text not null,
     -- The login role that created the effect: only that login may dispatch
@@ -93,8 +104,7 @@ create table ledger.effects (
     approval_ref      text,
     approval_version  integer,
     request_id        text,
-    state             text not null check (state in
-                        ('pending', 'held', 'unknown', 'succeeded', 'failed', 'compensated', 'cancelled')),
+    state             text not null,
     -- When it entered its state (set by the state machine): how long an
     -- item has been unknown or held, at any instant.
     state_since       timestamptz not null default now(),
@@ -108,7 +118,7 @@ create table ledger.effects (
     late_result_at    timestamptz,
     -- Set by a reconciliation that found a duplicate or a mismatch: a person
     -- must escalate or compensate.
-    attention         text check (attention in ('duplicate', 'mismatch')),
+    attention         text,
     version           bigint not null default 1,
     created_at        timestamptz not null default now(),
     dispatched_at     timestamptz,
@@ -125,21 +135,17 @@ create table ledger.effects (
     -- The class of the worker's last error (timeout, connection_reset,
     -- server_error, invalid_response, business_rejection, rate_limited), and
     -- for a rate limit when the same key may be sent again.
-    error_class       text check (error_class in ('timeout', 'connection_reset', 'server_error',
-                                                  'invalid_response', 'business_rejection', 'rate_limited')),
+    error_class       text,
     retry_not_before  timestamptz,
     -- A booking's time range, for an action whose policy conflicts by time
     -- range; part of the intent (a different range is another booking).
-    during            tstzrange check (during is null or not isempty(during)),
+    during            tstzrange,
     -- Set at creation when another effect of the same target and action
     -- exists, or when the amount is above what the params' approval states:
     -- only a group holding such an effect (or one the provider holds twice,
     -- attention 'duplicate') can be a suspected double effect, so finance
     -- reads those groups by their index instead of every success.
     double_candidate  boolean not null default false,
-    check (pending_window > interval '0'),
-    check ((amount_minor is null) = (currency is null)),
-    check (state <> 'held' or held_by is not null),
     -- No code path, not even a hand-written insert, can double-book: two
     -- bookings of one target whose ranges overlap cannot both be open or
     -- done (held ones wait outside it; compensated ones have left it).
@@ -154,22 +160,6 @@ create table ledger.effects (
 -- By target: the conflict check of every begin_effect (the open effects on
 -- a target, oldest first), finance's groups and the detail view's related
 -- effects. One index for all three: a target has few effects.
--- The visible-text checks carry the class as a literal: a check runs on
--- every insert and update of an effect, and a function call there (its SQL
--- parsed again for each statement once inlined, or a search_path set and
--- reset per call when not) cost more CPU than all the writer's other checks.
-do $$
-declare
-    column_name text;
-begin
-    foreach column_name in array array['op_key', 'action', 'target'] loop
-        execute format('alter table ledger.effects add constraint %I check (%I operator(pg_catalog.!~) %L)',
-                       'effects_' || column_name || '_visible', column_name,
-                       ledger.hidden_character_class());
-    end loop;
-end
-$$;
-
 create index effects_target_idx on ledger.effects (target, action, created_at);
 create index effects_compensates_idx on ledger.effects (compensates) where compensates is not null;
 create index effects_external_ref_idx on ledger.effects (external_ref) where external_ref is not null;

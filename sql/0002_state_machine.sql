@@ -26,7 +26,106 @@ $$;
 
 create function ledger.effects_guard() returns trigger
 language plpgsql as $$
+declare
+    broken text;
 begin
+    if tg_op = 'UPDATE' then
+        if new.op_key is distinct from old.op_key
+           or new.action is distinct from old.action
+           or new.target is distinct from old.target
+           or new.params_hash is distinct from old.params_hash
+           or new.params is distinct from old.params
+           or new.created_at is distinct from old.created_at then
+            raise exception 'ledger: the identity of effect % (key, action, target, params) never changes', old.op_key
+                using errcode = 'check_violation',
+                      hint = 'a different intent needs a new operation key';
+        end if;
+
+        -- The one path out of unknown that is not a settlement: the action's
+        -- provider deduplicates by our key (retry semantics safe_retry), so
+        -- sending the same request again cannot make a second effect.
+        if new.state is distinct from old.state
+           and not ledger.transition_allowed(old.state, new.state,
+                                             old.dispatched_at is not null, old.retryable)
+           and not (old.state = 'unknown' and new.state = 'pending'
+                    and (ledger.policy_for(old.action)).retry_semantics = 'safe_retry') then
+            raise exception 'ledger: invalid transition for effect %: % -> %', old.op_key, old.state, new.state
+                using errcode = 'check_violation',
+                      hint = case
+                          when old.state = 'pending' and new.state = 'cancelled'
+                              then 'a dispatched effect cannot be cancelled: reconcile it'
+                          when old.state = 'failed' and new.state = 'pending'
+                              then 'the failure is not retryable'
+                          else 'from ' || old.state || ' an effect may become: '
+                               || coalesce(nullif(array_to_string(array(
+                                      select s from unnest(array['pending', 'held', 'unknown', 'succeeded',
+                                                                 'failed', 'compensated', 'cancelled']) s
+                                       where ledger.transition_allowed(old.state, s, old.dispatched_at is not null,
+                                                                      old.retryable)), ', '), ''),
+                                      'nothing (it is final)') end;
+        end if;
+
+        -- Clearing dispatched_at would let mark_dispatched claim the effect a
+        -- second time: only a retry (failed -> pending, or a safe retry of an
+        -- unknown outcome, allowed above) starts a new dispatch.
+        if old.dispatched_at is not null and new.dispatched_at is null
+           and not (old.state in ('failed', 'unknown') and new.state = 'pending') then
+            raise exception 'ledger: effect % was dispatched at %; that cannot be undone', old.op_key, old.dispatched_at
+                using errcode = 'check_violation';
+        end if;
+    end if;
+
+    -- The row's checks (0001), on every write, after the rules of the
+    -- state machine: what a write may change.
+    -- Null passes, as in a CHECK constraint (a CASE skips a null condition).
+    broken := case
+        when new.state not in ('pending', 'held', 'unknown', 'succeeded', 'failed', 'compensated', 'cancelled')
+            then 'effects_state_check: state is one of pending, held, unknown, succeeded, failed, compensated, cancelled'
+        when new.state = 'held' and new.held_by is null
+            then 'effects_held_by_check: a held effect names the effect it is held by'
+        when (new.amount_minor is null) <> (new.currency is null)
+            then 'effects_amount_check: an amount is given with its currency, and a currency with its amount'
+        when new.currency !~ '^[A-Z]{3}$'
+            then 'effects_currency_check: a currency is three capital letters'
+        when new.attention not in ('duplicate', 'mismatch')
+            then 'effects_attention_check: attention is duplicate or mismatch'
+        when new.error_class not in ('timeout', 'connection_reset', 'server_error', 'invalid_response',
+                                     'business_rejection', 'rate_limited')
+            then 'effects_error_class_check: error class is one of timeout, connection_reset, server_error, '
+                 'invalid_response, business_rejection, rate_limited'
+        when new.pending_window <= interval '0'
+            then 'effects_pending_window_check: the pending window is positive'
+        when isempty(new.during)
+            then 'effects_during_check: a booking range is not empty'
+    end;
+    if broken is null and tg_op = 'INSERT' then
+        -- Identity columns never change after the insert (above).
+        broken := case
+            when length(new.op_key) not between 1 and 512
+                then 'effects_op_key_check: a key is 1 to 512 characters'
+            when length(new.action) not between 1 and 128
+                then 'effects_action_check: an action is 1 to 128 characters'
+            when length(new.target) not between 1 and 512
+                then 'effects_target_check: a target is 1 to 512 characters'
+            when jsonb_typeof(new.params) <> 'object'
+                then 'effects_params_check: params are a JSON object'
+            when ledger.has_hidden_character(new.op_key)
+                then 'effects_op_key_visible: op_key has ' || ledger.hidden_character(new.op_key)
+                     || ' (an invisible or control character)'
+            when ledger.has_hidden_character(new.action)
+                then 'effects_action_visible: action has ' || ledger.hidden_character(new.action)
+                     || ' (an invisible or control character)'
+            when ledger.has_hidden_character(new.target)
+                then 'effects_target_visible: target has ' || ledger.hidden_character(new.target)
+                     || ' (an invisible or control character)'
+        end;
+    end if;
+    if broken is not null then
+        raise exception 'ledger: effect refused by check %', broken
+            using errcode = 'check_violation', schema = 'ledger', table = 'effects',
+                  constraint = split_part(broken, ':', 1);
+    end if;
+
     if tg_op = 'INSERT' then
         if new.state not in ('pending', 'held') then
             raise exception 'ledger: effect % cannot be created in state %', new.op_key, new.state
@@ -35,50 +134,6 @@ begin
         new.state_since := now();
         new.updated_at := now();
         return new;
-    end if;
-
-    if new.op_key is distinct from old.op_key
-       or new.action is distinct from old.action
-       or new.target is distinct from old.target
-       or new.params_hash is distinct from old.params_hash
-       or new.params is distinct from old.params
-       or new.created_at is distinct from old.created_at then
-        raise exception 'ledger: the identity of effect % (key, action, target, params) never changes', old.op_key
-            using errcode = 'check_violation',
-                  hint = 'a different intent needs a new operation key';
-    end if;
-
-    -- The one path out of unknown that is not a settlement: the action's
-    -- provider deduplicates by our key (retry semantics safe_retry), so
-    -- sending the same request again cannot make a second effect.
-    if new.state is distinct from old.state
-       and not ledger.transition_allowed(old.state, new.state,
-                                         old.dispatched_at is not null, old.retryable)
-       and not (old.state = 'unknown' and new.state = 'pending'
-                and (ledger.policy_for(old.action)).retry_semantics = 'safe_retry') then
-        raise exception 'ledger: invalid transition for effect %: % -> %', old.op_key, old.state, new.state
-            using errcode = 'check_violation',
-                  hint = case
-                      when old.state = 'pending' and new.state = 'cancelled'
-                          then 'a dispatched effect cannot be cancelled: reconcile it'
-                      when old.state = 'failed' and new.state = 'pending'
-                          then 'the failure is not retryable'
-                      else 'from ' || old.state || ' an effect may become: '
-                           || coalesce(nullif(array_to_string(array(
-                                  select s from unnest(array['pending', 'held', 'unknown', 'succeeded',
-                                                             'failed', 'compensated', 'cancelled']) s
-                                   where ledger.transition_allowed(old.state, s, old.dispatched_at is not null,
-                                                                  old.retryable)), ', '), ''),
-                                  'nothing (it is final)') end;
-    end if;
-
-    -- Clearing dispatched_at would let mark_dispatched claim the effect a
-    -- second time: only a retry (failed -> pending, or a safe retry of an
-    -- unknown outcome, allowed above) starts a new dispatch.
-    if old.dispatched_at is not null and new.dispatched_at is null
-       and not (old.state in ('failed', 'unknown') and new.state = 'pending') then
-        raise exception 'ledger: effect % was dispatched at %; that cannot be undone', old.op_key, old.dispatched_at
-            using errcode = 'check_violation';
     end if;
 
     new.version := old.version + 1;

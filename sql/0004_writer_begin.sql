@@ -5,8 +5,11 @@
 
 -- jsonb already stores objects with sorted keys and no insignificant
 -- whitespace, so its text form is the canonical form of the params.
+-- Stable, as convert_to is: a SQL function is inlined only when its body is
+-- as stable as it claims, and one that is not was parsed and planned again
+-- in every writer transaction.
 create function ledger.params_hash(params jsonb) returns text
-language sql immutable strict as $$
+language sql stable strict as $$
     select encode(sha256(convert_to(params::text, 'UTF8')), 'hex')
 $$;
 
@@ -15,7 +18,7 @@ $$;
 create function ledger.material_hash(
     params_hash text, action text, target text, amount_minor bigint, currency text, provider text
 ) returns text
-language sql immutable as $$
+language sql stable as $$
     select encode(sha256(convert_to(jsonb_build_array(
         params_hash, action, target, amount_minor, currency, provider)::text, 'UTF8')), 'hex')
 $$;

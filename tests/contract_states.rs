@@ -554,3 +554,90 @@ async fn history_and_attempts_are_append_only() {
         .unwrap();
     assert_eq!(effects, 1);
 }
+
+#[tokio::test]
+async fn the_row_checks_refuse_every_writer_and_name_the_check() {
+    let db = common::test_db().await;
+    let pool = &db.pool;
+    let columns = "op_key, action, target, params, params_hash, amount_minor, currency, \
+                   requested_by, state, held_by, pending_window, during";
+    let valid = "'k', 'refund', 'invoice:1', '{}', 'x', 1500, 'EUR', 'psql', 'pending', null, \
+                 interval '5 minutes', null";
+    let inserts = [
+        ("'', 'refund'", "effects_op_key_check"),
+        ("'k', ''", "effects_action_check"),
+        ("'k', 'refund', '', '{}'", "effects_target_check"),
+        ("'k', 'refund', 'invoice:1', '[1]'", "effects_params_check"),
+        (
+            "'k', 'refund', 'invoice:1', '{}', 'x', 1500, 'eur'",
+            "effects_currency_check",
+        ),
+        (
+            "'k', 'refund', 'invoice:1', '{}', 'x', 1500, null",
+            "effects_amount_check",
+        ),
+        (
+            "'k', 'refund', 'invoice:1', '{}', 'x', null, 'EUR'",
+            "effects_amount_check",
+        ),
+        (
+            "'k', 'refund', 'invoice:1', '{}', 'x', 1500, 'EUR', 'psql', 'lost'",
+            "effects_state_check",
+        ),
+        (
+            "'k', 'refund', 'invoice:1', '{}', 'x', 1500, 'EUR', 'psql', 'held', null",
+            "effects_held_by_check",
+        ),
+        (
+            "'k', 'refund', 'invoice:1', '{}', 'x', 1500, 'EUR', 'psql', 'pending', null, interval '0'",
+            "effects_pending_window_check",
+        ),
+        (
+            "'k', 'refund', 'invoice:1', '{}', 'x', 1500, 'EUR', 'psql', 'pending', null, \
+             interval '5 minutes', 'empty'",
+            "effects_during_check",
+        ),
+    ];
+    for (prefix, check) in inserts {
+        // The prefix replaces as many leading values of the valid row.
+        let taken = prefix.matches(", ").count() + 1;
+        let rest: Vec<&str> = valid.split(", ").skip(taken).collect();
+        let values = std::iter::once(prefix)
+            .chain(rest)
+            .collect::<Vec<_>>()
+            .join(", ");
+        let sql = format!("insert into ledger.effects ({columns}) values ({values})");
+        let (code, message) = db_error(sqlx::query(sqlx::AssertSqlSafe(sql)).execute(pool).await);
+        assert_eq!(code, "23514", "{check}: {message}");
+        assert!(message.contains(check), "{check}: {message}");
+    }
+    let none: i64 = sqlx::query_scalar("select count(*) from ledger.effects")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    assert_eq!(none, 0);
+
+    // And on every update: what an update may change is checked as the insert was.
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "insert into ledger.effects ({columns}) values ({valid})"
+    )))
+    .execute(pool)
+    .await
+    .unwrap();
+    let before = effect(pool, "k").await;
+    for (assignment, check) in [
+        ("attention = 'maybe'", "effects_attention_check"),
+        ("error_class = 'gremlins'", "effects_error_class_check"),
+        ("currency = 'euro'", "effects_currency_check"),
+        (
+            "pending_window = interval '-1 minute'",
+            "effects_pending_window_check",
+        ),
+    ] {
+        let sql = format!("update ledger.effects set {assignment} where op_key = 'k'");
+        let (code, message) = db_error(sqlx::query(sqlx::AssertSqlSafe(sql)).execute(pool).await);
+        assert_eq!(code, "23514", "{assignment}: {message}");
+        assert!(message.contains(check), "{assignment}: {message}");
+    }
+    assert_eq!(effect(pool, "k").await, before);
+}

@@ -65,13 +65,39 @@ impl RoundResult {
     }
 }
 
-/// Same columns, defaults, identity and checks as ledger.effects; a primary key and a unique
-/// op_key; none of the ledger's triggers, functions, secondary or partial indexes.
+/// Same columns, defaults and identity as ledger.effects; a primary key and a unique op_key;
+/// the row's checks that the ledger's guard trigger makes, written as a bare table holds them,
+/// as CHECK constraints (a table without them would accept rows the ledger refuses); none of
+/// the ledger's triggers, functions, secondary or partial indexes.
 pub(crate) const BASELINE_SCHEMA: &str = "
 create schema bench_baseline;
 create table bench_baseline.effects
-    (like ledger.effects including defaults including identity including constraints);
-alter table bench_baseline.effects add primary key (id), add unique (op_key);
+    (like ledger.effects including defaults including identity);
+alter table bench_baseline.effects add primary key (id), add unique (op_key),
+    add check (length(op_key) between 1 and 512),
+    add check (length(action) between 1 and 128),
+    add check (length(target) between 1 and 512),
+    add check (jsonb_typeof(params) = 'object'),
+    add check (currency ~ '^[A-Z]{3}$'),
+    add check (state in ('pending', 'held', 'unknown', 'succeeded', 'failed', 'compensated',
+                         'cancelled')),
+    add check (attention in ('duplicate', 'mismatch')),
+    add check (error_class in ('timeout', 'connection_reset', 'server_error', 'invalid_response',
+                               'business_rejection', 'rate_limited')),
+    add check (during is null or not isempty(during)),
+    add check (pending_window > interval '0'),
+    add check ((amount_minor is null) = (currency is null)),
+    add check (state <> 'held' or held_by is not null);
+do $$
+declare
+    column_name text;
+begin
+    foreach column_name in array array['op_key', 'action', 'target'] loop
+        execute format('alter table bench_baseline.effects add check (%I !~ %L)',
+                       column_name, ledger.hidden_character_class());
+    end loop;
+end
+$$;
 ";
 
 pub(crate) const BASELINE_INSERT: &str = "

@@ -247,10 +247,11 @@ pub async fn force_effect(
     pool: &LedgerPool,
     intent: &effectwatch::ledger::writer::Intent,
 ) -> effectwatch::ledger::Decision {
+    // The rule is the guard trigger's, through this one function: a superuser's hand lifts it
+    // for the whole (throwaway) database.
     sqlx::query(
-        "alter table ledger.effects drop constraint if exists effects_op_key_visible,
-                                    drop constraint if exists effects_action_visible,
-                                    drop constraint if exists effects_target_visible",
+        "create or replace function ledger.has_hidden_character(value text) returns boolean
+         language sql immutable parallel safe as $$ select false $$",
     )
     .execute(pool)
     .await
