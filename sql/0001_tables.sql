@@ -146,6 +146,13 @@ create table ledger.effects (
     -- attention 'duplicate') can be a suspected double effect, so finance
     -- reads those groups by their index instead of every success.
     double_candidate  boolean not null default false,
+    -- Whether the version it was created with is a row of
+    -- ledger.effect_versions. An effect its requester creates pending, as
+    -- every agent's new key is, writes none: that version is the row's own
+    -- creation columns (pending since created_at, due at created_at +
+    -- pending_window, by requested_by as owner_role), and
+    -- ledger.effect_history reads it from them. Set by the guard trigger.
+    creation_version_stored boolean not null default true,
     -- No code path, not even a hand-written insert, can double-book: two
     -- bookings of one target whose ranges overlap cannot both be open or
     -- done (held ones wait outside it; compensated ones have left it).

@@ -35,7 +35,8 @@ begin
            or new.target is distinct from old.target
            or new.params_hash is distinct from old.params_hash
            or new.params is distinct from old.params
-           or new.created_at is distinct from old.created_at then
+           or new.created_at is distinct from old.created_at
+           or new.creation_version_stored is distinct from old.creation_version_stored then
             raise exception 'ledger: the identity of effect % (key, action, target, params) never changes', old.op_key
                 using errcode = 'check_violation',
                       hint = 'a different intent needs a new operation key';
@@ -133,6 +134,20 @@ begin
         end if;
         new.state_since := now();
         new.updated_at := now();
+        -- The version an effect is created with is a row of its own only
+        -- when the row's creation columns cannot say it (0001): created
+        -- pending now by its requester's login, due a window from now, with
+        -- nothing else set and no reason given. Most effects are, and their
+        -- writer is spared a history row.
+        new.creation_version_stored := not (
+            new.state = 'pending' and new.version = 1 and new.created_at = now()
+            and new.deadline_at is not distinct from now() + new.pending_window
+            and num_nulls(new.dispatched_at, new.external_ref, new.failure_reason, new.retryable,
+                          new.late_result_at, new.attention, new.settled_at, new.held_by,
+                          new.duplicates_acknowledged_at, new.error_class, new.retry_not_before) = 11
+            and ledger.current_actor() = new.requested_by
+            and new.owner_role = session_user::text
+            and nullif(current_setting('ledger.reason', true), '') is null);
         return new;
     end if;
 
@@ -147,6 +162,10 @@ begin
     elsif new.state in ('pending', 'held', 'unknown') then
         new.settled_at := null;
     end if;
+    -- Here, with the row locked and final, rather than in an AFTER trigger:
+    -- an AFTER trigger queues the row and reads it back at the end of the
+    -- statement, for every writer call.
+    perform ledger.keep_version(old.state, new, not ledger.changes_no_pane('UPDATE', old, new));
     return new;
 end
 $$;
@@ -172,14 +191,18 @@ begin
 end
 $$;
 
-create function ledger.effects_history() returns trigger
+-- One version of an effect into its history, and, if it can change a pane,
+-- a word to the consoles. The guard trigger calls it for every update and
+-- the history trigger for a creation that has a row of its own.
+create function ledger.keep_version(from_state text, new ledger.effects, announce boolean)
+returns void
 language plpgsql as $$
 begin
     insert into ledger.effect_versions (
         effect_id, version, from_state, state, actor, db_role, reason, state_since, dispatched_at,
         deadline_at, external_ref, failure_reason, retryable, late_result_at, attention, settled_at,
         held_by, duplicates_acknowledged_at, error_class, retry_not_before)
-    values (new.id, new.version, case when tg_op = 'UPDATE' then old.state end, new.state,
+    values (new.id, new.version, keep_version.from_state, new.state,
             ledger.current_actor(), session_user::text, nullif(current_setting('ledger.reason', true), ''),
             new.state_since, new.dispatched_at, new.deadline_at, new.external_ref, new.failure_reason,
             new.retryable, new.late_result_at, new.attention, new.settled_at, new.held_by,
@@ -189,23 +212,51 @@ begin
     -- a time, which cut writer throughput by more than half; the happy path
     -- (a new pending effect, its dispatch, its success or failure within its
     -- window) changes no pane, so only changes that can are announced.
-    if not ledger.changes_no_pane(tg_op, old, new) then
+    if announce then
         perform pg_notify('effectwatch_ledger',
                           json_build_object('id', new.id, 'op_key', left(new.op_key, 200),
                                             'state', new.state, 'version', new.version)::text);
     end if;
+end
+$$;
+
+-- After the insert, so that an insert that does nothing (ON CONFLICT) keeps
+-- nothing; only for a creation that has a version row of its own.
+create function ledger.effects_history() returns trigger
+language plpgsql as $$
+begin
+    perform ledger.keep_version(null, new, not ledger.changes_no_pane('INSERT', null, new));
     return null;
 end
 $$;
 
 create trigger effects_history
-    after insert or update on ledger.effects
-    for each row execute function ledger.effects_history();
+    after insert on ledger.effects
+    for each row when (new.creation_version_stored)
+    execute function ledger.effects_history();
+
+-- Every version of every effect: the rows of ledger.effect_versions, and the
+-- version each effect was created with where that is the row's own creation
+-- columns (creation_version_stored is false; id 0 sorts it first). Time
+-- travel, state changes, reports and retention's export all read this.
+create view ledger.effect_history as
+select v.id, v.effect_id, v.version, v.at, v.from_state, v.state, v.actor, v.db_role, v.reason,
+       v.state_since, v.dispatched_at, v.deadline_at, v.external_ref, v.failure_reason, v.retryable,
+       v.late_result_at, v.attention, v.settled_at, v.held_by, v.duplicates_acknowledged_at,
+       v.error_class, v.retry_not_before
+  from ledger.effect_versions v
+union all
+select 0::bigint, e.id, 1::bigint, e.created_at, null::text, 'pending'::text, e.requested_by,
+       e.owner_role, null::text, e.created_at, null::timestamptz, e.created_at + e.pending_window,
+       null::text, null::text, null::boolean, null::timestamptz, null::text, null::timestamptz,
+       null::bigint, null::timestamptz, null::text, null::timestamptz
+  from ledger.effects e
+ where not e.creation_version_stored;
 
 -- Every state change: the versions that changed the state.
 create view ledger.effect_events as
 select v.id, v.effect_id, e.op_key, v.from_state, v.state as to_state, v.actor, v.db_role, v.reason, v.at
-  from ledger.effect_versions v
+  from ledger.effect_history v
   join ledger.effects e on e.id = v.effect_id
  where v.from_state is distinct from v.state;
 

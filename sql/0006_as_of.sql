@@ -9,7 +9,7 @@
 --     live pane's predicate reaches its partial index (the function is
 --     inlined; `at_time is null` folds to a constant);
 --   * an effect changed since T gets the changing columns of its version
---     current at T (ledger.effect_versions) over its row; the columns that
+--     current at T (ledger.effect_history) over its row; the columns that
 --     never change (key, action, target, params, amount…) are its own.
 -- So reading the past costs what is open then plus what changed since.
 -- Instants are transaction times (now() of the writing transaction), as
@@ -32,10 +32,10 @@ language sql stable as $$
            e.result, v.failure_reason, v.retryable, v.late_result_at, v.attention, v.version,
            e.created_at, v.dispatched_at, e.dispatched_by, e.dispatched_role, v.at, v.settled_at,
            e.compensates, v.held_by, v.duplicates_acknowledged_at, v.error_class, v.retry_not_before,
-           e.during, e.double_candidate
+           e.during, e.double_candidate, e.creation_version_stored
       from ledger.effects e
      cross join lateral (
-            select v.* from ledger.effect_versions v
+            select v.* from ledger.effect_history v
              where v.effect_id = e.id and v.at <= at_time
              order by v.version desc limit 1) v
      where at_time is not null and e.updated_at > at_time and e.created_at <= at_time

@@ -561,8 +561,8 @@ begin
 end
 $$;
 
--- Named to fire after effects_history, so the compensation's own state
--- change is recorded before the original's.
+-- After the update: the compensation's own state change (recorded by the
+-- guard trigger, before it) comes before the original's.
 create trigger effects_settle_original
     after update of state on ledger.effects
     for each row

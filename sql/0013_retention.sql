@@ -97,7 +97,7 @@ begin
                'events', coalesce((select jsonb_agg(to_jsonb(ev) order by ev.id)
                                      from ledger.effect_events ev where ev.effect_id = e.id), '[]'),
                'versions', coalesce((select jsonb_agg(to_jsonb(v) order by v.version)
-                                       from ledger.effect_versions v where v.effect_id = e.id), '[]'),
+                                       from ledger.effect_history v where v.effect_id = e.id), '[]'),
                'reconciliations', coalesce((select jsonb_agg(to_jsonb(r) order by r.id)
                                               from ledger.reconciliations r where r.effect_id = e.id), '[]'),
                'holds', coalesce((select jsonb_agg(to_jsonb(h) order by h.id)

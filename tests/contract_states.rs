@@ -518,7 +518,7 @@ async fn history_and_attempts_are_append_only() {
             .unwrap()
         };
         let rows = count(pool.clone()).await;
-        assert!(rows >= 2, "{table} should have rows to protect");
+        assert!(rows >= 1, "{table} should have rows to protect");
         for statement in [
             format!("update {table} set at = now()"),
             format!("delete from {table}"),

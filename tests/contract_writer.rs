@@ -65,10 +65,11 @@ async fn attempt_kinds(pool: &LedgerPool, op_key: &str) -> Vec<String> {
         .unwrap()
 }
 
-/// The state of each version of an effect, in order: its history as the ledger keeps it.
+/// The state of each version of an effect, in order: its history as the ledger keeps it (the
+/// stored versions, and the one it was created with where that is its row's own).
 async fn version_states(pool: &LedgerPool, op_key: &str) -> Vec<String> {
     sqlx::query_scalar(
-        "select v.state from ledger.effect_versions v
+        "select v.state from ledger.effect_history v
            join ledger.effects e on e.id = v.effect_id
           where e.op_key = $1 order by v.version",
     )
@@ -1228,4 +1229,174 @@ async fn reconciliation_guards_in_flight_calls_and_foreign_references() {
         effect(pool, key).await.attention.as_deref(),
         Some("mismatch")
     );
+}
+
+/// (stored version rows, the history's states, the first version's actor, db role, whether
+/// it is at creation and due a window later).
+async fn creation_as_kept(
+    pool: &LedgerPool,
+    op_key: &str,
+) -> (i64, Vec<String>, String, String, bool) {
+    let row = sqlx::query(
+        "select (select count(*) from ledger.effect_versions v where v.effect_id = e.id) as stored,
+                array(select h.state from ledger.effect_history h where h.effect_id = e.id
+                       order by h.version) as states,
+                first.actor, first.db_role,
+                first.at = e.created_at and first.state_since = e.created_at
+                    and first.deadline_at is not distinct from e.created_at + e.pending_window
+                    as as_created
+           from ledger.effects e
+          cross join lateral (select h.* from ledger.effect_history h
+                               where h.effect_id = e.id and h.version = 1) first
+          where e.op_key = $1",
+    )
+    .bind(op_key)
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    (
+        row.get("stored"),
+        row.get("states"),
+        row.get("actor"),
+        row.get("db_role"),
+        row.get("as_created"),
+    )
+}
+
+#[tokio::test]
+async fn the_version_an_effect_is_created_with_is_a_row_only_when_its_own_row_cannot_say_it() {
+    let db = common::test_db().await;
+    let pool = &db.pool;
+    let login: String = sqlx::query_scalar("select session_user::text")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+
+    // An agent's new key, the hot path: no row for its creation, and the history reads the
+    // version from the effect's own creation columns, as the row would have said.
+    let plain = "refund:CREATED:plain";
+    begin_effect(pool, &refund(plain, "invoice:CREATED-1"))
+        .await
+        .unwrap();
+    assert_eq!(
+        creation_as_kept(pool, plain).await,
+        (
+            0,
+            vec!["pending".to_string()],
+            "agent-7".to_string(),
+            login.clone(),
+            true
+        )
+    );
+    let before_completion: chrono::DateTime<chrono::Utc> =
+        sqlx::query_scalar("select clock_timestamp()")
+            .fetch_one(pool)
+            .await
+            .unwrap();
+    mark_dispatched(pool, plain, None, "worker-1")
+        .await
+        .unwrap();
+    complete_effect(
+        pool,
+        plain,
+        Outcome::Succeeded,
+        &Completion {
+            external_ref: Some("re_1".to_string()),
+            ..Completion::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        creation_as_kept(pool, plain).await.1,
+        ["pending", "pending", "succeeded"]
+    );
+    // The past reads it too: before its dispatch it was pending, version 1, due a window on.
+    let (state, version, due_as_created): (String, i64, bool) = sqlx::query_as(
+        "select a.state, a.version, a.deadline_at = a.created_at + a.pending_window
+           from ledger.effects_at($1) a where a.op_key = $2",
+    )
+    .bind(before_completion)
+    .bind(plain)
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        (state.as_str(), version, due_as_created),
+        ("pending", 1, true)
+    );
+    let events: Vec<(Option<String>, String)> = sqlx::query_as(
+        "select from_state, to_state from ledger.effect_events where op_key = $1 order by at, id",
+    )
+    .bind(plain)
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        events,
+        [
+            (None, "pending".to_string()),
+            (Some("pending".to_string()), "succeeded".to_string())
+        ]
+    );
+
+    // Held behind the open one: its row cannot say what held it at creation, so it is kept.
+    let blocker = "refund:CREATED:blocker";
+    let held = "refund:CREATED:held";
+    begin_effect(pool, &refund(blocker, "invoice:CREATED-2"))
+        .await
+        .unwrap();
+    assert_eq!(
+        begin_effect(pool, &refund(held, "invoice:CREATED-2"))
+            .await
+            .unwrap()
+            .decision,
+        Decision::Held
+    );
+    assert_eq!(creation_as_kept(pool, held).await.0, 1);
+
+    // By hand, with a reason, or with a deadline of its own: kept, and read back as written.
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::query("select set_config('ledger.reason', 'imported from the old system', true)")
+        .execute(&mut tx)
+        .await
+        .unwrap();
+    sqlx::query(
+        "insert into ledger.effects (op_key, action, target, params_hash, requested_by, state,
+                                     pending_window, deadline_at)
+         values ('by-hand:reason', 'refund', 'invoice:CREATED-3', 'x', 'importer', 'pending',
+                 interval '5 minutes', now() + interval '5 minutes')",
+    )
+    .execute(&mut tx)
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    sqlx::query(
+        "insert into ledger.effects (op_key, action, target, params_hash, requested_by, state,
+                                     pending_window)
+         values ('by-hand:no-deadline', 'refund', 'invoice:CREATED-4', 'x', 'importer', 'pending',
+                 interval '5 minutes')",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+    for key in ["by-hand:reason", "by-hand:no-deadline"] {
+        assert_eq!(creation_as_kept(pool, key).await.0, 1, "{key}");
+    }
+    let reason: Option<String> = sqlx::query_scalar(
+        "select reason from ledger.effect_history h join ledger.effects e on e.id = h.effect_id
+          where e.op_key = 'by-hand:reason'",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    assert_eq!(reason.as_deref(), Some("imported from the old system"));
+
+    // The mark is part of the row's identity: no update may move a creation in or out.
+    let refused =
+        sqlx::query("update ledger.effects set creation_version_stored = true where op_key = $1")
+            .bind(plain)
+            .execute(pool)
+            .await;
+    assert!(refused.is_err(), "{refused:?}");
 }

@@ -371,7 +371,7 @@ async fn time_travel_shows_each_instant_as_it_was() {
     // A row of the past carries the version it had then: an action taken from
     // it passes the version check only if nothing changed since.
     let version_then: i64 = sqlx::query_scalar(
-        "select max(v.version) from ledger.effect_versions v
+        "select max(v.version) from ledger.effect_history v
           join ledger.effects e on e.id = v.effect_id
          where e.op_key = 'refund:INV-4:v1' and v.at <= $1",
     )
