@@ -29,12 +29,20 @@ pub(crate) async fn measure(
     config: &Config,
     label: &str,
 ) -> Result<Measurement> {
+    // Sizes for the report, not a console's reading: counting every state change of a 10M
+    // ledger takes longer than the console's statement timeout, which ended the first 10M
+    // run after its 55-minute build.
+    let mut tx = pool.begin().await?;
+    sqlx::query("set local statement_timeout = 0")
+        .execute(&mut tx)
+        .await?;
     let (effects, attempts, events): (i64, i64, i64) = sqlx::query_as(
         "select (select count(*) from ledger.effects), (select count(*) from ledger.attempts),
                 (select count(*) from ledger.effect_events)",
     )
-    .fetch_one(pool)
+    .fetch_one(&mut tx)
     .await?;
+    tx.commit().await?;
     let mut panes_out = Vec::new();
     for pane in Pane::ALL {
         let mut fetch_times = Vec::new();
