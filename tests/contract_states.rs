@@ -559,52 +559,42 @@ async fn history_and_attempts_are_append_only() {
 async fn the_row_checks_refuse_every_writer_and_name_the_check() {
     let db = common::test_db().await;
     let pool = &db.pool;
-    let columns = "op_key, action, target, params, params_hash, amount_minor, currency, \
-                   requested_by, state, held_by, pending_window, during";
-    let valid = "'k', 'refund', 'invoice:1', '{}', 'x', 1500, 'EUR', 'psql', 'pending', null, \
-                 interval '5 minutes', null";
+    // A valid row, column by column; each refused insert changes one of its values.
+    let valid = [
+        ("op_key", "'k'"),
+        ("action", "'refund'"),
+        ("target", "'invoice:1'"),
+        ("params", "'{}'"),
+        ("params_hash", "'x'"),
+        ("amount_minor", "1500"),
+        ("currency", "'EUR'"),
+        ("requested_by", "'psql'"),
+        ("state", "'pending'"),
+        ("held_by", "null"),
+        ("pending_window", "interval '5 minutes'"),
+        ("during", "null"),
+    ];
+    let columns = valid.map(|(column, _)| column).join(", ");
     let inserts = [
-        ("'', 'refund'", "effects_op_key_check"),
-        ("'k', ''", "effects_action_check"),
-        ("'k', 'refund', '', '{}'", "effects_target_check"),
-        ("'k', 'refund', 'invoice:1', '[1]'", "effects_params_check"),
+        ("op_key", "''", "effects_op_key_check"),
+        ("action", "''", "effects_action_check"),
+        ("target", "''", "effects_target_check"),
+        ("params", "'[1]'", "effects_params_check"),
+        ("currency", "'eur'", "effects_currency_check"),
+        ("currency", "null", "effects_amount_check"),
+        ("amount_minor", "null", "effects_amount_check"),
+        ("state", "'lost'", "effects_state_check"),
+        ("state", "'held'", "effects_held_by_check"),
         (
-            "'k', 'refund', 'invoice:1', '{}', 'x', 1500, 'eur'",
-            "effects_currency_check",
-        ),
-        (
-            "'k', 'refund', 'invoice:1', '{}', 'x', 1500, null",
-            "effects_amount_check",
-        ),
-        (
-            "'k', 'refund', 'invoice:1', '{}', 'x', null, 'EUR'",
-            "effects_amount_check",
-        ),
-        (
-            "'k', 'refund', 'invoice:1', '{}', 'x', 1500, 'EUR', 'psql', 'lost'",
-            "effects_state_check",
-        ),
-        (
-            "'k', 'refund', 'invoice:1', '{}', 'x', 1500, 'EUR', 'psql', 'held', null",
-            "effects_held_by_check",
-        ),
-        (
-            "'k', 'refund', 'invoice:1', '{}', 'x', 1500, 'EUR', 'psql', 'pending', null, interval '0'",
+            "pending_window",
+            "interval '0'",
             "effects_pending_window_check",
         ),
-        (
-            "'k', 'refund', 'invoice:1', '{}', 'x', 1500, 'EUR', 'psql', 'pending', null, \
-             interval '5 minutes', 'empty'",
-            "effects_during_check",
-        ),
+        ("during", "'empty'", "effects_during_check"),
     ];
-    for (prefix, check) in inserts {
-        // The prefix replaces as many leading values of the valid row.
-        let taken = prefix.matches(", ").count() + 1;
-        let rest: Vec<&str> = valid.split(", ").skip(taken).collect();
-        let values = std::iter::once(prefix)
-            .chain(rest)
-            .collect::<Vec<_>>()
+    for (changed, value, check) in inserts {
+        let values = valid
+            .map(|(column, valid)| if column == changed { value } else { valid })
             .join(", ");
         let sql = format!("insert into ledger.effects ({columns}) values ({values})");
         let (code, message) = db_error(sqlx::query(sqlx::AssertSqlSafe(sql)).execute(pool).await);
@@ -618,8 +608,9 @@ async fn the_row_checks_refuse_every_writer_and_name_the_check() {
     assert_eq!(none, 0);
 
     // And on every update: what an update may change is checked as the insert was.
+    let values = valid.map(|(_, value)| value).join(", ");
     sqlx::query(sqlx::AssertSqlSafe(format!(
-        "insert into ledger.effects ({columns}) values ({valid})"
+        "insert into ledger.effects ({columns}) values ({values})"
     )))
     .execute(pool)
     .await
