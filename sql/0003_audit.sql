@@ -21,11 +21,14 @@ $$;
 -- row lock. It makes seq unique without a key on the partitioned table (a
 -- writer whose snapshot missed a newer head fails to serialize instead of
 -- forking the chain), survives retention dropping the entries it names,
--- and is read in one lookup.
+-- and is read in one lookup. It also keeps how many entries the log holds,
+-- so the Audit tab's count costs one lookup however long the history grows
+-- (retention subtracts the entries a dropped month takes with it).
 create table ledger.audit_head (
-    single boolean primary key default true check (single),
-    seq    bigint not null,
-    hash   text not null
+    single  boolean primary key default true check (single),
+    seq     bigint not null,
+    hash    text not null,
+    entries bigint not null default 0 check (entries >= 0)
 );
 insert into ledger.audit_head (seq, hash) values (0, repeat('0', 64));
 
@@ -53,7 +56,7 @@ begin
     new.hash := ledger.audit_entry_hash(new.prev_hash, new.seq, new.at, new.operator, new.db_role,
                                         new.action, new.effect_id, new.op_key, new.reason,
                                         new.before, new.after);
-    update ledger.audit_head set seq = new.seq, hash = new.hash;
+    update ledger.audit_head set seq = new.seq, hash = new.hash, entries = entries + 1;
     return new;
 end
 $$;

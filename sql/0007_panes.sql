@@ -170,7 +170,13 @@ language sql stable as $$
     union all
     select 'approvals', count(*), max(v.waiting_for) from ledger.awaiting_approval_at(at_time) v
     union all
-    select 'audit', count(*), ledger.instant(at_time) - min(v.at) from ledger.audit_log_at(at_time) v
+    -- The entries up to the instant are all of them but those made after
+    -- it: the live count is the head's, and an instant's reads only what
+    -- came later.
+    select 'audit',
+           (select h.entries from ledger.audit_head h)
+             - (select count(*) from ledger.audit_log a where at_time is not null and a.at > at_time),
+           ledger.instant(at_time) - (select min(v.at) from ledger.audit_log_at(at_time) v)
 $$;
 
 create view ledger.overdue_pending as select * from ledger.overdue_pending_at(null);

@@ -233,6 +233,9 @@ begin
             end if;
             get diagnostics carried = row_count;
             execute format('drop table ledger.%I', part);
+            if tbl = 'audit_log' then
+                update ledger.audit_head set entries = entries - (total - carried);
+            end if;
             dropped := jsonb_set(dropped, array[tbl],
                                  to_jsonb(coalesce((dropped ->> tbl)::bigint, 0) + total - carried));
             kept := jsonb_set(kept, array[tbl], to_jsonb(coalesce((kept ->> tbl)::bigint, 0) + carried));

@@ -66,6 +66,14 @@ async fn history_rows(pool: &LedgerPool) -> BTreeMap<String, Vec<(String, i64)>>
     by_key
 }
 
+/// The Audit tab's count, which the chain's head keeps rather than counts.
+async fn audit_tab_count(pool: &LedgerPool) -> i64 {
+    sqlx::query_scalar("select items from ledger.pane_counts where pane = 'audit'")
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
 async fn months(pool: &LedgerPool) -> Vec<String> {
     sqlx::query_scalar("select to_char(month, 'YYYY-MM') from ledger.history_months order by 1")
         .fetch_all(pool)
@@ -259,6 +267,11 @@ async fn a_month_of_history_is_dropped_whole_and_every_effect_that_stays_keeps_a
         entries_before - 1 + 1,
         "one dropped, the prune's own added"
     );
+    assert_eq!(
+        audit_tab_count(pool).await,
+        entries_after,
+        "the Audit tab counts what the log holds after a month went"
+    );
 
     // The chain verifies from the checkpoint, signed by the trusted key.
     let verified = cli(&db.url, &config, &["audit", "verify", "--format", "json"]);
@@ -402,6 +415,15 @@ async fn rows_written_where_no_month_exists_wait_in_the_kept_partition_and_move_
     .unwrap();
     assert_eq!(still_kept, 0);
     assert_eq!(history_rows(pool).await, before);
+    let entries: i64 = sqlx::query_scalar("select count(*) from ledger.audit_log")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        audit_tab_count(pool).await,
+        entries,
+        "entries moved between partitions are counted once"
+    );
     // The new month's triggers fire whoever writes, as every ledger trigger.
     let lax: i64 = sqlx::query_scalar(
         "select count(*) from pg_trigger t join pg_class c on c.oid = t.tgrelid
