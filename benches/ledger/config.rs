@@ -17,6 +17,8 @@ pub(crate) struct Config {
     pub(crate) limit: i64,
     pub(crate) reconcile: u64,
     pub(crate) retain: u64,
+    /// The size of the ledger the writer at size is compared with.
+    pub(crate) writer_reference: u64,
     pub(crate) writer: bool,
     pub(crate) panes: bool,
     pub(crate) reconciler: bool,
@@ -65,6 +67,7 @@ impl Config {
             limit: env_num("EW_BENCH_LIMIT", 500)?,
             reconcile: env_num("EW_BENCH_RECONCILE", 10_000)?,
             retain: env_num("EW_BENCH_RETAIN", 200_000)?,
+            writer_reference: env_num("EW_BENCH_WRITER_REFERENCE", 20_000)?,
             writer,
             panes,
             reconciler,

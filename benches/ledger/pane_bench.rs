@@ -419,22 +419,22 @@ pub(crate) struct Ledger {
 
 /// Builds a ledger of `total` effects in a database of its own — the settled ones first, then
 /// the open items, so these are the newest rows as in production (open items are recent; an
-/// old row id range would flatter any plan that walks the primary key) — then measures it and
-/// drops the database.
-pub(crate) async fn build_and_measure(
+/// old row id range would flatter any plan that walks the primary key). Returns the database
+/// and how long the build took.
+pub(crate) async fn build_ledger(
     config: &Config,
     server: &Server,
     label: &str,
     total: u64,
-) -> Result<Ledger> {
+) -> Result<(BenchDb, Duration)> {
     let db = BenchDb::create(server, &format!("panes_{label}")).await?;
-    let result = async {
+    let built = async {
         let jobs = config.build_jobs;
         let build = db.pool(jobs as u32).await?;
         let report = migrate::run(&build).await?;
         eprintln!("[panes] {label}: migrations applied: {}", report.applied.join(", "));
         let batch = build_batch(&build, config.batch, jobs).await?;
-        let quarter = config.quarter();
+        let quarter = config.quarter().min(total / 4);
         eprintln!(
             "[build] {label}: {} effects ({} settled, then {} open items; {batch} rows per statement, {jobs} builders)",
             thousands(total),
@@ -447,48 +447,124 @@ pub(crate) async fn build_and_measure(
         vacuum_analyze(&build).await?;
         let built = t_build.elapsed();
         build.close().await;
+        anyhow::Ok(built)
+    }
+    .await;
+    match built {
+        Ok(built) => Ok((db, built)),
+        Err(error) => {
+            db.drop_db().await;
+            Err(error)
+        }
+    }
+}
 
+/// One writer round on `db`, as agents write: new keys through begin and complete.
+async fn writer_per_second(
+    config: &Config,
+    db: &BenchDb,
+    label: &str,
+    round: usize,
+) -> Result<f64> {
+    let writers = db.pool(config.connections as u32).await?;
+    let result = writer_round(
+        &writers,
+        &db.url,
+        WritePath::Ledger,
+        round,
+        &format!("{label}-{round}"),
+        Duration::from_secs(config.seconds),
+        config.connections,
+    )
+    .await;
+    writers.close().await;
+    let round = result?;
+    eprintln!(
+        "[panes] {label}: writer {:.0} effects/s ({} in {:.1} s)",
+        round.per_second(),
+        round.effects,
+        round.elapsed.as_secs_f64()
+    );
+    Ok(round.per_second())
+}
+
+/// Builds and measures a ledger of `total` effects. The database is returned
+/// when `keep` (for the writer's comparison), dropped otherwise.
+pub(crate) async fn build_and_measure(
+    config: &Config,
+    server: &Server,
+    label: &str,
+    total: u64,
+    keep: bool,
+) -> Result<(Ledger, Option<BenchDb>)> {
+    let (db, built) = build_ledger(config, server, label, total).await?;
+    let result = async {
         // Read as the console reads: its own pool (application name, statement timeout).
         let console = connect(&ConnectSettings::new(db.url.clone())).await?;
         let measurement = measure(&console, config, label).await?;
         console.close().await;
         let plans = explain(&db, config.limit).await?;
         // Last, so its new effects change nothing measured above.
-        let writers = db.pool(config.connections as u32).await?;
-        let round = writer_round(
-            &writers,
-            &db.url,
-            WritePath::Ledger,
-            0,
-            label,
-            Duration::from_secs(config.seconds),
-            config.connections,
-        )
-        .await?;
-        writers.close().await;
-        eprintln!(
-            "[panes] {label}: writer {:.0} effects/s ({} in {:.1} s)",
-            round.per_second(),
-            round.effects,
-            round.elapsed.as_secs_f64()
-        );
+        let writer = writer_per_second(config, &db, label, 0).await?;
         anyhow::Ok(Ledger {
             measurement,
             plans,
             build: built,
-            writer_per_second: round.per_second(),
+            writer_per_second: writer,
         })
     }
     .await;
+    if keep && result.is_ok() {
+        return result.map(|ledger| (ledger, Some(db)));
+    }
     db.drop_db().await;
-    result
+    result.map(|ledger| (ledger, None))
+}
+
+/// The writer on the large ledger against the same writer on a small
+/// reference ledger, in alternating rounds (A B B A …) so a drift of the
+/// machine falls on both: effects per second of each round.
+async fn writer_at_size(
+    config: &Config,
+    reference: &BenchDb,
+    large: &BenchDb,
+) -> Result<(Vec<f64>, Vec<f64>)> {
+    let (mut on_reference, mut on_large) = (Vec::new(), Vec::new());
+    for round in 1..=config.rounds {
+        let order = if round % 2 == 1 {
+            [true, false]
+        } else {
+            [false, true]
+        };
+        for reference_first in order {
+            if reference_first {
+                on_reference.push(writer_per_second(config, reference, "reference", round).await?);
+            } else {
+                on_large.push(writer_per_second(config, large, "large", round).await?);
+            }
+        }
+    }
+    Ok((on_reference, on_large))
 }
 
 pub(crate) async fn panes_bench(config: &Config, server: &Server) -> Result<String> {
     let quarter = config.quarter();
     let open = 4 * quarter;
-    let small_ledger = build_and_measure(config, server, "small", config.small).await?;
-    let large_ledger = build_and_measure(config, server, "large", config.effects).await?;
+    // The writer's reference: a ledger as small as a new one (EW_BENCH_WRITER_REFERENCE).
+    let (reference, _) = build_ledger(config, server, "reference", config.writer_reference).await?;
+    let measured = async {
+        let (small_ledger, _) =
+            build_and_measure(config, server, "small", config.small, false).await?;
+        let (large_ledger, large_db) =
+            build_and_measure(config, server, "large", config.effects, true).await?;
+        let large_db = large_db.expect("kept");
+        let rounds = writer_at_size(config, &reference, &large_db).await;
+        large_db.drop_db().await;
+        anyhow::Ok((small_ledger, large_ledger, rounds?))
+    }
+    .await;
+    reference.drop_db().await;
+    let (small_ledger, large_ledger, (mut on_reference, mut on_large)) = measured?;
     let (small, small_plans, small_build) = (
         &small_ledger.measurement,
         &small_ledger.plans,
@@ -611,6 +687,29 @@ pub(crate) async fn panes_bench(config: &Config, server: &Server) -> Result<Stri
         small_ledger.writer_per_second,
         large_ledger.writer_per_second,
         large_ledger.writer_per_second / small_ledger.writer_per_second
+    )?;
+    let (reference_median, large_median) = (median(&mut on_reference), median(&mut on_large));
+    writeln!(
+        out,
+        "\nWriter at size, {} alternating rounds of {} s over {} connections: {:.0} effects/s on a {}-effect ledger, {:.0} on the {}-effect one: **{:.2}×** (rounds: reference {}; large {})",
+        config.rounds,
+        config.seconds,
+        config.connections,
+        reference_median,
+        thousands(config.writer_reference),
+        large_median,
+        thousands(config.effects),
+        large_median / reference_median,
+        on_reference
+            .iter()
+            .map(|v| format!("{v:.0}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        on_large
+            .iter()
+            .map(|v| format!("{v:.0}"))
+            .collect::<Vec<_>>()
+            .join(", ")
     )?;
 
     writeln!(out, "\n### Plans on the large ledger\n")?;
