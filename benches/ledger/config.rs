@@ -17,6 +17,9 @@ pub(crate) struct Config {
     pub(crate) limit: i64,
     pub(crate) reconcile: u64,
     pub(crate) retain: u64,
+    /// Effects written after the aged months in the retention bench's larger ledger (0: none,
+    /// and the baseline is the same history deleted row by row).
+    pub(crate) retain_recent: u64,
     /// The size of the ledger the writer at size is compared with.
     pub(crate) writer_reference: u64,
     pub(crate) writer: bool,
@@ -67,6 +70,7 @@ impl Config {
             limit: env_num("EW_BENCH_LIMIT", 500)?,
             reconcile: env_num("EW_BENCH_RECONCILE", 10_000)?,
             retain: env_num("EW_BENCH_RETAIN", 200_000)?,
+            retain_recent: env_num("EW_BENCH_RETAIN_RECENT", 0)?,
             writer_reference: env_num("EW_BENCH_WRITER_REFERENCE", 20_000)?,
             writer,
             panes,

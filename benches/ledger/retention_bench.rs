@@ -32,6 +32,10 @@ enum Layout {
     ByMonth,
     /// The aged history in the kept partitions, deleted row by row: the baseline.
     RowByRow,
+    /// As `ByMonth`, in a ledger that goes on after the aged months with
+    /// EW_BENCH_RETAIN_RECENT more effects, which the prune keeps: the same
+    /// month dropped from a larger ledger.
+    ByMonthAtSize,
 }
 
 impl Layout {
@@ -39,6 +43,7 @@ impl Layout {
         match self {
             Layout::ByMonth => "A: by month",
             Layout::RowByRow => "B: row by row (baseline)",
+            Layout::ByMonthAtSize => "C: by month, in the larger ledger",
         }
     }
 
@@ -46,6 +51,7 @@ impl Layout {
         match self {
             Layout::ByMonth => "retain_month",
             Layout::RowByRow => "retain_rows",
+            Layout::ByMonthAtSize => "retain_size",
         }
     }
 }
@@ -65,6 +71,7 @@ struct Pruned {
     /// The prune's statements that took longest, as they ended (inner before outer): (ms, text).
     slow: Vec<(f64, String)>,
     aged_rows: i64,
+    effects_before: i64,
     size_before: i64,
     size_after: i64,
 }
@@ -224,16 +231,31 @@ async fn build_and_prune(config: &Config, server: &Server, layout: Layout) -> Re
         build_filler(&pool, 1, config.retain, batch, jobs).await?;
         build_open(&pool, config.quarter(), batch).await?;
         let t0 = Instant::now();
-        age(&pool, layout == Layout::ByMonth).await?;
+        age(&pool, layout != Layout::RowByRow).await?;
         eprintln!(
             "[retention] {}: aged {AGE_MONTHS} months in {:.1} s",
             layout.name(),
             t0.elapsed().as_secs_f64()
         );
+        if layout == Layout::ByMonthAtSize {
+            eprintln!(
+                "[retention] {}: {} recent settled effects, which the prune keeps",
+                layout.name(),
+                thousands(config.retain_recent)
+            );
+            build_filler(
+                &pool,
+                config.retain + 1,
+                config.retain + config.retain_recent,
+                batch,
+                jobs,
+            )
+            .await?;
+        }
         vacuum_analyze(&pool).await?;
         let (aged_rows, in_kept) = aged_history(&pool).await?;
         let expected_in_kept = match layout {
-            Layout::ByMonth => 0,
+            Layout::ByMonth | Layout::ByMonthAtSize => 0,
             Layout::RowByRow => aged_rows,
         };
         if aged_rows == 0 || in_kept != expected_in_kept {
@@ -244,6 +266,9 @@ async fn build_and_prune(config: &Config, server: &Server, layout: Layout) -> Re
         }
         checkpoint(&pool).await;
         let size_before = database_size(&pool).await?;
+        let effects_before: i64 = sqlx::query_scalar("select count(*) from ledger.effects")
+            .fetch_one(&pool)
+            .await?;
 
         let dir = tempfile::tempdir()?;
         let signer =
@@ -299,7 +324,7 @@ async fn build_and_prune(config: &Config, server: &Server, layout: Layout) -> Re
         );
         let months = outcome.history["months"].as_array().map_or(0, Vec::len);
         match layout {
-            Layout::ByMonth if months == 0 => {
+            Layout::ByMonth | Layout::ByMonthAtSize if months == 0 => {
                 bail!("{}: no month was dropped: {}", layout.name(), outcome.history)
             }
             Layout::RowByRow if months > 0 => {
@@ -315,6 +340,7 @@ async fn build_and_prune(config: &Config, server: &Server, layout: Layout) -> Re
             stall: stall(&samples, from, to),
             slow,
             aged_rows,
+            effects_before,
             size_before,
             size_after,
         })
@@ -336,8 +362,17 @@ fn mb(bytes: i64) -> f64 {
 }
 
 pub(crate) async fn retention_bench(config: &Config, server: &Server) -> Result<String> {
+    // At size, the same aged month is dropped from a ledger of its own and
+    // from one with EW_BENCH_RETAIN_RECENT more effects; else by month
+    // against row by row.
+    let baseline = if config.retain_recent > 0 {
+        Layout::ByMonthAtSize
+    } else {
+        Layout::RowByRow
+    };
     let by_month = build_and_prune(config, server, Layout::ByMonth).await?;
-    let row_by_row = build_and_prune(config, server, Layout::RowByRow).await?;
+    let other = build_and_prune(config, server, baseline).await?;
+    let runs = [(Layout::ByMonth, &by_month), (baseline, &other)];
     let mut report = String::new();
     writeln!(
         report,
@@ -347,16 +382,13 @@ pub(crate) async fn retention_bench(config: &Config, server: &Server) -> Result<
     )?;
     writeln!(
         report,
-        "| ledger | aged history rows | prune | effects pruned | months dropped | history rows dropped whole | carried into kept | writer begins during prune | begin p99 / max during prune | begin p99 before | database before → after |"
+        "| ledger | effects | aged history rows | prune | effects pruned | months dropped | history rows dropped whole | carried into kept | writer begins during prune | begin p99 / max during prune | begin p99 before | database before → after |"
     )?;
     writeln!(
         report,
-        "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|"
+        "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|"
     )?;
-    for (layout, run) in [
-        (Layout::ByMonth, &by_month),
-        (Layout::RowByRow, &row_by_row),
-    ] {
+    for (layout, run) in runs {
         let history = &run.outcome.history;
         let months: Vec<&str> = history["months"]
             .as_array()
@@ -364,8 +396,9 @@ pub(crate) async fn retention_bench(config: &Config, server: &Server) -> Result<
             .unwrap_or_default();
         writeln!(
             report,
-            "| {} | {} | {:.1} s | {} | {} | {} | {} | {} | {:.1} / {:.1} ms | {:.1} ms | {:.0} → {:.0} MB |",
+            "| {} | {} | {} | {:.1} s | {} | {} | {} | {} | {} | {:.1} / {:.1} ms | {:.1} ms | {:.0} → {:.0} MB |",
             layout.name(),
+            thousands(run.effects_before as u64),
             thousands(run.aged_rows as u64),
             run.seconds,
             thousands(run.outcome.effects as u64),
@@ -384,15 +417,22 @@ pub(crate) async fn retention_bench(config: &Config, server: &Server) -> Result<
             mb(run.size_after),
         )?;
     }
-    writeln!(
-        report,
-        "\nPrune time, by month / row by row: **{:.2}×**.",
-        by_month.seconds / row_by_row.seconds
-    )?;
-    for (layout, run) in [
-        (Layout::ByMonth, &by_month),
-        (Layout::RowByRow, &row_by_row),
-    ] {
+    if baseline == Layout::RowByRow {
+        writeln!(
+            report,
+            "\nPrune time, by month / row by row: **{:.2}×**.",
+            by_month.seconds / other.seconds
+        )?;
+    } else {
+        writeln!(
+            report,
+            "\nThe same month dropped from the larger ledger / from a ledger of its own: **{:.2}×** ({:.1} s / {:.1} s).",
+            other.seconds / by_month.seconds,
+            other.seconds,
+            by_month.seconds
+        )?;
+    }
+    for (layout, run) in runs {
         let o = &run.outcome;
         writeln!(
             report,
@@ -406,10 +446,7 @@ pub(crate) async fn retention_bench(config: &Config, server: &Server) -> Result<
             o.history
         )?;
     }
-    for (layout, run) in [
-        (Layout::ByMonth, &by_month),
-        (Layout::RowByRow, &row_by_row),
-    ] {
+    for (layout, run) in runs {
         writeln!(
             report,
             "\n{}: the prune's statements over 200 ms, in the order they ended (an outer statement's time includes those it ran):\n",

@@ -30,6 +30,29 @@ pub(crate) struct RoundResult {
     pub(crate) waits: Vec<(String, u64)>,
     /// Busy CPU time of the whole machine during the round (server and writers alike).
     pub(crate) cpu: Duration,
+    /// Of which this process's own (the writers' client side: sqlx, the protocol, tokio).
+    pub(crate) client_cpu: Duration,
+}
+
+/// CPU time this process has used so far (user + system), from /proc/self/stat.
+pub(crate) fn own_cpu() -> Duration {
+    let ticks_per_second = 100.0; // USER_HZ
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return Duration::ZERO;
+    };
+    // The command name may hold spaces: fields are counted after its closing parenthesis,
+    // where utime and stime are the 12th and 13th.
+    let ticks: u64 = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| {
+            rest.split_whitespace()
+                .skip(11)
+                .take(2)
+                .filter_map(|value| value.parse::<u64>().ok())
+                .sum()
+        })
+        .unwrap_or(0);
+    Duration::from_secs_f64(ticks as f64 / ticks_per_second)
 }
 
 /// Busy CPU time of the machine so far (all cores, user + system + irq), from /proc/stat.
@@ -246,6 +269,7 @@ pub(crate) async fn writer_round(
     connections: usize,
 ) -> Result<RoundResult> {
     let busy_before = machine_busy();
+    let own_before = own_cpu();
     let sampler = tokio::spawn(sample_waits(url.to_string(), run_for));
     let barrier = Arc::new(tokio::sync::Barrier::new(connections));
     let tasks: Vec<_> = (0..connections)
@@ -272,6 +296,7 @@ pub(crate) async fn writer_round(
     first_latencies.sort();
     let waits = sampler.await??;
     let cpu = machine_busy().saturating_sub(busy_before);
+    let client_cpu = own_cpu().saturating_sub(own_before);
     Ok(RoundResult {
         round,
         path,
@@ -280,6 +305,7 @@ pub(crate) async fn writer_round(
         first_latencies,
         waits,
         cpu,
+        client_cpu,
     })
 }
 
@@ -419,6 +445,15 @@ pub(crate) async fn writer_bench(config: &Config, db: &BenchDb) -> Result<String
             });
         cpu * 1e6 / effects.max(1) as f64
     };
+    let client_per_effect = |path: WritePath| {
+        let (cpu, effects) = results
+            .iter()
+            .filter(|r| r.path == path)
+            .fold((0.0, 0u64), |(cpu, n), r| {
+                (cpu + r.client_cpu.as_secs_f64(), n + r.effects)
+            });
+        cpu * 1e6 / effects.max(1) as f64
+    };
     let durable = !std::env::var("EW_BENCH_CPU_BOUND").is_ok_and(|v| v.trim() == "1");
     let target = if durable { 60.0 } else { 45.0 };
     writeln!(
@@ -433,6 +468,17 @@ pub(crate) async fn writer_bench(config: &Config, db: &BenchDb) -> Result<String
         cpu_per_effect(WritePath::Baseline),
         cpu_per_effect(WritePath::Ledger),
         cpu_per_effect(WritePath::Ledger) / cpu_per_effect(WritePath::Baseline).max(1e-9)
+    )?;
+    let rest = |path: WritePath| cpu_per_effect(path) - client_per_effect(path);
+    writeln!(
+        out,
+        "of which the writers' own process: baseline {:.0} µs, ledger {:.0} µs ({:.2}×); the rest (server, kernel): baseline {:.0} µs, ledger {:.0} µs ({:.2}×)",
+        client_per_effect(WritePath::Baseline),
+        client_per_effect(WritePath::Ledger),
+        client_per_effect(WritePath::Ledger) / client_per_effect(WritePath::Baseline).max(1e-9),
+        rest(WritePath::Baseline),
+        rest(WritePath::Ledger),
+        rest(WritePath::Ledger) / rest(WritePath::Baseline).max(1e-9)
     )?;
     writeln!(
         out,
