@@ -29,6 +29,17 @@ begin
 end
 $$;
 
+-- Why a writer call that names its effect's target is refused, or null.
+-- On a ledger distributed by target (docs/scale.md) the target routes the
+-- call; writers may pass it now, and a key answered on another target is a
+-- writer's mistake (or two writers sharing a key) that must not settle
+-- what it did not mean.
+create function ledger.target_refusal(effect ledger.effects, target text) returns text
+language sql stable as $$
+    select case when target is not null and target is distinct from (effect).target
+                then format('effect %s is on target %s, not %s', (effect).op_key, (effect).target, target) end
+$$;
+
 -- A refused writer call changes nothing but is kept, flagged, so an
 -- operator sees who tried to settle what is not theirs.
 create function ledger.record_refusal(
@@ -101,7 +112,8 @@ $$;
 create function ledger.mark_dispatched(
     op_key     text,
     request_id text default null,
-    worker     text default null
+    worker     text default null,
+    target     text default null
 ) returns table (claimed boolean, state text, deadline_at timestamptz, refused text)
 language plpgsql security definer
 set search_path = pg_catalog, pg_temp
@@ -114,7 +126,8 @@ declare
     lapse    text;
 begin
     effect := ledger.effect_for_writer(mark_dispatched.op_key);
-    refusal := ledger.writer_refusal(effect, 'dispatch');
+    refusal := coalesce(ledger.writer_refusal(effect, 'dispatch'),
+                        ledger.target_refusal(effect, mark_dispatched.target));
     if refusal is not null then
         perform ledger.record_refusal(effect, 'mark_dispatched', refusal,
                                       mark_dispatched.worker, mark_dispatched.request_id);
@@ -268,7 +281,8 @@ create function ledger.complete_effect(
     request_id   text    default null,
     worker       text    default null,
     error_class  text    default null,
-    retry_after  interval default null
+    retry_after  interval default null,
+    target       text    default null
 ) returns table (applied boolean, state text, late boolean, refused text)
 language plpgsql security definer
 set search_path = pg_catalog, pg_temp
@@ -279,7 +293,8 @@ declare
     refusal text;
 begin
     effect := ledger.effect_for_writer(complete_effect.op_key);
-    refusal := ledger.writer_refusal(effect, 'complete');
+    refusal := coalesce(ledger.writer_refusal(effect, 'complete'),
+                        ledger.target_refusal(effect, complete_effect.target));
     if refusal is not null then
         perform ledger.record_refusal(effect, 'complete_effect', refusal,
                                       complete_effect.worker, complete_effect.request_id);

@@ -31,8 +31,8 @@ grant usage on schema ledger to effect_agent, effect_operator, effect_readonly, 
 grant execute on function
     ledger.begin_effect(text, text, text, jsonb, text, interval, bigint, text, text, text, integer, text,
                         tstzrange),
-    ledger.mark_dispatched(text, text, text),
-    ledger.complete_effect(text, text, text, jsonb, boolean, text, text, text, text, interval)
+    ledger.mark_dispatched(text, text, text, text),
+    ledger.complete_effect(text, text, text, jsonb, boolean, text, text, text, text, interval, text)
     to effect_agent;
 grant select on ledger.effects, ledger.action_policies to effect_agent;
 

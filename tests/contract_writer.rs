@@ -12,8 +12,9 @@ use effectwatch::ledger::actions::{self, Finding, Resolution, SeenVersion};
 use effectwatch::ledger::history::find_effect;
 use effectwatch::ledger::writer::{
     Begun, Completion, Intent, Outcome, begin_effect, complete_effect, mark_dispatched,
+    mark_dispatched_on_target,
 };
-use effectwatch::ledger::{Decision, Effect, State};
+use effectwatch::ledger::{Decision, Effect, LedgerError, State};
 use serde_json::{Value, json};
 use sqlx::{PgConnection, Row};
 use tokio::sync::Barrier;
@@ -1399,4 +1400,67 @@ async fn the_version_an_effect_is_created_with_is_a_row_only_when_its_own_row_ca
             .execute(pool)
             .await;
     assert!(refused.is_err(), "{refused:?}");
+}
+
+#[tokio::test]
+async fn a_dispatch_or_completion_naming_another_target_is_refused_and_kept() {
+    let db = common::test_db().await;
+    let pool = &db.pool;
+    let refund = refund("refund:TGT:v1", "invoice:TGT-1");
+    assert_eq!(
+        begin_effect(pool, &refund).await.unwrap().decision,
+        Decision::Proceed
+    );
+
+    // A writer that took this key for another invoice's may neither claim
+    // nor settle it: the effect stays as it was, and the call is kept.
+    let claim = mark_dispatched_on_target(pool, &refund.op_key, "invoice:OTHER", None, "w")
+        .await
+        .unwrap_err();
+    match claim {
+        LedgerError::Refused(reason) => assert!(
+            reason.contains("is on target invoice:TGT-1, not invoice:OTHER"),
+            "{reason}"
+        ),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    let elsewhere = Completion {
+        target: Some("invoice:OTHER".to_string()),
+        ..done("ref-TGT", json!({"id": "ref-TGT"}))
+    };
+    let completion = complete_effect(pool, &refund.op_key, Outcome::Succeeded, &elsewhere)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&completion, LedgerError::Refused(reason) if reason.contains("not invoice:OTHER")),
+        "{completion:?}"
+    );
+    let unchanged = effect(pool, &refund.op_key).await;
+    assert_eq!(unchanged.state, State::Pending);
+    assert!(unchanged.dispatched_at.is_none());
+    let flagged: i64 = sqlx::query_scalar(
+        "select count(*) from ledger.attempts
+          where op_key = $1 and kind = 'refused' and flagged
+            and detail ->> 'refused' like '%not invoice:OTHER'",
+    )
+    .bind(&refund.op_key)
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    assert_eq!(flagged, 2);
+
+    // Naming its own target, the same calls go through.
+    let claim = mark_dispatched_on_target(pool, &refund.op_key, &refund.target, None, "w")
+        .await
+        .unwrap();
+    assert!(claim.claimed);
+    let here = Completion {
+        target: Some(refund.target.clone()),
+        ..done("ref-TGT", json!({"id": "ref-TGT"}))
+    };
+    let completed = complete_effect(pool, &refund.op_key, Outcome::Succeeded, &here)
+        .await
+        .unwrap();
+    assert!(completed.applied);
+    assert_eq!(completed.state, State::Succeeded);
 }

@@ -266,7 +266,7 @@ impl Agent {
                     // The provider does the work; the answer never reaches us.
                     let _ = self.provider.create(&intent).await;
                     self.complete(
-                        &intent.op_key,
+                        &intent,
                         Outcome::Unknown,
                         None,
                         "timeout: no response within 10 s",
@@ -347,13 +347,8 @@ impl Agent {
                 }
                 if first && self.rng.random_bool(0.5) {
                     // Half the time the first one stays unanswered, keeping the hold.
-                    self.complete(
-                        &intent.op_key,
-                        Outcome::Unknown,
-                        None,
-                        "connection reset by peer",
-                    )
-                    .await?;
+                    self.complete(&intent, Outcome::Unknown, None, "connection reset by peer")
+                        .await?;
                     self.stats.lost_responses.fetch_add(1, Ordering::Relaxed);
                 } else if first {
                     self.call_and_complete(&intent).await?;
@@ -363,7 +358,7 @@ impl Agent {
                 if self.begin_and_claim(&intent).await? {
                     let created = self.provider.create(&intent).await;
                     self.complete(
-                        &intent.op_key,
+                        &intent,
                         Outcome::Unknown,
                         None,
                         "HTTP 503 from the provider",
@@ -395,7 +390,7 @@ impl Agent {
             Scenario::ProviderRefused => {
                 if self.begin_and_claim(&intent).await? {
                     self.complete(
-                        &intent.op_key,
+                        &intent,
                         Outcome::Failed { retryable: true },
                         None,
                         "card issuer declined: try again later",
@@ -424,9 +419,10 @@ impl Agent {
         if !begun.decision.may_dispatch() {
             return Ok(false);
         }
-        let claim = writer::mark_dispatched(
+        let claim = writer::mark_dispatched_on_target(
             &self.pool,
             &intent.op_key,
+            &intent.target,
             intent.request_id.as_deref(),
             &self.name,
         )
@@ -443,9 +439,10 @@ impl Agent {
     }
 
     async fn claim_call_complete(&self, intent: &Intent) -> Result<(), String> {
-        let claim = writer::mark_dispatched(
+        let claim = writer::mark_dispatched_on_target(
             &self.pool,
             &intent.op_key,
+            &intent.target,
             intent.request_id.as_deref(),
             &self.name,
         )
@@ -461,7 +458,7 @@ impl Agent {
         match self.provider.create(intent).await {
             Ok(reference) => {
                 self.complete(
-                    &intent.op_key,
+                    intent,
                     Outcome::Succeeded,
                     Some(reference),
                     "provider confirmed",
@@ -470,7 +467,7 @@ impl Agent {
                 self.stats.succeeded.fetch_add(1, Ordering::Relaxed);
             }
             Err(error) => {
-                self.complete(&intent.op_key, Outcome::Unknown, None, &error)
+                self.complete(intent, Outcome::Unknown, None, &error)
                     .await?;
                 self.stats.lost_responses.fetch_add(1, Ordering::Relaxed);
             }
@@ -478,9 +475,11 @@ impl Agent {
         Ok(())
     }
 
+    /// Completes naming the effect's target, as a writer ready for a ledger
+    /// distributed by target does.
     async fn complete(
         &self,
-        op_key: &str,
+        intent: &Intent,
         outcome: Outcome,
         external_ref: Option<String>,
         reason: &str,
@@ -490,9 +489,10 @@ impl Agent {
             result: external_ref.map(|reference| json!({ "provider_ref": reference })),
             reason: Some(reason.to_string()),
             worker: Some(self.name.clone()),
+            target: Some(intent.target.clone()),
             ..Completion::default()
         };
-        writer::complete_effect(&self.pool, op_key, outcome, &completion)
+        writer::complete_effect(&self.pool, &intent.op_key, outcome, &completion)
             .await
             .map_err(describe)?;
         Ok(())

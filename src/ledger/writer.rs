@@ -89,14 +89,38 @@ pub async fn mark_dispatched<'c>(
     request_id: Option<&str>,
     worker: &str,
 ) -> Result<Dispatch, LedgerError> {
+    claim(executor, op_key, None, request_id, worker).await
+}
+
+/// [`mark_dispatched`] naming the effect's target too: refused when the key
+/// is another target's, and routable on a ledger distributed by target
+/// (docs/scale.md).
+pub async fn mark_dispatched_on_target<'c>(
+    executor: impl PgExecutor<'c>,
+    op_key: &str,
+    target: &str,
+    request_id: Option<&str>,
+    worker: &str,
+) -> Result<Dispatch, LedgerError> {
+    claim(executor, op_key, Some(target), request_id, worker).await
+}
+
+async fn claim<'c>(
+    executor: impl PgExecutor<'c>,
+    op_key: &str,
+    target: Option<&str>,
+    request_id: Option<&str>,
+    worker: &str,
+) -> Result<Dispatch, LedgerError> {
     let (dispatch, refused) =
         sqlx::query_as::<_, (bool, State, Option<DateTime<Utc>>, Option<String>)>(
             "select claimed, state, deadline_at, refused from ledger.mark_dispatched(
-            op_key => $1, request_id => $2, worker => $3)",
+            op_key => $1, request_id => $2, worker => $3, target => $4)",
         )
         .bind(op_key)
         .bind(request_id)
         .bind(worker)
+        .bind(target)
         .fetch_one(executor)
         .await
         .map(|(claimed, state, deadline_at, refused)| {
@@ -143,6 +167,10 @@ pub struct Completion {
     pub error_class: Option<ErrorClass>,
     /// With [`ErrorClass::RateLimited`]: the provider's delay (default 1 min).
     pub retry_after: Option<std::time::Duration>,
+    /// The effect's target, when the worker knows it: a key that is
+    /// another target's is refused, and the call is routable on a ledger
+    /// distributed by target.
+    pub target: Option<String>,
 }
 
 /// The error classes of the writer API (`ledger.outcome_of_class`).
@@ -194,7 +222,7 @@ pub async fn complete_effect<'c>(
         "select applied, state, late, refused from ledger.complete_effect(
             op_key => $1, outcome => $2, external_ref => $3, result => $4, retryable => $5,
             reason => $6, request_id => $7, worker => $8, error_class => $9,
-            retry_after => $10)",
+            retry_after => $10, target => $11)",
     )
     .bind(op_key)
     .bind(outcome.as_str())
@@ -206,6 +234,7 @@ pub async fn complete_effect<'c>(
     .bind(&completion.worker)
     .bind(completion.error_class.map(ErrorClass::as_str))
     .bind(completion.retry_after)
+    .bind(&completion.target)
     .fetch_one(executor)
     .await
     .map(|(applied, state, late, refused)| {
