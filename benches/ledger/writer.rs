@@ -32,6 +32,17 @@ pub(crate) struct RoundResult {
     pub(crate) cpu: Duration,
     /// Of which this process's own (the writers' client side: sqlx, the protocol, tokio).
     pub(crate) client_cpu: Duration,
+    /// The server's WAL during the round (pg_stat_wal, the whole server): (bytes, full-page
+    /// images).
+    pub(crate) wal: (i64, i64),
+}
+
+async fn wal_so_far(pool: &LedgerPool) -> Result<(i64, i64)> {
+    Ok(
+        sqlx::query_as("select wal_bytes::bigint, wal_fpi from pg_stat_wal")
+            .fetch_one(pool)
+            .await?,
+    )
 }
 
 /// CPU time this process has used so far (user + system), from /proc/self/stat.
@@ -239,11 +250,14 @@ pub(crate) async fn sample_waits(url: String, run_for: Duration) -> Result<Vec<(
     let end = Instant::now() + run_for;
     let mut counts: std::collections::BTreeMap<String, u64> = Default::default();
     while Instant::now() < end {
+        // Autovacuum workers too: the work a path's writes leave for them is its cost.
         let rows: Vec<(String, i64)> = sqlx::query_as(
-            "select coalesce(wait_event_type || ':' || wait_event, 'CPU'), count(*)
+            "select case when backend_type = 'autovacuum worker' then 'autovacuum'
+                         else coalesce(wait_event_type || ':' || wait_event, 'CPU') end, count(*)
                from pg_stat_activity
-              where datname = current_database() and pid <> pg_backend_pid()
-                and state = 'active' and backend_type = 'client backend'
+              where (datname = current_database() and pid <> pg_backend_pid()
+                     and state = 'active' and backend_type = 'client backend')
+                 or backend_type = 'autovacuum worker'
               group by 1",
         )
         .fetch_all(&mut conn)
@@ -270,6 +284,7 @@ pub(crate) async fn writer_round(
 ) -> Result<RoundResult> {
     let busy_before = machine_busy();
     let own_before = own_cpu();
+    let wal_before = wal_so_far(pool).await?;
     let sampler = tokio::spawn(sample_waits(url.to_string(), run_for));
     let barrier = Arc::new(tokio::sync::Barrier::new(connections));
     let tasks: Vec<_> = (0..connections)
@@ -297,6 +312,8 @@ pub(crate) async fn writer_round(
     let waits = sampler.await??;
     let cpu = machine_busy().saturating_sub(busy_before);
     let client_cpu = own_cpu().saturating_sub(own_before);
+    let wal_after = wal_so_far(pool).await?;
+    let wal = (wal_after.0 - wal_before.0, wal_after.1 - wal_before.1);
     Ok(RoundResult {
         round,
         path,
@@ -306,6 +323,7 @@ pub(crate) async fn writer_round(
         waits,
         cpu,
         client_cpu,
+        wal,
     })
 }
 
@@ -468,6 +486,27 @@ pub(crate) async fn writer_bench(config: &Config, db: &BenchDb) -> Result<String
         cpu_per_effect(WritePath::Baseline),
         cpu_per_effect(WritePath::Ledger),
         cpu_per_effect(WritePath::Ledger) / cpu_per_effect(WritePath::Baseline).max(1e-9)
+    )?;
+    let wal_per_effect = |path: WritePath| {
+        let (bytes, fpi, effects) = results
+            .iter()
+            .filter(|r| r.path == path)
+            .fold((0i64, 0i64, 0u64), |(b, f, n), r| {
+                (b + r.wal.0, f + r.wal.1, n + r.effects)
+            });
+        (
+            bytes as f64 / effects.max(1) as f64,
+            fpi as f64 / effects.max(1) as f64,
+        )
+    };
+    let (baseline_wal, ledger_wal) = (
+        wal_per_effect(WritePath::Baseline),
+        wal_per_effect(WritePath::Ledger),
+    );
+    writeln!(
+        out,
+        "WAL per effect: baseline {:.0} bytes ({:.3} full-page images), ledger {:.0} bytes ({:.3} full-page images)",
+        baseline_wal.0, baseline_wal.1, ledger_wal.0, ledger_wal.1
     )?;
     let rest = |path: WritePath| cpu_per_effect(path) - client_per_effect(path);
     writeln!(
