@@ -509,7 +509,7 @@ async fn writer_at_size(
     config: &Config,
     reference: &BenchDb,
     large: &BenchDb,
-) -> Result<(Vec<f64>, Vec<f64>)> {
+) -> Result<(Vec<f64>, Vec<f64>, i64)> {
     let (mut on_reference, mut on_large) = (Vec::new(), Vec::new());
     for round in 1..=config.rounds {
         let order = if round % 2 == 1 {
@@ -525,7 +525,13 @@ async fn writer_at_size(
             }
         }
     }
-    Ok((on_reference, on_large))
+    // Each round adds its effects to the reference: how small it stayed.
+    let pool = reference.pool(1).await?;
+    let grown: i64 = sqlx::query_scalar("select count(*) from ledger.effects")
+        .fetch_one(&pool)
+        .await?;
+    pool.close().await;
+    Ok((on_reference, on_large, grown))
 }
 
 pub(crate) async fn panes_bench(config: &Config, server: &Server) -> Result<String> {
@@ -545,7 +551,7 @@ pub(crate) async fn panes_bench(config: &Config, server: &Server) -> Result<Stri
     }
     .await;
     reference.drop_db().await;
-    let (small_ledger, large_ledger, (mut on_reference, mut on_large)) = measured?;
+    let (small_ledger, large_ledger, (mut on_reference, mut on_large, reference_grown)) = measured?;
     let (small, small_plans, small_build) = (
         &small_ledger.measurement,
         &small_ledger.plans,
@@ -672,12 +678,13 @@ pub(crate) async fn panes_bench(config: &Config, server: &Server) -> Result<Stri
     let (reference_median, large_median) = (median(&mut on_reference), median(&mut on_large));
     writeln!(
         out,
-        "\nWriter at size, {} alternating rounds of {} s over {} connections: {:.0} effects/s on a {}-effect ledger, {:.0} on the {}-effect one: **{:.2}×** (rounds: reference {}; large {})",
+        "\nWriter at size, {} alternating rounds of {} s over {} connections: {:.0} effects/s on a ledger of {} effects ({} after its rounds), {:.0} on the {}-effect one: **{:.2}×** (rounds: reference {}; large {})",
         config.rounds,
         config.seconds,
         config.connections,
         reference_median,
         thousands(config.writer_reference),
+        thousands(reference_grown as u64),
         large_median,
         thousands(config.effects),
         large_median / reference_median,

@@ -32,17 +32,27 @@ pub(crate) struct RoundResult {
     pub(crate) cpu: Duration,
     /// Of which this process's own (the writers' client side: sqlx, the protocol, tokio).
     pub(crate) client_cpu: Duration,
-    /// The server's WAL during the round (pg_stat_wal, the whole server): (bytes, full-page
-    /// images).
-    pub(crate) wal: (i64, i64),
+    /// WAL the server wrote during the round, in bytes (the whole server).
+    pub(crate) wal_bytes: i64,
 }
 
-async fn wal_so_far(pool: &LedgerPool) -> Result<(i64, i64)> {
+/// Where the server's WAL ends now. pg_stat_wal would lag: a backend reports its counters
+/// about once a second, so a round's last second would land in the next round.
+async fn wal_position(pool: &LedgerPool) -> Result<String> {
     Ok(
-        sqlx::query_as("select wal_bytes::bigint, wal_fpi from pg_stat_wal")
+        sqlx::query_scalar("select pg_current_wal_insert_lsn()::text")
             .fetch_one(pool)
             .await?,
     )
+}
+
+async fn wal_since(pool: &LedgerPool, from: &str) -> Result<i64> {
+    Ok(sqlx::query_scalar(
+        "select pg_wal_lsn_diff(pg_current_wal_insert_lsn(), $1::pg_lsn)::bigint",
+    )
+    .bind(from)
+    .fetch_one(pool)
+    .await?)
 }
 
 /// CPU time this process has used so far (user + system), from /proc/self/stat.
@@ -257,7 +267,7 @@ pub(crate) async fn sample_waits(url: String, run_for: Duration) -> Result<Vec<(
                from pg_stat_activity
               where (datname = current_database() and pid <> pg_backend_pid()
                      and state = 'active' and backend_type = 'client backend')
-                 or backend_type = 'autovacuum worker'
+                 or (backend_type = 'autovacuum worker' and datname = current_database())
               group by 1",
         )
         .fetch_all(&mut conn)
@@ -284,7 +294,7 @@ pub(crate) async fn writer_round(
 ) -> Result<RoundResult> {
     let busy_before = machine_busy();
     let own_before = own_cpu();
-    let wal_before = wal_so_far(pool).await?;
+    let wal_from = wal_position(pool).await?;
     let sampler = tokio::spawn(sample_waits(url.to_string(), run_for));
     let barrier = Arc::new(tokio::sync::Barrier::new(connections));
     let tasks: Vec<_> = (0..connections)
@@ -312,8 +322,7 @@ pub(crate) async fn writer_round(
     let waits = sampler.await??;
     let cpu = machine_busy().saturating_sub(busy_before);
     let client_cpu = own_cpu().saturating_sub(own_before);
-    let wal_after = wal_so_far(pool).await?;
-    let wal = (wal_after.0 - wal_before.0, wal_after.1 - wal_before.1);
+    let wal_bytes = wal_since(pool, &wal_from).await?;
     Ok(RoundResult {
         round,
         path,
@@ -323,7 +332,7 @@ pub(crate) async fn writer_round(
         waits,
         cpu,
         client_cpu,
-        wal,
+        wal_bytes,
     })
 }
 
@@ -488,25 +497,17 @@ pub(crate) async fn writer_bench(config: &Config, db: &BenchDb) -> Result<String
         cpu_per_effect(WritePath::Ledger) / cpu_per_effect(WritePath::Baseline).max(1e-9)
     )?;
     let wal_per_effect = |path: WritePath| {
-        let (bytes, fpi, effects) = results
+        let (bytes, effects) = results
             .iter()
             .filter(|r| r.path == path)
-            .fold((0i64, 0i64, 0u64), |(b, f, n), r| {
-                (b + r.wal.0, f + r.wal.1, n + r.effects)
-            });
-        (
-            bytes as f64 / effects.max(1) as f64,
-            fpi as f64 / effects.max(1) as f64,
-        )
+            .fold((0i64, 0u64), |(b, n), r| (b + r.wal_bytes, n + r.effects));
+        bytes as f64 / effects.max(1) as f64
     };
-    let (baseline_wal, ledger_wal) = (
-        wal_per_effect(WritePath::Baseline),
-        wal_per_effect(WritePath::Ledger),
-    );
     writeln!(
         out,
-        "WAL per effect: baseline {:.0} bytes ({:.3} full-page images), ledger {:.0} bytes ({:.3} full-page images)",
-        baseline_wal.0, baseline_wal.1, ledger_wal.0, ledger_wal.1
+        "WAL per effect: baseline {:.0} bytes, ledger {:.0} bytes",
+        wal_per_effect(WritePath::Baseline),
+        wal_per_effect(WritePath::Ledger)
     )?;
     let rest = |path: WritePath| cpu_per_effect(path) - client_per_effect(path);
     writeln!(

@@ -366,8 +366,12 @@ impl Agent {
                     .await?;
                     self.stats.lost_responses.fetch_add(1, Ordering::Relaxed);
                     // The answer turns up much later, possibly after a person settled it.
-                    let (pool, key, stats) =
-                        (self.pool.clone(), intent.op_key.clone(), self.stats.clone());
+                    let (pool, key, target, stats) = (
+                        self.pool.clone(),
+                        intent.op_key.clone(),
+                        intent.target.clone(),
+                        self.stats.clone(),
+                    );
                     let delay = Duration::from_secs(self.rng.random_range(20..90));
                     tokio::spawn(async move {
                         tokio::time::sleep(delay).await;
@@ -375,6 +379,7 @@ impl Agent {
                             external_ref: created.ok(),
                             reason: Some("late webhook from the provider".into()),
                             worker: Some("late-webhook".into()),
+                            target: Some(target),
                             ..Completion::default()
                         };
                         if let Ok(done) =
