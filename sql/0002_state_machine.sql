@@ -28,7 +28,6 @@ create function ledger.effects_guard() returns trigger
 language plpgsql as $$
 declare
     broken text;
-    kept   boolean;
 begin
     if tg_op = 'UPDATE' then
         if new.op_key is distinct from old.op_key
@@ -166,8 +165,7 @@ begin
     -- Here, with the row locked and final, rather than in an AFTER trigger:
     -- an AFTER trigger queues the row and reads it back at the end of the
     -- statement, for every writer call.
-    -- Assigned, not PERFORMed: a plain expression starts no executor (0004).
-    kept := ledger.keep_version(old.state, new, not ledger.changes_no_pane('UPDATE', old, new));
+    perform ledger.keep_version(old.state, new, not ledger.changes_no_pane('UPDATE', old, new));
     return new;
 end
 $$;
@@ -195,10 +193,9 @@ $$;
 
 -- One version of an effect into its history, and, if it can change a pane,
 -- a word to the consoles. The guard trigger calls it for every update and
--- the history trigger for a creation that has a row of its own. Returns
--- true, so that the guard can call it as a plain expression.
+-- the history trigger for a creation that has a row of its own.
 create function ledger.keep_version(from_state text, new ledger.effects, announce boolean)
-returns boolean
+returns void
 language plpgsql as $$
 begin
     insert into ledger.effect_versions (
@@ -220,7 +217,6 @@ begin
                           json_build_object('id', new.id, 'op_key', left(new.op_key, 200),
                                             'state', new.state, 'version', new.version)::text);
     end if;
-    return true;
 end
 $$;
 

@@ -2,11 +2,6 @@
 -- Protocol: begin_effect -> (decision proceed|retry) -> mark_dispatched
 -- (claimed) -> call the provider with op_key as its idempotency key ->
 -- complete_effect. Only a caller that got claimed = true may call the provider.
---
--- On the path every effect takes, a statement that is not a plain
--- expression starts an executor of its own, every call: a function called
--- for what it does is assigned (`ignored := ...`) rather than PERFORMed,
--- and the answer is returned with RETURN NEXT rather than a query.
 
 -- jsonb already stores objects with sorted keys and no insignificant
 -- whitespace, so its text form is the canonical form of the params.
@@ -99,7 +94,6 @@ declare
     refusal        text;
     booked         ledger.effects;
     window_length  interval;
-    ignored        text;
 begin
     if coalesce(open_effect.op_key, '') = '' then
         raise exception 'ledger: op_key is required' using errcode = 'invalid_parameter_value';
@@ -117,12 +111,12 @@ begin
             using errcode = 'invalid_parameter_value';
     end if;
     offered_hash := ledger.params_hash(offered_params);
-    ignored := set_config('ledger.actor', open_effect.requested_by, true);
+    perform set_config('ledger.actor', open_effect.requested_by, true);
 
     -- One caller at a time per target: conflict detection and creation must
     -- see each other, and callers of one key converge here without ever
     -- surfacing a unique violation.
-    ignored := pg_advisory_xact_lock(hashtextextended('ledger.target:' || open_effect.target, 0))::text;
+    perform pg_advisory_xact_lock(hashtextextended('ledger.target:' || open_effect.target, 0));
 
     loop
         select e.* into existing from ledger.effects e
@@ -347,11 +341,7 @@ begin
                 values (created.id, created.held_by, created.target);
                 return query select 'held'::text, created.id, created.state, null::jsonb;
             else
-                decision := 'proceed';
-                effect_id := created.id;
-                state := created.state;
-                result := null;
-                return next;
+                return query select 'proceed'::text, created.id, created.state, null::jsonb;
             end if;
             return;
         end if;

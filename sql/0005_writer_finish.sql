@@ -82,11 +82,8 @@ language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_column
-declare
-    ignored text;
 begin
-    -- Plain expressions and RETURN NEXT on the path every effect takes (0004).
-    ignored := set_config('ledger.actor', coalesce(claim_dispatch.worker, effect.requested_by), true);
+    perform set_config('ledger.actor', coalesce(claim_dispatch.worker, effect.requested_by), true);
 
     if effect.state = 'pending' and effect.dispatched_at is null then
         update ledger.effects e
@@ -98,10 +95,7 @@ begin
         returning e.* into effect;
         perform ledger.record_attempt(effect, 'dispatch', claim_dispatch.worker,
             claim_dispatch.request_id, null);
-        claimed := true;
-        state := effect.state;
-        deadline_at := effect.deadline_at;
-        return next;
+        return query select true, effect.state, effect.deadline_at;
     else
         perform ledger.record_attempt(effect, 'dispatch_refused', claim_dispatch.worker,
             claim_dispatch.request_id, null,
@@ -211,7 +205,6 @@ as $$
 #variable_conflict use_column
 declare
     evidence jsonb;
-    ignored  text;
 begin
     outcome := ledger.outcome_of_class(record_completion.outcome, record_completion.error_class);
     if record_completion.error_class = 'business_rejection' then
@@ -223,9 +216,8 @@ begin
         raise exception 'ledger: outcome must be succeeded, failed or unknown (got %)', record_completion.outcome
             using errcode = 'invalid_parameter_value';
     end if;
-    -- Plain expressions and RETURN NEXT on the path every effect takes (0004).
-    ignored := set_config('ledger.actor', coalesce(record_completion.worker, effect.requested_by), true);
-    ignored := set_config('ledger.reason', coalesce(record_completion.reason, 'worker reported ' || record_completion.outcome), true);
+    perform set_config('ledger.actor', coalesce(record_completion.worker, effect.requested_by), true);
+    perform set_config('ledger.reason', coalesce(record_completion.reason, 'worker reported ' || record_completion.outcome), true);
     evidence := jsonb_strip_nulls(jsonb_build_object(
         'outcome', record_completion.outcome, 'external_ref', record_completion.external_ref,
         'result', record_completion.result, 'retryable', record_completion.retryable,
@@ -250,10 +242,7 @@ begin
         -- The new version records who completed it, when and why, and the
         -- row the outcome: an attempt row would repeat both on every
         -- effect's hot path.
-        applied := true;
-        state := effect.state;
-        late := false;
-        return next;
+        return query select true, effect.state, false;
     elsif effect.state = record_completion.outcome
           and effect.external_ref is not distinct from coalesce(record_completion.external_ref, effect.external_ref) then
         -- The same answer delivered again (a retried completion): harmless.
