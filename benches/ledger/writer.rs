@@ -463,24 +463,20 @@ pub(crate) async fn writer_bench(config: &Config, db: &BenchDb) -> Result<String
         out,
         "ledger   (begin_effect + complete_effect):           {ledger:.0} effects/s (mean of rounds)"
     )?;
-    let cpu_per_effect = |path: WritePath| {
-        let (cpu, effects) = results
+    // A round's amount (CPU µs, WAL bytes) per effect, over every round of a path.
+    let per_effect = |path: WritePath, amount: &dyn Fn(&RoundResult) -> f64| {
+        let (total, effects) = results
             .iter()
             .filter(|r| r.path == path)
-            .fold((0.0, 0u64), |(cpu, n), r| {
-                (cpu + r.cpu.as_secs_f64(), n + r.effects)
+            .fold((0.0, 0u64), |(total, n), r| {
+                (total + amount(r), n + r.effects)
             });
-        cpu * 1e6 / effects.max(1) as f64
+        total / effects.max(1) as f64
     };
-    let client_per_effect = |path: WritePath| {
-        let (cpu, effects) = results
-            .iter()
-            .filter(|r| r.path == path)
-            .fold((0.0, 0u64), |(cpu, n), r| {
-                (cpu + r.client_cpu.as_secs_f64(), n + r.effects)
-            });
-        cpu * 1e6 / effects.max(1) as f64
-    };
+    let cpu_per_effect = |path: WritePath| per_effect(path, &|r| r.cpu.as_secs_f64() * 1e6);
+    let client_per_effect =
+        |path: WritePath| per_effect(path, &|r| r.client_cpu.as_secs_f64() * 1e6);
+    let wal_per_effect = |path: WritePath| per_effect(path, &|r| r.wal_bytes as f64);
     let durable = !std::env::var("EW_BENCH_CPU_BOUND").is_ok_and(|v| v.trim() == "1");
     let target = if durable { 60.0 } else { 45.0 };
     writeln!(
@@ -496,13 +492,6 @@ pub(crate) async fn writer_bench(config: &Config, db: &BenchDb) -> Result<String
         cpu_per_effect(WritePath::Ledger),
         cpu_per_effect(WritePath::Ledger) / cpu_per_effect(WritePath::Baseline).max(1e-9)
     )?;
-    let wal_per_effect = |path: WritePath| {
-        let (bytes, effects) = results
-            .iter()
-            .filter(|r| r.path == path)
-            .fold((0i64, 0u64), |(b, n), r| (b + r.wal_bytes, n + r.effects));
-        bytes as f64 / effects.max(1) as f64
-    };
     writeln!(
         out,
         "WAL per effect: baseline {:.0} bytes, ledger {:.0} bytes",
