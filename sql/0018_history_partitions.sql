@@ -189,6 +189,7 @@ declare
     part      text;
     total     bigint;
     carried   bigint;
+    went      bigint;
     months    text[] := '{}';
     dropped   jsonb := '{}';
     kept      jsonb := '{}';
@@ -233,11 +234,12 @@ begin
             end if;
             get diagnostics carried = row_count;
             execute format('drop table ledger.%I', part);
+            went := total - carried;
             if tbl = 'audit_log' then
-                update ledger.audit_head set entries = entries - (total - carried);
+                update ledger.audit_head set entries = entries - went;
             end if;
             dropped := jsonb_set(dropped, array[tbl],
-                                 to_jsonb(coalesce((dropped ->> tbl)::bigint, 0) + total - carried));
+                                 to_jsonb(coalesce((dropped ->> tbl)::bigint, 0) + went));
             kept := jsonb_set(kept, array[tbl], to_jsonb(coalesce((kept ->> tbl)::bigint, 0) + carried));
         end loop;
         delete from ledger.history_months h where h.month = gone;

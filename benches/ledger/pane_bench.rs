@@ -393,9 +393,6 @@ pub(crate) struct Ledger {
     pub(crate) measurement: Measurement,
     pub(crate) plans: Plans,
     pub(crate) build: Duration,
-    /// New effects per second through the writer API on this ledger, as
-    /// agents write (EW_BENCH_SECONDS over EW_BENCH_CONNECTIONS).
-    pub(crate) writer_per_second: f64,
 }
 
 /// Builds a ledger of `total` effects in a database of its own — the settled ones first, then
@@ -485,13 +482,10 @@ pub(crate) async fn build_and_measure(
         let measurement = measure(&console, config, label).await?;
         console.close().await;
         let plans = explain(&db, config.limit).await?;
-        // Last, so its new effects change nothing measured above.
-        let writer = writer_per_second(config, &db, label, 0).await?;
         anyhow::Ok(Ledger {
             measurement,
             plans,
             build: built,
-            writer_per_second: writer,
         })
     }
     .await;
@@ -667,13 +661,6 @@ pub(crate) async fn panes_bench(config: &Config, server: &Server) -> Result<Stri
         small.console_poll_kept_ms,
         large.console_poll_kept_ms,
         large.console_poll_kept_ms / small.console_poll_kept_ms
-    )?;
-    writeln!(
-        out,
-        "| writer throughput, effects/s (higher is better) | begin_effect + complete_effect | {:.0} | {:.0} | {:.2}× | | |",
-        small_ledger.writer_per_second,
-        large_ledger.writer_per_second,
-        large_ledger.writer_per_second / small_ledger.writer_per_second
     )?;
     let (reference_median, large_median) = (median(&mut on_reference), median(&mut on_large));
     writeln!(
