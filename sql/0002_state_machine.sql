@@ -28,6 +28,7 @@ create function ledger.effects_guard() returns trigger
 language plpgsql as $$
 declare
     broken text;
+    kept   boolean;
 begin
     if tg_op = 'UPDATE' then
         if new.op_key is distinct from old.op_key
@@ -165,7 +166,8 @@ begin
     -- Here, with the row locked and final, rather than in an AFTER trigger:
     -- an AFTER trigger queues the row and reads it back at the end of the
     -- statement, for every writer call.
-    perform ledger.keep_version(old.state, new, not ledger.changes_no_pane('UPDATE', old, new));
+    -- Assigned, not PERFORMed: a plain expression starts no executor (0004).
+    kept := ledger.keep_version(old.state, new, not ledger.changes_no_pane('UPDATE', old, new));
     return new;
 end
 $$;
@@ -176,26 +178,25 @@ create trigger effects_guard
 
 -- True for the writes of an effect going well: created pending, dispatched,
 -- answered within its window. None of them adds to or removes from a pane.
+-- SQL, so that it is inlined into the guard's expression rather than called
+-- (and its state rebuilt) on every write.
 create function ledger.changes_no_pane(operation text, old ledger.effects, new ledger.effects)
 returns boolean
-language plpgsql stable as $$
-begin
-    if operation = 'INSERT' then
-        return new.state = 'pending';
-    end if;
-    return old.state = 'pending'
-       and new.state in ('pending', 'succeeded', 'failed')
-       and (old.deadline_at is null or old.deadline_at >= now())
-       and new.attention is not distinct from old.attention
-       and new.late_result_at is not distinct from old.late_result_at;
-end
+language sql stable as $$
+    select case when operation = 'INSERT' then (new).state = 'pending'
+                else (old).state = 'pending'
+                     and (new).state in ('pending', 'succeeded', 'failed')
+                     and ((old).deadline_at is null or (old).deadline_at >= now())
+                     and (new).attention is not distinct from (old).attention
+                     and (new).late_result_at is not distinct from (old).late_result_at end
 $$;
 
 -- One version of an effect into its history, and, if it can change a pane,
 -- a word to the consoles. The guard trigger calls it for every update and
--- the history trigger for a creation that has a row of its own.
+-- the history trigger for a creation that has a row of its own. Returns
+-- true, so that the guard can call it as a plain expression.
 create function ledger.keep_version(from_state text, new ledger.effects, announce boolean)
-returns void
+returns boolean
 language plpgsql as $$
 begin
     insert into ledger.effect_versions (
@@ -217,6 +218,7 @@ begin
                           json_build_object('id', new.id, 'op_key', left(new.op_key, 200),
                                             'state', new.state, 'version', new.version)::text);
     end if;
+    return true;
 end
 $$;
 

@@ -2,6 +2,15 @@
 -- Protocol: begin_effect -> (decision proceed|retry) -> mark_dispatched
 -- (claimed) -> call the provider with op_key as its idempotency key ->
 -- complete_effect. Only a caller that got claimed = true may call the provider.
+--
+-- On the path every effect takes, a statement that is not a plain
+-- expression starts an executor of its own, every call: a function called
+-- for what it does is assigned (`ignored := ...`) rather than PERFORMed,
+-- and the answer is returned with RETURN NEXT rather than a query. The
+-- internal functions on that path (open_effect here; effect_for_writer,
+-- writer_refusal and record_completion in 0005) carry no SET search_path:
+-- only the owner may execute them (0017), every caller pins the path
+-- already, and a SET saves and restores the setting on every call.
 
 -- jsonb already stores objects with sorted keys and no insignificant
 -- whitespace, so its text form is the canonical form of the params.
@@ -79,7 +88,6 @@ create function ledger.open_effect(
     during           tstzrange default null
 ) returns table (decision text, effect_id bigint, state text, result jsonb)
 language plpgsql
-set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_column
 declare
@@ -87,13 +95,18 @@ declare
     offered_hash   text;
     policy         ledger.action_policies;
     existing       ledger.effects;
-    holder         ledger.effects;
     created        ledger.effects;
     tombstone      ledger.key_tombstones;
     approval       ledger.approvals;
     refusal        text;
     booked         ledger.effects;
     window_length  interval;
+    ignored        text;
+    -- A key that names no approval and no booking range is, nearly always,
+    -- new: it is first tried by the one insert below, which creates it only
+    -- if no effect and no tombstone holds the key. Whatever that finds is
+    -- answered on the full path of the next turn.
+    first_try      boolean := open_effect.approval_ref is null and open_effect.during is null;
 begin
     if coalesce(open_effect.op_key, '') = '' then
         raise exception 'ledger: op_key is required' using errcode = 'invalid_parameter_value';
@@ -111,209 +124,209 @@ begin
             using errcode = 'invalid_parameter_value';
     end if;
     offered_hash := ledger.params_hash(offered_params);
-    perform set_config('ledger.actor', open_effect.requested_by, true);
+    ignored := set_config('ledger.actor', open_effect.requested_by, true);
 
     -- One caller at a time per target: conflict detection and creation must
     -- see each other, and callers of one key converge here without ever
     -- surfacing a unique violation.
-    perform pg_advisory_xact_lock(hashtextextended('ledger.target:' || open_effect.target, 0));
+    ignored := pg_advisory_xact_lock(hashtextextended('ledger.target:' || open_effect.target, 0))::text;
 
+    policy := ledger.policy_for(open_effect.action);
+    first_try := first_try and not policy.conflicts_by_time_range;
     loop
-        select e.* into existing from ledger.effects e
-         where e.op_key = open_effect.op_key
-         for update;
+        if not first_try then
+            select e.* into existing from ledger.effects e
+             where e.op_key = open_effect.op_key
+             for update;
 
-        if found then
-            -- The amount, currency and provider are as material as the
-            -- params: a retry that changes any of them is another intent.
-            if existing.params_hash <> offered_hash
-               or existing.action <> open_effect.action
-               or existing.target <> open_effect.target
-               or existing.amount_minor is distinct from open_effect.amount_minor
-               or existing.currency is distinct from upper(open_effect.currency)
-               or existing.provider is distinct from open_effect.provider
-               or existing.during is distinct from open_effect.during then
-                perform ledger.record_attempt(existing, 'mismatch', open_effect.requested_by,
-                    open_effect.request_id, offered_hash, offered_params,
-                    jsonb_build_object('action', open_effect.action, 'target', open_effect.target,
-                                       'amount_minor', open_effect.amount_minor,
-                                       'currency', upper(open_effect.currency),
-                                       'provider', open_effect.provider,
-                                       'during', open_effect.during::text),
-                    true);
-                return query select 'rejected'::text, existing.id, existing.state, null::jsonb;
-                return;
-            end if;
-
-            case existing.state
-            when 'succeeded' then
-                perform ledger.record_attempt(existing, 'replay', open_effect.requested_by,
-                    open_effect.request_id, offered_hash);
-                return query select 'replay'::text, existing.id, existing.state, existing.result;
-            when 'pending', 'unknown' then
-                -- The provider deduplicates by our key: an unknown outcome
-                -- is settled by sending the same request again.
-                if existing.state = 'unknown' and existing.attention is null
-                   and (ledger.policy_for(existing.action)).retry_semantics = 'safe_retry' then
-                    perform set_config('ledger.reason', 'safe retry of an unknown outcome under the same key', true);
-                    update ledger.effects e
-                       set state = 'pending', dispatched_at = null, dispatched_by = null,
-                           failure_reason = null, error_class = null,
-                           request_id = coalesce(open_effect.request_id, e.request_id),
-                           deadline_at = now() + e.pending_window
-                     where e.id = existing.id;
-                    perform ledger.record_attempt(existing, 'retry', open_effect.requested_by,
-                        open_effect.request_id, offered_hash,
-                        detail => jsonb_build_object('safe_retry_of', 'unknown'));
-                    return query select 'retry'::text, existing.id, 'pending'::text, null::jsonb;
+            if found then
+                -- The amount, currency and provider are as material as the
+                -- params: a retry that changes any of them is another intent.
+                if existing.params_hash <> offered_hash
+                   or existing.action <> open_effect.action
+                   or existing.target <> open_effect.target
+                   or existing.amount_minor is distinct from open_effect.amount_minor
+                   or existing.currency is distinct from upper(open_effect.currency)
+                   or existing.provider is distinct from open_effect.provider
+                   or existing.during is distinct from open_effect.during then
+                    perform ledger.record_attempt(existing, 'mismatch', open_effect.requested_by,
+                        open_effect.request_id, offered_hash, offered_params,
+                        jsonb_build_object('action', open_effect.action, 'target', open_effect.target,
+                                           'amount_minor', open_effect.amount_minor,
+                                           'currency', upper(open_effect.currency),
+                                           'provider', open_effect.provider,
+                                           'during', open_effect.during::text),
+                        true);
+                    return query select 'rejected'::text, existing.id, existing.state, null::jsonb;
                     return;
                 end if;
-                perform ledger.record_attempt(existing, 'in_flight', open_effect.requested_by,
-                    open_effect.request_id, offered_hash);
-                return query select 'in_flight'::text, existing.id, existing.state, null::jsonb;
-            when 'held' then
-                perform ledger.record_attempt(existing, 'held', open_effect.requested_by,
-                    open_effect.request_id, offered_hash);
-                return query select 'held'::text, existing.id, existing.state, null::jsonb;
-            when 'failed' then
-                if coalesce(existing.retryable, false) and existing.retry_not_before > now() then
-                    -- Rate limited: the same key, once the provider's delay is over.
-                    perform ledger.record_attempt(existing, 'wait', open_effect.requested_by,
-                        open_effect.request_id, offered_hash,
-                        detail => jsonb_build_object('retry_not_before', existing.retry_not_before));
-                    return query select 'wait'::text, existing.id, existing.state,
-                        jsonb_build_object('retry_after_seconds',
-                            ceil(extract(epoch from existing.retry_not_before - now()))::integer);
-                    return;
-                end if;
-                if coalesce(existing.retryable, false) then
-                    -- Another key may have proceeded on this target since the
-                    -- failure: retrying now would make two open effects on an
-                    -- exclusive target. Wait, as a new key would be held.
-                    if (ledger.policy_for(existing.action)).exclusive_per_target
-                       and exists (select 1 from ledger.effects e
-                                    where e.target = existing.target and e.action = existing.action
-                                      and e.id <> existing.id
-                                      and e.state in ('pending', 'unknown', 'held')) then
-                        perform ledger.record_attempt(existing, 'held', open_effect.requested_by,
+
+                case existing.state
+                when 'succeeded' then
+                    perform ledger.record_attempt(existing, 'replay', open_effect.requested_by,
+                        open_effect.request_id, offered_hash);
+                    return query select 'replay'::text, existing.id, existing.state, existing.result;
+                when 'pending', 'unknown' then
+                    -- The provider deduplicates by our key: an unknown outcome
+                    -- is settled by sending the same request again.
+                    if existing.state = 'unknown' and existing.attention is null
+                       and (ledger.policy_for(existing.action)).retry_semantics = 'safe_retry' then
+                        perform set_config('ledger.reason', 'safe retry of an unknown outcome under the same key', true);
+                        update ledger.effects e
+                           set state = 'pending', dispatched_at = null, dispatched_by = null,
+                               failure_reason = null, error_class = null,
+                               request_id = coalesce(open_effect.request_id, e.request_id),
+                               deadline_at = now() + e.pending_window
+                         where e.id = existing.id;
+                        perform ledger.record_attempt(existing, 'retry', open_effect.requested_by,
                             open_effect.request_id, offered_hash,
-                            detail => jsonb_build_object('retry_blocked_by_open_effect_on_target', true));
-                        return query select 'held'::text, existing.id, existing.state, null::jsonb;
+                            detail => jsonb_build_object('safe_retry_of', 'unknown'));
+                        return query select 'retry'::text, existing.id, 'pending'::text, null::jsonb;
                         return;
                     end if;
-                    perform set_config('ledger.reason', 'retry under the same key', true);
-                    update ledger.effects e
-                       set state = 'pending', dispatched_at = null, dispatched_by = null,
-                           failure_reason = null, retryable = null, error_class = null,
-                           retry_not_before = null,
-                           request_id = coalesce(open_effect.request_id, e.request_id),
-                           deadline_at = now() + e.pending_window
-                     where e.id = existing.id;
-                    perform ledger.record_attempt(existing, 'retry', open_effect.requested_by,
+                    perform ledger.record_attempt(existing, 'in_flight', open_effect.requested_by,
                         open_effect.request_id, offered_hash);
-                    return query select 'retry'::text, existing.id, 'pending'::text, null::jsonb;
+                    return query select 'in_flight'::text, existing.id, existing.state, null::jsonb;
+                when 'held' then
+                    perform ledger.record_attempt(existing, 'held', open_effect.requested_by,
+                        open_effect.request_id, offered_hash);
+                    return query select 'held'::text, existing.id, existing.state, null::jsonb;
+                when 'failed' then
+                    if coalesce(existing.retryable, false) and existing.retry_not_before > now() then
+                        -- Rate limited: the same key, once the provider's delay is over.
+                        perform ledger.record_attempt(existing, 'wait', open_effect.requested_by,
+                            open_effect.request_id, offered_hash,
+                            detail => jsonb_build_object('retry_not_before', existing.retry_not_before));
+                        return query select 'wait'::text, existing.id, existing.state,
+                            jsonb_build_object('retry_after_seconds',
+                                ceil(extract(epoch from existing.retry_not_before - now()))::integer);
+                        return;
+                    end if;
+                    if coalesce(existing.retryable, false) then
+                        -- Another key may have proceeded on this target since the
+                        -- failure: retrying now would make two open effects on an
+                        -- exclusive target. Wait, as a new key would be held.
+                        if (ledger.policy_for(existing.action)).exclusive_per_target
+                           and exists (select 1 from ledger.effects e
+                                        where e.target = existing.target and e.action = existing.action
+                                          and e.id <> existing.id
+                                          and e.state in ('pending', 'unknown', 'held')) then
+                            perform ledger.record_attempt(existing, 'held', open_effect.requested_by,
+                                open_effect.request_id, offered_hash,
+                                detail => jsonb_build_object('retry_blocked_by_open_effect_on_target', true));
+                            return query select 'held'::text, existing.id, existing.state, null::jsonb;
+                            return;
+                        end if;
+                        perform set_config('ledger.reason', 'retry under the same key', true);
+                        update ledger.effects e
+                           set state = 'pending', dispatched_at = null, dispatched_by = null,
+                               failure_reason = null, retryable = null, error_class = null,
+                               retry_not_before = null,
+                               request_id = coalesce(open_effect.request_id, e.request_id),
+                               deadline_at = now() + e.pending_window
+                         where e.id = existing.id;
+                        perform ledger.record_attempt(existing, 'retry', open_effect.requested_by,
+                            open_effect.request_id, offered_hash);
+                        return query select 'retry'::text, existing.id, 'pending'::text, null::jsonb;
+                    else
+                        perform ledger.record_attempt(existing, 'stop', open_effect.requested_by,
+                            open_effect.request_id, offered_hash);
+                        return query select 'stop'::text, existing.id, existing.state, existing.result;
+                    end if;
                 else
+                    -- compensated or cancelled: the intent is closed for good.
                     perform ledger.record_attempt(existing, 'stop', open_effect.requested_by,
                         open_effect.request_id, offered_hash);
                     return query select 'stop'::text, existing.id, existing.state, existing.result;
-                end if;
-            else
-                -- compensated or cancelled: the intent is closed for good.
-                perform ledger.record_attempt(existing, 'stop', open_effect.requested_by,
-                    open_effect.request_id, offered_hash);
-                return query select 'stop'::text, existing.id, existing.state, existing.result;
-            end case;
-            return;
-        end if;
-
-        -- A key whose effect was pruned is answered as it was before the
-        -- prune: a replay weeks later must never refund twice.
-        update ledger.key_tombstones t
-           set replays = t.replays + 1, last_replay_at = now()
-         where t.op_key = open_effect.op_key
-        returning t.* into tombstone;
-        if found then
-            if tombstone.material_hash <> ledger.material_hash(
-                   offered_hash, open_effect.action, open_effect.target, open_effect.amount_minor,
-                   upper(open_effect.currency), open_effect.provider) then
-                return query select 'rejected'::text, tombstone.effect_id, tombstone.final_state, null::jsonb;
-            elsif tombstone.final_state = 'succeeded' then
-                return query select 'replay'::text, tombstone.effect_id, tombstone.final_state, tombstone.result;
-            else
-                return query select 'stop'::text, tombstone.effect_id, tombstone.final_state, tombstone.result;
-            end if;
-            return;
-        end if;
-
-        policy := ledger.policy_for(open_effect.action);
-        window_length := coalesce(open_effect.pending_window, policy.pending_window);
-        -- The approval a new key names must authorise it now (0016).
-        approval := ledger.lock_approval(open_effect.approval_ref, open_effect.approval_version);
-        refusal := ledger.approval_refusal(approval, open_effect.approval_ref, open_effect.approval_version,
-                       policy.approvals_must_be_registered, open_effect.action, open_effect.target,
-                       open_effect.amount_minor, upper(open_effect.currency), offered_hash, null);
-        holder := null;
-        if policy.conflicts_by_time_range then
-            if open_effect.during is null or isempty(open_effect.during) then
-                raise exception 'ledger: % conflicts by time range: begin_effect needs its range (during) (key %)',
-                    open_effect.action, open_effect.op_key
-                    using errcode = 'invalid_parameter_value';
-            end if;
-            -- A range that overlaps a booking already made is not a retry
-            -- of it but a second booking: refused, and the attempt is kept
-            -- on the booking it would have doubled.
-            select e.* into booked from ledger.effects e
-             where e.target = open_effect.target and e.action = open_effect.action
-               and e.state = 'succeeded' and e.during && open_effect.during
-             limit 1;
-            if found and refusal is null then
-                perform ledger.record_attempt(booked, 'overlap', open_effect.requested_by,
-                    open_effect.request_id, offered_hash, offered_params,
-                    jsonb_build_object('op_key', open_effect.op_key, 'during', open_effect.during::text));
-                return query select 'overlap'::text, booked.id, booked.state,
-                    jsonb_build_object('overlaps', booked.op_key, 'during', booked.during::text);
+                end case;
                 return;
             end if;
-            if refusal is null then
-                select e.* into holder from ledger.effects e
-                 where e.target = open_effect.target
-                   and e.action = open_effect.action
-                   and e.state in ('pending', 'unknown', 'held')
-                   and e.during && open_effect.during
-                 order by (e.state = 'held'), e.created_at
-                 limit 1;
+
+            -- A key whose effect was pruned is answered as it was before the
+            -- prune: a replay weeks later must never refund twice.
+            update ledger.key_tombstones t
+               set replays = t.replays + 1, last_replay_at = now()
+             where t.op_key = open_effect.op_key
+            returning t.* into tombstone;
+            if found then
+                if tombstone.material_hash <> ledger.material_hash(
+                       offered_hash, open_effect.action, open_effect.target, open_effect.amount_minor,
+                       upper(open_effect.currency), open_effect.provider) then
+                    return query select 'rejected'::text, tombstone.effect_id, tombstone.final_state, null::jsonb;
+                elsif tombstone.final_state = 'succeeded' then
+                    return query select 'replay'::text, tombstone.effect_id, tombstone.final_state, tombstone.result;
+                else
+                    return query select 'stop'::text, tombstone.effect_id, tombstone.final_state, tombstone.result;
+                end if;
+                return;
             end if;
-        elsif policy.exclusive_per_target and refusal is null then
-            select e.* into holder from ledger.effects e
-             where e.target = open_effect.target
-               and e.action = open_effect.action
-               and e.state in ('pending', 'unknown', 'held')
-             order by (e.state = 'held'), e.created_at
-             limit 1;
+
+            -- The approval a new key names must authorise it now (0016).
+            approval := ledger.lock_approval(open_effect.approval_ref, open_effect.approval_version);
+            refusal := ledger.approval_refusal(approval, open_effect.approval_ref, open_effect.approval_version,
+                           policy.approvals_must_be_registered, open_effect.action, open_effect.target,
+                           open_effect.amount_minor, upper(open_effect.currency), offered_hash, null);
+            if policy.conflicts_by_time_range then
+                if open_effect.during is null or isempty(open_effect.during) then
+                    raise exception 'ledger: % conflicts by time range: begin_effect needs its range (during) (key %)',
+                        open_effect.action, open_effect.op_key
+                        using errcode = 'invalid_parameter_value';
+                end if;
+                -- A range that overlaps a booking already made is not a retry
+                -- of it but a second booking: refused, and the attempt is kept
+                -- on the booking it would have doubled.
+                select e.* into booked from ledger.effects e
+                 where e.target = open_effect.target and e.action = open_effect.action
+                   and e.state = 'succeeded' and e.during && open_effect.during
+                 limit 1;
+                if found and refusal is null then
+                    perform ledger.record_attempt(booked, 'overlap', open_effect.requested_by,
+                        open_effect.request_id, offered_hash, offered_params,
+                        jsonb_build_object('op_key', open_effect.op_key, 'during', open_effect.during::text));
+                    return query select 'overlap'::text, booked.id, booked.state,
+                        jsonb_build_object('overlaps', booked.op_key, 'during', booked.during::text);
+                    return;
+                end if;
+            end if;
         end if;
 
+        window_length := coalesce(open_effect.pending_window, policy.pending_window);
         insert into ledger.effects as e (
             op_key, action, target, params, params_hash, amount_minor, currency, provider,
             requested_by, owner_role, approval_ref, approval_version, request_id, state, pending_window,
             deadline_at, held_by, during, double_candidate)
-        values (
+        select
             open_effect.op_key, open_effect.action, open_effect.target, offered_params, offered_hash,
             open_effect.amount_minor, upper(open_effect.currency), open_effect.provider,
             open_effect.requested_by, session_user, open_effect.approval_ref, open_effect.approval_version,
             open_effect.request_id,
-            case when holder.id is null then 'pending' else 'held' end,
+            case when holder_id is null then 'pending' else 'held' end,
             window_length, now() + window_length,
-            -- A held effect points at the open one actually in the way: the
-            -- oldest pending or unknown one, else the oldest held one (what
-            -- that one was held by may be settled by now).
-            holder.id,
+            holder_id,
             -- A refused key keeps no time: it must not stand in a booking's way.
             case when refusal is null then open_effect.during end,
             -- The target lock above makes "another exists" exact: no
             -- second effect of this target and action can begin meanwhile.
             exists (select 1 from ledger.effects x
                      where x.target = open_effect.target and x.action = open_effect.action)
-            or coalesce(open_effect.amount_minor > ledger.approved_amount(offered_params), false))
+            or coalesce(open_effect.amount_minor > ledger.approved_amount(offered_params), false)
+          from (select 1) one
+          -- A held effect points at the open one actually in the way: the
+          -- oldest pending or unknown one, else the oldest held one (what
+          -- that one was held by may be settled by now); under a time-range
+          -- policy, the oldest that overlaps.
+          left join lateral (
+                select h.id as holder_id from ledger.effects h
+                 where h.target = open_effect.target and h.action = open_effect.action
+                   and h.state in ('pending', 'unknown', 'held')
+                   and (not policy.conflicts_by_time_range or h.during && open_effect.during)
+                 order by (h.state = 'held'), h.created_at
+                 limit 1) holder
+            on refusal is null and (policy.exclusive_per_target or policy.conflicts_by_time_range)
+         -- On the first try these two are what the full path would have
+         -- found; after it, they find what a racing caller made meanwhile.
+         where not exists (select 1 from ledger.effects k where k.op_key = open_effect.op_key)
+           and not exists (select 1 from ledger.key_tombstones t where t.op_key = open_effect.op_key)
         on conflict on constraint effects_op_key_key do nothing
         returning e.* into created;
 
@@ -341,12 +354,18 @@ begin
                 values (created.id, created.held_by, created.target);
                 return query select 'held'::text, created.id, created.state, null::jsonb;
             else
-                return query select 'proceed'::text, created.id, created.state, null::jsonb;
+                decision := 'proceed';
+                effect_id := created.id;
+                state := created.state;
+                result := null;
+                return next;
             end if;
             return;
         end if;
-        -- Lost a race with a caller of the same key under another target
-        -- lock: loop and treat the key as existing.
+        -- The key is taken (or was pruned), found on the first try or made
+        -- by a racing caller under another target lock: the full path
+        -- answers it.
+        first_try := false;
     end loop;
 end
 $$;

@@ -8,7 +8,6 @@
 -- session is break-glass and may do anything anyway.
 create function ledger.writer_refusal(effect ledger.effects, call text) returns text
 language plpgsql stable
-set search_path = pg_catalog, pg_temp
 as $$
 begin
     if (effect).compensates is not null or (effect).op_key ~* '^(compensate|escalate):' then
@@ -59,7 +58,6 @@ $$;
 
 create function ledger.effect_for_writer(op_key text) returns ledger.effects
 language plpgsql
-set search_path = pg_catalog, pg_temp
 as $$
 declare
     effect ledger.effects;
@@ -82,8 +80,11 @@ language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_column
+declare
+    ignored text;
 begin
-    perform set_config('ledger.actor', coalesce(claim_dispatch.worker, effect.requested_by), true);
+    -- Plain expressions and RETURN NEXT on the path every effect takes (0004).
+    ignored := set_config('ledger.actor', coalesce(claim_dispatch.worker, effect.requested_by), true);
 
     if effect.state = 'pending' and effect.dispatched_at is null then
         update ledger.effects e
@@ -95,7 +96,10 @@ begin
         returning e.* into effect;
         perform ledger.record_attempt(effect, 'dispatch', claim_dispatch.worker,
             claim_dispatch.request_id, null);
-        return query select true, effect.state, effect.deadline_at;
+        claimed := true;
+        state := effect.state;
+        deadline_at := effect.deadline_at;
+        return next;
     else
         perform ledger.record_attempt(effect, 'dispatch_refused', claim_dispatch.worker,
             claim_dispatch.request_id, null,
@@ -189,6 +193,17 @@ begin
 end
 $$;
 
+-- What a completion said, kept with an attempt when it is not applied: a
+-- repeat or a late result. Built only then, not on every completion.
+create function ledger.completion_evidence(
+    outcome text, external_ref text, result jsonb, retryable boolean, reason text, error_class text
+) returns jsonb
+language sql immutable as $$
+    select jsonb_strip_nulls(jsonb_build_object(
+        'outcome', outcome, 'external_ref', external_ref, 'result', result,
+        'retryable', retryable, 'reason', reason, 'error_class', error_class))
+$$;
+
 -- Records the outcome seen for a locked effect: the agent's complete_effect
 -- and the operator's op_complete_compensation both end here. A result for an
 -- effect that was settled another way (reconciled, resolved, cancelled) is
@@ -200,13 +215,15 @@ create function ledger.record_completion(
     error_class text default null, retry_after interval default null
 ) returns table (applied boolean, state text, late boolean)
 language plpgsql
-set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_column
 declare
     evidence jsonb;
+    ignored  text;
 begin
-    outcome := ledger.outcome_of_class(record_completion.outcome, record_completion.error_class);
+    if record_completion.error_class is not null then
+        outcome := ledger.outcome_of_class(record_completion.outcome, record_completion.error_class);
+    end if;
     if record_completion.error_class = 'business_rejection' then
         retryable := false;
     elsif record_completion.error_class = 'rate_limited' then
@@ -216,12 +233,9 @@ begin
         raise exception 'ledger: outcome must be succeeded, failed or unknown (got %)', record_completion.outcome
             using errcode = 'invalid_parameter_value';
     end if;
-    perform set_config('ledger.actor', coalesce(record_completion.worker, effect.requested_by), true);
-    perform set_config('ledger.reason', coalesce(record_completion.reason, 'worker reported ' || record_completion.outcome), true);
-    evidence := jsonb_strip_nulls(jsonb_build_object(
-        'outcome', record_completion.outcome, 'external_ref', record_completion.external_ref,
-        'result', record_completion.result, 'retryable', record_completion.retryable,
-        'reason', record_completion.reason, 'error_class', record_completion.error_class));
+    -- Plain expressions and RETURN NEXT on the path every effect takes (0004).
+    ignored := set_config('ledger.actor', coalesce(record_completion.worker, effect.requested_by), true);
+    ignored := set_config('ledger.reason', coalesce(record_completion.reason, 'worker reported ' || record_completion.outcome), true);
 
     if effect.state = 'pending'
        or (effect.state = 'unknown' and record_completion.outcome <> 'unknown') then
@@ -242,14 +256,23 @@ begin
         -- The new version records who completed it, when and why, and the
         -- row the outcome: an attempt row would repeat both on every
         -- effect's hot path.
-        return query select true, effect.state, false;
+        applied := true;
+        state := effect.state;
+        late := false;
+        return next;
     elsif effect.state = record_completion.outcome
           and effect.external_ref is not distinct from coalesce(record_completion.external_ref, effect.external_ref) then
         -- The same answer delivered again (a retried completion): harmless.
         perform ledger.record_attempt(effect, 'completion_repeat', record_completion.worker,
-            record_completion.request_id, null, detail => evidence);
+            record_completion.request_id, null,
+            detail => ledger.completion_evidence(record_completion.outcome, record_completion.external_ref,
+                record_completion.result, record_completion.retryable, record_completion.reason,
+                record_completion.error_class));
         return query select false, effect.state, false;
     else
+        evidence := ledger.completion_evidence(record_completion.outcome, record_completion.external_ref,
+            record_completion.result, record_completion.retryable, record_completion.reason,
+            record_completion.error_class);
         -- A success reported after the effect was recorded as failed means
         -- the money did move: never let the key be retried, and flag it.
         update ledger.effects e
