@@ -204,6 +204,56 @@ language sql immutable as $$
         'retryable', retryable, 'reason', reason, 'error_class', error_class))
 $$;
 
+-- What an applied completion writes: the one UPDATE behind record_completion
+-- and behind the owner's common case in complete_effect. It applies only to
+-- an effect still waiting for its answer (pending, or unknown and now
+-- known) and, on a writer's call, only where writer_refusal and
+-- target_refusal find nothing. Answers the new state, or null when no
+-- effect qualified: the caller then takes its full path. The new version
+-- records who completed it, when and why, and the row the outcome: an
+-- attempt row would repeat both on every effect's hot path. Not granted to
+-- anyone.
+create function ledger.apply_completion(
+    effect_key text, writer_call boolean, target text, outcome text, external_ref text,
+    result jsonb, retryable boolean, reason text, request_id text, worker text,
+    error_class text, retry_after interval
+) returns text
+language plpgsql as $$
+#variable_conflict use_column
+declare
+    applied_state text;
+    ignored       text;
+begin
+    ignored := set_config('ledger.reason',
+                          coalesce(apply_completion.reason, 'worker reported ' || apply_completion.outcome), true);
+    update ledger.effects e
+       set state = apply_completion.outcome,
+           external_ref = coalesce(apply_completion.external_ref, e.external_ref),
+           result = coalesce(apply_completion.result, e.result),
+           retryable = case when apply_completion.outcome = 'failed'
+                            then coalesce(apply_completion.retryable, false) end,
+           failure_reason = case when apply_completion.outcome <> 'succeeded'
+                                 then apply_completion.reason end,
+           error_class = apply_completion.error_class,
+           retry_not_before = case when apply_completion.error_class = 'rate_limited'
+                                   then now() + coalesce(apply_completion.retry_after, interval '1 minute') end,
+           request_id = coalesce(apply_completion.request_id, e.request_id)
+     where e.op_key = apply_completion.effect_key
+       -- A CASE, so that these are decided in this order and the actor is
+       -- set only for the row that qualifies: who answered (the worker,
+       -- else the requester, known once the row is found) goes into the
+       -- version the guard keeps.
+       and case when (e.state = 'pending' or (e.state = 'unknown' and apply_completion.outcome <> 'unknown'))
+                     and (not apply_completion.writer_call
+                          or (ledger.writer_refusal(e, 'complete') is null
+                              and ledger.target_refusal(e, apply_completion.target) is null))
+                then set_config('ledger.actor', coalesce(apply_completion.worker, e.requested_by), true) is not null
+                else false end
+    returning e.state into applied_state;
+    return applied_state;
+end
+$$;
+
 -- Records the outcome seen for a locked effect: the agent's complete_effect
 -- and the operator's op_complete_compensation both end here. A result for an
 -- effect that was settled another way (reconciled, resolved, cancelled) is
@@ -218,8 +268,9 @@ language plpgsql
 as $$
 #variable_conflict use_column
 declare
-    evidence jsonb;
-    ignored  text;
+    evidence      jsonb;
+    ignored       text;
+    applied_state text;
 begin
     if record_completion.error_class is not null then
         outcome := ledger.outcome_of_class(record_completion.outcome, record_completion.error_class);
@@ -235,29 +286,14 @@ begin
     end if;
     -- Plain expressions and RETURN NEXT on the path every effect takes (0004).
     ignored := set_config('ledger.actor', coalesce(record_completion.worker, effect.requested_by), true);
-    ignored := set_config('ledger.reason', coalesce(record_completion.reason, 'worker reported ' || record_completion.outcome), true);
 
-    if effect.state = 'pending'
-       or (effect.state = 'unknown' and record_completion.outcome <> 'unknown') then
-        update ledger.effects e
-           set state = record_completion.outcome,
-               external_ref = coalesce(record_completion.external_ref, e.external_ref),
-               result = coalesce(record_completion.result, e.result),
-               retryable = case when record_completion.outcome = 'failed'
-                                then coalesce(record_completion.retryable, false) end,
-               failure_reason = case when record_completion.outcome <> 'succeeded'
-                                     then record_completion.reason end,
-               error_class = record_completion.error_class,
-               retry_not_before = case when record_completion.error_class = 'rate_limited'
-                                       then now() + coalesce(record_completion.retry_after, interval '1 minute') end,
-               request_id = coalesce(record_completion.request_id, e.request_id)
-         where e.id = effect.id
-        returning e.* into effect;
-        -- The new version records who completed it, when and why, and the
-        -- row the outcome: an attempt row would repeat both on every
-        -- effect's hot path.
+    applied_state := ledger.apply_completion(effect.op_key, false, null, record_completion.outcome,
+        record_completion.external_ref, record_completion.result, record_completion.retryable,
+        record_completion.reason, record_completion.request_id, record_completion.worker,
+        record_completion.error_class, record_completion.retry_after);
+    if applied_state is not null then
         applied := true;
-        state := effect.state;
+        state := applied_state;
         late := false;
         return next;
     elsif effect.state = record_completion.outcome
@@ -312,9 +348,28 @@ set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_column
 declare
-    effect  ledger.effects;
-    refusal text;
+    effect        ledger.effects;
+    refusal       text;
+    applied_state text;
 begin
+    -- The common case, the owner's answer without an error class for an
+    -- effect waiting for it, is found, checked and applied by one
+    -- statement; anything else (a refusal, a repeat, a late result, an
+    -- error class to interpret, an unknown key) takes the full path below.
+    if complete_effect.error_class is null and complete_effect.outcome in ('succeeded', 'failed', 'unknown') then
+        applied_state := ledger.apply_completion(complete_effect.op_key, true, complete_effect.target,
+            complete_effect.outcome, complete_effect.external_ref, complete_effect.result,
+            complete_effect.retryable, complete_effect.reason, complete_effect.request_id,
+            complete_effect.worker, null, complete_effect.retry_after);
+        if applied_state is not null then
+            applied := true;
+            state := applied_state;
+            late := false;
+            refused := null;
+            return next;
+            return;
+        end if;
+    end if;
     effect := ledger.effect_for_writer(complete_effect.op_key);
     refusal := coalesce(ledger.writer_refusal(effect, 'complete'),
                         ledger.target_refusal(effect, complete_effect.target));
