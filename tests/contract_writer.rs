@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use effectwatch::ledger::actions::{self, Finding, Resolution, SeenVersion};
 use effectwatch::ledger::history::find_effect;
 use effectwatch::ledger::writer::{
-    Begun, Completion, Intent, Outcome, begin_effect, complete_effect, mark_dispatched,
+    Begun, Completion, ErrorClass, Intent, Outcome, begin_effect, complete_effect, mark_dispatched,
     mark_dispatched_on_target,
 };
 use effectwatch::ledger::{Decision, Effect, LedgerError, State};
@@ -1463,4 +1463,119 @@ async fn a_dispatch_or_completion_naming_another_target_is_refused_and_kept() {
         .unwrap();
     assert!(completed.applied);
     assert_eq!(completed.state, State::Succeeded);
+}
+
+/// The version a completion leaves: (from state, state, actor, reason), latest first.
+async fn last_version(pool: &LedgerPool, op_key: &str) -> (String, String, String, String) {
+    let row = sqlx::query(
+        "select v.from_state, v.state, v.actor, v.reason from ledger.effect_versions v
+           join ledger.effects e on e.id = v.effect_id
+          where e.op_key = $1 order by v.version desc limit 1",
+    )
+    .bind(op_key)
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    (
+        row.get("from_state"),
+        row.get("state"),
+        row.get("actor"),
+        row.get("reason"),
+    )
+}
+
+/// A completion is applied by one statement when it is the owner's plain answer, and by the
+/// full path otherwise (an error class to read, a repeat): either way the version it leaves
+/// says who answered and why, and nothing is applied twice.
+#[tokio::test]
+async fn a_completion_keeps_who_answered_and_why_on_either_path() {
+    let db = common::test_db().await;
+    let pool = &db.pool;
+
+    // No worker named: the requester answered, for the reason the ledger words.
+    let plain = "refund:who-1";
+    begin_effect(pool, &refund(plain, "invoice:who-1"))
+        .await
+        .unwrap();
+    let completed = complete_effect(pool, plain, Outcome::Succeeded, &Completion::default())
+        .await
+        .unwrap();
+    assert!(completed.applied && !completed.late);
+    assert_eq!(completed.state, State::Succeeded);
+    assert_eq!(
+        last_version(pool, plain).await,
+        (
+            "pending".into(),
+            "succeeded".into(),
+            "agent-7".into(),
+            "worker reported succeeded".into()
+        )
+    );
+
+    // A named worker and its reason.
+    let named = "refund:who-2";
+    begin_effect(pool, &refund(named, "invoice:who-2"))
+        .await
+        .unwrap();
+    let completion = Completion {
+        worker: Some("worker-3".into()),
+        reason: Some("card declined".into()),
+        ..Completion::default()
+    };
+    let failed = complete_effect(
+        pool,
+        named,
+        Outcome::Failed { retryable: false },
+        &completion,
+    )
+    .await
+    .unwrap();
+    assert!(failed.applied);
+    assert_eq!(failed.state, State::Failed);
+    assert_eq!(
+        last_version(pool, named).await,
+        (
+            "pending".into(),
+            "failed".into(),
+            "worker-3".into(),
+            "card declined".into()
+        )
+    );
+    assert_eq!(
+        effect(pool, named).await.failure_reason.as_deref(),
+        Some("card declined")
+    );
+
+    // An error class goes the full path: a timeout makes the outcome unknown.
+    let timed_out = "refund:who-3";
+    begin_effect(pool, &refund(timed_out, "invoice:who-3"))
+        .await
+        .unwrap();
+    let completion = Completion {
+        error_class: Some(ErrorClass::Timeout),
+        ..Completion::default()
+    };
+    let unknown = complete_effect(pool, timed_out, Outcome::Unknown, &completion)
+        .await
+        .unwrap();
+    assert!(unknown.applied);
+    assert_eq!(unknown.state, State::Unknown);
+    assert_eq!(
+        last_version(pool, timed_out).await,
+        (
+            "pending".into(),
+            "unknown".into(),
+            "agent-7".into(),
+            "worker reported unknown".into()
+        )
+    );
+
+    // The same answer again is a repeat, kept as an attempt; no second version.
+    let versions_before = version_states(pool, plain).await;
+    let again = complete_effect(pool, plain, Outcome::Succeeded, &Completion::default())
+        .await
+        .unwrap();
+    assert!(!again.applied && !again.late);
+    assert_eq!(version_states(pool, plain).await, versions_before);
+    assert_eq!(attempts_of_kind(pool, plain, "completion_repeat").await, 1);
 }
