@@ -20,7 +20,7 @@ begin
     if (effect).owner_role = session_user::text then
         return null;
     end if;
-    if not coalesce((select r.rolsuper from pg_roles r where r.rolname = session_user), false) then
+    if not coalesce((select r.rolsuper from pg_catalog.pg_roles r where r.rolname = session_user), false) then
         return format('effect %s belongs to login role %s; login role %s may not %s it',
                       (effect).op_key, (effect).owner_role, session_user, call);
     end if;
@@ -224,8 +224,6 @@ declare
     applied_state text;
     ignored       text;
 begin
-    ignored := set_config('ledger.reason',
-                          coalesce(apply_completion.reason, 'worker reported ' || apply_completion.outcome), true);
     update ledger.effects e
        set state = apply_completion.outcome,
            external_ref = coalesce(apply_completion.external_ref, e.external_ref),
@@ -239,15 +237,19 @@ begin
                                    then now() + coalesce(apply_completion.retry_after, interval '1 minute') end,
            request_id = coalesce(apply_completion.request_id, e.request_id)
      where e.op_key = apply_completion.effect_key
-       -- A CASE, so that these are decided in this order and the actor is
-       -- set only for the row that qualifies: who answered (the worker,
-       -- else the requester, known once the row is found) goes into the
-       -- version the guard keeps.
+       -- A CASE, so that these are decided in this order and the actor and
+       -- the reason are set only for the row that qualifies (a refused call
+       -- leaves nothing set for the rest of its transaction): who answered
+       -- (the worker, else the requester, known once the row is found) and
+       -- why go into the version the guard keeps.
        and case when (e.state = 'pending' or (e.state = 'unknown' and apply_completion.outcome <> 'unknown'))
                      and (not apply_completion.writer_call
                           or (ledger.writer_refusal(e, 'complete') is null
                               and ledger.target_refusal(e, apply_completion.target) is null))
                 then set_config('ledger.actor', coalesce(apply_completion.worker, e.requested_by), true) is not null
+                     and set_config('ledger.reason', coalesce(apply_completion.reason,
+                                                              'worker reported ' || apply_completion.outcome), true)
+                         is not null
                 else false end
     returning e.state into applied_state;
     return applied_state;
@@ -286,6 +288,7 @@ begin
     end if;
     -- Plain expressions and RETURN NEXT on the path every effect takes (0004).
     ignored := set_config('ledger.actor', coalesce(record_completion.worker, effect.requested_by), true);
+    ignored := set_config('ledger.reason', coalesce(record_completion.reason, 'worker reported ' || record_completion.outcome), true);
 
     applied_state := ledger.apply_completion(effect.op_key, false, null, record_completion.outcome,
         record_completion.external_ref, record_completion.result, record_completion.retryable,

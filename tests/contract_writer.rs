@@ -1579,3 +1579,46 @@ async fn a_completion_keeps_who_answered_and_why_on_either_path() {
     assert_eq!(version_states(pool, plain).await, versions_before);
     assert_eq!(attempts_of_kind(pool, plain, "completion_repeat").await, 1);
 }
+
+/// A refused completion sets nothing for the rest of its transaction: a later write in it is
+/// kept with its own actor and reason, not with those of the call that was refused.
+#[tokio::test]
+async fn a_refused_completion_leaves_no_reason_behind_in_its_transaction() {
+    let db = common::test_db().await;
+    let pool = &db.pool;
+    let refused_key = "refund:leak-1";
+    begin_effect(pool, &refund(refused_key, "invoice:leak-1"))
+        .await
+        .unwrap();
+
+    let mut tx = pool.begin().await.unwrap();
+    let elsewhere = Completion {
+        target: Some("invoice:elsewhere".into()),
+        ..Completion::default()
+    };
+    let refused = complete_effect(&mut tx, refused_key, Outcome::Succeeded, &elsewhere).await;
+    assert!(
+        matches!(refused, Err(LedgerError::Refused(_))),
+        "{refused:?}"
+    );
+    let reason: Option<String> =
+        sqlx::query_scalar("select nullif(current_setting('ledger.reason', true), '')")
+            .fetch_one(&mut tx)
+            .await
+            .unwrap();
+    assert_eq!(reason, None, "the refused call left its reason set");
+    let later = "refund:leak-2";
+    begin_effect(&mut tx, &refund(later, "invoice:leak-2"))
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+
+    let stored: bool =
+        sqlx::query_scalar("select creation_version_stored from ledger.effects where op_key = $1")
+            .bind(later)
+            .fetch_one(pool)
+            .await
+            .unwrap();
+    assert!(!stored, "a plain creation is its row's own version");
+    assert_eq!(effect(pool, refused_key).await.state, State::Pending);
+}
