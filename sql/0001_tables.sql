@@ -153,6 +153,14 @@ create table ledger.effects (
     -- pending_window, by requested_by as owner_role), and
     -- ledger.effect_history reads it from them. Set by the guard trigger.
     creation_version_stored boolean not null default true,
+    -- Whether the row's latest version, when it is not its creation, is the
+    -- row's own columns rather than a row of ledger.effect_versions. An
+    -- effect answered in its requester's login, as every agent's plain
+    -- completion is, writes none: that version is pending -> state at
+    -- updated_at, as owner_role, by and for the reason ledger.default_actor
+    -- and ledger.default_reason give, and the guard trigger keeps
+    -- it as a row of its own only when the next change supersedes it.
+    latest_version_in_row boolean not null default false,
     -- No code path, not even a hand-written insert, can double-book: two
     -- bookings of one target whose ranges overlap cannot both be open or
     -- done (held ones wait outside it; compensated ones have left it).

@@ -29,6 +29,7 @@ language plpgsql as $$
 declare
     broken text;
     kept   boolean;
+    quiet  boolean;
 begin
     if tg_op = 'UPDATE' then
         if new.op_key is distinct from old.op_key
@@ -135,6 +136,7 @@ begin
         end if;
         new.state_since := now();
         new.updated_at := now();
+        new.latest_version_in_row := false;
         -- The version an effect is created with is a row of its own only
         -- when the row's creation columns cannot say it (0001): created
         -- pending now by its requester's login, due a window from now, with
@@ -167,7 +169,29 @@ begin
     -- an AFTER trigger queues the row and reads it back at the end of the
     -- statement, for every writer call.
     -- Assigned, not PERFORMed: a plain expression starts no executor (0004).
-    kept := ledger.keep_version(old.state, new, not ledger.changes_no_pane('UPDATE', old, new));
+    --
+    -- The version this update supersedes becomes a row of its own if it was
+    -- kept in the row (see latest_version_in_row in 0001), as it stood.
+    if old.latest_version_in_row then
+        kept := ledger.keep_version('pending', old, false, old.updated_at,
+                                    ledger.default_actor(old.requested_by, old.dispatched_by),
+                                    old.owner_role, ledger.default_reason(old.state));
+    end if;
+    -- The new version stays in the row when the row can say it: a change
+    -- from pending that no pane sees (so no console needs a word), made in
+    -- the requester's own login by the worker that dispatched it (else the
+    -- requester), for the reason the row implies. Anything else, another
+    -- worker or a reason of its own, is a version row.
+    quiet := ledger.changes_no_pane('UPDATE', old, new);
+    new.latest_version_in_row :=
+        quiet
+        and ledger.current_actor() = ledger.default_actor(new.requested_by, new.dispatched_by)
+        and session_user::text = new.owner_role
+        and nullif(current_setting('ledger.reason', true), '')
+            is not distinct from ledger.default_reason(new.state);
+    if not new.latest_version_in_row then
+        kept := ledger.keep_version(old.state, new, not quiet);
+    end if;
     return new;
 end
 $$;
@@ -191,20 +215,43 @@ language sql stable as $$
                      and (new).late_result_at is not distinct from (old).late_result_at end
 $$;
 
+-- The reason a writer's change carries when its caller gives none: none
+-- while pending (a dispatch), else what the worker's answer was. The
+-- writer's completion (0005) and the history view of a version kept in the
+-- row (latest_version_in_row, 0001) read it here, so the guard keeps in the
+-- row only what the view will say again.
+create function ledger.default_reason(state text) returns text
+language sql immutable as $$
+    select case when state <> 'pending' then 'worker reported ' || state end
+$$;
+
+-- Who made a version kept in the row: the worker that dispatched the effect,
+-- else its requester.
+create function ledger.default_actor(requested_by text, dispatched_by text) returns text
+language sql immutable as $$
+    select coalesce(dispatched_by, requested_by)
+$$;
+
 -- One version of an effect into its history, and, if it can change a pane,
--- a word to the consoles. The guard trigger calls it for every update and
--- the history trigger for a creation that has a row of its own. Returns
--- true, so that the guard can call it as a plain expression.
-create function ledger.keep_version(from_state text, new ledger.effects, announce boolean)
-returns boolean
+-- a word to the consoles. The guard trigger calls it for every update that
+-- keeps a version row and the history trigger for a creation that has a
+-- row of its own; by default the version is made now, by the current actor
+-- and login, for the current reason. Returns true, so that the guard can
+-- call it as a plain expression.
+create function ledger.keep_version(
+    from_state text, new ledger.effects, announce boolean,
+    made_at timestamptz default now(), actor text default ledger.current_actor(),
+    db_role text default session_user::text,
+    reason text default nullif(current_setting('ledger.reason', true), '')
+) returns boolean
 language plpgsql as $$
 begin
     insert into ledger.effect_versions (
-        effect_id, version, from_state, state, actor, db_role, reason, state_since, dispatched_at,
+        effect_id, version, at, from_state, state, actor, db_role, reason, state_since, dispatched_at,
         deadline_at, external_ref, failure_reason, retryable, late_result_at, attention, settled_at,
         held_by, duplicates_acknowledged_at, error_class, retry_not_before)
-    values (new.id, new.version, keep_version.from_state, new.state,
-            ledger.current_actor(), session_user::text, nullif(current_setting('ledger.reason', true), ''),
+    values (new.id, new.version, keep_version.made_at, keep_version.from_state, new.state,
+            keep_version.actor, keep_version.db_role, keep_version.reason,
             new.state_since, new.dispatched_at, new.deadline_at, new.external_ref, new.failure_reason,
             new.retryable, new.late_result_at, new.attention, new.settled_at, new.held_by,
             new.duplicates_acknowledged_at, new.error_class, new.retry_not_before);
@@ -237,10 +284,12 @@ create trigger effects_history
     for each row when (new.creation_version_stored)
     execute function ledger.effects_history();
 
--- Every version of every effect: the rows of ledger.effect_versions, and the
+-- Every version of every effect: the rows of ledger.effect_versions; the
 -- version each effect was created with where that is the row's own creation
--- columns (creation_version_stored is false; id 0 sorts it first). Time
--- travel, state changes, reports and retention's export all read this.
+-- columns (creation_version_stored is false; id 0 sorts it first); and its
+-- latest version where that is the row's own columns (latest_version_in_row;
+-- the largest id sorts it last). Time travel, state changes, reports and
+-- retention's export all read this.
 create view ledger.effect_history as
 select v.id, v.effect_id, v.version, v.at, v.from_state, v.state, v.actor, v.db_role, v.reason,
        v.state_since, v.dispatched_at, v.deadline_at, v.external_ref, v.failure_reason, v.retryable,
@@ -253,7 +302,16 @@ select 0::bigint, e.id, 1::bigint, e.created_at, null::text, 'pending'::text, e.
        null::text, null::text, null::boolean, null::timestamptz, null::text, null::timestamptz,
        null::bigint, null::timestamptz, null::text, null::timestamptz
   from ledger.effects e
- where not e.creation_version_stored;
+ where not e.creation_version_stored
+union all
+select 9223372036854775807::bigint, e.id, e.version, e.updated_at, 'pending'::text, e.state,
+       ledger.default_actor(e.requested_by, e.dispatched_by), e.owner_role,
+       ledger.default_reason(e.state), e.state_since,
+       e.dispatched_at, e.deadline_at, e.external_ref, e.failure_reason, e.retryable,
+       e.late_result_at, e.attention, e.settled_at, e.held_by, e.duplicates_acknowledged_at,
+       e.error_class, e.retry_not_before
+  from ledger.effects e
+ where e.latest_version_in_row;
 
 -- Every state change: the versions that changed the state.
 create view ledger.effect_events as

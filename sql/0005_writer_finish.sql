@@ -248,7 +248,7 @@ begin
                               and ledger.target_refusal(e, apply_completion.target) is null))
                 then set_config('ledger.actor', coalesce(apply_completion.worker, e.requested_by), true) is not null
                      and set_config('ledger.reason', coalesce(apply_completion.reason,
-                                                              'worker reported ' || apply_completion.outcome), true)
+                                                              ledger.default_reason(apply_completion.outcome)), true)
                          is not null
                 else false end
     returning e.state into applied_state;
@@ -288,7 +288,7 @@ begin
     end if;
     -- Plain expressions and RETURN NEXT on the path every effect takes (0004).
     ignored := set_config('ledger.actor', coalesce(record_completion.worker, effect.requested_by), true);
-    ignored := set_config('ledger.reason', coalesce(record_completion.reason, 'worker reported ' || record_completion.outcome), true);
+    ignored := set_config('ledger.reason', coalesce(record_completion.reason, ledger.default_reason(record_completion.outcome)), true);
 
     applied_state := ledger.apply_completion(effect.op_key, false, null, record_completion.outcome,
         record_completion.external_ref, record_completion.result, record_completion.retryable,

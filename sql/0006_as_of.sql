@@ -32,7 +32,7 @@ language sql stable as $$
            e.result, v.failure_reason, v.retryable, v.late_result_at, v.attention, v.version,
            e.created_at, v.dispatched_at, e.dispatched_by, e.dispatched_role, v.at, v.settled_at,
            e.compensates, v.held_by, v.duplicates_acknowledged_at, v.error_class, v.retry_not_before,
-           e.during, e.double_candidate, e.creation_version_stored
+           e.during, e.double_candidate, e.creation_version_stored, e.latest_version_in_row
       from ledger.effects e
      cross join lateral (
             select v.* from ledger.effect_history v

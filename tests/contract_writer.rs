@@ -1402,6 +1402,172 @@ async fn the_version_an_effect_is_created_with_is_a_row_only_when_its_own_row_ca
     assert!(refused.is_err(), "{refused:?}");
 }
 
+/// (stored version rows, whether the latest version is the row's own, the history as JSON
+/// without its ids, oldest first).
+async fn versions_as_kept(pool: &LedgerPool, op_key: &str) -> (i64, bool, Vec<serde_json::Value>) {
+    let row = sqlx::query(
+        "select (select count(*) from ledger.effect_versions v where v.effect_id = e.id) as stored,
+                e.latest_version_in_row,
+                array(select to_jsonb(h) - 'id' from ledger.effect_history h
+                       where h.effect_id = e.id order by h.version) as history
+           from ledger.effects e where e.op_key = $1",
+    )
+    .bind(op_key)
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    (
+        row.get("stored"),
+        row.get("latest_version_in_row"),
+        row.get("history"),
+    )
+}
+
+#[tokio::test]
+async fn the_latest_version_is_a_row_only_when_its_own_row_cannot_say_it_or_a_change_supersedes_it()
+{
+    let db = common::test_db().await;
+    let pool = &db.pool;
+    let login: String = sqlx::query_scalar("select session_user::text")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+
+    // The hot path: an agent's plain answer is the row's own columns, read back as the
+    // version a row would have said.
+    let plain = "refund:LATEST:plain";
+    begin_effect(pool, &refund(plain, "invoice:LATEST-1"))
+        .await
+        .unwrap();
+    let unnamed = Completion {
+        worker: None,
+        ..done("re_L1", json!({}))
+    };
+    complete_effect(pool, plain, Outcome::Succeeded, &unnamed)
+        .await
+        .unwrap();
+    let (stored, in_row, history) = versions_as_kept(pool, plain).await;
+    assert_eq!((stored, in_row, history.len()), (0, true, 2));
+    let answered = &history[1];
+    let row = effect(pool, plain).await;
+    assert_eq!(answered["version"], json!(2));
+    assert_eq!(answered["from_state"], json!("pending"));
+    assert_eq!(answered["state"], json!("succeeded"));
+    assert_eq!(answered["actor"], json!("agent-7"));
+    assert_eq!(answered["db_role"], json!(login));
+    assert_eq!(answered["reason"], json!("worker reported succeeded"));
+    assert_eq!(answered["external_ref"], json!("re_L1"));
+    let answered_at: chrono::DateTime<chrono::Utc> =
+        serde_json::from_value(answered["at"].clone()).unwrap();
+    assert_eq!(answered_at, row.updated_at);
+    assert_eq!(
+        last_version(pool, plain).await,
+        (
+            "pending".into(),
+            "succeeded".into(),
+            "agent-7".into(),
+            "worker reported succeeded".into()
+        )
+    );
+
+    // A later change supersedes it: it becomes a row as it stood, and the history before the
+    // change reads the same, word for word.
+    let late = complete_effect(
+        pool,
+        plain,
+        Outcome::Failed { retryable: false },
+        &Completion::default(),
+    )
+    .await
+    .unwrap();
+    assert!(late.late);
+    let (stored, in_row, after) = versions_as_kept(pool, plain).await;
+    assert_eq!((stored, in_row, after.len()), (2, false, 3));
+    assert_eq!(after[..2], history[..]);
+    assert_eq!(after[2]["state"], json!("succeeded"));
+    assert!(after[2]["late_result_at"].is_string(), "{:?}", after[2]);
+
+    // Dispatched by a worker and answered by it: the dispatch is kept when the answer
+    // supersedes it, and the answer stays in the row, made by that worker.
+    let worked = "refund:LATEST:worked";
+    begin_effect(pool, &refund(worked, "invoice:LATEST-2"))
+        .await
+        .unwrap();
+    mark_dispatched(pool, worked, None, "worker-9")
+        .await
+        .unwrap();
+    assert_eq!(versions_as_kept(pool, worked).await.0, 0);
+    let by_worker = Completion {
+        worker: Some("worker-9".into()),
+        ..done("re_L2", json!({}))
+    };
+    complete_effect(pool, worked, Outcome::Succeeded, &by_worker)
+        .await
+        .unwrap();
+    let (stored, in_row, history) = versions_as_kept(pool, worked).await;
+    assert_eq!((stored, in_row, history.len()), (1, true, 3));
+    let actors: Vec<(&str, &str)> = history
+        .iter()
+        .map(|v| (v["state"].as_str().unwrap(), v["actor"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        actors,
+        [
+            ("pending", "agent-7"),
+            ("pending", "worker-9"),
+            ("succeeded", "worker-9")
+        ]
+    );
+    assert_eq!(history[1]["reason"], json!(null));
+    assert!(history[1]["dispatched_at"].is_string());
+
+    // Another worker's answer, or a reason of its own, cannot be read from the row: kept.
+    let other_worker = "refund:LATEST:other-worker";
+    begin_effect(pool, &refund(other_worker, "invoice:LATEST-3"))
+        .await
+        .unwrap();
+    mark_dispatched(pool, other_worker, None, "worker-9")
+        .await
+        .unwrap();
+    let by_another = Completion {
+        worker: Some("worker-10".into()),
+        ..done("re_L3", json!({}))
+    };
+    complete_effect(pool, other_worker, Outcome::Succeeded, &by_another)
+        .await
+        .unwrap();
+    assert_eq!(versions_as_kept(pool, other_worker).await.0, 2);
+    assert_eq!(last_version(pool, other_worker).await.2, "worker-10");
+
+    let with_reason = "refund:LATEST:reason";
+    begin_effect(pool, &refund(with_reason, "invoice:LATEST-4"))
+        .await
+        .unwrap();
+    let explained = Completion {
+        reason: Some("settled by the bank's batch".into()),
+        worker: None,
+        ..done("re_L4", json!({}))
+    };
+    complete_effect(pool, with_reason, Outcome::Succeeded, &explained)
+        .await
+        .unwrap();
+    assert_eq!(versions_as_kept(pool, with_reason).await.0, 1);
+    assert_eq!(
+        last_version(pool, with_reason).await.3,
+        "settled by the bank's batch"
+    );
+
+    // The mark is the guard's to set: a hand-written update cannot claim a version is in
+    // the row.
+    sqlx::query("update ledger.effects set latest_version_in_row = true where op_key = $1")
+        .bind(with_reason)
+        .execute(pool)
+        .await
+        .unwrap();
+    let (stored, in_row, _) = versions_as_kept(pool, with_reason).await;
+    assert_eq!((stored, in_row), (2, false));
+}
+
 #[tokio::test]
 async fn a_dispatch_or_completion_naming_another_target_is_refused_and_kept() {
     let db = common::test_db().await;
@@ -1468,7 +1634,7 @@ async fn a_dispatch_or_completion_naming_another_target_is_refused_and_kept() {
 /// The version a completion leaves: (from state, state, actor, reason), latest first.
 async fn last_version(pool: &LedgerPool, op_key: &str) -> (String, String, String, String) {
     let row = sqlx::query(
-        "select v.from_state, v.state, v.actor, v.reason from ledger.effect_versions v
+        "select v.from_state, v.state, v.actor, v.reason from ledger.effect_history v
            join ledger.effects e on e.id = v.effect_id
           where e.op_key = $1 order by v.version desc limit 1",
     )
