@@ -183,10 +183,13 @@ create index effects_external_ref_idx on ledger.effects (external_ref) where ext
 create index effects_double_candidate_idx on ledger.effects (target, action)
     where double_candidate or attention = 'duplicate';
 -- Rows are appended and updated in time order, so a block range summary is
--- enough to find what changed since T (time travel, finance's since) and
--- costs the writer nothing per row, where a b-tree costs an entry for
--- every insert and every update.
-create index effects_updated_idx on ledger.effects using brin (updated_at);
+-- enough to find what changed since T (time travel, finance's since) or
+-- settled before a cutoff (retention, reports over a range) and costs the
+-- writer nothing per row, where a b-tree costs an entry for every insert
+-- and every update. One index for both times: a BRIN serves a condition on
+-- either column, and each index on this table costs every writer statement
+-- an open and an insert call whether or not its summary changes.
+create index effects_times_idx on ledger.effects using brin (updated_at, settled_at);
 
 -- The writer calls beyond the happy path's own, so duplicates and
 -- mismatches can be seen and replayed: every call for a key that already
@@ -442,8 +445,8 @@ create table ledger.escalation_deliveries (
 create index escalation_deliveries_idx on ledger.escalation_deliveries (escalation_id, at);
 
 -- Indexes for reading by time: a report over a range, time travel and
--- retention cost what happened in that range, not the whole ledger.
-create index effects_settled_at_idx on ledger.effects using brin (settled_at);
+-- retention cost what happened in that range, not the whole ledger
+-- (effects by updated_at and settled_at: effects_times_idx, above).
 create index reconciliations_at_idx on ledger.reconciliations (at);
 -- Duplicate attempts by time: ledger.attempts_duplicate_idx (above).
 
