@@ -155,11 +155,12 @@ create table ledger.effects (
     creation_version_stored boolean not null default true,
     -- Whether the row's latest version, when it is not its creation, is the
     -- row's own columns rather than a row of ledger.effect_versions. An
-    -- effect answered in its requester's login, as every agent's plain
-    -- completion is, writes none: that version is pending -> state at
-    -- updated_at, as owner_role, by and for the reason ledger.default_actor
-    -- and ledger.default_reason give, and the guard trigger keeps
-    -- it as a row of its own only when the next change supersedes it.
+    -- agent's plain dispatch or answer writes none: that version is
+    -- pending -> state at updated_at, as owner_role, by and for the reason
+    -- ledger.default_actor and ledger.default_reason give (the dispatching
+    -- worker for a dispatch, the requester for an answer that names no
+    -- worker), and the guard trigger keeps it as a row of its own only when
+    -- the next change supersedes it.
     latest_version_in_row boolean not null default false,
     -- No code path, not even a hand-written insert, can double-book: two
     -- bookings of one target whose ranges overlap cannot both be open or
@@ -246,13 +247,17 @@ create index attempts_duplicate_idx on ledger.attempts (at) where ledger.counts_
 create index attempts_flagged_idx on ledger.attempts (effect_id) where flagged;
 
 -- The history of every effect: one row per version, written by the state
--- machine's history trigger with each insert and update, never updated.
+-- machine's triggers, never updated; a version its effect's row can say
+-- (its creation, and its latest) is kept in the row instead (see
+-- creation_version_stored and latest_version_in_row above, and
+-- ledger.effect_history).
 -- It is both the audit of state changes (ledger.effect_events is the rows
 -- where the state changed, with who and why) and the ledger as of any
 -- instant: ledger.effects_at(T) overlays the version current at T on the
 -- effect's row, so the panes, finance and time travel read one definition
--- at any instant. `id` orders versions across effects (not indexed: nothing
--- looks a version up by it).
+-- at any instant. `id` numbers the rows in the order they were written;
+-- an effect's versions are ordered by `version` (not indexed: nothing looks
+-- a version up by its id).
 create table ledger.effect_versions (
     id              bigint generated always as identity,
     -- No foreign key: only the history trigger of the effect row writes

@@ -174,18 +174,18 @@ begin
     -- kept in the row (see latest_version_in_row in 0001), as it stood.
     if old.latest_version_in_row then
         kept := ledger.keep_version('pending', old, false, old.updated_at,
-                                    ledger.default_actor(old.requested_by, old.dispatched_by),
+                                    ledger.default_actor(old.state, old.requested_by, old.dispatched_by),
                                     old.owner_role, ledger.default_reason(old.state));
     end if;
     -- The new version stays in the row when the row can say it: a change
     -- from pending that no pane sees (so no console needs a word), made in
-    -- the requester's own login by the worker that dispatched it (else the
-    -- requester), for the reason the row implies. Anything else, another
-    -- worker or a reason of its own, is a version row.
+    -- the requester's own login, by whom and for the reason the row implies
+    -- (ledger.default_actor, ledger.default_reason). Anything else, a worker
+    -- named on an answer or a reason of its own, is a version row.
     quiet := ledger.changes_no_pane('UPDATE', old, new);
     new.latest_version_in_row :=
         quiet
-        and ledger.current_actor() = ledger.default_actor(new.requested_by, new.dispatched_by)
+        and ledger.current_actor() = ledger.default_actor(new.state, new.requested_by, new.dispatched_by)
         and session_user::text = new.owner_role
         and nullif(current_setting('ledger.reason', true), '')
             is not distinct from ledger.default_reason(new.state);
@@ -225,11 +225,13 @@ language sql immutable as $$
     select case when state <> 'pending' then 'worker reported ' || state end
 $$;
 
--- Who made a version kept in the row: the worker that dispatched the effect,
--- else its requester.
-create function ledger.default_actor(requested_by text, dispatched_by text) returns text
+-- Who made a version kept in the row: while pending, the worker that
+-- dispatched the effect (a dispatch always names one), else its requester;
+-- an answer, its requester, as the writer records an answer that names no
+-- worker (0005).
+create function ledger.default_actor(state text, requested_by text, dispatched_by text) returns text
 language sql immutable as $$
-    select coalesce(dispatched_by, requested_by)
+    select case when state = 'pending' then coalesce(dispatched_by, requested_by) else requested_by end
 $$;
 
 -- One version of an effect into its history, and, if it can change a pane,
@@ -288,8 +290,9 @@ create trigger effects_history
 -- version each effect was created with where that is the row's own creation
 -- columns (creation_version_stored is false; id 0 sorts it first); and its
 -- latest version where that is the row's own columns (latest_version_in_row;
--- the largest id sorts it last). Time travel, state changes, reports and
--- retention's export all read this.
+-- id 2^53 - 1, above any row's and exact in a JSON reader, sorts it last;
+-- it gets a row's id when the next change stores it). Time travel, state
+-- changes, reports and retention's export all read this.
 create view ledger.effect_history as
 select v.id, v.effect_id, v.version, v.at, v.from_state, v.state, v.actor, v.db_role, v.reason,
        v.state_since, v.dispatched_at, v.deadline_at, v.external_ref, v.failure_reason, v.retryable,
@@ -304,8 +307,8 @@ select 0::bigint, e.id, 1::bigint, e.created_at, null::text, 'pending'::text, e.
   from ledger.effects e
  where not e.creation_version_stored
 union all
-select 9223372036854775807::bigint, e.id, e.version, e.updated_at, 'pending'::text, e.state,
-       ledger.default_actor(e.requested_by, e.dispatched_by), e.owner_role,
+select 9007199254740991::bigint, e.id, e.version, e.updated_at, 'pending'::text, e.state,
+       ledger.default_actor(e.state, e.requested_by, e.dispatched_by), e.owner_role,
        ledger.default_reason(e.state), e.state_since,
        e.dispatched_at, e.deadline_at, e.external_ref, e.failure_reason, e.retryable,
        e.late_result_at, e.attention, e.settled_at, e.held_by, e.duplicates_acknowledged_at,

@@ -89,7 +89,7 @@ grant execute on function ledger.audit_entry_hash(text, bigint, timestamptz, tex
 -- Views compute ages and call these helpers as the querying role.
 grant execute on function ledger.current_actor() to effect_agent, effect_operator, effect_readonly;
 -- The history view (0002) says who made a version kept in the row, and why, by these.
-grant execute on function ledger.default_reason(text), ledger.default_actor(text, text)
+grant execute on function ledger.default_reason(text), ledger.default_actor(text, text, text)
     to effect_operator, effect_readonly;
 
 -- Settling: operators get the operator steps, every console may read the records.

@@ -1487,8 +1487,9 @@ async fn the_latest_version_is_a_row_only_when_its_own_row_cannot_say_it_or_a_ch
     assert_eq!(after[2]["state"], json!("succeeded"));
     assert!(after[2]["late_result_at"].is_string(), "{:?}", after[2]);
 
-    // Dispatched by a worker and answered by it: the dispatch is kept when the answer
-    // supersedes it, and the answer stays in the row, made by that worker.
+    // Dispatched by a worker and answered with no worker named, as the README's agent does:
+    // the dispatch is kept when the answer supersedes it, and the answer stays in the row,
+    // made by the requester.
     let worked = "refund:LATEST:worked";
     begin_effect(pool, &refund(worked, "invoice:LATEST-2"))
         .await
@@ -1497,11 +1498,7 @@ async fn the_latest_version_is_a_row_only_when_its_own_row_cannot_say_it_or_a_ch
         .await
         .unwrap();
     assert_eq!(versions_as_kept(pool, worked).await.0, 0);
-    let by_worker = Completion {
-        worker: Some("worker-9".into()),
-        ..done("re_L2", json!({}))
-    };
-    complete_effect(pool, worked, Outcome::Succeeded, &by_worker)
+    complete_effect(pool, worked, Outcome::Succeeded, &unnamed)
         .await
         .unwrap();
     let (stored, in_row, history) = versions_as_kept(pool, worked).await;
@@ -1515,29 +1512,45 @@ async fn the_latest_version_is_a_row_only_when_its_own_row_cannot_say_it_or_a_ch
         [
             ("pending", "agent-7"),
             ("pending", "worker-9"),
-            ("succeeded", "worker-9")
+            ("succeeded", "agent-7")
         ]
     );
     assert_eq!(history[1]["reason"], json!(null));
     assert!(history[1]["dispatched_at"].is_string());
 
-    // Another worker's answer, or a reason of its own, cannot be read from the row: kept.
-    let other_worker = "refund:LATEST:other-worker";
-    begin_effect(pool, &refund(other_worker, "invoice:LATEST-3"))
+    // The answer the late result stored out of the row reads in the past as any stored
+    // version: between the two, the plain effect was succeeded, version 2, with its reference.
+    let (state, version, external_ref): (String, i64, Option<String>) = sqlx::query_as(
+        "select a.state, a.version, a.external_ref from ledger.effects_at($1) a where a.op_key = $2",
+    )
+    .bind(answered_at)
+    .bind(plain)
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        (state.as_str(), version, external_ref.as_deref()),
+        ("succeeded", 2, Some("re_L1"))
+    );
+
+    // An answer that names a worker, even the dispatching one, or gives a reason of its own,
+    // cannot be read from the row: kept.
+    let named_worker = "refund:LATEST:named-worker";
+    begin_effect(pool, &refund(named_worker, "invoice:LATEST-3"))
         .await
         .unwrap();
-    mark_dispatched(pool, other_worker, None, "worker-9")
+    mark_dispatched(pool, named_worker, None, "worker-9")
         .await
         .unwrap();
-    let by_another = Completion {
-        worker: Some("worker-10".into()),
+    let by_the_worker = Completion {
+        worker: Some("worker-9".into()),
         ..done("re_L3", json!({}))
     };
-    complete_effect(pool, other_worker, Outcome::Succeeded, &by_another)
+    complete_effect(pool, named_worker, Outcome::Succeeded, &by_the_worker)
         .await
         .unwrap();
-    assert_eq!(versions_as_kept(pool, other_worker).await.0, 2);
-    assert_eq!(last_version(pool, other_worker).await.2, "worker-10");
+    assert_eq!(versions_as_kept(pool, named_worker).await.0, 2);
+    assert_eq!(last_version(pool, named_worker).await.2, "worker-9");
 
     let with_reason = "refund:LATEST:reason";
     begin_effect(pool, &refund(with_reason, "invoice:LATEST-4"))
