@@ -209,13 +209,15 @@ async fn a_console_behind_transaction_pooling_says_notifications_do_not_arrive_a
     assert_eq!(pooled, Notifications::Lost);
 }
 
-/// What the console's poller ends up saying about notifications, within 15 s.
+/// What the console's poller ends up saying about notifications, within 60 s: under a loaded
+/// machine a listener's first tries may fail and back off (250 ms doubling), and reconnecting
+/// is only the state on the way to an answer.
 async fn heard(connect: ConnectSettings) -> Notifications {
     let (_settings_tx, settings_rx) =
         tokio::sync::watch::channel(common::live_poll_settings(Duration::from_millis(200)));
     let (messages_tx, mut messages) = tokio::sync::mpsc::channel(16);
     let poller = effectwatch::console::poller::spawn(connect, settings_rx, messages_tx);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     let mut last = Notifications::Reconnecting;
     while let Ok(Some(message)) = tokio::time::timeout_at(deadline, messages.recv()).await {
         if let Message::Snapshot(snapshot) = message {
