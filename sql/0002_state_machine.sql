@@ -171,11 +171,20 @@ begin
     -- Assigned, not PERFORMed: a plain expression starts no executor (0004).
     --
     -- The version this update supersedes becomes a row of its own if it was
-    -- kept in the row (see latest_version_in_row in 0001), as it stood.
+    -- kept in the row (see latest_version_in_row in 0001): copied as the
+    -- history view reads it from the row, which is where such a version is
+    -- defined (the row is still as it was before this update).
     if old.latest_version_in_row then
-        kept := ledger.keep_version('pending', old, false, old.updated_at,
-                                    ledger.default_actor(old.state, old.requested_by, old.dispatched_by),
-                                    old.owner_role, ledger.default_reason(old.state));
+        insert into ledger.effect_versions (
+            effect_id, version, at, from_state, state, actor, db_role, reason, state_since,
+            dispatched_at, deadline_at, external_ref, failure_reason, retryable, late_result_at,
+            attention, settled_at, held_by, duplicates_acknowledged_at, error_class, retry_not_before)
+        select h.effect_id, h.version, h.at, h.from_state, h.state, h.actor, h.db_role, h.reason,
+               h.state_since, h.dispatched_at, h.deadline_at, h.external_ref, h.failure_reason,
+               h.retryable, h.late_result_at, h.attention, h.settled_at, h.held_by,
+               h.duplicates_acknowledged_at, h.error_class, h.retry_not_before
+          from ledger.effect_history h
+         where h.effect_id = old.id and h.version = old.version;
     end if;
     -- The new version stays in the row when the row can say it: a change
     -- from pending that no pane sees (so no console needs a word), made in
@@ -237,23 +246,18 @@ $$;
 -- One version of an effect into its history, and, if it can change a pane,
 -- a word to the consoles. The guard trigger calls it for every update that
 -- keeps a version row and the history trigger for a creation that has a
--- row of its own; by default the version is made now, by the current actor
--- and login, for the current reason. Returns true, so that the guard can
--- call it as a plain expression.
-create function ledger.keep_version(
-    from_state text, new ledger.effects, announce boolean,
-    made_at timestamptz default now(), actor text default ledger.current_actor(),
-    db_role text default session_user::text,
-    reason text default nullif(current_setting('ledger.reason', true), '')
-) returns boolean
+-- row of its own. Returns true, so that the guard can call it as a plain
+-- expression.
+create function ledger.keep_version(from_state text, new ledger.effects, announce boolean)
+returns boolean
 language plpgsql as $$
 begin
     insert into ledger.effect_versions (
-        effect_id, version, at, from_state, state, actor, db_role, reason, state_since, dispatched_at,
+        effect_id, version, from_state, state, actor, db_role, reason, state_since, dispatched_at,
         deadline_at, external_ref, failure_reason, retryable, late_result_at, attention, settled_at,
         held_by, duplicates_acknowledged_at, error_class, retry_not_before)
-    values (new.id, new.version, keep_version.made_at, keep_version.from_state, new.state,
-            keep_version.actor, keep_version.db_role, keep_version.reason,
+    values (new.id, new.version, keep_version.from_state, new.state,
+            ledger.current_actor(), session_user::text, nullif(current_setting('ledger.reason', true), ''),
             new.state_since, new.dispatched_at, new.deadline_at, new.external_ref, new.failure_reason,
             new.retryable, new.late_result_at, new.attention, new.settled_at, new.held_by,
             new.duplicates_acknowledged_at, new.error_class, new.retry_not_before);

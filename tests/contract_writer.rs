@@ -1264,14 +1264,19 @@ async fn creation_as_kept(
     )
 }
 
+/// The login the tests write with: a version's db role.
+async fn session_login(pool: &LedgerPool) -> String {
+    sqlx::query_scalar("select session_user::text")
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
 #[tokio::test]
 async fn the_version_an_effect_is_created_with_is_a_row_only_when_its_own_row_cannot_say_it() {
     let db = common::test_db().await;
     let pool = &db.pool;
-    let login: String = sqlx::query_scalar("select session_user::text")
-        .fetch_one(pool)
-        .await
-        .unwrap();
+    let login = session_login(pool).await;
 
     // An agent's new key, the hot path: no row for its creation, and the history reads the
     // version from the effect's own creation columns, as the row would have said.
@@ -1428,10 +1433,7 @@ async fn the_latest_version_is_a_row_only_when_its_own_row_cannot_say_it_or_a_ch
 {
     let db = common::test_db().await;
     let pool = &db.pool;
-    let login: String = sqlx::query_scalar("select session_user::text")
-        .fetch_one(pool)
-        .await
-        .unwrap();
+    let login = session_login(pool).await;
 
     // The hot path: an agent's plain answer is the row's own columns, read back as the
     // version a row would have said.
