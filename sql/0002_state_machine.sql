@@ -24,6 +24,35 @@ language sql immutable as $$
     end
 $$;
 
+-- The columns that say what an effect is never change. A trigger of its
+-- own, fired only by an UPDATE that names one of them: a column no SET
+-- names cannot change, so the writer's updates, which name none, skip it
+-- (the guard below runs for every write, and each of its checks costs every
+-- writer call). Triggers fire in the order of their names, so this one
+-- refuses a change of identity before the guard looks at anything else.
+create function ledger.effects_frozen_identity() returns trigger
+language plpgsql as $$
+begin
+    if new.op_key is distinct from old.op_key
+       or new.action is distinct from old.action
+       or new.target is distinct from old.target
+       or new.params_hash is distinct from old.params_hash
+       or new.params is distinct from old.params
+       or new.created_at is distinct from old.created_at
+       or new.creation_version_stored is distinct from old.creation_version_stored then
+        raise exception 'ledger: the identity of effect % (key, action, target, params) never changes', old.op_key
+            using errcode = 'check_violation',
+                  hint = 'a different intent needs a new operation key';
+    end if;
+    return new;
+end
+$$;
+
+create trigger effects_frozen_identity
+    before update of op_key, action, target, params, params_hash, created_at, creation_version_stored
+    on ledger.effects
+    for each row execute function ledger.effects_frozen_identity();
+
 create function ledger.effects_guard() returns trigger
 language plpgsql as $$
 declare
@@ -32,18 +61,6 @@ declare
     quiet  boolean;
 begin
     if tg_op = 'UPDATE' then
-        if new.op_key is distinct from old.op_key
-           or new.action is distinct from old.action
-           or new.target is distinct from old.target
-           or new.params_hash is distinct from old.params_hash
-           or new.params is distinct from old.params
-           or new.created_at is distinct from old.created_at
-           or new.creation_version_stored is distinct from old.creation_version_stored then
-            raise exception 'ledger: the identity of effect % (key, action, target, params) never changes', old.op_key
-                using errcode = 'check_violation',
-                      hint = 'a different intent needs a new operation key';
-        end if;
-
         -- The one path out of unknown that is not a settlement: the action's
         -- provider deduplicates by our key (retry semantics safe_retry), so
         -- sending the same request again cannot make a second effect.
@@ -384,6 +401,7 @@ create trigger effect_versions_no_truncate
 -- with session_replication_role = replica, which any superuser may set for
 -- one transaction; these must fire whoever writes, in every session mode.
 alter table ledger.effects enable always trigger effects_guard;
+alter table ledger.effects enable always trigger effects_frozen_identity;
 alter table ledger.effects enable always trigger effects_history;
 alter table ledger.attempts enable always trigger attempts_append_only;
 alter table ledger.attempts enable always trigger attempts_no_truncate;

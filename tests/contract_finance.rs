@@ -302,6 +302,7 @@ async fn finance_reads_only_the_groups_that_can_hold_a_double_and_misses_none() 
              alter table ledger.effects disable trigger user;
              update ledger.effects set double_candidate = true;
              alter table ledger.effects enable always trigger effects_guard;
+             alter table ledger.effects enable always trigger effects_frozen_identity;
              alter table ledger.effects enable always trigger effects_history;
              alter table ledger.effects enable always trigger effects_settle_original;
          end $$",
