@@ -1,31 +1,32 @@
 -- The writer API, after begin_effect: claiming the dispatch and recording
 -- the outcome, each only for the login that owns the effect (0004).
 
+-- Whether the login is a superuser (SET ROLE aside): its own function, so
+-- that writer_refusal has no query in it and is inlined into its callers'
+-- expressions, where a function call of its own costs every writer call.
+create function ledger.session_is_superuser() returns boolean
+language sql stable as $$
+    select coalesce((select r.rolsuper from pg_catalog.pg_roles r where r.rolname = session_user), false)
+$$;
+
 -- Why a writer call on an existing effect is refused, or null. An effect
 -- belongs to the login role that created it: another login (another fleet,
 -- or an agent forging a worker name) may not dispatch or complete it. A
 -- compensation belongs to the operator path, whoever asks. A superuser
 -- session is break-glass and may do anything anyway.
 create function ledger.writer_refusal(effect ledger.effects, call text) returns text
-language plpgsql stable
-as $$
-begin
-    if (effect).compensates is not null or (effect).op_key ~* '^(compensate|escalate):' then
-        return format('%s is a compensation: only the operator path (ledger.op_dispatch_compensation, '
-                      'ledger.op_complete_compensation) may %s it', (effect).op_key, call);
-    end if;
-    -- The owner's own call, every call of the hot path, is answered before
-    -- the catalog is read: a condition with a query in it is a statement of
-    -- its own, planned and started on every call.
-    if (effect).owner_role = session_user::text then
-        return null;
-    end if;
-    if not coalesce((select r.rolsuper from pg_catalog.pg_roles r where r.rolname = session_user), false) then
-        return format('effect %s belongs to login role %s; login role %s may not %s it',
-                      (effect).op_key, (effect).owner_role, session_user, call);
-    end if;
-    return null;
-end
+language sql stable as $$
+    select case
+        when (effect).compensates is not null or (effect).op_key ~* '^(compensate|escalate):'
+            then format('%s is a compensation: only the operator path (ledger.op_dispatch_compensation, '
+                        'ledger.op_complete_compensation) may %s it', (effect).op_key, call)
+        -- The owner's own call, every call of the hot path, is answered
+        -- before the catalog is read.
+        when (effect).owner_role = session_user::text then null
+        when not ledger.session_is_superuser()
+            then format('effect %s belongs to login role %s; login role %s may not %s it',
+                        (effect).op_key, (effect).owner_role, session_user, call)
+    end
 $$;
 
 -- Why a writer call that names its effect's target is refused, or null.
