@@ -519,6 +519,11 @@ declare
     saved_reason text;
     why          text;
 begin
+    -- Only a compensation's success settles its original (the trigger's
+    -- WHEN leaves out every effect that is not a compensation).
+    if new.state <> 'succeeded' or old.state is not distinct from 'succeeded' then
+        return null;
+    end if;
     -- The reversal of a duplicate record leaves the effect itself standing;
     -- once every extra record a reconciliation listed is reversed, the
     -- effect is no longer held twice, and its flag goes (audited).
@@ -562,10 +567,13 @@ end
 $$;
 
 -- After the update: the compensation's own state change (recorded by the
--- guard trigger, before it) comes before the original's.
+-- guard trigger, before it) comes before the original's. The WHEN is as
+-- short as it can be: PostgreSQL reads it back from its stored text for
+-- every statement that changes a state, every writer's answer included, and
+-- the rest of the condition is the function's first line.
 create trigger effects_settle_original
     after update of state on ledger.effects
     for each row
-    when (new.state = 'succeeded' and old.state is distinct from 'succeeded' and new.compensates is not null)
+    when (new.compensates is not null)
     execute function ledger.compensation_settles_original();
 alter table ledger.effects enable always trigger effects_settle_original;
