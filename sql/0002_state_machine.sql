@@ -129,15 +129,16 @@ begin
                 then 'effects_target_check: a target is 1 to 512 characters'
             when jsonb_typeof(new.params) <> 'object'
                 then 'effects_params_check: params are a JSON object'
-            when ledger.has_hidden_character(new.op_key)
-                then 'effects_op_key_visible: op_key has ' || ledger.hidden_character(new.op_key)
-                     || ' (an invisible or control character)'
-            when ledger.has_hidden_character(new.action)
-                then 'effects_action_visible: action has ' || ledger.hidden_character(new.action)
-                     || ' (an invisible or control character)'
-            when ledger.has_hidden_character(new.target)
-                then 'effects_target_visible: target has ' || ledger.hidden_character(new.target)
-                     || ' (an invisible or control character)'
+            -- One match over the three finds what each would (a hidden
+            -- character is one character); which one, only once found.
+            when ledger.has_hidden_character(concat(new.op_key, new.action, new.target))
+                then case
+                    when ledger.has_hidden_character(new.op_key)
+                        then 'effects_op_key_visible: op_key has ' || ledger.hidden_character(new.op_key)
+                    when ledger.has_hidden_character(new.action)
+                        then 'effects_action_visible: action has ' || ledger.hidden_character(new.action)
+                    else 'effects_target_visible: target has ' || ledger.hidden_character(new.target)
+                end || ' (an invisible or control character)'
         end;
     end if;
     if broken is not null then
