@@ -70,6 +70,11 @@ begin
 end
 $$;
 
+-- What begin_effect answers: a named row type, so that begin_effect returns
+-- open_effect's answer as a plain expression (a set-returning call is a
+-- query of its own, started and ended on every begin).
+create type ledger.begin_answer as (decision text, effect_id bigint, state text, result jsonb);
+
 -- The four branches of the writer API, for an agent (through begin_effect)
 -- and for the ledger's own compensations. Not granted to anyone.
 create function ledger.open_effect(
@@ -86,7 +91,7 @@ create function ledger.open_effect(
     approval_version integer  default null,
     request_id       text     default null,
     during           tstzrange default null
-) returns table (decision text, effect_id bigint, state text, result jsonb)
+) returns ledger.begin_answer
 language plpgsql
 as $$
 #variable_conflict use_column
@@ -95,31 +100,33 @@ declare
     offered_hash   text;
     policy         ledger.action_policies;
     existing       ledger.effects;
-    created        ledger.effects;
+    -- What the insert returns: only what is read of it after, not the
+    -- whole row (a RETURNING list is projected on every begin).
+    created        record;
     tombstone      ledger.key_tombstones;
     approval       ledger.approvals;
     refusal        text;
     booked         ledger.effects;
     window_length  interval;
     ignored        text;
-    -- A key that names no approval and no booking range is, nearly always,
-    -- new: it is first tried by the one insert below, which creates it only
-    -- if no effect and no tombstone holds the key. Whatever that finds is
-    -- answered on the full path of the next turn.
-    first_try      boolean := open_effect.approval_ref is null and open_effect.during is null;
+    first_try      boolean;
 begin
-    if coalesce(open_effect.op_key, '') = '' then
-        raise exception 'ledger: op_key is required' using errcode = 'invalid_parameter_value';
-    end if;
-    if coalesce(open_effect.action, '') = '' or coalesce(open_effect.target, '') = '' then
-        raise exception 'ledger: action and target are required (key %)', open_effect.op_key
-            using errcode = 'invalid_parameter_value';
-    end if;
-    if coalesce(open_effect.requested_by, '') = '' then
-        raise exception 'ledger: requested_by is required (key %)', open_effect.op_key
-            using errcode = 'invalid_parameter_value';
-    end if;
-    if jsonb_typeof(offered_params) <> 'object' then
+    -- One condition for the four, which every call passes; which one
+    -- failed is sorted out only when one did.
+    if coalesce(open_effect.op_key, '') = '' or coalesce(open_effect.action, '') = ''
+       or coalesce(open_effect.target, '') = '' or coalesce(open_effect.requested_by, '') = ''
+       or jsonb_typeof(offered_params) <> 'object' then
+        if coalesce(open_effect.op_key, '') = '' then
+            raise exception 'ledger: op_key is required' using errcode = 'invalid_parameter_value';
+        end if;
+        if coalesce(open_effect.action, '') = '' or coalesce(open_effect.target, '') = '' then
+            raise exception 'ledger: action and target are required (key %)', open_effect.op_key
+                using errcode = 'invalid_parameter_value';
+        end if;
+        if coalesce(open_effect.requested_by, '') = '' then
+            raise exception 'ledger: requested_by is required (key %)', open_effect.op_key
+                using errcode = 'invalid_parameter_value';
+        end if;
         raise exception 'ledger: params must be a JSON object (key %)', open_effect.op_key
             using errcode = 'invalid_parameter_value';
     end if;
@@ -132,7 +139,12 @@ begin
     ignored := pg_advisory_xact_lock(hashtextextended('ledger.target:' || open_effect.target, 0))::text;
 
     policy := ledger.policy_for(open_effect.action);
-    first_try := first_try and not policy.conflicts_by_time_range;
+    -- A key that names no approval and no booking range is, nearly always,
+    -- new: it is first tried by the one insert below, which creates it only
+    -- if no effect and no tombstone holds the key. Whatever that finds is
+    -- answered on the full path of the next turn.
+    first_try := open_effect.approval_ref is null and open_effect.during is null
+                 and not policy.conflicts_by_time_range;
     loop
         if not first_try then
             select e.* into existing from ledger.effects e
@@ -157,15 +169,14 @@ begin
                                            'provider', open_effect.provider,
                                            'during', open_effect.during::text),
                         true);
-                    return query select 'rejected'::text, existing.id, existing.state, null::jsonb;
-                    return;
+                    return ('rejected'::text, existing.id, existing.state, null::jsonb)::ledger.begin_answer;
                 end if;
 
                 case existing.state
                 when 'succeeded' then
                     perform ledger.record_attempt(existing, 'replay', open_effect.requested_by,
                         open_effect.request_id, offered_hash);
-                    return query select 'replay'::text, existing.id, existing.state, existing.result;
+                    return ('replay'::text, existing.id, existing.state, existing.result)::ledger.begin_answer;
                 when 'pending', 'unknown' then
                     -- The provider deduplicates by our key: an unknown outcome
                     -- is settled by sending the same request again.
@@ -181,26 +192,24 @@ begin
                         perform ledger.record_attempt(existing, 'retry', open_effect.requested_by,
                             open_effect.request_id, offered_hash,
                             detail => jsonb_build_object('safe_retry_of', 'unknown'));
-                        return query select 'retry'::text, existing.id, 'pending'::text, null::jsonb;
-                        return;
+                        return ('retry'::text, existing.id, 'pending'::text, null::jsonb)::ledger.begin_answer;
                     end if;
                     perform ledger.record_attempt(existing, 'in_flight', open_effect.requested_by,
                         open_effect.request_id, offered_hash);
-                    return query select 'in_flight'::text, existing.id, existing.state, null::jsonb;
+                    return ('in_flight'::text, existing.id, existing.state, null::jsonb)::ledger.begin_answer;
                 when 'held' then
                     perform ledger.record_attempt(existing, 'held', open_effect.requested_by,
                         open_effect.request_id, offered_hash);
-                    return query select 'held'::text, existing.id, existing.state, null::jsonb;
+                    return ('held'::text, existing.id, existing.state, null::jsonb)::ledger.begin_answer;
                 when 'failed' then
                     if coalesce(existing.retryable, false) and existing.retry_not_before > now() then
                         -- Rate limited: the same key, once the provider's delay is over.
                         perform ledger.record_attempt(existing, 'wait', open_effect.requested_by,
                             open_effect.request_id, offered_hash,
                             detail => jsonb_build_object('retry_not_before', existing.retry_not_before));
-                        return query select 'wait'::text, existing.id, existing.state,
+                        return ('wait'::text, existing.id, existing.state,
                             jsonb_build_object('retry_after_seconds',
-                                ceil(extract(epoch from existing.retry_not_before - now()))::integer);
-                        return;
+                                ceil(extract(epoch from existing.retry_not_before - now()))::integer))::ledger.begin_answer;
                     end if;
                     if coalesce(existing.retryable, false) then
                         -- Another key may have proceeded on this target since the
@@ -214,8 +223,7 @@ begin
                             perform ledger.record_attempt(existing, 'held', open_effect.requested_by,
                                 open_effect.request_id, offered_hash,
                                 detail => jsonb_build_object('retry_blocked_by_open_effect_on_target', true));
-                            return query select 'held'::text, existing.id, existing.state, null::jsonb;
-                            return;
+                            return ('held'::text, existing.id, existing.state, null::jsonb)::ledger.begin_answer;
                         end if;
                         perform set_config('ledger.reason', 'retry under the same key', true);
                         update ledger.effects e
@@ -227,19 +235,18 @@ begin
                          where e.id = existing.id;
                         perform ledger.record_attempt(existing, 'retry', open_effect.requested_by,
                             open_effect.request_id, offered_hash);
-                        return query select 'retry'::text, existing.id, 'pending'::text, null::jsonb;
+                        return ('retry'::text, existing.id, 'pending'::text, null::jsonb)::ledger.begin_answer;
                     else
                         perform ledger.record_attempt(existing, 'stop', open_effect.requested_by,
                             open_effect.request_id, offered_hash);
-                        return query select 'stop'::text, existing.id, existing.state, existing.result;
+                        return ('stop'::text, existing.id, existing.state, existing.result)::ledger.begin_answer;
                     end if;
                 else
                     -- compensated or cancelled: the intent is closed for good.
                     perform ledger.record_attempt(existing, 'stop', open_effect.requested_by,
                         open_effect.request_id, offered_hash);
-                    return query select 'stop'::text, existing.id, existing.state, existing.result;
+                    return ('stop'::text, existing.id, existing.state, existing.result)::ledger.begin_answer;
                 end case;
-                return;
             end if;
 
             -- A key whose effect was pruned is answered as it was before the
@@ -252,13 +259,12 @@ begin
                 if tombstone.material_hash <> ledger.material_hash(
                        offered_hash, open_effect.action, open_effect.target, open_effect.amount_minor,
                        upper(open_effect.currency), open_effect.provider) then
-                    return query select 'rejected'::text, tombstone.effect_id, tombstone.final_state, null::jsonb;
+                    return ('rejected'::text, tombstone.effect_id, tombstone.final_state, null::jsonb)::ledger.begin_answer;
                 elsif tombstone.final_state = 'succeeded' then
-                    return query select 'replay'::text, tombstone.effect_id, tombstone.final_state, tombstone.result;
+                    return ('replay'::text, tombstone.effect_id, tombstone.final_state, tombstone.result)::ledger.begin_answer;
                 else
-                    return query select 'stop'::text, tombstone.effect_id, tombstone.final_state, tombstone.result;
+                    return ('stop'::text, tombstone.effect_id, tombstone.final_state, tombstone.result)::ledger.begin_answer;
                 end if;
-                return;
             end if;
 
             -- The approval a new key names must authorise it now (0016).
@@ -283,9 +289,8 @@ begin
                     perform ledger.record_attempt(booked, 'overlap', open_effect.requested_by,
                         open_effect.request_id, offered_hash, offered_params,
                         jsonb_build_object('op_key', open_effect.op_key, 'during', open_effect.during::text));
-                    return query select 'overlap'::text, booked.id, booked.state,
-                        jsonb_build_object('overlaps', booked.op_key, 'during', booked.during::text);
-                    return;
+                    return ('overlap'::text, booked.id, booked.state,
+                        jsonb_build_object('overlaps', booked.op_key, 'during', booked.during::text))::ledger.begin_answer;
                 end if;
             end if;
         end if;
@@ -323,22 +328,26 @@ begin
                  order by (h.state = 'held'), h.created_at
                  limit 1) holder
             on refusal is null and (policy.exclusive_per_target or policy.conflicts_by_time_range)
-         -- On the first try these two are what the full path would have
-         -- found; after it, they find what a racing caller made meanwhile.
-         where not exists (select 1 from ledger.effects k where k.op_key = open_effect.op_key)
-           and not exists (select 1 from ledger.key_tombstones t where t.op_key = open_effect.op_key)
+         -- A key taken, on the first try or by a racing caller meanwhile,
+         -- is the conflict below; a pruned key has no row to conflict with,
+         -- and is looked for here.
+         where not exists (select 1 from ledger.key_tombstones t where t.op_key = open_effect.op_key)
         on conflict on constraint effects_op_key_key do nothing
-        returning e.* into created;
+        returning e.id, e.state, e.held_by, e.target into created;
 
+        -- A new key, pending, on the first try: what nearly every call is,
+        -- answered by one condition.
+        if found and created.state = 'pending' and first_try then
+            return ('proceed', created.id, created.state, null::jsonb)::ledger.begin_answer;
+        end if;
         if found and refusal is not null then
             -- Refused, and kept: the key, who asked and why it was refused
             -- are a fact of the ledger; the key stays closed (stop).
             perform set_config('ledger.reason', refusal, true);
             update ledger.effects e set state = 'cancelled', failure_reason = refusal
              where e.id = created.id;
-            return query select 'rejected'::text, created.id, 'cancelled'::text,
-                                jsonb_build_object('refused', refusal);
-            return;
+            return ('rejected'::text, created.id, 'cancelled'::text,
+                                jsonb_build_object('refused', refusal))::ledger.begin_answer;
         end if;
         if found and approval.approval_ref is not null then
             update ledger.approvals a set consumed_by = created.id, consumed_at = now()
@@ -352,15 +361,10 @@ begin
             if created.state = 'held' then
                 insert into ledger.holds (effect_id, holder_id, target)
                 values (created.id, created.held_by, created.target);
-                return query select 'held'::text, created.id, created.state, null::jsonb;
+                return ('held'::text, created.id, created.state, null::jsonb)::ledger.begin_answer;
             else
-                decision := 'proceed';
-                effect_id := created.id;
-                state := created.state;
-                result := null;
-                return next;
+                return ('proceed', created.id, created.state, null::jsonb)::ledger.begin_answer;
             end if;
-            return;
         end if;
         -- The key is taken (or was pruned), found on the first try or made
         -- by a racing caller under another target lock: the full path
@@ -387,7 +391,7 @@ create function ledger.begin_effect(
     approval_version integer  default null,
     request_id       text     default null,
     during           tstzrange default null
-) returns table (decision text, effect_id bigint, state text, result jsonb)
+) returns ledger.begin_answer
 language plpgsql security definer
 set search_path = pg_catalog, pg_temp
 as $$
@@ -413,12 +417,10 @@ begin
             hidden
             using errcode = 'invalid_parameter_value';
     end if;
-    return query
-    select b.decision, b.effect_id, b.state, b.result
-      from ledger.open_effect(begin_effect.op_key, begin_effect.action, begin_effect.target,
+    return ledger.open_effect(begin_effect.op_key, begin_effect.action, begin_effect.target,
                               begin_effect.params, begin_effect.requested_by, begin_effect.pending_window,
                               begin_effect.amount_minor, begin_effect.currency, begin_effect.provider,
                               begin_effect.approval_ref, begin_effect.approval_version,
-                              begin_effect.request_id, begin_effect.during) b;
+                              begin_effect.request_id, begin_effect.during);
 end
 $$;
