@@ -464,9 +464,9 @@ async fn each_pane_is_served_by_its_partial_index() {
 
     for (view, index) in [
         ("ledger.overdue_pending", "effects_pending_deadline_idx"),
-        ("ledger.unknown_outcomes", "effects_unknown_idx"),
+        ("ledger.unknown_outcomes", "effects_watched_idx"),
         ("ledger.duplicate_attempts", "attempts_duplicate_idx"),
-        ("ledger.held_conflicts", "effects_held_idx"),
+        ("ledger.held_conflicts", "effects_watched_idx"),
     ] {
         let (indexes, plan) = plan_indexes(pool, &format!("select * from {view}")).await;
         assert!(

@@ -178,9 +178,9 @@ const PANE_COUNT_BRANCHES: [&str; 7] = [
 pub(crate) fn expected_indexes(pane: Pane) -> &'static [&'static str] {
     match pane {
         Pane::Overdue => &["effects_pending_deadline_idx"],
-        Pane::Unknown => &["effects_unknown_idx"],
+        Pane::Unknown => &["effects_watched_idx"],
         Pane::Duplicates => &["attempts_duplicate_idx", "attempts_duplicate_at_idx"],
-        Pane::Held => &["effects_held_idx"],
+        Pane::Held => &["effects_watched_idx"],
     }
 }
 
