@@ -328,10 +328,14 @@ begin
                  order by (h.state = 'held'), h.created_at
                  limit 1) holder
             on refusal is null and (policy.exclusive_per_target or policy.conflicts_by_time_range)
-         -- A key taken, on the first try or by a racing caller meanwhile,
-         -- is the conflict below; a pruned key has no row to conflict with,
-         -- and is looked for here.
-         where not exists (select 1 from ledger.key_tombstones t where t.op_key = open_effect.op_key)
+         -- On the first try these two are what the full path would have
+         -- found; after it, they find what a racing caller made meanwhile.
+         -- The conflict clause alone would not do for a taken key: the
+         -- guard trigger checks the row, and the identity takes an id,
+         -- before the conflict is found, so a repeat call whose arguments
+         -- the row's checks refuse would fail instead of being answered.
+         where not exists (select 1 from ledger.effects k where k.op_key = open_effect.op_key)
+           and not exists (select 1 from ledger.key_tombstones t where t.op_key = open_effect.op_key)
         on conflict on constraint effects_op_key_key do nothing
         returning e.id, e.state, e.held_by, e.target into created;
 

@@ -515,6 +515,36 @@ async fn the_same_key_with_other_params_is_rejected_and_never_merged() {
     assert_eq!(effect_rows(pool, key).await, 1);
 }
 
+/// A repeat call is answered from the effect that holds its key, even when
+/// its arguments would not make a valid new row: the key's answer comes
+/// first, and the repeat takes no effect id on its way.
+#[tokio::test]
+async fn a_repeat_whose_arguments_no_new_row_could_hold_is_answered_not_refused() {
+    let db = common::test_db().await;
+    let pool = &db.pool;
+    let key = "refund:INV-510:v1";
+    let original = refund(key, "invoice:INV-510");
+    let first = begin_effect(pool, &original).await.unwrap();
+    assert_eq!(first.decision, Decision::Proceed);
+
+    let mut zero_window = original.clone();
+    zero_window.pending_window_secs = Some(0);
+    assert_eq!(
+        begin_effect(pool, &zero_window).await.unwrap().decision,
+        Decision::InFlight
+    );
+    let mut amount_without_currency = original.clone();
+    amount_without_currency.amount_minor = Some(1500);
+    let answer = begin_effect(pool, &amount_without_currency).await.unwrap();
+    assert_eq!(answer.decision, Decision::Rejected);
+    assert_eq!(answer.effect_id, first.effect_id);
+    assert_eq!(attempt_kinds(pool, key).await, ["in_flight", "mismatch"]);
+
+    let next = begin_effect(pool, &refund("refund:INV-511:v1", "invoice:INV-511"))
+        .await
+        .unwrap();
+    assert_eq!(next.effect_id, first.effect_id + 1);
+}
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_callers_of_one_key_converge_on_one_proceed() {
     let db = common::test_db().await;
