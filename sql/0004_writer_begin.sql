@@ -6,9 +6,11 @@
 -- On the path every effect takes, a statement that is not a plain
 -- expression starts an executor of its own, every call: a function called
 -- for what it does is assigned (`ignored := ...`) rather than PERFORMed,
--- and the answer is returned with RETURN NEXT rather than a query. The
--- internal functions on that path (open_effect here; effect_for_writer,
--- writer_refusal and record_completion in 0005) carry no SET search_path:
+-- and the answer is one RETURN of a row type (begin_effect, complete_effect)
+-- or RETURN NEXT, rather than a query. And PL/pgSQL sets up each plain
+-- expression again in every transaction, so that path runs as few of them
+-- as it can. The internal functions on that path (open_effect here;
+-- effect_for_writer and record_completion in 0005) carry no SET search_path:
 -- only the owner may execute them (0017), every caller pins the path
 -- already, and a SET saves and restores the setting on every call.
 
