@@ -129,9 +129,8 @@ begin
                 then 'effects_target_check: a target is 1 to 512 characters'
             when jsonb_typeof(new.params) <> 'object'
                 then 'effects_params_check: params are a JSON object'
-            -- One match over the three finds what each would (a hidden
-            -- character is one character); which one, only once found.
-            when ledger.has_hidden_character(concat(new.op_key, new.action, new.target))
+            -- Which one, only once one is found.
+            when ledger.has_hidden_character_in(new.op_key, new.action, new.target)
                 then case
                     when ledger.has_hidden_character(new.op_key)
                         then 'effects_op_key_visible: op_key has ' || ledger.hidden_character(new.op_key)

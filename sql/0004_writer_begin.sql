@@ -412,10 +412,7 @@ begin
             using errcode = 'insufficient_privilege',
                   hint = 'choose another key; compensations are requested with ledger.op_compensate';
     end if;
-    -- One match over the three: a hidden character is one character, so
-    -- joining them finds exactly what each would (and the regex is run
-    -- once, not three times, on every begin).
-    if ledger.has_hidden_character(concat(begin_effect.op_key, begin_effect.action, begin_effect.target)) then
+    if ledger.has_hidden_character_in(begin_effect.op_key, begin_effect.action, begin_effect.target) then
         hidden := coalesce('op_key has ' || ledger.hidden_character(begin_effect.op_key),
                            'action has ' || ledger.hidden_character(begin_effect.action),
                            'target has ' || ledger.hidden_character(begin_effect.target));
