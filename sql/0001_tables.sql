@@ -502,6 +502,35 @@ create table ledger.reconcile_leases (
     settled_version bigint
 );
 
+-- The next step of a flow of several (sql/0014_reconciler.sql): a finding
+-- that needs its duplicates reversed or a person told, a compensation that
+-- exists and must be sent. Each is recorded in the same transaction as the
+-- step before it and closed in the transaction that takes it, so a crash
+-- between two steps leaves work that any reconciler (or an operator) picks
+-- up, never a flag with nobody told. Coordination, like a lease: what opens
+-- and closes a step is audited by the function that does it.
+create table ledger.next_steps (
+    id            bigint generated always as identity primary key,
+    effect_id     bigint not null references ledger.effects (id) on delete cascade,
+    step          text not null check (step in ('reverse_duplicates', 'escalate', 'send_compensation')),
+    -- Why the step is owed, in the words a person reads in `show`.
+    why           text not null,
+    recorded_by   text not null,
+    recorded_at   timestamptz not null default now(),
+    -- A reconciler takes it up from then on: now, or after a backoff.
+    due_at        timestamptz not null default now(),
+    tries         integer not null default 0 check (tries >= 0),
+    claimed_by    text,
+    claimed_until timestamptz,
+    last_error    text,
+    done_at       timestamptz,
+    done_by       text,
+    outcome       text
+);
+-- One open step of a kind per effect: recording it again is a no-op.
+create unique index next_steps_open_idx on ledger.next_steps (effect_id, step) where done_at is null;
+create index next_steps_due_idx on ledger.next_steps (due_at) where done_at is null;
+
 -- What is left of a pruned effect (sql/0013_retention.sql): enough for
 -- begin_effect to answer a replay weeks later as it answered before the
 -- prune (replay, stop or rejected), never proceed. Kept much longer than

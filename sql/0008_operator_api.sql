@@ -295,6 +295,8 @@ declare
     reason text;
     applied_finding text;
     note text;
+    owed text;
+    owed_why text;
 begin
     if record_reconciliation.finding not in ('exists_once', 'absent', 'duplicate', 'mismatch', 'indeterminate')
        or record_reconciliation.finding is null then
@@ -336,6 +338,20 @@ begin
                                   from ledger.policy_for(e.action) p),
                    failure_reason = 'the provider has no such effect', attention = null
              where e.id = effect.id returning e.* into effect;
+            if effect.compensates is not null then
+                -- The reversal an operator (or a rule) decided never reached
+                -- the provider: the decision stands, and the same key is
+                -- sent again, or a person decides.
+                owed := case when effect.retryable then 'send_compensation' else 'escalate' end;
+                owed_why := case when effect.retryable
+                                 then 'the provider never received this compensation: send it again under its key'
+                                 else 'the provider never received this compensation, and it may not be sent '
+                                      || 'again by rule: decide whether to' end;
+            elsif (select p.retry_semantics = 'never_retry' from ledger.policy_for(effect.action) p) then
+                owed := 'escalate';
+                owed_why := 'the provider has no such effect and the action is never retried automatically: '
+                            || 'decide whether to send it again';
+            end if;
         elsif applied_finding = 'duplicate'
               and coalesce(array_length(record_reconciliation.external_refs, 1), 0) >= 2
               and effect.compensates is null
@@ -348,6 +364,10 @@ begin
                set state = 'succeeded', external_ref = record_reconciliation.external_refs[1],
                    attention = 'duplicate'
              where e.id = effect.id returning e.* into effect;
+            owed := 'reverse_duplicates';
+            owed_why := 'the provider holds this effect '
+                        || array_length(record_reconciliation.external_refs, 1)
+                        || ' times and the action''s policy compensates: reverse each extra record';
         elsif applied_finding in ('duplicate', 'mismatch') then
             update ledger.effects e set attention = applied_finding
              where e.id = effect.id returning e.* into effect;
@@ -356,6 +376,16 @@ begin
         -- A settled effect found twice at the provider still needs a person.
         update ledger.effects e set attention = applied_finding
          where e.id = effect.id returning e.* into effect;
+    end if;
+    if owed is null and applied_finding in ('duplicate', 'mismatch') then
+        owed := 'escalate';
+        owed_why := 'the provider reports a ' || applied_finding || ' for this key: a person must decide';
+    end if;
+    -- What the finding leaves owed is recorded with it: whoever recorded
+    -- the finding (a reconciler killed a moment later, an operator who
+    -- walks away), any reconciler takes the next step.
+    if owed is not null then
+        perform ledger.record_next_step(effect.id, owed, owed_why, record_reconciliation.operator);
     end if;
 
     insert into ledger.reconciliations (effect_id, op_key, provider, finding, external_refs, evidence,
@@ -369,8 +399,8 @@ begin
     returning id into recon_id;
     seq := ledger.audit(record_reconciliation.operator, 'reconcile', effect, reason,
                         before, ledger.effect_snapshot(effect)
-                            || jsonb_build_object('finding', applied_finding,
-                                                  'reconciliation_id', recon_id));
+                            || jsonb_strip_nulls(jsonb_build_object('finding', applied_finding,
+                                                  'reconciliation_id', recon_id, 'next_step', owed)));
     -- The finding as recorded, which the ledger may have narrowed (see above).
     return query select effect.state, effect.version, recon_id, seq, applied_finding;
 end

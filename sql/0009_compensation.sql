@@ -59,15 +59,28 @@ as $$
     select not coalesce(compensation_params ? 'reverses_duplicate', false)
 $$;
 
--- The compensation of an effect that is still in play (open or succeeded);
--- failed and cancelled ones are history, and a new one may follow them.
+-- Whether a compensation is still in play: open, succeeded, or never
+-- received by the provider and owed to be sent again under its key (a next
+-- step). Failed and cancelled ones are history, and a new one may follow.
+create function ledger.compensation_in_play(compensation ledger.effects) returns boolean
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    select (compensation).state in ('pending', 'held', 'unknown', 'succeeded')
+        or ((compensation).state = 'failed' and coalesce((compensation).retryable, false)
+            and exists (select 1 from ledger.next_steps s
+                         where s.effect_id = (compensation).id and s.step = 'send_compensation'
+                           and s.done_at is null))
+$$;
+
+-- The compensation of an effect that is still in play.
 create function ledger.live_compensation(original_id bigint) returns ledger.effects
 language sql stable
 set search_path = pg_catalog, pg_temp
 as $$
     select c.* from ledger.effects c
      where c.compensates = original_id
-       and c.state in ('pending', 'held', 'unknown', 'succeeded')
+       and ledger.compensation_in_play(c)
        and ledger.reverses_the_effect(c.params)
      order by c.id desc
      limit 1
@@ -120,6 +133,14 @@ begin
     update ledger.effects e set compensates = (original).id
      where e.id = begun.effect_id
     returning e.* into created;
+    -- Sending it is the next step, owed from this transaction on: a caller
+    -- that dies before it claims the dispatch leaves it to any reconciler.
+    if begun.decision = 'proceed' then
+        perform ledger.record_next_step(created.id, 'send_compensation',
+                                        'compensation of ' || (original).op_key || ' created: send it to '
+                                        || coalesce((original).provider, 'the provider'),
+                                        create_compensation.operator);
+    end if;
     return created;
 end
 $$;
@@ -237,7 +258,7 @@ begin
     select c.* into existing from ledger.effects c
      where c.compensates = effect.id
        and c.params ->> 'reverses_duplicate' = op_reverse_duplicate.duplicate_ref
-       and c.state in ('pending', 'held', 'unknown', 'succeeded')
+       and ledger.compensation_in_play(c)
      order by c.id desc limit 1;
     if existing.id is not null then
         return query select 'existing'::text, existing.op_key, existing.state,
@@ -451,9 +472,27 @@ begin
     compensation := ledger.lock_compensation(op_dispatch_compensation.compensation_key,
                                              op_dispatch_compensation.operator);
     before := ledger.effect_snapshot(compensation);
+    -- Never received by the provider (a reconciliation found it absent):
+    -- the decision to reverse stands, so the same key is sent again, as an
+    -- agent's safe retry would be. The key is the provider's guard against
+    -- a first request that lands late.
+    if ledger.compensation_in_play(compensation) and compensation.state = 'failed' then
+        perform set_config('ledger.reason', 'never received by the provider: sent again under its key', true);
+        update ledger.effects e
+           set state = 'pending', dispatched_at = null, dispatched_by = null,
+               failure_reason = null, retryable = null, error_class = null, retry_not_before = null,
+               deadline_at = now() + e.pending_window
+         where e.id = compensation.id
+        returning e.* into compensation;
+    end if;
     select d.claimed into dispatch
       from ledger.claim_dispatch(compensation, null, op_dispatch_compensation.operator) d;
     select e.* into compensation from ledger.effects e where e.id = compensation.id;
+    -- Claimed here, or already dispatched or settled: either way it is no
+    -- longer waiting to be sent.
+    perform ledger.close_next_step(compensation.id, 'send_compensation', op_dispatch_compensation.operator,
+                                   case when dispatch.claimed then 'dispatched'
+                                        else 'not sent: ' || compensation.state end);
     if not dispatch.claimed then
         return query select false, compensation.state, compensation.dispatched_at, null::bigint;
         return;
@@ -542,6 +581,7 @@ begin
             before := ledger.effect_snapshot(original);
             update ledger.effects e set attention = null where e.id = original.id
             returning e.* into original;
+            perform ledger.close_next_step(original.id, 'reverse_duplicates', ledger.current_actor(), why);
             perform ledger.audit(ledger.current_actor(), 'duplicates_reversed', original, why, before,
                                  ledger.effect_snapshot(original));
             perform set_config('ledger.reason', coalesce(saved_reason, ''), true);

@@ -85,6 +85,8 @@ begin
      where s.effect_id = effect.id and s.decision = needed.code and s.state <> 'resolved'
      order by s.id desc limit 1;
     if found then
+        perform ledger.close_next_step(effect.id, 'escalate', op_escalate.operator,
+                                       'already escalated as ' || existing.escalation_key);
         return query select 'existing'::text, existing.escalation_key, existing.state, existing.sink,
                             existing.decision, existing.decision_needed, null::bigint;
         return;
@@ -124,6 +126,9 @@ begin
     values (key, effect.id, effect.op_key, btrim(op_escalate.sink), needed.code, needed.description,
             body, op_escalate.operator)
     returning s.* into created;
+    -- Telling a person was the step owed; delivering is the escalation's
+    -- own (leased, retried with backoff) from here on.
+    perform ledger.close_next_step(effect.id, 'escalate', op_escalate.operator, 'escalated as ' || key);
     seq := ledger.audit(op_escalate.operator, 'escalate', effect, op_escalate.reason,
                         ledger.effect_snapshot(effect),
                         ledger.effect_snapshot(effect) || jsonb_build_object(

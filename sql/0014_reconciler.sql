@@ -162,3 +162,135 @@ select count(*) filter (where l.claimed_until > now())            as leased,
        max(l.tries)                                                as most_tries
   from ledger.reconcile_leases l
   join ledger.effects e on e.id = l.effect_id and e.state in ('pending', 'unknown');
+
+-- Next steps (ledger.next_steps): what a flow of several steps still owes.
+-- A step is recorded by the function that takes the step before it, in its
+-- transaction, and closed by the function that takes it, in its own; in
+-- between, any reconciler claims it for a lease, as it leases effects.
+
+-- Records a step owed on an effect; one of that kind already open stays.
+create function ledger.record_next_step(effect_id bigint, step text, why text, recorded_by text)
+returns void
+language sql
+set search_path = pg_catalog, pg_temp
+as $$
+    insert into ledger.next_steps (effect_id, step, why, recorded_by)
+    values (record_next_step.effect_id, record_next_step.step, record_next_step.why,
+            coalesce(nullif(btrim(record_next_step.recorded_by), ''), 'ledger'))
+    on conflict (effect_id, step) where done_at is null do nothing
+$$;
+
+-- Closes the open step of that kind on an effect: the step was taken (or
+-- is no longer owed) in the caller's transaction.
+create function ledger.close_next_step(effect_id bigint, step text, done_by text, outcome text)
+returns void
+language sql
+set search_path = pg_catalog, pg_temp
+as $$
+    update ledger.next_steps s
+       set done_at = now(), done_by = close_next_step.done_by, outcome = close_next_step.outcome,
+           claimed_by = null, claimed_until = null
+     where s.effect_id = close_next_step.effect_id and s.step = close_next_step.step
+       and s.done_at is null
+$$;
+
+-- Claims up to `batch` due steps no live claim holds, for `lease`. A
+-- killed reconciler's claims expire and the steps are due again.
+create function ledger.claim_next_steps(reconciler text, lease interval, batch integer)
+returns table (step_id bigint, op_key text, step text, why text, tries integer,
+               escalation_sink text, original_key text)
+language plpgsql security definer
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+begin
+    if coalesce(btrim(claim_next_steps.reconciler), '') = '' then
+        raise exception 'ledger: a reconciler name is required' using errcode = 'invalid_parameter_value';
+    end if;
+    if claim_next_steps.lease is null or claim_next_steps.lease <= interval '0'
+       or claim_next_steps.batch is null or claim_next_steps.batch < 1 then
+        raise exception 'ledger: a lease must be positive and a batch at least 1'
+            using errcode = 'invalid_parameter_value';
+    end if;
+    return query
+    with due as (
+        select s.id from ledger.next_steps s
+         where s.done_at is null and s.due_at <= now()
+           and (s.claimed_until is null or s.claimed_until < now())
+         order by s.due_at, s.id
+         limit claim_next_steps.batch
+           for update skip locked
+    ), claimed as (
+        update ledger.next_steps s
+           set claimed_by = claim_next_steps.reconciler, claimed_until = now() + claim_next_steps.lease
+          from due where s.id = due.id
+        returning s.id, s.effect_id, s.step, s.why, s.tries
+    )
+    -- A compensation's sink is its original action's.
+    select c.id, e.op_key, c.step, c.why, c.tries, p.escalation_sink, o.op_key
+      from claimed c
+      join ledger.effects e on e.id = c.effect_id
+      left join ledger.effects o on o.id = e.compensates
+     cross join lateral ledger.policy_for(coalesce(o.action, e.action)) p
+     order by c.id;
+end
+$$;
+
+-- Ends this reconciler's claim on a step. `done`: it was taken, or is no
+-- longer owed (`outcome` says which). Otherwise it is due again after
+-- `backoff` doubled per try, at most `backoff_max`, with `outcome` as its
+-- last error. A step the taking function closed, or that another
+-- reconciler claimed since, is left as it is. Returns its tries and
+-- whether it is still open.
+create function ledger.end_next_step(
+    step_id bigint, reconciler text, done boolean, outcome text, backoff interval, backoff_max interval
+) returns table (tries integer, open boolean)
+language plpgsql security definer
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    owed ledger.next_steps;
+begin
+    select s.* into owed from ledger.next_steps s where s.id = end_next_step.step_id for update;
+    if not found then
+        raise exception 'ledger: no next step %', end_next_step.step_id using errcode = 'EW404';
+    end if;
+    if owed.done_at is not null or owed.claimed_by is distinct from end_next_step.reconciler then
+        return query select owed.tries, owed.done_at is null;
+        return;
+    end if;
+    if end_next_step.done then
+        update ledger.next_steps s
+           set done_at = now(), done_by = end_next_step.reconciler, outcome = end_next_step.outcome,
+               claimed_by = null, claimed_until = null
+         where s.id = owed.id;
+        return query select owed.tries, false;
+        return;
+    end if;
+    update ledger.next_steps s
+       set claimed_by = null, claimed_until = null, tries = s.tries + 1, last_error = end_next_step.outcome,
+           due_at = now() + least(
+               coalesce(end_next_step.backoff_max, interval '1 hour'),
+               coalesce(end_next_step.backoff, interval '30 seconds') * power(2, least(s.tries, 20)))
+     where s.id = owed.id
+    returning s.* into owed;
+    return query select owed.tries, true;
+end
+$$;
+
+-- Work nobody is on: a flag on an effect, or a compensation not sent, with
+-- no open next step, no escalation (a person was never told) and no request
+-- waiting for approval. Empty on a healthy ledger; `effectwatch check`
+-- reports what it holds.
+create view ledger.unowned_work as
+select e.op_key, e.state,
+       case when e.compensates is not null and e.state = 'pending' then 'send the compensation'
+            else 'decide the ' || e.attention end as owed
+  from ledger.effects e
+ where ((e.attention is not null and e.state <> 'cancelled')
+        or (e.compensates is not null and e.state = 'pending' and e.dispatched_at is null))
+   and not exists (select 1 from ledger.next_steps s where s.effect_id = e.id and s.done_at is null)
+   and not exists (select 1 from ledger.escalations x where x.effect_id = e.id)
+   and not exists (select 1 from ledger.compensation_requests r
+                    where r.effect_id = e.id and r.state = 'awaiting_approval');

@@ -135,7 +135,9 @@ grant execute on function
 grant execute on function
     ledger.lease_for_reconcile(text, interval, interval, integer, timestamptz),
     ledger.end_reconcile_lease(text, text, text, interval, interval),
-    ledger.mark_reconcile_escalated(text, text)
+    ledger.mark_reconcile_escalated(text, text),
+    ledger.claim_next_steps(text, interval, integer),
+    ledger.end_next_step(bigint, text, boolean, text, interval, interval)
     to effect_operator;
 
 -- Policies: every console reads them; operators change them (op_set_policy), audited.

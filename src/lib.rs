@@ -4,6 +4,7 @@ pub mod adapters;
 pub mod cli;
 pub mod config;
 pub mod console;
+pub mod crash_point;
 pub mod demo;
 pub mod fakeprovider;
 pub mod format;

@@ -162,6 +162,21 @@ pub async fn dispatch_compensation<'c>(
     .await?)
 }
 
+/// The key of the effect a compensation reverses; `None` when
+/// `compensation_key` names no compensation.
+pub async fn original_of<'c>(
+    executor: impl PgExecutor<'c>,
+    compensation_key: &str,
+) -> Result<Option<String>, LedgerError> {
+    Ok(sqlx::query_scalar(
+        "select o.op_key from ledger.effects c join ledger.effects o on o.id = c.compensates
+          where c.op_key = $1",
+    )
+    .bind(compensation_key)
+    .fetch_optional(executor)
+    .await?)
+}
+
 /// What the provider answered to a compensation, as recorded.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CompensationResult<'a> {

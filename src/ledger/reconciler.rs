@@ -116,6 +116,96 @@ pub async fn mark_escalated<'c>(
     Ok(())
 }
 
+/// A step a flow of several still owes (`ledger.next_steps`), claimed by
+/// this reconciler for one lease.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct NextStep {
+    pub step_id: i64,
+    /// The effect it is owed on: the flagged effect, or the compensation to send.
+    pub op_key: String,
+    /// `reverse_duplicates`, `escalate` or `send_compensation`.
+    pub step: String,
+    /// Why it is owed, as recorded with the step before it.
+    pub why: String,
+    /// Earlier claims that left it open.
+    pub tries: i32,
+    pub escalation_sink: Option<String>,
+    /// For a compensation, the effect it reverses.
+    pub original_key: Option<String>,
+}
+
+/// Where a step stands after its claim ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::FromRow)]
+pub struct StepEnd {
+    pub tries: i32,
+    pub open: bool,
+}
+
+/// Claims up to `batch` due steps no live claim holds, for `lease`;
+/// concurrent callers never get the same step.
+pub async fn claim_next_steps<'c>(
+    executor: impl PgExecutor<'c>,
+    reconciler: &str,
+    lease: Duration,
+    batch: i64,
+) -> Result<Vec<NextStep>, LedgerError> {
+    Ok(sqlx::query_as(
+        "select step_id, op_key, step, why, tries, escalation_sink, original_key \
+           from ledger.claim_next_steps($1, $2 * interval '1 second', $3::integer)",
+    )
+    .bind(reconciler)
+    .bind(lease.as_secs_f64())
+    .bind(batch)
+    .fetch_all(executor)
+    .await?)
+}
+
+/// Ends this reconciler's claim on a step: `done` when it was taken or is
+/// no longer owed (`outcome` says which), else it is due again after a
+/// backoff, with `outcome` as its last error.
+pub async fn end_next_step<'c>(
+    executor: impl PgExecutor<'c>,
+    step: &NextStep,
+    reconciler: &str,
+    done: bool,
+    outcome: &str,
+    backoff: Duration,
+    backoff_max: Duration,
+) -> Result<StepEnd, LedgerError> {
+    Ok(sqlx::query_as(
+        "select tries, open from ledger.end_next_step(\
+            $1, $2, $3, $4, $5 * interval '1 second', $6 * interval '1 second')",
+    )
+    .bind(step.step_id)
+    .bind(reconciler)
+    .bind(done)
+    .bind(outcome)
+    .bind(backoff.as_secs_f64())
+    .bind(backoff_max.as_secs_f64())
+    .fetch_one(executor)
+    .await?)
+}
+
+/// The extra provider records the latest duplicate reconciliation of
+/// `op_key` listed: every one but the effect's own reference.
+pub async fn duplicate_records<'c>(
+    executor: impl PgExecutor<'c>,
+    op_key: &str,
+) -> Result<Vec<String>, LedgerError> {
+    Ok(sqlx::query_scalar(
+        "select listed.ref from ledger.effects e \
+           cross join lateral (select r.external_refs from ledger.reconciliations r \
+                                where r.effect_id = e.id and r.finding = 'duplicate' \
+                                order by r.at desc, r.id desc limit 1) latest \
+           cross join lateral unnest(latest.external_refs) with ordinality listed(ref, n) \
+          where e.op_key = $1 and listed.ref is distinct from e.external_ref \
+          order by listed.n",
+    )
+    .bind(op_key)
+    .fetch_all(executor)
+    .await?)
+}
+
 /// The figures a reconciler's `/metrics` reads from the ledger at each
 /// scrape (the counters of its own work it keeps itself).
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -59,6 +59,14 @@ impl WorkCounters {
         }
     }
 
+    /// A next step taken up: the reversals it made and whether it told a person.
+    pub(super) fn record_step(&self, taken: &super::StepTaken) {
+        self.reversals.inc_by(taken.reversed as u64);
+        if taken.escalated {
+            self.escalations.inc();
+        }
+    }
+
     pub(super) fn pass_succeeded(&self) {
         self.passes.inc();
         let now = chrono::Utc::now().timestamp_millis() as f64 / 1000.0;

@@ -3,14 +3,19 @@
 //!
 //! Each pass leases a batch of unknown effects (and dispatched pending ones
 //! past their window and a grace period), asks each one's provider, and lets
-//! the ledger apply what the finding allows. An action whose policy says
-//! `compensate` has a duplicate at its provider reversed by rule, within its
-//! approval limit. What no rule can settle — a duplicate of any other action
-//! or above that limit, a mismatch, a provider that cannot tell after
-//! several tries, one that cannot be asked at all — is escalated to a
-//! person, once. Any
-//! number of reconcilers may run against one ledger: leases keep them off
-//! each other's effects, and a killed one's leases expire.
+//! the ledger apply what the finding allows. Then it takes up the next steps
+//! the ledger records as owed (`ledger.next_steps`), whoever left them: an
+//! action whose policy says `compensate` has a duplicate at its provider
+//! reversed by rule, within its approval limit; a compensation created and
+//! never sent is sent; what no rule can settle — a duplicate of any other
+//! action or above that limit, a mismatch, an absent effect that is never
+//! retried — is escalated to a person, once. A provider that cannot tell
+//! after several tries, or cannot be asked at all, is escalated too. Last,
+//! escalations due for delivery are delivered. Each step is recorded in the
+//! transaction of the step before it, so a reconciler (or a console) killed
+//! between two steps leaves the rest to the next pass of any reconciler.
+//! Any number of reconcilers may run against one ledger: leases keep them
+//! off each other's effects and steps, and a killed one's leases expire.
 
 pub mod metrics;
 
@@ -22,10 +27,12 @@ use crate::ledger::LedgerPool;
 use futures_util::StreamExt;
 use futures_util::stream;
 
+use crate::crash_point::crash_point;
 use crate::ledger::LedgerError;
 use crate::ledger::State;
-use crate::ledger::reconciler::{self as leases, LeaseTerms, Leased};
-use crate::settle::{Reconciled, Request, SettleError, Settler};
+use crate::ledger::history;
+use crate::ledger::reconciler::{self as leases, LeaseTerms, Leased, NextStep};
+use crate::settle::{Request, SettleError, Settled, Settler};
 use crate::text::sanitize_line;
 
 pub use metrics::WorkCounters;
@@ -77,6 +84,15 @@ pub enum Handled {
     ByPolicy { escalated: bool },
 }
 
+/// What became of one next step a pass took up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepTaken {
+    /// Still owed: waiting for a provider, an approval or a sink.
+    pub open: bool,
+    pub reversed: usize,
+    pub escalated: bool,
+}
+
 /// One pass: how many effects were leased and what became of them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PassSummary {
@@ -87,6 +103,11 @@ pub struct PassSummary {
     pub escalated: usize,
     /// Duplicate provider records reversed by a compensation of their own.
     pub reversed: usize,
+    /// Next steps taken up, and how many of those are still owed.
+    pub steps: usize,
+    pub steps_open: usize,
+    /// Escalations delivered by the pass's delivery round.
+    pub delivered: usize,
 }
 
 impl PassSummary {
@@ -116,6 +137,13 @@ impl PassSummary {
         }
     }
 
+    fn add_step(&mut self, taken: &StepTaken) {
+        self.steps += 1;
+        self.steps_open += usize::from(taken.open);
+        self.reversed += taken.reversed;
+        self.escalated += usize::from(taken.escalated);
+    }
+
     fn merge(&mut self, other: PassSummary) {
         self.leased += other.leased;
         for (finding, count) in other.findings {
@@ -125,11 +153,19 @@ impl PassSummary {
         self.failed += other.failed;
         self.escalated += other.escalated;
         self.reversed += other.reversed;
+        self.steps += other.steps;
+        self.steps_open += other.steps_open;
+        self.delivered += other.delivered;
+    }
+
+    /// Whether the pass did anything at all.
+    pub fn did_work(&self) -> bool {
+        self.leased > 0 || self.steps > 0 || self.delivered > 0
     }
 
     /// One line for the log and `--once`.
     pub fn line(&self) -> String {
-        if self.leased == 0 {
+        if !self.did_work() {
             return "nothing to reconcile".to_string();
         }
         let findings: Vec<String> = self
@@ -137,9 +173,20 @@ impl PassSummary {
             .iter()
             .map(|(finding, count)| format!("{count} {finding}"))
             .collect();
-        let mut parts = vec![format!("{} reconciled", self.leased)];
+        let mut parts = Vec::new();
+        if self.leased > 0 {
+            parts.push(format!("{} reconciled", self.leased));
+        }
         if !findings.is_empty() {
             parts.push(findings.join(", "));
+        }
+        if self.steps > 0 {
+            let waiting = if self.steps_open > 0 {
+                format!(" ({} still waiting)", self.steps_open)
+            } else {
+                String::new()
+            };
+            parts.push(format!("{} next steps taken up{waiting}", self.steps));
         }
         if self.changed > 0 {
             parts.push(format!("{} changed meanwhile", self.changed));
@@ -152,6 +199,9 @@ impl PassSummary {
         }
         if self.escalated > 0 {
             parts.push(format!("{} escalated to a person", self.escalated));
+        }
+        if self.delivered > 0 {
+            parts.push(format!("{} escalations delivered", self.delivered));
         }
         parts.join(" · ")
     }
@@ -215,8 +265,228 @@ impl Reconciler {
                 break;
             }
         }
+        crash_point("after_reconciliations");
+        if let Err(error) = self.next_steps(&mut summary).await {
+            self.counters.pass_failed();
+            return Err(error);
+        }
+        // What this pass (or a killed process before it) escalated and is
+        // due for delivery; a sink that fails is retried with backoff.
+        match self.settler.deliver_due_escalations().await {
+            Ok(delivered) => summary.delivered = delivered,
+            Err(error) => tracing::warn!("delivering escalations failed: {}", error.line()),
+        }
         self.counters.pass_succeeded();
         Ok(summary)
+    }
+
+    /// Takes up the steps due, a batch at a time, until none is left to
+    /// claim: a step left open waits out its backoff, so a pass ends.
+    async fn next_steps(&self, summary: &mut PassSummary) -> Result<(), LedgerError> {
+        loop {
+            let claimed = leases::claim_next_steps(
+                &self.pool,
+                &self.settings.name,
+                self.settings.terms.lease,
+                self.settings.terms.batch,
+            )
+            .await?;
+            if claimed.is_empty() {
+                return Ok(());
+            }
+            let taken: Vec<Result<StepTaken, LedgerError>> = stream::iter(claimed)
+                .map(|step| self.take_step(step))
+                .buffer_unordered(self.settings.concurrency.max(1))
+                .collect()
+                .await;
+            for result in taken {
+                let taken = result?;
+                self.counters.record_step(&taken);
+                summary.add_step(&taken);
+            }
+        }
+    }
+
+    /// Takes one step and ends its claim: closed when taken or no longer
+    /// owed, else due again after a backoff.
+    async fn take_step(&self, step: NextStep) -> Result<StepTaken, LedgerError> {
+        let progress = match step.step.as_str() {
+            "reverse_duplicates" => self.reverse_duplicates(&step).await?,
+            "escalate" => {
+                let escalated = self
+                    .escalate(&step.op_key, step.escalation_sink.clone(), &step.why)
+                    .await?;
+                StepProgress {
+                    done: escalated.is_some(),
+                    outcome: escalated
+                        .clone()
+                        .unwrap_or_else(|| "no sink could take it".to_string()),
+                    reversed: 0,
+                    escalated: escalated.is_some_and(|line| line.starts_with("escalated")),
+                }
+            }
+            "send_compensation" => self.send_compensation(&step).await?,
+            other => {
+                StepProgress::waiting(format!("this reconciler does not know the step {other}"))
+            }
+        };
+        let end = leases::end_next_step(
+            &self.pool,
+            &step,
+            &self.settings.name,
+            progress.done,
+            &progress.outcome,
+            self.settings.backoff,
+            self.settings.backoff_max,
+        )
+        .await?;
+        Ok(StepTaken {
+            open: end.open,
+            reversed: progress.reversed,
+            escalated: progress.escalated,
+        })
+    }
+
+    /// The action's policy compensates and the provider holds the effect
+    /// more than once: each extra record the reconciliation listed is
+    /// reversed by a compensation of its own (asking again for one returns
+    /// its reversal). Open while a reversal is in flight or waits for a
+    /// second operator; a person is told when the rule cannot finish it.
+    async fn reverse_duplicates(&self, step: &NextStep) -> Result<StepProgress, LedgerError> {
+        let op_key = step.op_key.as_str();
+        let Some(effect) = history::find_effect(&self.pool, op_key).await? else {
+            return Ok(StepProgress::closed("the effect is gone"));
+        };
+        if effect.attention.as_deref() != Some("duplicate") {
+            return Ok(StepProgress::closed("no longer held twice"));
+        }
+        if effect.state != State::Succeeded {
+            let why = format!(
+                "the provider holds this effect more than once, and it is {}: reverse the extra \
+                 records by hand",
+                effect.state
+            );
+            return self.hand_over(op_key, step, &why).await;
+        }
+        let reason = format!(
+            "{}: the provider holds {op_key} more than once and the action's policy compensates",
+            self.settings.name
+        );
+        let mut reversed = 0;
+        for duplicate_ref in leases::duplicate_records(&self.pool, op_key).await? {
+            let request = Request::ReverseDuplicate {
+                op_key: op_key.to_string(),
+                seen: None,
+                duplicate_ref: duplicate_ref.clone(),
+                reason: reason.clone(),
+            };
+            let settled = match self.settler.settle(request).await {
+                Ok(settled) => settled,
+                Err(SettleError::Ledger(
+                    error @ (LedgerError::Unreachable(_)
+                    | LedgerError::LoginRefused(_)
+                    | LedgerError::SchemaMissing(_)
+                    | LedgerError::Database(_)),
+                )) => return Err(error),
+                Err(SettleError::Ledger(LedgerError::Changed(why))) => {
+                    return Ok(StepProgress::waiting(why));
+                }
+                Err(error) => {
+                    let why = format!(
+                        "the provider holds this effect more than once and the policy's reversal \
+                         could not be made: {}",
+                        error.line()
+                    );
+                    return self.hand_over(op_key, step, &why).await;
+                }
+            };
+            match reversal_state(&settled) {
+                Reversal::Done { sent } => reversed += usize::from(sent),
+                Reversal::InFlight => {
+                    return Ok(StepProgress {
+                        reversed,
+                        ..StepProgress::waiting(settled.summary)
+                    });
+                }
+                // A second operator must approve it; once approved, the
+                // next try goes on with the records after it.
+                Reversal::AwaitsApproval => {
+                    let why = format!(
+                        "the provider holds this effect more than once and the policy's reversal \
+                         waits for a second operator: {}",
+                        settled.summary
+                    );
+                    let told = self
+                        .escalate(op_key, step.escalation_sink.clone(), &why)
+                        .await?;
+                    return Ok(StepProgress {
+                        reversed,
+                        escalated: told
+                            .as_deref()
+                            .is_some_and(|line| line.starts_with("escalated")),
+                        ..StepProgress::waiting(settled.summary)
+                    });
+                }
+                Reversal::Refused => {
+                    let why = format!(
+                        "the provider holds this effect more than once and the policy's reversal \
+                         could not be made: {}",
+                        settled.summary
+                    );
+                    let mut handed = self.hand_over(op_key, step, &why).await?;
+                    handed.reversed = reversed;
+                    return Ok(handed);
+                }
+            }
+        }
+        Ok(StepProgress {
+            reversed,
+            ..StepProgress::closed("every extra record is reversed")
+        })
+    }
+
+    /// Sends a compensation whose sender died before it claimed the dispatch.
+    async fn send_compensation(&self, step: &NextStep) -> Result<StepProgress, LedgerError> {
+        let request = Request::SendCompensation {
+            compensation_key: step.op_key.clone(),
+            reason: format!("{}: {}", self.settings.name, step.why),
+        };
+        match self.settler.settle(request).await {
+            Ok(settled) => Ok(StepProgress::closed(settled.summary)),
+            Err(SettleError::Ledger(
+                error @ (LedgerError::Unreachable(_)
+                | LedgerError::LoginRefused(_)
+                | LedgerError::SchemaMissing(_)
+                | LedgerError::Database(_)),
+            )) => Err(error),
+            // Sent, and the answer is not recorded: the compensation is
+            // pending and dispatched, and reconciled like any other.
+            Err(error @ SettleError::Unrecorded { .. }) => Ok(StepProgress::closed(error.line())),
+            // Not configured, or cannot be sent as configured: asked again
+            // later, once the configuration is fixed.
+            Err(error) => Ok(StepProgress::waiting(error.line())),
+        }
+    }
+
+    /// A person takes it from here: the step is closed once they are told.
+    async fn hand_over(
+        &self,
+        op_key: &str,
+        step: &NextStep,
+        why: &str,
+    ) -> Result<StepProgress, LedgerError> {
+        Ok(
+            match self
+                .escalate(op_key, step.escalation_sink.clone(), why)
+                .await?
+            {
+                Some(line) => StepProgress {
+                    escalated: line.starts_with("escalated"),
+                    ..StepProgress::closed(format!("handed to a person: {line}"))
+                },
+                None => StepProgress::waiting(why.to_string()),
+            },
+        )
     }
 
     async fn batch(
@@ -254,7 +524,7 @@ impl Reconciler {
             let end = self.end(&effect, "left to a person").await?;
             let escalated = !end.escalated
                 && self
-                    .escalate(&effect, "the action's policy sends every doubt to a person")
+                    .escalate_leased(&effect, "the action's policy sends every doubt to a person")
                     .await?;
             return Ok(Handled::ByPolicy { escalated });
         }
@@ -262,8 +532,9 @@ impl Reconciler {
             .settler
             .reconcile_effect(&effect.op_key, Some(effect.version))
             .await;
-        let (finding, failure, reconciled) = match reconciled {
-            Ok(reconciled) => (reconciled.finding.clone(), None, Some(reconciled)),
+        crash_point("after_finding");
+        let (finding, failure) = match reconciled {
+            Ok(reconciled) => (reconciled.finding, None),
             Err(SettleError::Ledger(LedgerError::NotFound(_))) => return Ok(Handled::Changed),
             Err(SettleError::Ledger(LedgerError::Changed(_) | LedgerError::NotApplicable(_))) => {
                 self.end(&effect, "changed").await?;
@@ -276,96 +547,39 @@ impl Reconciler {
                 | LedgerError::SchemaMissing(_)
                 | LedgerError::Database(_)),
             )) => return Err(error),
-            Err(error) => ("error".to_string(), Some(error.line()), None),
+            Err(error) => ("error".to_string(), Some(error.line())),
         };
         let end = self.end(&effect, &finding).await?;
-        // The ledger decides whether a duplicate is settled by rule (the
-        // action's policy compensates): it then records the effect as
-        // succeeded, and each extra record is reversed here.
-        let reversal = match &reconciled {
-            Some(reconciled) if finding == "duplicate" && reconciled.state == State::Succeeded => {
-                Some(self.reverse_duplicates(&effect, reconciled).await)
-            }
-            _ => None,
-        };
-        let needs_person = match (finding.as_str(), &reversal) {
-            ("duplicate", Some(Ok(_))) => None,
-            ("duplicate", Some(Err(why))) => Some(format!(
-                "the provider holds this effect more than once and the policy's reversal could not \
-                 be made: {why}"
-            )),
-            ("duplicate" | "mismatch", None) => Some(format!(
-                "the provider reports a {finding} for this key: a person must decide"
-            )),
-            ("absent", _) if effect.retry_semantics == "never_retry" => Some(
-                "the provider has no such effect and the action is never retried automatically: \
-                 decide whether to send it again"
-                    .to_string(),
-            ),
+        crash_point("after_lease_end");
+        // What a finding leaves owed (reversals by rule, a person to tell)
+        // the ledger recorded with it as next steps, which this pass takes
+        // up after its reconciliations. What is left here is a provider
+        // that cannot answer, pass after pass.
+        let needs_person = match finding.as_str() {
             _ if end.settled => None,
-            ("indeterminate", _) if end.tries >= self.settings.escalate_after => Some(format!(
+            "indeterminate" if end.tries >= self.settings.escalate_after => Some(format!(
                 "the provider could not tell after {} tries",
                 end.tries
             )),
-            ("error", _) if end.tries >= self.settings.escalate_after => Some(format!(
+            "error" if end.tries >= self.settings.escalate_after => Some(format!(
                 "the reconciler cannot ask the provider ({}) after {} tries",
                 failure.as_deref().unwrap_or("?"),
                 end.tries
             )),
             _ => None,
         };
-        let reversed = match &reversal {
-            Some(Ok(reversed)) => *reversed,
-            _ => 0,
-        };
         let escalated = match needs_person {
-            Some(why) if !end.escalated => self.escalate(&effect, &why).await?,
+            Some(why) if !end.escalated => self.escalate_leased(&effect, &why).await?,
             _ => false,
         };
         Ok(match failure {
             None => Handled::Reconciled {
                 finding,
                 escalated,
-                reversed,
+                reversed: 0,
             },
             Some(error) => Handled::Failed { error, escalated },
         })
-    }
-
-    /// The action's policy compensates: the ledger recorded the effect as
-    /// its provider's first record, and each other record is reversed by a
-    /// compensation of its own. How many were reversed, or why not: above
-    /// the approval limit, a provider that refused, an answer not known.
-    async fn reverse_duplicates(
-        &self,
-        effect: &Leased,
-        reconciled: &Reconciled,
-    ) -> Result<usize, String> {
-        let reason = format!(
-            "{}: the provider holds {} more than once and the action's policy compensates",
-            self.settings.name, effect.op_key
-        );
-        let mut reversed = 0;
-        for duplicate_ref in reconciled.external_refs.iter().skip(1) {
-            let request = Request::ReverseDuplicate {
-                op_key: effect.op_key.clone(),
-                seen: None,
-                duplicate_ref: duplicate_ref.clone(),
-                reason: reason.clone(),
-            };
-            let settled = self
-                .settler
-                .settle(request)
-                .await
-                .map_err(|error| error.line())?;
-            // Above the approval limit it waits for a second operator; a
-            // provider that refused or did not answer is a person's too.
-            if settled.detail["compensation_state"] != "succeeded" {
-                return Err(settled.summary);
-            }
-            reversed += 1;
-        }
-        Ok(reversed)
     }
 
     async fn end(&self, effect: &Leased, finding: &str) -> Result<leases::LeaseEnd, LedgerError> {
@@ -380,32 +594,49 @@ impl Reconciler {
         .await
     }
 
-    /// Hands the effect to a person once. A sink that cannot be reached now
-    /// is retried by the escalation loop; one that is not configured leaves
-    /// the effect for the next pass (and says so in the log).
-    async fn escalate(&self, effect: &Leased, why: &str) -> Result<bool, LedgerError> {
-        let op_key = effect.op_key.as_str();
+    /// Hands a leased effect to a person once; whether a new escalation was made.
+    async fn escalate_leased(&self, effect: &Leased, why: &str) -> Result<bool, LedgerError> {
+        let told = self
+            .escalate(&effect.op_key, effect.escalation_sink.clone(), why)
+            .await?;
+        Ok(told.is_some_and(|line| line.starts_with("escalated")))
+    }
+
+    /// Hands the effect to a person: its summary (`escalated …`, or
+    /// `already escalated …` for one open for the same decision), or `None`
+    /// when no sink could take it. A sink that cannot be reached now is
+    /// retried by the delivery loop; one that is not configured leaves the
+    /// effect for the next pass (and says so in the log).
+    async fn escalate(
+        &self,
+        op_key: &str,
+        sink: Option<String>,
+        why: &str,
+    ) -> Result<Option<String>, LedgerError> {
         let request = Request::Escalate {
             op_key: op_key.to_string(),
             seen: None,
-            sink: effect
-                .escalation_sink
-                .clone()
-                .or_else(|| self.settings.sink.clone()),
+            sink: sink.or_else(|| self.settings.sink.clone()),
             reason: format!("{}: {why}", self.settings.name),
         };
         match self.settler.settle(request).await {
-            Ok(_) => {
+            Ok(settled) => {
                 leases::mark_escalated(&self.pool, op_key, &self.settings.name).await?;
-                Ok(true)
+                Ok(Some(settled.summary))
             }
+            Err(SettleError::Ledger(
+                error @ (LedgerError::Unreachable(_)
+                | LedgerError::LoginRefused(_)
+                | LedgerError::SchemaMissing(_)
+                | LedgerError::Database(_)),
+            )) => Err(error),
             Err(error) => {
                 tracing::warn!(
                     op_key = %sanitize_line(op_key),
                     "could not escalate: {}",
                     error.line()
                 );
-                Ok(false)
+                Ok(None)
             }
         }
     }
@@ -416,7 +647,7 @@ impl Reconciler {
     pub async fn run(&self, mut stop: tokio::sync::watch::Receiver<bool>) {
         loop {
             match self.pass().await {
-                Ok(summary) if summary.leased > 0 => tracing::info!("{}", summary.line()),
+                Ok(summary) if summary.did_work() => tracing::info!("{}", summary.line()),
                 Ok(_) => {}
                 Err(error) => {
                     tracing::warn!(
@@ -433,5 +664,60 @@ impl Reconciler {
                 return;
             }
         }
+    }
+}
+
+/// How far one step got.
+struct StepProgress {
+    /// Taken, or no longer owed: the step is closed.
+    done: bool,
+    /// What happened, or (still open) why not yet.
+    outcome: String,
+    reversed: usize,
+    escalated: bool,
+}
+
+impl StepProgress {
+    fn closed(outcome: impl Into<String>) -> StepProgress {
+        StepProgress {
+            done: true,
+            outcome: outcome.into(),
+            reversed: 0,
+            escalated: false,
+        }
+    }
+
+    fn waiting(outcome: impl Into<String>) -> StepProgress {
+        StepProgress {
+            done: false,
+            ..StepProgress::closed(outcome)
+        }
+    }
+}
+
+/// Where one reversal of a duplicate record stands.
+enum Reversal {
+    /// Succeeded; `sent` by this request rather than found so.
+    Done {
+        sent: bool,
+    },
+    /// Sent and not yet answered: a reconciliation of the compensation settles it.
+    InFlight,
+    AwaitsApproval,
+    /// The provider refused it, or it was settled otherwise than succeeded.
+    Refused,
+}
+
+fn reversal_state(settled: &Settled) -> Reversal {
+    let detail = &settled.detail;
+    if detail["status"] == "awaiting_approval" {
+        return Reversal::AwaitsApproval;
+    }
+    match detail["compensation_state"].as_str() {
+        Some("succeeded") => Reversal::Done {
+            sent: detail["sent"] == true,
+        },
+        Some("pending" | "unknown") => Reversal::InFlight,
+        _ => Reversal::Refused,
     }
 }

@@ -8,9 +8,10 @@ use serde_json::{Value, json};
 
 use super::{SettleError, Settled, Settler, require_reason};
 use crate::adapters::provider::{CompensationOutcome, EffectQuery};
+use crate::crash_point::crash_point;
 use crate::format::optional_money;
 use crate::ledger::compensation::{self, CompensationResult};
-use crate::ledger::{Effect, State};
+use crate::ledger::{Effect, LedgerError, State};
 use crate::text::sanitize_line;
 
 /// What became of the dispatch step.
@@ -128,6 +129,38 @@ impl Settler {
         Ok(settled)
     }
 
+    /// Sends a compensation that exists and was never dispatched: the
+    /// step its creator recorded as owed (`ledger.next_steps`).
+    pub(super) async fn send_compensation(
+        &self,
+        compensation_key: &str,
+        reason: &str,
+    ) -> Result<Settled, SettleError> {
+        require_reason(reason, "send a compensation")?;
+        let original_key = compensation::original_of(&self.pool, compensation_key)
+            .await?
+            .ok_or_else(|| {
+                SettleError::Ledger(LedgerError::NotApplicable(format!(
+                    "{} is not a compensation",
+                    sanitize_line(compensation_key)
+                )))
+            })?;
+        let original = self.effect(&original_key).await?;
+        let amount = optional_money(original.amount_minor, original.currency.as_deref());
+        let dispatch = self
+            .dispatch_compensation(&original, compensation_key, reason)
+            .await?;
+        Ok(compensation_report(
+            "send_compensation",
+            &original_key,
+            "existing",
+            compensation_key,
+            &amount,
+            dispatch,
+            None,
+        ))
+    }
+
     pub(super) async fn approve(
         &self,
         op_key: &str,
@@ -206,7 +239,12 @@ impl Settler {
         reason: &str,
     ) -> Result<Dispatch, SettleError> {
         let compensation = self.effect(compensation_key).await?;
-        if compensation.state != State::Pending || compensation.dispatched_at.is_some() {
+        // A failed one that is still in play was never received by the
+        // provider, and the ledger reopens it for this dispatch.
+        let never_received =
+            compensation.state == State::Failed && compensation.retryable == Some(true);
+        let unsent = compensation.state == State::Pending && compensation.dispatched_at.is_none();
+        if !unsent && !never_received {
             let why = match (compensation.state, compensation.dispatched_at) {
                 (State::Pending, Some(at)) => format!(
                     "already dispatched at {} with no answer recorded: reconcile {} if it stays pending",
@@ -248,9 +286,11 @@ impl Settler {
                     sanitize_line(&again)
                 ))
             })?;
+        crash_point("before_compensation_claim");
         let claim =
             compensation::dispatch_compensation(&self.pool, compensation_key, &self.operator)
                 .await?;
+        crash_point("after_compensation_claim");
         if !claim.claimed {
             return Ok(Dispatch::NotSent {
                 state: compensation.state,
@@ -258,6 +298,7 @@ impl Settler {
             });
         }
         let answer = provider.compensate(prepared).await;
+        crash_point("after_compensation_sent");
         let (outcome, external_ref, retryable, why) = match &answer.outcome {
             CompensationOutcome::Succeeded { external_ref } => {
                 ("succeeded", Some(external_ref.as_str()), None, None)

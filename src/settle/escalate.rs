@@ -11,6 +11,7 @@ use serde_json::json;
 use super::{SettleError, Settled, Settler, require_reason};
 use crate::adapters::RetryConfig;
 use crate::adapters::sink::Closing;
+use crate::crash_point::crash_point;
 use crate::ledger::escalations::{self, Claimed};
 use crate::text::sanitize_line;
 
@@ -72,6 +73,7 @@ impl Settler {
         let (_, seen) = self.look(op_key, seen).await?;
         let started =
             escalations::escalate(&self.pool, op_key, seen, &self.operator, reason, &sink).await?;
+        crash_point("after_escalation_recorded");
         // A first attempt right away; failures are retried by the background loop.
         let delivery = if matches!(started.state.as_str(), "open" | "failed") {
             self.deliver_pass(Some(&started.escalation_key))
@@ -177,6 +179,7 @@ impl Settler {
     }
 
     async fn deliver_claimed(&self, claimed: Claimed) -> Result<DeliveryOutcome, SettleError> {
+        crash_point("after_delivery_claim");
         let started = Instant::now();
         let (error, retry_after) = match self.sink(&claimed.sink) {
             Ok(sink) => match sink
@@ -192,6 +195,7 @@ impl Settler {
                 RetryConfig::default().backoff(claimed.attempt),
             ),
         };
+        crash_point("after_delivery_sent");
         let duration_ms = i32::try_from(started.elapsed().as_millis()).unwrap_or(i32::MAX);
         let error = error.map(|e| sanitize_line(&e));
         let recorded = escalations::record_delivery(

@@ -54,6 +54,12 @@ pub enum Request {
         duplicate_ref: String,
         reason: String,
     },
+    /// Send a compensation that exists but was never dispatched (its
+    /// sender died, or it was approved and the approver's console closed).
+    SendCompensation {
+        compensation_key: String,
+        reason: String,
+    },
     Escalate {
         op_key: String,
         seen: Option<i64>,
@@ -100,6 +106,7 @@ impl Request {
             Request::Reconcile { .. } | Request::ReconcileMany { .. } => "reconcile",
             Request::Compensate { .. } => "compensate",
             Request::ReverseDuplicate { .. } => "reverse a duplicate",
+            Request::SendCompensation { .. } => "send a compensation",
             Request::Escalate { .. } => "escalate",
             Request::Resolve { .. } => "resolve",
             Request::Operator { call, .. } => call.name,
@@ -127,6 +134,9 @@ impl Request {
                 .unwrap_or(""),
             Request::Acknowledge { escalation_key, .. }
             | Request::ResolveEscalation { escalation_key, .. } => escalation_key,
+            Request::SendCompensation {
+                compensation_key, ..
+            } => compensation_key,
         }
     }
 }
@@ -282,6 +292,10 @@ impl Settler {
                 self.reverse_duplicate(&op_key, seen, &duplicate_ref, &reason)
                     .await
             }
+            Request::SendCompensation {
+                compensation_key,
+                reason,
+            } => self.send_compensation(&compensation_key, &reason).await,
             Request::Escalate {
                 op_key,
                 seen,
