@@ -247,6 +247,16 @@ async fn an_escalation_resumes_after(point: &str) {
         point,
     )
     .await;
+    if point == "after_finding" {
+        // Between the two, an operator sees what is owed and that it is not lost.
+        let shown = run(&rig, &config, "alice", &["show", &key], None).await;
+        let shown = String::from_utf8_lossy(&shown.stdout);
+        assert!(
+            shown.contains("next step  escalate, owed since reconciler@")
+                && shown.contains("a person must decide"),
+            "{shown}"
+        );
+    }
     let said = fresh_pass(&rig, &config, wait_after(point)).await;
 
     let hooks = rig.fake.hooks();
@@ -386,4 +396,36 @@ async fn a_duplicate_found_by_hand_is_reversed_by_the_next_scheduled_pass() {
     assert!(said.contains("1 duplicate records reversed"), "{said}");
     assert_eq!(rig.fake.reversals_of(&second).len(), 1);
     nothing_left_without_a_next_step(&rig).await;
+}
+
+/// A flag whose owed step was closed with nobody told (as a ledger from
+/// before next steps, or a hand-edited one, may hold) is named by `check`,
+/// which warns until a person or a rule is on it.
+#[tokio::test]
+async fn check_names_work_nobody_is_on() {
+    let rig = Rig::new().await;
+    let key = "refund:ORPHAN:v1";
+    rig.unknown_effect(key, 1500).await;
+    rig.provider_did(key, 999);
+    let config = config_file(&rig);
+    let by_hand = run(&rig, &config, "alice", &["reconcile", key], None).await;
+    assert!(by_hand.status.success());
+    let healthy = run(&rig, &config, "alice", &["check"], None).await;
+    assert!(
+        !String::from_utf8_lossy(&healthy.stdout).contains("nobody is on"),
+        "the owed step is someone's: {}",
+        String::from_utf8_lossy(&healthy.stdout)
+    );
+    sqlx::query("update ledger.next_steps set done_at = now(), outcome = 'closed by hand'")
+        .execute(&rig.db.pool)
+        .await
+        .unwrap();
+    let warned = run(&rig, &config, "alice", &["check"], None).await;
+    let said = String::from_utf8_lossy(&warned.stdout);
+    assert!(!warned.status.success(), "{said}");
+    assert!(
+        said.contains("work nobody is on")
+            && said.contains("refund:ORPHAN:v1: decide the mismatch"),
+        "{said}"
+    );
 }

@@ -362,6 +362,8 @@ fn performance_data(health: &Health, thresholds: &Thresholds) -> String {
         figures.push(format!("synchronous_standbys={synchronous};1:;1:"));
     }
     figures.push(format!("weak_triggers={};;0", health.weak_triggers.len()));
+    figures.push(format!("steps_owed={}", health.steps_owed));
+    figures.push(format!("unowned_work={};0", health.unowned_work.len()));
     figures.join(" ")
 }
 
@@ -411,6 +413,16 @@ pub fn prometheus(health: Option<&Health>, breaches: &[Breach]) -> String {
             "effectwatch_ledger_weak_triggers",
             "Ledger triggers that do not fire in every session mode (must be 0).",
             &[(String::new(), health.weak_triggers.len() as f64)],
+        );
+        gauge(
+            "effectwatch_next_steps_owed",
+            "Steps of settling flows recorded as owed and not yet taken by a reconciler.",
+            &[(String::new(), health.steps_owed as f64)],
+        );
+        gauge(
+            "effectwatch_unowned_work",
+            "Flagged effects and unsent compensations with no next step and no person told (must be 0).",
+            &[(String::new(), health.unowned_work.len() as f64)],
         );
         gauge(
             "effectwatch_check_thresholds_exceeded",

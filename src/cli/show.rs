@@ -83,6 +83,13 @@ pub fn render(history: &EffectHistory) -> String {
     for request in &history.compensation_requests {
         field("compensation", request.describe());
     }
+    for owed in history
+        .next_steps
+        .iter()
+        .filter(|owed| owed.done_at.is_none())
+    {
+        field("next step", owed.describe());
+    }
     field("version", effect.version.to_string());
     let params = serde_json::to_string_pretty(&effect.params).unwrap_or_default();
     out.push_str("        params\n");

@@ -79,7 +79,16 @@ pub struct Health {
     /// (disabled, or enabled for origin sessions only): the state machine,
     /// history and append-only guarantees then have a hole.
     pub weak_triggers: Vec<String>,
+    /// Next steps owed (`ledger.next_steps`): a reconciler takes them up.
+    pub steps_owed: i64,
+    /// Flags and unsent compensations nobody is on (`ledger.unowned_work`):
+    /// no next step, no escalation, no request for approval. One line each,
+    /// `KEY: what is owed`, at most [`UNOWNED_SHOWN`].
+    pub unowned_work: Vec<String>,
 }
+
+/// How many items of unowned work a check names.
+pub const UNOWNED_SHOWN: i64 = 5;
 
 /// One threshold exceeded.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -109,6 +118,16 @@ pub async fn measure(
         .filter(|count| count.pane != "audit")
         .collect();
     let weak_triggers = weak_triggers(&mut tx).await?;
+    let steps_owed: i64 =
+        sqlx::query_scalar("select count(*) from ledger.next_steps where done_at is null")
+            .fetch_one(&mut tx)
+            .await?;
+    let unowned_work: Vec<String> = sqlx::query_scalar(
+        "select op_key || ': ' || owed from ledger.unowned_work order by op_key limit $1",
+    )
+    .bind(UNOWNED_SHOWN)
+    .fetch_all(&mut tx)
+    .await?;
     let suspected = if with_suspected {
         Some(
             sqlx::query_scalar::<_, i64>("select count(*) from ledger.suspected_double_effects")
@@ -128,6 +147,8 @@ pub async fn measure(
         suspected,
         durability,
         weak_triggers,
+        steps_owed,
+        unowned_work,
     })
 }
 
@@ -180,6 +201,19 @@ pub fn evaluate(health: &Health, thresholds: &Thresholds) -> Vec<Breach> {
             limit: 0,
             unit: "triggers",
             level: Level::Critical,
+        });
+    }
+    if !health.unowned_work.is_empty() {
+        breaches.push(Breach {
+            what: format!(
+                "work nobody is on, no next step and no person told ({}): run `effectwatch \
+                 reconcile --once` or escalate it",
+                crate::text::sanitize_line(&health.unowned_work.join("; "))
+            ),
+            value: health.unowned_work.len() as i64,
+            limit: 0,
+            unit: "items",
+            level: Level::Warning,
         });
     }
     if let Some(durability) = &health.durability {
@@ -259,7 +293,19 @@ mod tests {
             suspected: Some(1),
             durability: None,
             weak_triggers: Vec::new(),
+            steps_owed: 0,
+            unowned_work: Vec::new(),
         }
+    }
+
+    #[test]
+    fn work_nobody_is_on_is_a_warning_whatever_the_thresholds() {
+        let mut health = health();
+        health.unowned_work = vec!["refund:A: decide the mismatch".to_string()];
+        let breaches = evaluate(&health, &Thresholds::default());
+        assert_eq!(breaches.len(), 1, "{breaches:?}");
+        assert_eq!(breaches[0].level, Level::Warning);
+        assert!(breaches[0].what.contains("refund:A: decide the mismatch"));
     }
 
     #[test]

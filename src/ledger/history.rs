@@ -32,6 +32,49 @@ pub struct EffectHistory {
     pub compensation_requests: Vec<CompensationRequest>,
     /// Each try to deliver its escalations to their sinks.
     pub escalation_deliveries: Vec<EscalationDelivery>,
+    /// The steps its settling owed (`ledger.next_steps`): open ones first.
+    pub next_steps: Vec<OwedStep>,
+}
+
+/// A step of a settling flow recorded as owed on the effect, and what
+/// became of it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
+pub struct OwedStep {
+    pub step: String,
+    pub why: String,
+    pub recorded_by: String,
+    pub recorded_at: DateTime<Utc>,
+    pub tries: i32,
+    pub last_error: Option<String>,
+    pub done_at: Option<DateTime<Utc>>,
+    pub done_by: Option<String>,
+    pub outcome: Option<String>,
+}
+
+impl OwedStep {
+    /// One line: what is owed and why, or what became of it.
+    pub fn describe(&self) -> String {
+        let step = self.step.replace('_', " ");
+        match (&self.done_at, &self.done_by) {
+            (Some(_), by) => format!(
+                "{step}: {} (by {})",
+                self.outcome.as_deref().unwrap_or("done"),
+                by.as_deref().unwrap_or("?")
+            ),
+            (None, _) => {
+                let tried = match (&self.last_error, self.tries) {
+                    (Some(error), tries) if tries > 0 => {
+                        format!("; tried {tries}×, last: {error}")
+                    }
+                    _ => String::new(),
+                };
+                format!(
+                    "{step}, owed since {} — {}; any reconciler takes it up{tried}",
+                    self.recorded_by, self.why
+                )
+            }
+        }
+    }
 }
 
 /// Another effect this one is tied to, and how.
@@ -210,6 +253,14 @@ pub async fn load(pool: &LedgerPool, op_key: &str) -> Result<EffectHistory, Ledg
     .bind(effect.id)
     .fetch_all(&mut tx)
     .await?;
+    let next_steps = sqlx::query_as::<_, OwedStep>(
+        "select step, why, recorded_by, recorded_at, tries, last_error, done_at, done_by, outcome
+           from ledger.next_steps where effect_id = $1
+          order by done_at is not null, recorded_at, id",
+    )
+    .bind(effect.id)
+    .fetch_all(&mut tx)
+    .await?;
     let applicability =
         super::actions::applicability(&mut tx, std::slice::from_ref(&effect.op_key))
             .await?
@@ -229,6 +280,7 @@ pub async fn load(pool: &LedgerPool, op_key: &str) -> Result<EffectHistory, Ledg
         links,
         compensation_requests,
         escalation_deliveries,
+        next_steps,
     })
 }
 
@@ -346,6 +398,25 @@ pub fn timeline(history: &EffectHistory) -> Vec<TimelineEntry> {
                 delivery.escalation_key, delivery.attempt, delivery.worker
             ),
         });
+    }
+    for owed in &history.next_steps {
+        entries.push(TimelineEntry {
+            at: owed.recorded_at,
+            kind: "owed",
+            text: format!(
+                "{} (by {}): {}",
+                owed.step.replace('_', " "),
+                owed.recorded_by,
+                owed.why
+            ),
+        });
+        if let Some(done_at) = owed.done_at {
+            entries.push(TimelineEntry {
+                at: done_at,
+                kind: "step",
+                text: owed.describe(),
+            });
+        }
     }
     entries.sort_by_key(|entry| entry.at);
     entries

@@ -226,6 +226,13 @@ fn link_lines<'a>(detail: &Detail, history: &EffectHistory, theme: &Theme) -> Ve
     for request in &history.compensation_requests {
         lines.push(field(theme, "compensation", request.describe(), Role::Warn));
     }
+    for owed in history
+        .next_steps
+        .iter()
+        .filter(|owed| owed.done_at.is_none())
+    {
+        lines.push(field(theme, "next step", owed.describe(), Role::Warn));
+    }
     lines
 }
 
