@@ -429,3 +429,29 @@ async fn check_names_work_nobody_is_on() {
         "{said}"
     );
 }
+
+/// Below the approval limit `compensate` creates the compensation and
+/// sends it at once; the command dies in between. A fresh reconciler sends
+/// it: the refund is reversed once.
+#[tokio::test]
+async fn a_compensation_resumes_after_it_is_created() {
+    let rig = Rig::new().await;
+    compensating_ledger(&rig, 100_000).await;
+    let key = "refund:PLAIN:v1";
+    let reference = rig.succeeded_effect(key, 1500).await;
+    let config = config_file(&rig);
+    crash_at(
+        &rig,
+        &config,
+        "alice",
+        &["compensate", key, "--reason", "customer returned it"],
+        "before_compensation_claim",
+    )
+    .await;
+    assert!(rig.fake.reversals_of(&reference).is_empty());
+    let said = fresh_pass(&rig, &config, Duration::ZERO).await;
+    assert!(said.contains("1 next steps taken up"), "{said}");
+    assert_eq!(rig.fake.reversals_of(&reference).len(), 1, "{said}");
+    assert_eq!(rig.effect(key).await.state, State::Compensated);
+    nothing_left_without_a_next_step(&rig).await;
+}
