@@ -194,9 +194,12 @@ as $$
        and s.done_at is null
 $$;
 
--- Claims up to `batch` due steps no live claim holds, for `lease`. A
--- killed reconciler's claims expire and the steps are due again.
-create function ledger.claim_next_steps(reconciler text, lease interval, batch integer)
+-- Claims up to `batch` due steps no live claim holds, for `lease`, but
+-- those in `taken` (what this pass already took up: a step left open with a
+-- short backoff waits for the next pass). A killed reconciler's claims
+-- expire and the steps are due again.
+create function ledger.claim_next_steps(reconciler text, lease interval, batch integer,
+                                        taken bigint[] default '{}')
 returns table (step_id bigint, op_key text, step text, why text, tries integer,
                escalation_sink text, original_key text)
 language plpgsql security definer
@@ -217,6 +220,7 @@ begin
         select s.id from ledger.next_steps s
          where s.done_at is null and s.due_at <= now()
            and (s.claimed_until is null or s.claimed_until < now())
+           and s.id <> all (coalesce(claim_next_steps.taken, '{}'))
          order by s.due_at, s.id
          limit claim_next_steps.batch
            for update skip locked

@@ -136,7 +136,7 @@ grant execute on function
     ledger.lease_for_reconcile(text, interval, interval, integer, timestamptz),
     ledger.end_reconcile_lease(text, text, text, interval, interval),
     ledger.mark_reconcile_escalated(text, text),
-    ledger.claim_next_steps(text, interval, integer),
+    ledger.claim_next_steps(text, interval, integer, bigint[]),
     ledger.end_next_step(bigint, text, boolean, text, interval, interval)
     to effect_operator;
 

@@ -618,6 +618,14 @@ async fn a_duplicate_above_the_approval_limit_waits_for_a_second_operator_and_a_
         rig.fake.reversals_of(&second).is_empty(),
         "sent above the limit"
     );
+    // The reversal stays owed until it is approved, taken up once a pass
+    // however short the backoff.
+    assert_eq!((summary.steps, summary.steps_open), (1, 1), "{summary:?}");
+    assert_eq!(
+        rig.count("select tries::bigint from ledger.next_steps where step = 'reverse_duplicates'")
+            .await,
+        1
+    );
     assert!(rig.fake.reversals_of(&first).is_empty());
     let effect = rig.effect("refund:BIG:v1").await;
     assert_eq!(

@@ -141,21 +141,23 @@ pub struct StepEnd {
     pub open: bool,
 }
 
-/// Claims up to `batch` due steps no live claim holds, for `lease`;
-/// concurrent callers never get the same step.
+/// Claims up to `batch` due steps no live claim holds, for `lease`, but
+/// those in `taken`; concurrent callers never get the same step.
 pub async fn claim_next_steps<'c>(
     executor: impl PgExecutor<'c>,
     reconciler: &str,
     lease: Duration,
     batch: i64,
+    taken: &[i64],
 ) -> Result<Vec<NextStep>, LedgerError> {
     Ok(sqlx::query_as(
         "select step_id, op_key, step, why, tries, escalation_sink, original_key \
-           from ledger.claim_next_steps($1, $2 * interval '1 second', $3::integer)",
+           from ledger.claim_next_steps($1, $2 * interval '1 second', $3::integer, $4)",
     )
     .bind(reconciler)
     .bind(lease.as_secs_f64())
     .bind(batch)
+    .bind(taken)
     .fetch_all(executor)
     .await?)
 }

@@ -280,20 +280,23 @@ impl Reconciler {
         Ok(summary)
     }
 
-    /// Takes up the steps due, a batch at a time, until none is left to
-    /// claim: a step left open waits out its backoff, so a pass ends.
+    /// Takes up the steps due, a batch at a time, each once, until none is
+    /// left to claim: one left open waits for a later pass.
     async fn next_steps(&self, summary: &mut PassSummary) -> Result<(), LedgerError> {
+        let mut taken = Vec::new();
         loop {
             let claimed = leases::claim_next_steps(
                 &self.pool,
                 &self.settings.name,
                 self.settings.terms.lease,
                 self.settings.terms.batch,
+                &taken,
             )
             .await?;
             if claimed.is_empty() {
                 return Ok(());
             }
+            taken.extend(claimed.iter().map(|step| step.step_id));
             let taken: Vec<Result<StepTaken, LedgerError>> = stream::iter(claimed)
                 .map(|step| self.take_step(step))
                 .buffer_unordered(self.settings.concurrency.max(1))
