@@ -84,6 +84,12 @@ create table ledger.action_policies (
     -- Bookings: effects of this action conflict when their time ranges on
     -- the target overlap (begin_effect's `during`), not merely by target.
     conflicts_by_time_range      boolean  not null default false,
+    -- What becomes of the effects a holder held when it succeeds: 'leave'
+    -- them for a person (a real second action on one object), or 'cancel'
+    -- them by rule. A holder that fails or is cancelled always releases the
+    -- oldest (sql/0008_operator_api.sql, ledger.holds_end_by_rule).
+    on_holder_success            text     not null default 'leave'
+                                 check (on_holder_success in ('leave', 'cancel')),
     updated_at                   timestamptz not null default now(),
     check (pending_window > interval '0')
 );
@@ -238,7 +244,7 @@ create table ledger.attempts (
     kind          text not null check (kind in
                     ('replay', 'in_flight', 'retry', 'stop', 'mismatch', 'held', 'wait', 'overlap',
                      'dispatch', 'dispatch_refused', 'completion_repeat', 'late_result',
-                     'refused')),
+                     'refused', 'released')),
     requested_by  text,
     -- The login role that made the call, beside the name it gave.
     db_role       text not null default session_user,
@@ -326,7 +332,10 @@ create table ledger.holds (
     created_at      timestamptz not null default now(),
     closed_at       timestamptz,
     closed_how      text check (closed_how in ('released', 'cancelled')),
-    closed_by       text
+    closed_by       text,
+    -- When the held call, asked again after its release, was told to proceed
+    -- (once: the calls after it are in flight).
+    answered_at     timestamptz
 );
 
 create index holds_open_idx on ledger.holds (target, effect_id) where closed_at is null;

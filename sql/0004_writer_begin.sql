@@ -52,6 +52,7 @@ begin
         policy.retry_semantics := 'reconcile_first';
         policy.approvals_must_be_registered := false;
         policy.conflicts_by_time_range := false;
+        policy.on_holder_success := 'leave';
         policy.updated_at := now();
     end if;
     return policy;
@@ -180,6 +181,19 @@ begin
                         open_effect.request_id, offered_hash);
                     return ('replay'::text, existing.id, existing.state, existing.result)::ledger.begin_answer;
                 when 'pending', 'unknown' then
+                    -- Released from its hold (by rule or by an operator) and
+                    -- never dispatched: the first call after the release
+                    -- proceeds, as the held call would have; one at a time,
+                    -- on the hold's row, so the calls after it are in flight.
+                    if existing.state = 'pending' and existing.dispatched_at is null then
+                        update ledger.holds h set answered_at = now()
+                         where h.effect_id = existing.id and h.closed_how = 'released' and h.answered_at is null;
+                        if found then
+                            perform ledger.record_attempt(existing, 'released', open_effect.requested_by,
+                                open_effect.request_id, offered_hash);
+                            return ('proceed'::text, existing.id, existing.state, null::jsonb)::ledger.begin_answer;
+                        end if;
+                    end if;
                     -- The provider deduplicates by our key: an unknown outcome
                     -- is settled by sending the same request again.
                     if existing.state = 'unknown' and existing.attention is null

@@ -15,7 +15,8 @@ language sql immutable as $$
         'retry_semantics', (policy).retry_semantics,
         'escalation_sink', (policy).escalation_sink,
         'approvals_must_be_registered', (policy).approvals_must_be_registered,
-        'conflicts_by_time_range', (policy).conflicts_by_time_range)) end
+        'conflicts_by_time_range', (policy).conflicts_by_time_range,
+        'on_holder_success', (policy).on_holder_success)) end
 $$;
 
 -- Writes the given settings of one action's policy (creating it with the
@@ -34,7 +35,8 @@ create function ledger.op_set_policy(
     escalation_sink                   text     default null,
     clear_escalation_sink             boolean  default false,
     approvals_must_be_registered      boolean  default null,
-    conflicts_by_time_range           boolean  default null
+    conflicts_by_time_range           boolean  default null,
+    on_holder_success                 text     default null
 ) returns table (policy jsonb, audit_seq bigint)
 language plpgsql security definer
 set search_path = pg_catalog, pg_temp
@@ -70,6 +72,7 @@ begin
            approvals_must_be_registered = coalesce(op_set_policy.approvals_must_be_registered,
                                                    p.approvals_must_be_registered),
            conflicts_by_time_range = coalesce(op_set_policy.conflicts_by_time_range, p.conflicts_by_time_range),
+           on_holder_success = coalesce(op_set_policy.on_holder_success, p.on_holder_success),
            updated_at = now()
      where p.action = op_set_policy.action
     returning p.* into after;

@@ -46,6 +46,10 @@ pub struct SetArgs {
     /// Bookings: effects conflict when their time ranges on a target overlap.
     #[arg(long)]
     pub by_time_range: Option<bool>,
+    /// When the effect holding others succeeds: leave them for a person, or cancel them.
+    /// (When it fails or is cancelled, the oldest it held is always released.)
+    #[arg(long, value_parser = ["leave", "cancel"])]
+    pub on_holder_success: Option<String>,
     /// Refuse approval refs the approving system never registered.
     #[arg(long)]
     pub approvals_registered: Option<bool>,
@@ -145,6 +149,7 @@ pub async fn run(
                     .map(|sink| (!sink.eq_ignore_ascii_case("none")).then_some(sink)),
                 approvals_must_be_registered: args.approvals_registered,
                 conflicts_by_time_range: args.by_time_range,
+                on_holder_success: args.on_holder_success,
             };
             let (policy, seq) =
                 policies::set(pool, &args.action, &change, &config.operator, &args.reason).await?;

@@ -77,6 +77,9 @@ pub fn render(history: &EffectHistory) -> String {
             format!("{approval} v{}", effect.approval_version.unwrap_or(0)),
         );
     }
+    if let Some(policy) = &history.policy {
+        field("next", policy.next_step(effect.state.as_str()).to_string());
+    }
     for link in &history.links {
         field(&link.relation, format!("{} ({})", link.op_key, link.state));
     }

@@ -22,6 +22,9 @@ pub struct Policy {
     pub escalation_sink: Option<String>,
     pub approvals_must_be_registered: bool,
     pub conflicts_by_time_range: bool,
+    /// What becomes of the effects a holder held when it succeeds:
+    /// `leave` (a person decides) or `cancel`.
+    pub on_holder_success: String,
     /// Whether the action has a policy of its own, or the defaults apply.
     pub configured: bool,
 }
@@ -53,7 +56,14 @@ impl Policy {
             ("never_retry" | "escalate", "failed") => "never sent again by itself",
             (_, "failed") => "the agent may retry if it is retryable",
             (_, "succeeded") => "done; a doubt is settled by compensating",
-            (_, "held") => "waits for the effect ahead: release or cancel",
+            (_, "held") if self.on_holder_success == "cancel" => {
+                "released by rule if the effect ahead fails or is cancelled; cancelled by policy \
+                 if it succeeds"
+            }
+            (_, "held") => {
+                "released by rule if the effect ahead fails or is cancelled; if it succeeds, a \
+                 person decides: release or cancel"
+            }
             _ => "nothing further",
         }
     }
@@ -62,7 +72,8 @@ impl Policy {
 const POLICY_COLUMNS: &str =
     "p.action, extract(epoch from p.pending_window)::float8 as pending_window_secs,
     p.exclusive_per_target, p.compensation_approval_limit_minor, p.retry_when_absent,
-    p.retry_semantics, p.escalation_sink, p.approvals_must_be_registered, p.conflicts_by_time_range";
+    p.retry_semantics, p.escalation_sink, p.approvals_must_be_registered, p.conflicts_by_time_range,
+    p.on_holder_success";
 
 pub async fn list<'c>(executor: impl PgExecutor<'c>) -> Result<Vec<Policy>, LedgerError> {
     Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(
@@ -100,6 +111,8 @@ pub struct PolicyChange {
     pub escalation_sink: Option<Option<String>>,
     pub approvals_must_be_registered: Option<bool>,
     pub conflicts_by_time_range: Option<bool>,
+    /// `leave` or `cancel`: see [`Policy::on_holder_success`].
+    pub on_holder_success: Option<String>,
 }
 
 /// Changes `action`'s policy; returns it as recorded, and the audit entry.
@@ -116,7 +129,8 @@ pub async fn set<'c>(
             exclusive_per_target => $5, compensation_approval_limit_minor => $6,
             clear_approval_limit => $7, retry_when_absent => $8, retry_semantics => $9,
             escalation_sink => $10, clear_escalation_sink => $11,
-            approvals_must_be_registered => $12, conflicts_by_time_range => $13)",
+            approvals_must_be_registered => $12, conflicts_by_time_range => $13,
+            on_holder_success => $14)",
     )
     .bind(action)
     .bind(operator)
@@ -134,6 +148,7 @@ pub async fn set<'c>(
     .bind(matches!(change.escalation_sink, Some(None)))
     .bind(change.approvals_must_be_registered)
     .bind(change.conflicts_by_time_range)
+    .bind(change.on_holder_success.as_deref())
     .fetch_one(executor)
     .await?)
 }
