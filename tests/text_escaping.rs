@@ -129,7 +129,10 @@ fn line_and_paragraph_separators_are_escaped_like_other_separators() {
     );
     let json = effectwatch::text::safe_json(&serde_json::json!({ "key": key }));
     assert!(!json.contains(['\u{2028}', '\u{2029}']), "{json}");
-    assert!(json.contains("\\u2028") && json.contains("\\u2029"), "{json}");
+    assert!(
+        json.contains("\\u2028") && json.contains("\\u2029"),
+        "{json}"
+    );
     let back: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(back["key"], key);
 }
