@@ -37,6 +37,36 @@
 -- trigger guards against accidents, the function makes the sanctioned path
 -- narrow and audited.
 
+-- The cutoff of a prune of what settled more than `older_than` ago, or
+-- the refusal every prune (and its dry run) gives an age it does not take.
+create function ledger.prune_cutoff(older_than interval) returns timestamptz
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    if older_than is null or older_than < interval '0' then
+        raise exception 'ledger: prune needs an age of at least 0 (got %)', older_than
+            using errcode = 'invalid_parameter_value';
+    end if;
+    return now() - older_than;
+end
+$$;
+
+-- The same for the tombstones of pruned keys: never younger than 30 days.
+create function ledger.tombstone_cutoff(older_than interval) returns timestamptz
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    if older_than is null or older_than < interval '30 days' then
+        raise exception 'ledger: tombstones are kept at least 30 days (got %): a replay after that could proceed again',
+            older_than
+            using errcode = 'invalid_parameter_value';
+    end if;
+    return now() - older_than;
+end
+$$;
+
 -- Why an old settled effect must stay; null: it may be pruned.
 create function ledger.prune_review(cutoff timestamptz)
 returns table (effect_id bigint, op_key text, state text, kept_because text)
@@ -78,11 +108,7 @@ as $$
 declare
     cutoff timestamptz;
 begin
-    if older_than is null or older_than < interval '0' then
-        raise exception 'ledger: prune needs an age of at least 0 (got %)', older_than
-            using errcode = 'invalid_parameter_value';
-    end if;
-    cutoff := now() - older_than;
+    cutoff := ledger.prune_cutoff(older_than);
     perform pg_advisory_xact_lock(hashtextextended('ledger.prune', 0));
     perform 1 from ledger.effects e
       where e.settled_at is not null and e.settled_at < cutoff
@@ -138,11 +164,7 @@ declare
     seq          bigint;
 begin
     perform ledger.require_who_and_why(prune_settled.operator, prune_settled.reason, 'to prune');
-    if prune_settled.older_than is null or prune_settled.older_than < interval '0' then
-        raise exception 'ledger: prune needs an age of at least 0 (got %)', prune_settled.older_than
-            using errcode = 'invalid_parameter_value';
-    end if;
-    limit_at := now() - prune_settled.older_than;
+    limit_at := ledger.prune_cutoff(prune_settled.older_than);
     -- Without months to drop (or told not to), history goes row by row.
     boundary := case when prune_settled.drop_months then ledger.history_drop_boundary(limit_at) end;
     -- One prune at a time; lock the candidates before judging them, so an
@@ -224,11 +246,7 @@ declare
 begin
     perform ledger.require_who_and_why(prune_tombstones.operator, prune_tombstones.reason,
                                        'to drop tombstones');
-    if prune_tombstones.older_than is null or prune_tombstones.older_than < interval '30 days' then
-        raise exception 'ledger: tombstones are kept at least 30 days (got %): a replay after that could proceed again',
-            prune_tombstones.older_than
-            using errcode = 'invalid_parameter_value';
-    end if;
+    perform ledger.tombstone_cutoff(prune_tombstones.older_than);
     delete from ledger.key_tombstones t where t.pruned_at < now() - prune_tombstones.older_than;
     get diagnostics n = row_count;
     seq := ledger.audit(prune_tombstones.operator, 'prune_tombstones', null::ledger.effects,
@@ -236,5 +254,42 @@ begin
                         jsonb_build_object('older_than', prune_tombstones.older_than::text),
                         jsonb_build_object('tombstones', n));
     return query select n, seq;
+end
+$$;
+
+-- What `prune` would do now, refusing what it would refuse: the effects
+-- that would go and why the others stay; the months of history that would
+-- be dropped whole, or none, with the end of the months that would stay,
+-- when dropping them needs a signed checkpoint and `signed` says there is
+-- no key to sign it; and, given a tombstone age, the tombstones that would
+-- go. Changes nothing. Owner only, as the prune is.
+create function ledger.prune_plan(older_than interval, signed boolean,
+                                  tombstones_older_than interval default null)
+returns table (prunable bigint, kept jsonb, months text[], unsigned_through timestamptz,
+               tombstones bigint)
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    limit_at timestamptz := ledger.prune_cutoff(prune_plan.older_than);
+    tomb_at  timestamptz;
+    due      record;
+begin
+    if prune_plan.tombstones_older_than is not null then
+        tomb_at := ledger.tombstone_cutoff(prune_plan.tombstones_older_than);
+    end if;
+    select * into due from ledger.audit_checkpoint_due(limit_at);
+    return query
+    select (select count(*) from ledger.prune_review(limit_at) v where v.kept_because is null),
+           (select coalesce(jsonb_object_agg(g.kept_because, g.n), '{}')
+              from (select v.kept_because, count(*) as n from ledger.prune_review(limit_at) v
+                     where v.kept_because is not null group by v.kept_because) g),
+           case when due.seq is not null and not prune_plan.signed then '{}'::text[]
+                else (select coalesce(array_agg(to_char(m, 'YYYY-MM') order by m), '{}')
+                        from ledger.months_ended_by(limit_at) m) end,
+           case when due.seq is not null and not prune_plan.signed then due.through end,
+           case when tomb_at is not null then
+               (select count(*) from ledger.key_tombstones t where t.pruned_at < tomb_at) end;
 end
 $$;

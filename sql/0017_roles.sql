@@ -79,6 +79,8 @@ grant select on all tables in schema ledger to effect_operator, effect_readonly;
 grant execute on function ledger.why_not(ledger.effects, text), ledger.refusals(text[]),
     ledger.compensation_approval(ledger.effects)
     to effect_operator, effect_readonly;
+-- How far behind a standby is, for the console's header.
+grant execute on function ledger.replica_lag() to effect_operator, effect_readonly;
 grant execute on function
     ledger.record_reconciliation(text, bigint, text, text, text, text[], jsonb, integer),
     ledger.verify_audit_chain()

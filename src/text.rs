@@ -39,12 +39,16 @@ pub fn sanitize_line(text: &str) -> String {
     sanitize(&folded)
 }
 
-/// Controls (Unicode category Cc) and format characters (Cf): what a
-/// terminal obeys, or draws as nothing.
+/// Controls (Unicode category Cc), format characters (Cf) and the line and
+/// paragraph separators (Zl, Zp: U+2028, U+2029): what a terminal obeys,
+/// draws as nothing, or takes as a line break nobody sees coming.
 fn is_hidden(ch: char) -> bool {
     matches!(
         ch.general_category(),
-        GeneralCategory::Control | GeneralCategory::Format
+        GeneralCategory::Control
+            | GeneralCategory::Format
+            | GeneralCategory::LineSeparator
+            | GeneralCategory::ParagraphSeparator
     )
 }
 

@@ -482,6 +482,36 @@ async fn the_console_refuses_to_start_on_what_waiting_cannot_fix() {
     assert!(refused.stdout.is_empty());
 }
 
+/// A login that may not read the panes (an approver, an agent) gets the
+/// CLI's answer, exit 8 with one line, not a console that says "permission
+/// denied" at every poll for as long as it is open.
+#[tokio::test]
+async fn a_console_for_a_login_that_may_not_read_the_panes_exits_8_with_one_line() {
+    let db = common::test_db().await;
+    for member_of in ["effect_approver", "effect_agent"] {
+        let login = common::roles::LoginRole::create(&db, member_of).await;
+        if login.connect(&db).await.is_none() {
+            return;
+        }
+        let mut url = reqwest::Url::parse(&db.url).unwrap();
+        url.set_username(&login.name).unwrap();
+        url.set_password(None).unwrap();
+        let console = effectwatch(url.as_str(), &["watch"]).await;
+        assert_eq!(console.code, Some(8), "{member_of}: {}", console.stderr);
+        let line = one_line(&console);
+        assert!(line.contains("permission denied"), "{member_of}: {line}");
+        assert!(
+            line.contains("may not read the panes"),
+            "{member_of}: {line}"
+        );
+        assert!(
+            console.stdout.is_empty(),
+            "{member_of}: the console took the screen: {:?}",
+            console.stdout
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_reader_that_stops_early_ends_the_command_quietly() {
     let db = common::test_db().await;

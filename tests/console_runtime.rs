@@ -20,7 +20,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 
-use effectwatch::console::app::{App, Message, Notifications, Snapshot, View};
+use effectwatch::console::app::{App, Connection, Message, Notifications, Snapshot, View};
 use effectwatch::console::poller::{self, PollSettings};
 use effectwatch::console::theme::{Role, Theme};
 use effectwatch::console::views;
@@ -82,10 +82,12 @@ async fn next_snapshot(messages: &mut mpsc::Receiver<Message>) -> Box<Snapshot> 
 
 /// A TCP proxy to the test server that can turn into a black hole: bytes
 /// are still accepted from both sides but never passed on, as when a
-/// network path dies without a reset.
+/// network path dies without a reset; or go down, as the server does in an
+/// outage: every connection closed, new ones closed as they come.
 struct Proxy {
     url: String,
     silent: Arc<AtomicBool>,
+    down: watch::Sender<bool>,
 }
 
 async fn proxy(database_url: &str) -> Proxy {
@@ -107,28 +109,47 @@ async fn proxy(database_url: &str) -> Proxy {
     );
     let silent = Arc::new(AtomicBool::new(false));
     let gate = silent.clone();
+    let (down, is_down) = watch::channel(false);
     tokio::spawn(async move {
         while let Ok((client, _)) = listener.accept().await {
+            if *is_down.borrow() {
+                continue;
+            }
             let Ok(server) = TcpStream::connect(&upstream).await else {
                 continue;
             };
             let (client_read, client_write) = client.into_split();
             let (server_read, server_write) = server.into_split();
-            tokio::spawn(pipe(client_read, server_write, gate.clone()));
-            tokio::spawn(pipe(server_read, client_write, gate.clone()));
+            tokio::spawn(pipe(
+                client_read,
+                server_write,
+                gate.clone(),
+                is_down.clone(),
+            ));
+            tokio::spawn(pipe(
+                server_read,
+                client_write,
+                gate.clone(),
+                is_down.clone(),
+            ));
         }
     });
-    Proxy { url, silent }
+    Proxy { url, silent, down }
 }
 
 async fn pipe(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
     silent: Arc<AtomicBool>,
+    mut down: watch::Receiver<bool>,
 ) {
     let mut buffer = vec![0; 16 * 1024];
     loop {
-        match from.read(&mut buffer).await {
+        let read = tokio::select! {
+            read = from.read(&mut buffer) => read,
+            _ = down.wait_for(|down| *down) => return,
+        };
+        match read {
             Ok(0) | Err(_) => return,
             Ok(_) if silent.load(Ordering::Relaxed) => {}
             Ok(n) => {
@@ -188,6 +209,73 @@ async fn a_database_that_goes_silent_turns_the_console_stale() {
         matches!(recovered, Some(Message::Snapshot(_))),
         "{recovered:?}"
     );
+    poller.abort();
+}
+
+/// What a console on `messages` shows once they are applied, and whether
+/// it calls itself live: the first message that turns it stale, within `within`.
+async fn stale_within(
+    app: &mut App,
+    messages: &mut mpsc::Receiver<Message>,
+    within: Duration,
+) -> Option<Duration> {
+    let started = Instant::now();
+    while let Some(message) = next(messages, within.saturating_sub(started.elapsed())).await {
+        app.update(message);
+        if matches!(app.connection, Connection::Stale { .. }) {
+            return Some(started.elapsed());
+        }
+    }
+    None
+}
+
+/// A console polling once a minute during a server outage: it says it is
+/// stale within seconds, not at its next poll, and live again once the
+/// server is back; likewise when the network goes silent between polls,
+/// where no connection ends to say so.
+#[tokio::test]
+async fn an_outage_between_the_polls_of_a_long_interval_turns_the_console_stale() {
+    let db = common::test_db().await;
+    let proxy = proxy(&db.url).await;
+    let mut connect = ConnectSettings::new(proxy.url.clone());
+    connect.statement_timeout = Duration::from_secs(1);
+    connect.connect_timeout = Duration::from_secs(2);
+    let (_settings_sender, settings_receiver) = watch::channel(settings(Duration::from_secs(60)));
+    let (sender, mut messages) = mpsc::channel(256);
+    let poller = poller::spawn(connect, settings_receiver, sender);
+    let mut app = App::new("ops".into(), true, Duration::from_secs(60));
+    app.update(Message::Snapshot(next_snapshot(&mut messages).await));
+    assert_eq!(app.connection, Connection::Live);
+
+    proxy.down.send_replace(true);
+    let stale = stale_within(&mut app, &mut messages, Duration::from_secs(20)).await;
+    assert!(
+        stale.is_some(),
+        "still live 20 s into the outage: {:?}",
+        app.connection
+    );
+    eprintln!("stale {:?} into the outage", stale.unwrap());
+    proxy.down.send_replace(false);
+    let back = loop {
+        match next(&mut messages, Duration::from_secs(40)).await {
+            Some(Message::PollFailed(_)) => continue,
+            other => break other,
+        }
+    };
+    assert!(matches!(back, Some(Message::Snapshot(_))), "{back:?}");
+    app.update(back.unwrap());
+    assert_eq!(app.connection, Connection::Live);
+
+    // The network dies without a reset: nothing ends, nothing answers.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    proxy.silent.store(true, Ordering::Relaxed);
+    let stale = stale_within(&mut app, &mut messages, Duration::from_secs(20)).await;
+    assert!(
+        stale.is_some(),
+        "still live 20 s into a silent network: {:?}",
+        app.connection
+    );
+    eprintln!("stale {:?} into the silence", stale.unwrap());
     poller.abort();
 }
 

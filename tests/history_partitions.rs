@@ -16,31 +16,6 @@ use effectwatch::ledger::{Decision, State};
 use serde_json::Value;
 use sqlx::AssertSqlSafe;
 
-/// Moves the whole ledger `months` into the past (common/age_ledger.sql),
-/// making those months' partitions first when `make_months`.
-async fn age_ledger(pool: &LedgerPool, months: i32, make_months: bool) {
-    let mut tx = pool.begin().await.unwrap();
-    if make_months {
-        sqlx::query(
-            "select ledger.ensure_history_partitions(now() - make_interval(months => $1), now())",
-        )
-        .bind(months)
-        .execute(&mut tx)
-        .await
-        .unwrap();
-    }
-    sqlx::query("select set_config('effectwatch_test.age_months', $1::text, true)")
-        .bind(months)
-        .execute(&mut tx)
-        .await
-        .unwrap();
-    sqlx::query(include_str!("common/age_ledger.sql"))
-        .execute(&mut tx)
-        .await
-        .unwrap();
-    tx.commit().await.unwrap();
-}
-
 async fn settle(pool: &LedgerPool, key: &str, outcome: Outcome) {
     common::settle(pool, &common::intent(key, &format!("t:{key}")), outcome).await;
 }
@@ -171,7 +146,7 @@ async fn a_month_of_history_is_dropped_whole_and_every_effect_that_stays_keeps_a
         .await
         .unwrap();
 
-    age_ledger(pool, 3, true).await;
+    common::age_ledger(pool, 3, true).await;
     settle(pool, "k:recent", Outcome::Succeeded).await;
     let months_before = months(pool).await;
     assert!(months_before.len() >= 4, "{months_before:?}");
@@ -332,7 +307,7 @@ async fn a_checkpoint_altered_after_it_was_signed_does_not_verify() {
         .execute(pool)
         .await
         .unwrap();
-    age_ledger(pool, 2, true).await;
+    common::age_ledger(pool, 2, true).await;
     let dir = tempfile::tempdir().unwrap();
     let (key_file, public) = keygen(dir.path(), "audit.key");
     let config = write_config(dir.path(), Some(&key_file), &[&public]);
@@ -390,7 +365,7 @@ async fn rows_written_where_no_month_exists_wait_in_the_kept_partition_and_move_
     settle(pool, "k:two", Outcome::Unknown).await;
     let before = history_rows(pool).await;
     // Six months back no month was made: the rows land in the kept partition.
-    age_ledger(pool, 6, false).await;
+    common::age_ledger(pool, 6, false).await;
     let in_kept: i64 = sqlx::query_scalar("select count(*) from ledger.effect_versions_kept")
         .fetch_one(pool)
         .await
@@ -470,7 +445,7 @@ async fn without_a_signing_key_history_goes_row_by_row_and_the_months_stay() {
     .execute(pool)
     .await
     .unwrap();
-    age_ledger(pool, 3, true).await;
+    common::age_ledger(pool, 3, true).await;
     let months_before = months(pool).await;
     let kept_before = history_rows(pool).await.remove("k:unknown");
     let dir = tempfile::tempdir().unwrap();

@@ -257,3 +257,95 @@ async fn a_pooler_told_to_drop_the_startup_options_is_still_recognised() {
         Decision::InFlight
     );
 }
+
+/// Clients of the pooler that are not effectwatch, as psql is: one simple
+/// query after another on their own connections, until told to stop.
+fn busy_clients(
+    url: &str,
+    count: usize,
+    stop: &std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> Vec<tokio::task::JoinHandle<u64>> {
+    use sqlx::Connection;
+    use std::str::FromStr;
+    let options = sqlx::postgres::PgConnectOptions::from_str(url)
+        .unwrap()
+        .extra_float_digits(None)
+        .statement_cache_capacity(0);
+    (0..count)
+        .map(|_| {
+            let options = options.clone();
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                let mut connection = sqlx::PgConnection::connect_with(&options).await.unwrap();
+                let mut statements = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    sqlx::raw_sql("select count(*) from ledger.effects")
+                        .execute(&mut connection)
+                        .await
+                        .unwrap();
+                    statements += 1;
+                }
+                statements
+            })
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn thirty_two_commands_beside_twelve_busy_clients_of_the_pooler_all_succeed() {
+    let db = common::test_db().await;
+    let Some(bouncer) = PgBouncer::start(&db.url) else {
+        return;
+    };
+    let intent = common::intent("refund:INV-9:v1", "invoice:INV-9");
+    begin_effect(&db.pool, &intent).await.unwrap();
+    let url = bouncer.url(&database_of(&db.url));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let others = busy_clients(&url, 12, &stop);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let home = tempfile::tempdir().unwrap();
+    let commands: Vec<std::process::Child> = (0..32)
+        .map(|i| {
+            let command: &[&str] = if i % 2 == 0 {
+                &["list", "overdue"]
+            } else {
+                &["show", "refund:INV-9:v1"]
+            };
+            std::process::Command::new(env!("CARGO_BIN_EXE_effectwatch"))
+                .args(command)
+                .args(["--database-url", &url, "--operator", "ops-1"])
+                .env("XDG_CONFIG_HOME", home.path())
+                .env("HOME", home.path())
+                .env_remove("DATABASE_URL")
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let outputs: Vec<_> = tokio::task::spawn_blocking(move || {
+        commands
+            .into_iter()
+            .map(|child| child.wait_with_output().unwrap())
+            .collect()
+    })
+    .await
+    .unwrap();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut statements = 0;
+    for other in others {
+        statements += other.await.unwrap();
+    }
+    assert!(statements > 0, "the other clients ran nothing");
+    let failures: Vec<String> = outputs
+        .iter()
+        .filter(|output| !output.status.success())
+        .map(|output| String::from_utf8_lossy(&output.stderr).trim().to_string())
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "{} of 32 commands failed beside 12 busy clients ({statements} statements): {failures:?}",
+        failures.len()
+    );
+}

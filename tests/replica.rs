@@ -150,3 +150,107 @@ async fn reads_go_to_the_replica_actions_to_the_primary_and_the_console_says_how
     standby.stop().unwrap();
     primary.stop().unwrap();
 }
+
+/// The lag a console polling `read` is shown.
+async fn lag_shown(read: &ledger::LedgerPool) -> f64 {
+    let settings = PollSettings {
+        filter: Filter::default(),
+        paused: false,
+        interval: Duration::from_secs(2),
+        offsets: [0; 4],
+        at: None,
+    };
+    let snapshot = poller::poll(read, &settings).await.unwrap();
+    snapshot
+        .replica_lag
+        .expect("a standby says how far behind it is")
+}
+
+/// A standby whose WAL receiver can no longer reach the primary has
+/// replayed all it received, so "received = replayed" called it 0.0 s
+/// behind while it served ever older data. Its lag must grow from the last
+/// word it had from the primary.
+#[tokio::test]
+async fn a_replica_whose_receiver_stopped_is_shown_falling_behind_not_current() {
+    let Some((primary, primary_url)) = common::primary_with_ledger().await else {
+        return;
+    };
+    let standby = primary.start_standby("replica2").unwrap();
+    let replica_url = standby.url("ledger");
+    let pool = ledger::connect(&ConnectSettings::new(primary_url.clone()))
+        .await
+        .unwrap();
+    // A console's login: the receiver's details are hidden from it.
+    common::execute(
+        &primary_url,
+        "create role replica_reader login in role effect_readonly",
+    )
+    .await;
+    let first = common::intent("refund:S-1:v1", "invoice:S-1");
+    begin_effect(&pool, &first).await.unwrap();
+    replayed(&replica_url, "refund:S-1:v1", 1).await;
+    let read = ledger::connect(&ConnectSettings::new(replica_url.clone()))
+        .await
+        .unwrap();
+    let mut as_reader = reqwest::Url::parse(&replica_url).unwrap();
+    as_reader.set_username("replica_reader").unwrap();
+    let reader = ledger::connect(&ConnectSettings::new(as_reader.to_string()))
+        .await
+        .unwrap();
+    let streaming = lag_shown(&read).await;
+    assert!(streaming < 5.0, "a streaming standby: {streaming}");
+    let streaming = lag_shown(&reader).await;
+    assert!(
+        streaming < 5.0,
+        "a streaming standby, to a reader: {streaming}"
+    );
+
+    // The receiver loses the primary (a closed port), and keeps losing it.
+    common::execute(
+        &replica_url,
+        "alter system set primary_conninfo = 'host=127.0.0.1 port=1 user=postgres connect_timeout=1'",
+    )
+    .await;
+    common::execute(&replica_url, "select pg_reload_conf()").await;
+    let started = Instant::now();
+    loop {
+        let mut conn = PgConnection::connect(&replica_url).await.unwrap();
+        let receiving: i64 = sqlx::query_scalar(
+            "select count(*) from pg_stat_wal_receiver where status = 'streaming'",
+        )
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+        if receiving == 0 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the receiver kept streaming"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The primary moves on; the standby never hears of it.
+    let second = common::intent("refund:S-2:v1", "invoice:S-2");
+    begin_effect(&pool, &second).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let behind = lag_shown(&read).await;
+    assert!(
+        behind >= 2.0,
+        "a standby that receives nothing is shown {behind} s behind"
+    );
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let later = lag_shown(&read).await;
+    assert!(
+        later >= behind + 1.0,
+        "the lag does not grow: {behind} then {later}"
+    );
+    let to_reader = lag_shown(&reader).await;
+    assert!(to_reader >= later, "to a reader: {to_reader}");
+
+    reader.close().await;
+    read.close().await;
+    pool.close().await;
+    standby.stop().unwrap();
+    primary.stop().unwrap();
+}

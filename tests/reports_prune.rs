@@ -210,7 +210,9 @@ async fn prune_removes_only_what_nothing_protects() {
     assert_eq!(state(pool, "k:compensated").await, Some(State::Compensated));
     assert_eq!(state(pool, "p:cancelled").await, Some(State::Cancelled));
 
-    let plan = retention::plan(pool, Cutoff::Before(cutoff)).await.unwrap();
+    let plan = retention::plan(pool, Cutoff::Before(cutoff), false, None)
+        .await
+        .unwrap();
     assert_eq!(plan.prunable, 4);
     assert_eq!(
         plan.kept,
@@ -604,4 +606,86 @@ async fn a_replay_weeks_later_after_a_prune_is_answered_from_the_keys_tombstone(
             .unwrap();
     assert_eq!(dropped, 0, "young tombstones stay");
     assert!(audit::verify(pool).await.unwrap().is_intact());
+}
+
+/// `prune --dry-run` says what the real run will do, refusing what it
+/// refuses; and a tombstone age the ledger refuses is refused before any
+/// effect is pruned, not after.
+#[tokio::test]
+async fn a_dry_run_says_what_the_real_run_does_and_a_bad_tombstone_age_prunes_nothing() {
+    let db = common::test_db().await;
+    let pool = &db.pool;
+    settle(pool, "k:old", "t:old", Outcome::Succeeded).await;
+    // An audit entry that names no effect: dropping its month needs a signed checkpoint.
+    retention::prune_tombstones(pool, Duration::from_secs(400 * 86_400), "ops", "yearly")
+        .await
+        .unwrap();
+    common::age_ledger(pool, 3, true).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, "operator = \"retention-bot\"\n").unwrap();
+    let cli = |args: &[&str]| {
+        let mut all = vec![
+            "--database-url",
+            &db.url,
+            "--config",
+            config.to_str().unwrap(),
+        ];
+        all.extend_from_slice(args);
+        let output = common::effectwatch_cli(&all);
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        (output.status.code(), text)
+    };
+    let effects = || count(pool, "select count(*) from ledger.effects");
+
+    // Without a signing key the months stay: the dry run must not promise them.
+    let (code, dry) = cli(&["prune", "--older-than", "30d", "--dry-run"]);
+    assert_eq!(code, Some(0), "{dry}");
+    assert!(dry.starts_with("would prune 1 settled effects\n"), "{dry}");
+    assert!(!dry.contains("would drop the history"), "{dry}");
+    assert!(dry.contains("would not drop the history"), "{dry}");
+
+    // An instant in the future is refused by the real run: so by the dry run.
+    let future = ["prune", "--older-than", "2999-01-01T00:00:00Z"];
+    let (real_code, real) = cli(&future);
+    let (dry_code, dry) = cli(&[&future[..], &["--dry-run"]].concat());
+    assert_ne!(real_code, Some(0), "{real}");
+    assert_eq!(dry_code, real_code, "dry run: {dry}\nreal run: {real}");
+    assert!(dry.contains("at least 0"), "{dry}");
+    assert_eq!(effects().await, 1);
+
+    // A tombstone age under 30 days: refused, by the dry run and before the real run prunes.
+    let short = [
+        "prune",
+        "--older-than",
+        "30d",
+        "--tombstones-older-than",
+        "1d",
+    ];
+    let (dry_code, dry) = cli(&[&short[..], &["--dry-run"]].concat());
+    assert_ne!(dry_code, Some(0), "{dry}");
+    assert!(dry.contains("at least 30 days"), "{dry}");
+    let (code, real) = cli(&short);
+    assert_ne!(code, Some(0), "{real}");
+    assert!(real.contains("at least 30 days"), "{real}");
+    assert_eq!(effects().await, 1, "nothing was pruned: {real}");
+
+    let (code, dry) = cli(&[
+        "prune",
+        "--older-than",
+        "30d",
+        "--tombstones-older-than",
+        "400d",
+        "--dry-run",
+    ]);
+    assert_eq!(code, Some(0), "{dry}");
+    assert!(dry.contains("would drop 0 key tombstones"), "{dry}");
+    let (code, real) = cli(&["prune", "--older-than", "30d"]);
+    assert_eq!(code, Some(0), "{real}");
+    assert!(real.contains("pruned 1 effects"), "{real}");
+    assert!(real.contains("were not dropped"), "{real}");
 }

@@ -102,3 +102,37 @@ fn reports_show_invisible_characters_as_escapes() {
     assert!(text.contains("“\\\\u{FEFF}invoice”"), "{text}");
     assert_eq!(csv_text(KEY), SHOWN);
 }
+
+/// U+2028 LINE SEPARATOR and U+2029 PARAGRAPH SEPARATOR break a line in
+/// many terminals and editors, like a newline nobody sees coming: shown as
+/// escapes wherever ledger text is shown, in tables, `show` and JSON.
+#[test]
+fn line_and_paragraph_separators_are_escaped_like_other_separators() {
+    let key = "refund:INV-\u{2028}402\u{2029}:v1";
+    let shown = "refund:INV-\\u{2028}402\\u{2029}:v1";
+    let mut rows = fixtures::held_rows();
+    rows[0].op_key = key.into();
+    let table = effectwatch::cli::list::render_table(&PaneRows::Held(rows)).to_string();
+    assert!(!table.contains(['\u{2028}', '\u{2029}']), "{table}");
+    assert!(table.contains(shown), "{table}");
+
+    let mut history = fixtures::history();
+    history.effect.op_key = key.into();
+    history.effect.params = serde_json::json!({ "note": "a\u{2028}b\u{2029}c" });
+    let text = effectwatch::cli::show::render(&history);
+    assert!(!text.contains(['\u{2028}', '\u{2029}']), "{text}");
+    assert!(text.contains(shown), "{text}");
+
+    assert_eq!(
+        effectwatch::text::sanitize_line("a\u{2028}b\u{2029}c"),
+        "a\\u{2028}b\\u{2029}c"
+    );
+    let json = effectwatch::text::safe_json(&serde_json::json!({ "key": key }));
+    assert!(!json.contains(['\u{2028}', '\u{2029}']), "{json}");
+    assert!(
+        json.contains("\\u2028") && json.contains("\\u2029"),
+        "{json}"
+    );
+    let back: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(back["key"], key);
+}

@@ -17,7 +17,7 @@ use super::report::AtomicFile;
 use crate::config::Config;
 use crate::format::duration_ms;
 use crate::ledger::audit::CheckpointSigner;
-use crate::ledger::retention::{self, Cutoff, ExportSink, PruneError};
+use crate::ledger::retention::{self, Cutoff, ExportSink, PruneError, PrunePlan};
 use crate::text::sanitize_line;
 use crate::time_args::{parse_duration, parse_instant};
 
@@ -51,20 +51,27 @@ fn parse_cutoff(text: &str) -> Result<Cutoff, String> {
 }
 
 pub async fn run(pool: &LedgerPool, config: &Config, args: PruneArgs) -> Result<(), Failure> {
+    let signer = match &config.audit.signing_key {
+        Some(path) => Some(CheckpointSigner::load(path).map_err(|e| Failure::new(BAD_CONFIG, e))?),
+        None => None,
+    };
     if args.dry_run {
-        let plan = retention::plan(pool, args.older_than).await?;
-        println!("would prune {} settled effects", plan.prunable);
-        if !plan.months.is_empty() {
-            println!(
-                "would drop the history of {} (kept: the rows of every effect that stays)",
-                plan.months.join(", ")
-            );
-        }
-        print_kept(&serde_json::to_value(&plan.kept).unwrap_or(Value::Null));
+        let plan = retention::plan(
+            pool,
+            args.older_than,
+            signer.is_some(),
+            args.tombstones_older_than,
+        )
+        .await?;
+        print_plan(&plan);
         return Ok(());
     }
     if config.read_only {
         return Err(Failure::new(REFUSED, "read-only: prune refused"));
+    }
+    // Refused after the prune, it would leave half the job done and a usage error.
+    if let Some(age) = args.tombstones_older_than {
+        retention::check_tombstone_age(pool, age).await?;
     }
     let reason = args
         .reason
@@ -76,10 +83,6 @@ pub async fn run(pool: &LedgerPool, config: &Config, args: PruneArgs) -> Result<
             }
             Cutoff::Before(at) => format!("retention: settled before {}", at.to_rfc3339()),
         });
-    let signer = match &config.audit.signing_key {
-        Some(path) => Some(CheckpointSigner::load(path).map_err(|e| Failure::new(BAD_CONFIG, e))?),
-        None => None,
-    };
     let mut sink = match &args.export {
         Some(path) => Some(JsonLines::create(path)?),
         None => None,
@@ -127,6 +130,26 @@ pub async fn run(pool: &LedgerPool, config: &Config, args: PruneArgs) -> Result<
         );
     }
     Ok(())
+}
+
+fn print_plan(plan: &PrunePlan) {
+    println!("would prune {} settled effects", plan.prunable);
+    if !plan.months.is_empty() {
+        println!(
+            "would drop the history of {} (kept: the rows of every effect that stays)",
+            plan.months.join(", ")
+        );
+    }
+    if let Some(through) = plan.unsigned_through {
+        println!(
+            "would not drop the history of the months before {} (their rows would go one by one): the audit entries in them need a signed checkpoint; set [audit] signing_key",
+            through.to_rfc3339()
+        );
+    }
+    print_kept(&serde_json::to_value(&plan.kept).unwrap_or(Value::Null));
+    if let Some(tombstones) = plan.tombstones {
+        println!("would drop {tombstones} key tombstones older than the tombstone retention");
+    }
 }
 
 /// The months dropped whole: rows dropped and rows carried over, per table.

@@ -7,7 +7,7 @@ use super::exit::{BAD_CONFIG, FAILURE, Failure};
 use crate::config::Config;
 use crate::console::run::{self, ConsoleOptions, Housekeeping, NotificationOptions, SettleRequest};
 use crate::console::theme::Theme;
-use crate::ledger::{self, ConnectSettings};
+use crate::ledger::{self, ConnectSettings, LedgerError};
 use crate::settle::{Request, SettleError, Settler};
 
 /// What the command line adds to the config file.
@@ -116,10 +116,11 @@ fn about(
 }
 
 /// One look at the ledger before the console takes the screen: a login the
-/// server turns down or a missing schema ends here, with the CLI's exit code
-/// and message, instead of a console waiting for a first poll that never
-/// comes. A server that is down or slow is left to the console, which
-/// shows it as unreachable and reconnects by itself.
+/// server turns down, one that may not read the panes (an approver, an
+/// agent) or a missing schema ends here, with the CLI's exit code and
+/// message, instead of a console waiting for a first poll that never comes.
+/// A server that is down or slow is left to the console, which shows it as
+/// unreachable and reconnects by itself.
 async fn refuse_what_waiting_cannot_fix(connect: &ConnectSettings) -> Result<(), Failure> {
     let mut probe = connect.clone();
     probe.connect_timeout = Duration::from_secs(2);
@@ -131,6 +132,10 @@ async fn refuse_what_waiting_cannot_fix(connect: &ConnectSettings) -> Result<(),
         counted
     };
     match tokio::time::timeout(Duration::from_secs(3), looked).await {
+        Ok(Err(LedgerError::Refused(why))) => Err(LedgerError::Refused(format!(
+            "{why}: this login may not read the panes; the console needs one in effect_operator or effect_readonly"
+        ))
+        .into()),
         Ok(Err(error)) if error.is_permanent() => Err(error.into()),
         _ => Ok(()),
     }

@@ -57,6 +57,11 @@ const LOST_RETRY: Duration = Duration::from_secs(60);
 /// answers, and the server-side timeout cannot fire where no server is.
 const ANSWER_GRACE: Duration = Duration::from_secs(5);
 
+/// How often a console checks between polls that the database still
+/// answers: with a long interval an outage would otherwise show only at the
+/// next poll, the console saying `live` all the while.
+const HEARTBEAT: Duration = Duration::from_secs(5);
+
 /// The LISTEN task, stopped with the pool it listens on or with the poller.
 struct Listening(JoinHandle<()>);
 
@@ -84,6 +89,9 @@ pub fn spawn(
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
         let wake = Arc::new(Notify::new());
+        // Told by the listener when its connection ends: the server may be gone.
+        let lost = Arc::new(Notify::new());
+        let heartbeat_within = connect.connect_timeout + ANSWER_GRACE;
         let (heard, hearing) = watch::channel(Notifications::Reconnecting);
         let heard = Arc::new(heard);
         let answer_within = connect.statement_timeout + ANSWER_GRACE;
@@ -111,6 +119,7 @@ pub fn spawn(
                             Listening(spawn_listener(
                                 connected.clone(),
                                 wake.clone(),
+                                lost.clone(),
                                 heard.clone(),
                             ))
                         });
@@ -187,38 +196,69 @@ pub fn spawn(
                     continue;
                 }
             }
-            tokio::select! {
-                _ = tokio::time::sleep(current.interval) => {}
-                _ = wake.notified() => {
-                    let at = wake_poll_at(last_start, Instant::now(), current.interval);
-                    tokio::select! {
-                        _ = tokio::time::sleep_until(at.into()) => {}
-                        changed = settings.changed() => {
-                            if changed.is_err() {
-                                return;
+            let poll_at = tokio::time::Instant::now() + current.interval;
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(poll_at) => break,
+                    _ = wake.notified() => {
+                        let at = wake_poll_at(last_start, Instant::now(), current.interval);
+                        tokio::select! {
+                            _ = tokio::time::sleep_until(at.into()) => {}
+                            changed = settings.changed() => {
+                                if changed.is_err() {
+                                    return;
+                                }
                             }
                         }
+                        break;
                     }
+                    changed = settings.changed() => {
+                        if changed.is_err() {
+                            return;
+                        }
+                        break;
+                    }
+                    _ = tokio::time::sleep(HEARTBEAT) => {}
+                    _ = lost.notified() => {}
                 }
-                changed = settings.changed() => {
-                    if changed.is_err() {
+                let Some(connected) = &pool else { break };
+                if let Err(error) = answers(connected, heartbeat_within).await {
+                    pool = None;
+                    _listener = None;
+                    if messages.send(Message::PollFailed(error)).await.is_err() {
                         return;
                     }
+                    break;
                 }
             }
         }
     })
 }
 
+/// Whether the database still answers, within `within`: between polls,
+/// so that a lost server shows as such before the next poll is due.
+async fn answers(pool: &LedgerPool, within: Duration) -> Result<(), String> {
+    match tokio::time::timeout(within, sqlx::query("select 1").execute(pool)).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(error)) => Err(LedgerError::from_sqlx(error).to_string()),
+        Err(_) => Err(format!(
+            "no answer from the database within {} s",
+            within.as_secs()
+        )),
+    }
+}
+
 /// Turns NOTIFY on the ledger channel into an early poll. Its connection
 /// is made again whenever it ends (a restarted server, a terminated
 /// backend), with backoff, and each reconnect wakes one poll for what changed
-/// while it was down. A LISTEN that is accepted is proven by a probe the
-/// listener announces through the pool: behind a transaction pooler the
-/// probe never comes back, and `heard` says so instead of claiming to listen.
+/// while it was down; its end has the poller check the database at once.
+/// A LISTEN that is accepted is proven by a probe the listener announces
+/// through the pool: behind a transaction pooler the probe never comes back,
+/// and `heard` says so instead of claiming to listen.
 fn spawn_listener(
     pool: LedgerPool,
     wake: Arc<Notify>,
+    lost: Arc<Notify>,
     heard: Arc<watch::Sender<Notifications>>,
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
@@ -269,6 +309,7 @@ fn spawn_listener(
                 }
             }
             heard.send_replace(Notifications::Reconnecting);
+            lost.notify_one();
         }
     })
 }

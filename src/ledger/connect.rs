@@ -2,7 +2,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{Connection, PgConnection};
+use sqlx::{Connection, Executor, PgConnection, Row};
 
 use super::LedgerError;
 use super::pool::{LedgerPool, Pooler};
@@ -301,10 +301,11 @@ async fn probe(
                 "select not pg_is_in_recovery(), setting::bigint from pg_settings where name = 'statement_timeout'"
             }
         };
-        let (writable, timeout_ms) = sqlx::query_as::<_, (bool, i64)>(question)
-            .persistent(false)
-            .fetch_one(&mut connection)
-            .await?;
+        // One simple-protocol round trip: outside a transaction a pooler may
+        // hand the two halves of an extended query (parse, then bind) to two
+        // server connections, the second of which knows no such statement.
+        let row = connection.fetch_one(question).await?;
+        let (writable, timeout_ms): (bool, i64) = (row.try_get(0)?, row.try_get(1)?);
         connection.close().await?;
         Ok::<Probed, sqlx::Error>(Probed {
             writable,

@@ -59,13 +59,19 @@ pub enum PruneError {
 }
 
 /// What a prune would do: how many old settled effects may go, and how many
-/// stay, by reason.
+/// stay, by reason; the months of history dropped whole; the tombstones that go.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PrunePlan {
     pub prunable: i64,
     pub kept: BTreeMap<String, i64>,
     /// The months of history that would be dropped whole (YYYY-MM).
     pub months: Vec<String>,
+    /// The months that ended before this would stay (their history going
+    /// row by row): their audit entries need a signed checkpoint, and the
+    /// plan was made for a prune without a signing key.
+    pub unsigned_through: Option<DateTime<Utc>>,
+    /// The tombstones that would go, when a tombstone age was given.
+    pub tombstones: Option<i64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
@@ -92,42 +98,39 @@ pub struct PruneOutcome {
     pub audit_seq: i64,
 }
 
-pub async fn plan(pool: &LedgerPool, cutoff: Cutoff) -> Result<PrunePlan, LedgerError> {
+/// What [`prune`] with the same arguments would do now, refusing what it
+/// would refuse (ledger.prune_plan): `signed` says whether it would have a
+/// key to sign the audit checkpoint that dropping old months may need.
+pub async fn plan(
+    pool: &LedgerPool,
+    cutoff: Cutoff,
+    signed: bool,
+    tombstones_older_than: Option<Duration>,
+) -> Result<PrunePlan, LedgerError> {
     let (older_than, before) = cutoff.binds();
     let sql = format!(
-        "select kept_because, count(*) from ledger.prune_review(now() - {})
-          group by kept_because",
+        "select prunable, kept, months, unsigned_through, tombstones
+           from ledger.prune_plan({}, $3, $4::interval)",
         Cutoff::OLDER_THAN
     );
-    let rows: Vec<(Option<String>, i64)> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
-        .bind(older_than)
-        .bind(before)
-        .fetch_all(pool)
-        .await?;
-    let sql = format!(
-        "select to_char(m, 'YYYY-MM') from ledger.months_ended_by(now() - {}) m order by m",
-        Cutoff::OLDER_THAN
-    );
-    let months: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
-        .bind(older_than)
-        .bind(before)
-        .fetch_all(pool)
-        .await?;
-    let mut plan = PrunePlan {
-        prunable: 0,
-        kept: BTreeMap::new(),
+    let (prunable, kept, months, unsigned_through, tombstones): PlanRow =
+        sqlx::query_as(sqlx::AssertSqlSafe(sql))
+            .bind(older_than)
+            .bind(before)
+            .bind(signed)
+            .bind(tombstones_older_than)
+            .fetch_one(pool)
+            .await?;
+    Ok(PrunePlan {
+        prunable,
+        kept: serde_json::from_value(kept).unwrap_or_default(),
         months,
-    };
-    for (reason, count) in rows {
-        match reason {
-            None => plan.prunable = count,
-            Some(reason) => {
-                plan.kept.insert(reason, count);
-            }
-        }
-    }
-    Ok(plan)
+        unsigned_through,
+        tombstones,
+    })
 }
+
+type PlanRow = (i64, Value, Vec<String>, Option<DateTime<Utc>>, Option<i64>);
 
 pub async fn prune(
     pool: &LedgerPool,
@@ -224,6 +227,19 @@ pub async fn prune(
     tx.commit().await.map_err(LedgerError::from)?;
     outcome.unsigned_through = unsigned_through;
     Ok(outcome)
+}
+
+/// Refuses a tombstone age the ledger refuses (under 30 days), so a prune
+/// asked to drop tombstones too stops before it removes anything.
+pub async fn check_tombstone_age(
+    pool: &LedgerPool,
+    older_than: Duration,
+) -> Result<(), LedgerError> {
+    sqlx::query("select ledger.tombstone_cutoff($1::interval)")
+        .bind(older_than)
+        .execute(pool)
+        .await?;
+    Ok(())
 }
 
 /// Drops the tombstones of keys pruned more than `older_than` ago (the

@@ -23,21 +23,13 @@ pub async fn whoami<'c>(tx: impl PgExecutor<'c>) -> Result<(String, String), Led
     )
 }
 
-/// Seconds the server replays behind its primary when it is a standby
-/// (0 when it has replayed all it received); None on a primary. An idle
-/// primary sends nothing, so the last replayed commit's age alone would
-/// call a caught-up standby late.
+/// Seconds the server's data may be behind its primary when it is a
+/// standby, counting a WAL receiver that receives nothing (ledger.replica_lag
+/// says how); None on a primary.
 pub async fn replica_lag<'c>(tx: impl PgExecutor<'c>) -> Result<Option<f64>, LedgerError> {
-    Ok(sqlx::query_scalar(
-        "select case when pg_is_in_recovery() then
-                    case when pg_last_wal_receive_lsn() is not distinct from pg_last_wal_replay_lsn()
-                         then 0::float8
-                         else coalesce(extract(epoch from now() - pg_last_xact_replay_timestamp())::float8, 0)
-                    end
-                end",
-    )
-    .fetch_one(tx)
-    .await?)
+    Ok(sqlx::query_scalar("select ledger.replica_lag()")
+        .fetch_one(tx)
+        .await?)
 }
 
 pub async fn is_standby(pool: &LedgerPool) -> Result<bool, LedgerError> {

@@ -360,3 +360,28 @@ pub async fn make_synchronous(url: &str, name: &str) {
     execute(url, "select pg_reload_conf()").await;
     wait_for_standby(url, name, "sync").await;
 }
+
+/// Moves the whole ledger `months` into the past (common/age_ledger.sql),
+/// making those months' partitions first when `make_months`.
+pub async fn age_ledger(pool: &LedgerPool, months: i32, make_months: bool) {
+    let mut tx = pool.begin().await.unwrap();
+    if make_months {
+        sqlx::query(
+            "select ledger.ensure_history_partitions(now() - make_interval(months => $1), now())",
+        )
+        .bind(months)
+        .execute(&mut tx)
+        .await
+        .unwrap();
+    }
+    sqlx::query("select set_config('effectwatch_test.age_months', $1::text, true)")
+        .bind(months)
+        .execute(&mut tx)
+        .await
+        .unwrap();
+    sqlx::query(include_str!("age_ledger.sql"))
+        .execute(&mut tx)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+}
