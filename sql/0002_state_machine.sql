@@ -105,6 +105,8 @@ begin
             then 'effects_held_by_check: a held effect names the effect it is held by'
         when (new.amount_minor is null) <> (new.currency is null)
             then 'effects_amount_check: an amount is given with its currency, and a currency with its amount'
+        when new.amount_minor < 0
+            then 'effects_amount_sign_check: an amount is not negative (a reversal is an effect of its own)'
         when new.currency !~ '^[A-Z]{3}$'
             then 'effects_currency_check: a currency is three capital letters'
         when new.attention not in ('duplicate', 'mismatch')

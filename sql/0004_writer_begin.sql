@@ -25,13 +25,18 @@ language sql stable strict as $$
 $$;
 
 -- Everything material to an intent in one hash: what a tombstone keeps of
--- a pruned key so that a replay with other terms is still rejected.
+-- a pruned key so that a replay with other terms is still rejected. A
+-- booking's range is among its terms; an effect with none hashes as it
+-- always did.
 create function ledger.material_hash(
-    params_hash text, action text, target text, amount_minor bigint, currency text, provider text
+    params_hash text, action text, target text, amount_minor bigint, currency text, provider text,
+    during tstzrange default null
 ) returns text
 language sql stable as $$
-    select encode(sha256(convert_to(jsonb_build_array(
-        params_hash, action, target, amount_minor, currency, provider)::text, 'UTF8')), 'hex')
+    select encode(sha256(convert_to((jsonb_build_array(
+        params_hash, action, target, amount_minor, currency, provider)
+        || case when during is null then '[]'::jsonb else jsonb_build_array(during::text) end)::text,
+        'UTF8')), 'hex')
 $$;
 
 -- plpgsql rather than sql for this and record_attempt: PostgreSQL plans a
@@ -53,7 +58,8 @@ begin
         policy.approvals_must_be_registered := false;
         policy.conflicts_by_time_range := false;
         policy.on_holder_success := 'leave';
-        policy.updated_at := now();
+        -- Never written: what tells the defaults from a policy of its own.
+        policy.updated_at := null;
     end if;
     return policy;
 end
@@ -116,18 +122,19 @@ declare
 begin
     -- One condition for the four, which every call passes; which one
     -- failed is sorted out only when one did.
-    if coalesce(open_effect.op_key, '') = '' or coalesce(open_effect.action, '') = ''
-       or coalesce(open_effect.target, '') = '' or coalesce(open_effect.requested_by, '') = ''
+    -- Blank is missing: a key or a name of spaces only names nothing.
+    if coalesce(btrim(open_effect.op_key), '') = '' or coalesce(btrim(open_effect.action), '') = ''
+       or coalesce(btrim(open_effect.target), '') = '' or coalesce(btrim(open_effect.requested_by), '') = ''
        or jsonb_typeof(offered_params) <> 'object' then
-        if coalesce(open_effect.op_key, '') = '' then
-            raise exception 'ledger: op_key is required' using errcode = 'invalid_parameter_value';
+        if coalesce(btrim(open_effect.op_key), '') = '' then
+            raise exception 'ledger: op_key is required and may not be blank' using errcode = 'invalid_parameter_value';
         end if;
-        if coalesce(open_effect.action, '') = '' or coalesce(open_effect.target, '') = '' then
-            raise exception 'ledger: action and target are required (key %)', open_effect.op_key
+        if coalesce(btrim(open_effect.action), '') = '' or coalesce(btrim(open_effect.target), '') = '' then
+            raise exception 'ledger: action and target are required and may not be blank (key %)', open_effect.op_key
                 using errcode = 'invalid_parameter_value';
         end if;
-        if coalesce(open_effect.requested_by, '') = '' then
-            raise exception 'ledger: requested_by is required (key %)', open_effect.op_key
+        if coalesce(btrim(open_effect.requested_by), '') = '' then
+            raise exception 'ledger: requested_by is required and may not be blank (key %)', open_effect.op_key
                 using errcode = 'invalid_parameter_value';
         end if;
         raise exception 'ledger: params must be a JSON object (key %)', open_effect.op_key
@@ -142,12 +149,22 @@ begin
     ignored := pg_advisory_xact_lock(hashtextextended('ledger.target:' || open_effect.target, 0))::text;
 
     policy := ledger.policy_for(open_effect.action);
+    -- An action nobody wrote a policy for gets the defaults, unless the
+    -- ledger says unknown actions are refused (a misspelt or invented name
+    -- would otherwise escape every rule of the real one).
+    if policy.updated_at is null
+       and (select s.unknown_actions from ledger.ledger_settings s) = 'refuse' then
+        raise exception 'ledger: action % has no policy and this ledger refuses unknown actions (key %)',
+            open_effect.action, open_effect.op_key
+            using errcode = 'invalid_parameter_value',
+                  hint = 'use an action with a policy (effectwatch policy list), or have an operator set one';
+    end if;
     -- A key that names no approval and no booking range is, nearly always,
     -- new: it is first tried by the one insert below, which creates it only
     -- if no effect and no tombstone holds the key. Whatever that finds is
     -- answered on the full path of the next turn.
     first_try := open_effect.approval_ref is null and open_effect.during is null
-                 and not policy.conflicts_by_time_range;
+                 and not policy.conflicts_by_time_range and not policy.approvals_must_be_registered;
     loop
         if not first_try then
             select e.* into existing from ledger.effects e
@@ -185,7 +202,8 @@ begin
                     -- never dispatched: the first call after the release
                     -- proceeds, as the held call would have; one at a time,
                     -- on the hold's row, so the calls after it are in flight.
-                    if existing.state = 'pending' and existing.dispatched_at is null then
+                    if existing.state = 'pending' and existing.dispatched_at is null
+                       and ledger.writer_refusal(existing, 'dispatch') is null then
                         update ledger.holds h set answered_at = now()
                          where h.effect_id = existing.id and h.closed_how = 'released' and h.answered_at is null;
                         if found then
@@ -196,8 +214,11 @@ begin
                     end if;
                     -- The provider deduplicates by our key: an unknown outcome
                     -- is settled by sending the same request again.
+                    -- Only its own login reopens an effect: another fleet's
+                    -- agent with the same key is told it is in flight.
                     if existing.state = 'unknown' and existing.attention is null
-                       and (ledger.policy_for(existing.action)).retry_semantics = 'safe_retry' then
+                       and (ledger.policy_for(existing.action)).retry_semantics = 'safe_retry'
+                       and ledger.writer_refusal(existing, 'retry') is null then
                         perform set_config('ledger.reason', 'safe retry of an unknown outcome under the same key', true);
                         update ledger.effects e
                            set state = 'pending', dispatched_at = null, dispatched_by = null,
@@ -227,15 +248,42 @@ begin
                             jsonb_build_object('retry_after_seconds',
                                 ceil(extract(epoch from existing.retry_not_before - now()))::integer))::ledger.begin_answer;
                     end if;
+                    refusal := ledger.writer_refusal(existing, 'retry');
+                    if coalesce(existing.retryable, false) and refusal is not null then
+                        -- Only its own login reopens an effect.
+                        perform ledger.record_attempt(existing, 'refused', open_effect.requested_by,
+                            open_effect.request_id, offered_hash,
+                            detail => jsonb_build_object('refused', refusal), flagged => true);
+                        return ('rejected'::text, existing.id, existing.state,
+                            jsonb_build_object('refused', refusal))::ledger.begin_answer;
+                    end if;
+                    if coalesce(existing.retryable, false) and policy.conflicts_by_time_range then
+                        -- A booking retried after another took an overlapping
+                        -- range would be a second booking of that time.
+                        select e.* into booked from ledger.effects e
+                         where e.target = existing.target and e.action = existing.action
+                           and e.id <> existing.id and e.state = 'succeeded' and e.during && existing.during
+                         limit 1;
+                        if found then
+                            perform ledger.record_attempt(booked, 'overlap', open_effect.requested_by,
+                                open_effect.request_id, offered_hash, offered_params,
+                                jsonb_build_object('op_key', existing.op_key, 'during', existing.during::text));
+                            return ('overlap'::text, booked.id, booked.state,
+                                jsonb_build_object('overlaps', booked.op_key, 'during', booked.during::text))::ledger.begin_answer;
+                        end if;
+                    end if;
                     if coalesce(existing.retryable, false) then
                         -- Another key may have proceeded on this target since the
                         -- failure: retrying now would make two open effects on an
-                        -- exclusive target. Wait, as a new key would be held.
-                        if (ledger.policy_for(existing.action)).exclusive_per_target
+                        -- exclusive target (under a time-range policy: on an
+                        -- overlapping range). Wait, as a new key would be held.
+                        if (policy.exclusive_per_target or policy.conflicts_by_time_range)
                            and exists (select 1 from ledger.effects e
                                         where e.target = existing.target and e.action = existing.action
                                           and e.id <> existing.id
-                                          and e.state in ('pending', 'unknown', 'held')) then
+                                          and e.state in ('pending', 'unknown', 'held')
+                                          and (not policy.conflicts_by_time_range
+                                               or e.during && existing.during)) then
                             perform ledger.record_attempt(existing, 'held', open_effect.requested_by,
                                 open_effect.request_id, offered_hash,
                                 detail => jsonb_build_object('retry_blocked_by_open_effect_on_target', true));
@@ -274,7 +322,7 @@ begin
             if found then
                 if tombstone.material_hash <> ledger.material_hash(
                        offered_hash, open_effect.action, open_effect.target, open_effect.amount_minor,
-                       upper(open_effect.currency), open_effect.provider) then
+                       upper(open_effect.currency), open_effect.provider, open_effect.during) then
                     return ('rejected'::text, tombstone.effect_id, tombstone.final_state, null::jsonb)::ledger.begin_answer;
                 elsif tombstone.final_state = 'succeeded' then
                     return ('replay'::text, tombstone.effect_id, tombstone.final_state, tombstone.result)::ledger.begin_answer;
@@ -287,7 +335,8 @@ begin
             approval := ledger.lock_approval(open_effect.approval_ref, open_effect.approval_version);
             refusal := ledger.approval_refusal(approval, open_effect.approval_ref, open_effect.approval_version,
                            policy.approvals_must_be_registered, open_effect.action, open_effect.target,
-                           open_effect.amount_minor, upper(open_effect.currency), offered_hash, null);
+                           open_effect.amount_minor, upper(open_effect.currency), offered_hash, null,
+                           policy.compensation_approval_limit_minor);
             if policy.conflicts_by_time_range then
                 if open_effect.during is null or isempty(open_effect.during) then
                     raise exception 'ledger: % conflicts by time range: begin_effect needs its range (during) (key %)',
@@ -426,6 +475,20 @@ begin
             using errcode = 'insufficient_privilege',
                   hint = 'choose another key; compensations are requested with ledger.op_compensate';
     end if;
+    -- Approval refs of the same kind: the four-eyes requests' own
+    -- (compensation_request:N) authorise only the compensation they name.
+    if begin_effect.approval_ref ~* '^compensation_request:' then
+        raise exception 'ledger: approval refs beginning compensation_request: are made by the ledger itself (key %)',
+            begin_effect.op_key
+            using errcode = 'insufficient_privilege';
+    end if;
+    -- Params nested deeper than any business object need, which readers
+    -- (and JSON libraries) refuse to walk.
+    if jsonb_path_exists(begin_effect.params, 'lax $.**{65}') then
+        raise exception 'ledger: params are nested deeper than 64 levels (key %): pass the material fields, not a deep document',
+            begin_effect.op_key
+            using errcode = 'invalid_parameter_value';
+    end if;
     if ledger.has_hidden_character_in(begin_effect.op_key, begin_effect.action, begin_effect.target) then
         hidden := coalesce('op_key has ' || ledger.hidden_character(begin_effect.op_key),
                            'action has ' || ledger.hidden_character(begin_effect.action),
@@ -434,7 +497,9 @@ begin
             hidden
             using errcode = 'invalid_parameter_value';
     end if;
-    return ledger.open_effect(begin_effect.op_key, begin_effect.action, begin_effect.target,
+    -- Actions are names, compared as written lower-case and trimmed: Refund
+    -- and " refund" are refund, under refund's policy.
+    return ledger.open_effect(begin_effect.op_key, lower(btrim(begin_effect.action)), begin_effect.target,
                               begin_effect.params, begin_effect.requested_by, begin_effect.pending_window,
                               begin_effect.amount_minor, begin_effect.currency, begin_effect.provider,
                               begin_effect.approval_ref, begin_effect.approval_version,

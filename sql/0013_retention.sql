@@ -206,7 +206,8 @@ begin
     insert into ledger.key_tombstones (op_key, effect_id, material_hash, final_state, external_ref,
                                        result, settled_at)
     select e.op_key, e.id,
-           ledger.material_hash(e.params_hash, e.action, e.target, e.amount_minor, e.currency, e.provider),
+           ledger.material_hash(e.params_hash, e.action, e.target, e.amount_minor, e.currency, e.provider,
+                                e.during),
            e.state, e.external_ref, e.result, e.settled_at
       from ledger.effects e
      where e.id = any (doomed) and e.state in ('succeeded', 'failed', 'cancelled')

@@ -44,6 +44,10 @@ begin
         raise exception 'ledger: an approval needs a ref, a version, an action and a target'
             using errcode = 'invalid_parameter_value';
     end if;
+    if grant_approval.approval_ref ~* '^compensation_request:' then
+        raise exception 'ledger: approval refs beginning compensation_request: are the ledger''s own (four-eyes requests)'
+            using errcode = 'insufficient_privilege';
+    end if;
     if grant_approval.expires_at is null or grant_approval.expires_at <= now() then
         raise exception 'ledger: approval % v% would be expired already (expires %)',
             grant_approval.approval_ref, grant_approval.version, grant_approval.expires_at
@@ -80,10 +84,16 @@ declare
     seq     bigint;
 begin
     perform ledger.require_who_and_why(revoke_approval.revoked_by, revoke_approval.reason, 'to revoke an approval');
+    -- No version: the newest, the one that authorises (older ones are superseded).
     select a.* into before from ledger.approvals a
-     where a.approval_ref = revoke_approval.approval_ref and a.version = revoke_approval.version for update;
+     where a.approval_ref = revoke_approval.approval_ref
+       and a.version = coalesce(revoke_approval.version,
+                                (select max(b.version) from ledger.approvals b
+                                  where b.approval_ref = revoke_approval.approval_ref))
+       for update;
     if not found then
-        raise exception 'ledger: no approval % v%', revoke_approval.approval_ref, revoke_approval.version
+        raise exception 'ledger: no approval %',
+            revoke_approval.approval_ref || coalesce(' v' || revoke_approval.version, '')
             using errcode = 'EW404';
     end if;
     if before.revoked_at is not null then
@@ -103,18 +113,28 @@ $$;
 
 -- Why `approval` does not authorise this intent now, or null. `approval`
 -- is the row named (null when none is registered); `consumer` is the effect
--- asking (null for a new key).
+-- asking (null for a new key). `required`: the action's policy wants a
+-- registered approval, for every effect above `limit_minor` (for every
+-- effect when it has no limit) — naming none does not dodge it.
 create function ledger.approval_refusal(
     approval ledger.approvals, approval_ref text, approval_version integer, required boolean,
-    action text, target text, amount_minor bigint, currency text, params_hash text, consumer bigint
+    action text, target text, amount_minor bigint, currency text, params_hash text, consumer bigint,
+    limit_minor bigint default null
 ) returns text
 language plpgsql stable
 set search_path = pg_catalog, pg_temp
 as $$
 declare
     newest integer;
+    taken  bigint;
 begin
     if approval_ref is null then
+        if required and (limit_minor is null or coalesce(amount_minor, 0) > limit_minor) then
+            return format('the %s policy requires an approval the approving system registered%s, and this '
+                          'effect names none', action,
+                          case when limit_minor is not null
+                               then format(' above %s minor units', limit_minor) else '' end);
+        end if;
         return null;
     end if;
     if (approval).approval_ref is null then
@@ -154,9 +174,14 @@ begin
         return format('the params differ from those approval %s v%s authorises', (approval).approval_ref,
                       (approval).version);
     end if;
-    if (approval).consumed_by is not null and (approval).consumed_by is distinct from consumer then
-        return format('approval %s v%s already authorised another effect (id %s)', (approval).approval_ref,
-                      (approval).version, (approval).consumed_by);
+    -- An approval's versions are one approval: a new version extends or
+    -- corrects it, and never authorises a second effect.
+    select a.consumed_by into taken from ledger.approvals a
+     where a.approval_ref = (approval).approval_ref and a.consumed_by is not null
+       and a.consumed_by is distinct from consumer
+     limit 1;
+    if taken is not null then
+        return format('approval %s already authorised another effect (id %s)', (approval).approval_ref, taken);
     end if;
     return null;
 end
@@ -183,4 +208,21 @@ begin
        for update;
     return approval;
 end
+$$;
+
+-- The newest approvals first, with the key of the effect each authorised:
+-- what `effectwatch approval list` shows. The approving system reads its
+-- approvals here without reading the effects themselves.
+create function ledger.approval_list(max_rows bigint)
+returns table (approval_ref text, version integer, action text, target text, amount_ceiling_minor bigint,
+               currency text, expires_at timestamptz, granted_by text, revoked_at timestamptz,
+               consumed_by text)
+language sql stable security definer
+set search_path = pg_catalog, pg_temp
+as $$
+    select a.approval_ref, a.version, a.action, a.target, a.amount_ceiling_minor, a.currency,
+           a.expires_at, a.granted_by, a.revoked_at, e.op_key
+      from ledger.approvals a left join ledger.effects e on e.id = a.consumed_by
+     order by a.granted_at desc, a.approval_ref, a.version desc
+     limit max_rows
 $$;

@@ -154,3 +154,4 @@ grant execute on function
     ledger.revoke_approval(text, integer, text, text)
     to effect_approver;
 grant select on ledger.approvals to effect_approver;
+grant execute on function ledger.approval_list(bigint) to effect_approver, effect_operator, effect_readonly;

@@ -160,7 +160,7 @@ async fn expired_revoked_superseded_and_unknown_approvals_are_refused() {
     approvals::grant(&approver, &grant("AP-R", 1, "invoice:r", hour), "bot", "t")
         .await
         .unwrap();
-    approvals::revoke(&approver, "AP-R", 1, "bot", "the customer withdrew")
+    approvals::revoke(&approver, "AP-R", Some(1), "bot", "the customer withdrew")
         .await
         .unwrap();
     approvals::grant(&approver, &grant("AP-S", 1, "invoice:s", hour), "bot", "t")

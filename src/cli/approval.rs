@@ -19,8 +19,9 @@ pub enum ApprovalCommand {
     /// Withdraw an approval: effects not yet dispatched under it stop.
     Revoke {
         approval_ref: String,
+        /// The version to revoke; the newest when left out.
         #[arg(long)]
-        version: i32,
+        version: Option<i32>,
         #[arg(long)]
         reason: String,
     },
@@ -66,12 +67,11 @@ pub async fn run(
     match command {
         ApprovalCommand::Grant(args) => {
             refuse_read_only(config)?;
+            let too_far = || Failure::new(USAGE, "--expires is too far away");
             let expires_at = match parse_duration(&args.expires) {
-                Ok(length) => {
-                    chrono::Utc::now()
-                        + chrono::Duration::from_std(length)
-                            .map_err(|_| Failure::new(USAGE, "--expires is too far away"))?
-                }
+                Ok(length) => chrono::Utc::now()
+                    .checked_add_signed(chrono::Duration::from_std(length).map_err(|_| too_far())?)
+                    .ok_or_else(too_far)?,
                 Err(_) => parse_instant(&args.expires)
                     .map_err(|problem| Failure::new(USAGE, format!("--expires: {problem}")))?,
             };

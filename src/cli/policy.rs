@@ -26,7 +26,13 @@ pub enum PolicyCommand {
 
 #[derive(Debug, Args)]
 pub struct SetArgs {
-    pub action: String,
+    /// The action whose policy changes; leave it out to change only ledger-wide settings.
+    #[arg(required_unless_present = "unknown_actions")]
+    pub action: Option<String>,
+    /// Ledger-wide: refuse effects of an action that has no policy of its own, or allow them
+    /// under the defaults.
+    #[arg(long, value_parser = ["allow", "refuse"])]
+    pub unknown_actions: Option<String>,
     /// What may happen after a doubt: safe_retry, reconcile_first, compensate (a duplicate is
     /// reversed by rule), never_retry, escalate.
     #[arg(long, value_parser = parse_semantics)]
@@ -135,6 +141,14 @@ pub async fn run(
             if config.read_only {
                 return Err(Failure::new(REFUSED, "read-only: policy set refused"));
             }
+            if let Some(mode) = &args.unknown_actions {
+                let seq = policies::set_unknown_actions(pool, mode, &config.operator, &args.reason)
+                    .await?;
+                eprintln!("unknown actions are now {mode}d; audit entry #{seq}");
+            }
+            let Some(action) = args.action else {
+                return Ok(());
+            };
             let change = PolicyChange {
                 pending_window: args.pending_window,
                 exclusive_per_target: args.exclusive,
@@ -152,11 +166,11 @@ pub async fn run(
                 on_holder_success: args.on_holder_success,
             };
             let (policy, seq) =
-                policies::set(pool, &args.action, &change, &config.operator, &args.reason).await?;
+                policies::set(pool, &action, &change, &config.operator, &args.reason).await?;
             println!("{}", safe_json(&policy));
             eprintln!(
                 "policy of {} changed; audit entry #{seq}",
-                sanitize_line(&args.action)
+                sanitize_line(&action)
             );
             Ok(())
         }

@@ -69,7 +69,7 @@ pub async fn grant<'c>(
 pub async fn revoke<'c>(
     executor: impl PgExecutor<'c>,
     approval_ref: &str,
-    version: i32,
+    version: Option<i32>,
     revoked_by: &str,
     reason: &str,
 ) -> Result<(Value, Option<i64>), LedgerError> {
@@ -89,12 +89,11 @@ pub async fn list<'c>(
     executor: impl PgExecutor<'c>,
     limit: i64,
 ) -> Result<Vec<Approval>, LedgerError> {
+    // Through the function: an approver login may not read the effects.
     Ok(sqlx::query_as(
-        "select a.approval_ref, a.version, a.action, a.target, a.amount_ceiling_minor, a.currency,
-                a.expires_at, a.granted_by, a.revoked_at, e.op_key as consumed_by
-           from ledger.approvals a left join ledger.effects e on e.id = a.consumed_by
-          order by a.granted_at desc, a.approval_ref, a.version desc
-          limit $1",
+        "select approval_ref, version, action, target, amount_ceiling_minor, currency,
+                expires_at, granted_by, revoked_at, consumed_by
+           from ledger.approval_list($1)",
     )
     .bind(limit)
     .fetch_all(executor)

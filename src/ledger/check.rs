@@ -85,6 +85,10 @@ pub struct Health {
     /// no next step, no escalation, no request for approval. One line each,
     /// `KEY: what is owed`, at most [`UNOWNED_SHOWN`].
     pub unowned_work: Vec<String>,
+    /// Actions used in the last 30 days with no policy of their own
+    /// (`ledger.actions_without_policy`), `action (N effects)` each: the
+    /// defaults apply to them, or a misspelt name escapes a policy.
+    pub actions_without_policy: Vec<String>,
 }
 
 /// How many items of unowned work a check names.
@@ -128,6 +132,12 @@ pub async fn measure(
     .bind(UNOWNED_SHOWN)
     .fetch_all(&mut tx)
     .await?;
+    let actions_without_policy: Vec<String> = sqlx::query_scalar(
+        "select action || ' (' || effects || ' effects)' from ledger.actions_without_policy
+          order by effects desc, action",
+    )
+    .fetch_all(&mut tx)
+    .await?;
     let suspected = if with_suspected {
         Some(
             sqlx::query_scalar::<_, i64>("select count(*) from ledger.suspected_double_effects")
@@ -149,6 +159,7 @@ pub async fn measure(
         weak_triggers,
         steps_owed,
         unowned_work,
+        actions_without_policy,
     })
 }
 
@@ -211,6 +222,19 @@ pub fn evaluate(health: &Health, thresholds: &Thresholds) -> Vec<Breach> {
                 crate::text::sanitize_line(&health.unowned_work.join("; "))
             ),
             value: health.unowned_work.len() as i64,
+            limit: 0,
+            unit: "items",
+            level: Level::Warning,
+        });
+    }
+    if !health.actions_without_policy.is_empty() {
+        breaches.push(Breach {
+            what: format!(
+                "actions in use with no policy of their own, under the defaults: {} (effectwatch \
+                 policy set ACTION …, or --unknown-actions refuse)",
+                crate::text::sanitize_line(&health.actions_without_policy.join(", "))
+            ),
+            value: health.actions_without_policy.len() as i64,
             limit: 0,
             unit: "items",
             level: Level::Warning,
@@ -295,6 +319,7 @@ mod tests {
             weak_triggers: Vec::new(),
             steps_owed: 0,
             unowned_work: Vec::new(),
+            actions_without_policy: Vec::new(),
         }
     }
 

@@ -152,3 +152,22 @@ pub async fn set<'c>(
     .fetch_one(executor)
     .await?)
 }
+
+/// Ledger-wide: whether an action with no policy of its own is refused at
+/// `begin_effect` (`refuse`) or runs under the defaults (`allow`). Returns
+/// the audit entry.
+pub async fn set_unknown_actions<'c>(
+    executor: impl PgExecutor<'c>,
+    mode: &str,
+    operator: &str,
+    reason: &str,
+) -> Result<i64, LedgerError> {
+    Ok(sqlx::query_scalar(
+        "select audit_seq from ledger.op_set_unknown_actions(mode => $1, operator => $2, reason => $3)",
+    )
+    .bind(mode)
+    .bind(operator)
+    .bind(reason)
+    .fetch_one(executor)
+    .await?)
+}
