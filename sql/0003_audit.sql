@@ -43,7 +43,9 @@ declare
     head ledger.audit_head;
 begin
     -- An entry carried into another partition keeps its place in the chain.
-    if ledger.moving_history() then
+    -- Only such an entry: one that already has its place (ledger.audit writes
+    -- seq 0) is chained whatever the transaction is doing besides.
+    if new.seq > 0 and ledger.moving_history() then
         return new;
     end if;
     -- Retention takes this lock too, to wait for entries being written.
@@ -85,6 +87,21 @@ create trigger audit_no_truncate
 alter table ledger.audit_log enable always trigger audit_chain;
 alter table ledger.audit_log enable always trigger audit_append_only;
 alter table ledger.audit_log enable always trigger audit_no_truncate;
+
+-- The settings the ledger's functions leave for its triggers (who acts and
+-- why, and the markers of retention and of history moving between
+-- partitions) are the ledger's word only if the ledger set them: every
+-- SECURITY DEFINER function forgets whatever its caller set before it does
+-- anything, so a login cannot write a reason of its choosing into history
+-- or pass for retention. One SQL expression, inlined where it is called: a
+-- plain expression on the writer's path, no query of its own. A function
+-- with SET clauses for them would do the same on exit too, but PostgreSQL
+-- before 16 lets only a superuser attach a custom setting to a function.
+create function ledger.forget_caller_settings() returns text
+language sql volatile as $$
+    select set_config('ledger.actor', '', true) || set_config('ledger.reason', '', true)
+        || set_config('ledger.history_move_xact', '', true) || set_config('ledger.prune_xact', '', true)
+$$;
 
 -- Every audited change names who made it and why: refused before anything
 -- is written when either is blank. `what` ends the message ("to prune").

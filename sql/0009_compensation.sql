@@ -155,6 +155,7 @@ declare
     waits       boolean;
     seq         bigint;
 begin
+    perform ledger.forget_caller_settings();
     effect := ledger.lock_for_operator(op_compensate.op_key, op_compensate.expected_version,
                                        op_compensate.operator, op_compensate.reason, true);
     -- Callers of one effect queue on that lock; whoever comes second finds
@@ -232,6 +233,7 @@ declare
     approval record;
     seq      bigint;
 begin
+    perform ledger.forget_caller_settings();
     effect := ledger.lock_for_operator(op_reverse_duplicate.op_key, op_reverse_duplicate.expected_version,
                                        op_reverse_duplicate.operator, op_reverse_duplicate.reason, true);
     select c.* into existing from ledger.effects c
@@ -333,6 +335,7 @@ declare
     created ledger.effects;
     seq     bigint;
 begin
+    perform ledger.forget_caller_settings();
     effect := ledger.lock_for_operator(op_approve_compensation.op_key, op_approve_compensation.expected_version,
                                        op_approve_compensation.operator, op_approve_compensation.reason, true);
     select r.* into request from ledger.compensation_requests r
@@ -388,6 +391,7 @@ declare
     request ledger.compensation_requests;
     seq     bigint;
 begin
+    perform ledger.forget_caller_settings();
     effect := ledger.lock_for_operator(op_reject_compensation.op_key, op_reject_compensation.expected_version,
                                        op_reject_compensation.operator, op_reject_compensation.reason, true);
     select r.* into request from ledger.compensation_requests r
@@ -448,6 +452,7 @@ declare
     dispatch record;
     seq      bigint;
 begin
+    perform ledger.forget_caller_settings();
     compensation := ledger.lock_compensation(op_dispatch_compensation.compensation_key,
                                              op_dispatch_compensation.operator);
     before := ledger.effect_snapshot(compensation);
@@ -486,6 +491,7 @@ declare
     why          text;
     seq          bigint;
 begin
+    perform ledger.forget_caller_settings();
     compensation := ledger.lock_compensation(op_complete_compensation.compensation_key,
                                              op_complete_compensation.operator);
     before := ledger.effect_snapshot(compensation);

@@ -78,6 +78,7 @@ as $$
 declare
     cutoff timestamptz;
 begin
+    perform ledger.forget_caller_settings();
     if older_than is null or older_than < interval '0' then
         raise exception 'ledger: prune needs an age of at least 0 (got %)', older_than
             using errcode = 'invalid_parameter_value';
@@ -137,6 +138,7 @@ declare
     months       jsonb;
     seq          bigint;
 begin
+    perform ledger.forget_caller_settings();
     perform ledger.require_who_and_why(prune_settled.operator, prune_settled.reason, 'to prune');
     if prune_settled.older_than is null or prune_settled.older_than < interval '0' then
         raise exception 'ledger: prune needs an age of at least 0 (got %)', prune_settled.older_than
@@ -222,6 +224,7 @@ declare
     n bigint;
     seq bigint;
 begin
+    perform ledger.forget_caller_settings();
     perform ledger.require_who_and_why(prune_tombstones.operator, prune_tombstones.reason,
                                        'to drop tombstones');
     if prune_tombstones.older_than is null or prune_tombstones.older_than < interval '30 days' then

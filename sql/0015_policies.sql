@@ -45,6 +45,7 @@ declare
     after  ledger.action_policies;
     seq    bigint;
 begin
+    perform ledger.forget_caller_settings();
     perform ledger.require_who_and_why(op_set_policy.operator, op_set_policy.reason, 'to change a policy');
     if coalesce(btrim(op_set_policy.action), '') = '' then
         raise exception 'ledger: which action''s policy?' using errcode = 'invalid_parameter_value';

@@ -38,6 +38,7 @@ declare
     granted ledger.approvals;
     seq     bigint;
 begin
+    perform ledger.forget_caller_settings();
     perform ledger.require_who_and_why(grant_approval.granted_by, grant_approval.reason, 'to grant an approval');
     if coalesce(btrim(grant_approval.approval_ref), '') = '' or grant_approval.version is null
        or coalesce(grant_approval.action, '') = '' or coalesce(grant_approval.target, '') = '' then
@@ -79,6 +80,7 @@ declare
     revoked ledger.approvals;
     seq     bigint;
 begin
+    perform ledger.forget_caller_settings();
     perform ledger.require_who_and_why(revoke_approval.revoked_by, revoke_approval.reason, 'to revoke an approval');
     select a.* into before from ledger.approvals a
      where a.approval_ref = revoke_approval.approval_ref and a.version = revoke_approval.version for update;
