@@ -205,13 +205,18 @@ $$;
 -- first entry that does not verify and why. Entries from before the
 -- checkpoint that were kept are checked each on its own and against the
 -- checkpoint's digest; the signature is checked by the client, which holds
--- the trusted key.
+-- the trusted key. The chain must end at ledger.audit_head, which every
+-- entry moves and retention never drops: a chain that stops short of it
+-- lost its newest entries. (Whoever can rewrite the head as well, the
+-- owner, is caught by an anchor kept outside the ledger: effectwatch audit
+-- anchor.)
 create function ledger.verify_audit_chain(
     out checked bigint, out first_broken_seq bigint, out problem text, out checkpoint_seq bigint
 )
 language plpgsql stable as $$
 declare
     entry     ledger.audit_log;
+    head      ledger.audit_head;
     mark      ledger.audit_checkpoints;
     kept      record;
     expected_prev text := repeat('0', 64);
@@ -265,5 +270,27 @@ begin
         expected_prev := entry.hash;
         expected_seq := entry.seq + 1;
     end loop;
+    select * into head from ledger.audit_head;
+    if head.seq > expected_seq - 1 then
+        first_broken_seq := expected_seq;
+        problem := format('entries %s to %s are missing: the chain ends at entry %s, its head at entry %s',
+                          expected_seq, head.seq, expected_seq - 1, head.seq);
+    elsif head.seq < expected_seq - 1 then
+        first_broken_seq := head.seq + 1;
+        problem := format('entries %s to %s were added without moving the head (entry %s)',
+                          head.seq + 1, expected_seq - 1, head.seq);
+    elsif head.hash <> expected_prev then
+        first_broken_seq := head.seq;
+        problem := format('entry %s is not the head the ledger recorded: the end of the chain was rewritten',
+                          head.seq);
+    else
+        -- An entry without a place in the chain, which the walk never meets.
+        select * into entry from ledger.audit_log a where a.seq < 1 order by a.at limit 1;
+        if found then
+            first_broken_seq := entry.seq;
+            problem := format('an entry by %s (%s, %s) is outside the chain: it was written without its place',
+                              entry.operator, entry.action, entry.at);
+        end if;
+    end if;
 end
 $$;

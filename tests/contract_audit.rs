@@ -799,3 +799,41 @@ async fn every_security_definer_function_forgets_the_callers_settings_first() {
     .unwrap();
     assert!(definers >= 30, "{definers}");
 }
+
+/// Deleting the newest entries leaves a chain that links up: only the head, which every entry
+/// moves, says entries are gone.
+#[tokio::test]
+async fn the_newest_entries_deleted_are_caught_by_the_head() {
+    let db = common::test_db().await;
+    let pool = &db.pool;
+    five_entries(pool).await;
+
+    tamper(&db, "delete from ledger.audit_log where seq >= 4").await;
+    let report = verify(pool).await;
+    assert_eq!(report.first_broken_seq, Some(4), "{report:?}");
+    assert_eq!(report.checked, 3);
+    assert!(
+        report
+            .problem
+            .as_deref()
+            .unwrap_or("")
+            .contains("entries 4 to 5 are missing"),
+        "{report:?}"
+    );
+
+    // An entry stored without its place, as the forged marker once did, is named too.
+    let db = common::test_db().await;
+    five_entries(&db.pool).await;
+    tamper(
+        &db,
+        "insert into ledger.audit_log (seq, operator, db_role, action, reason, prev_hash, hash)
+         values (0, 'mallory', 'x', 'resolve', 'off the books', '', '')",
+    )
+    .await;
+    let report = verify(&db.pool).await;
+    assert_eq!(report.first_broken_seq, Some(0), "{report:?}");
+    assert!(
+        report.problem.as_deref().unwrap_or("").contains("mallory"),
+        "{report:?}"
+    );
+}
