@@ -96,18 +96,74 @@ fn the_config_command_lists_every_problem_on_its_own_line() {
     assert_eq!(problems.len(), 3, "{stdout}");
 }
 
+/// Settings every command used to start with and fail on later, or run on silently
+/// without the bound they seemed to set: each is one clear line at start, exit 3.
 #[test]
-fn a_variable_for_a_header_is_read_when_used_not_on_load() {
-    let config = r#"
+fn every_command_refuses_settings_it_cannot_run_on() {
+    let unwritable_log = tempfile::tempdir().unwrap();
+    let log_in_a_file = unwritable_log.path().join("a-file");
+    std::fs::write(&log_in_a_file, "").unwrap();
+    let cases = [
+        ("theme = \"nosuch\"\n".to_string(), "no theme \"nosuch\""),
+        (
+            "statement_timeout_secs = 0\n".to_string(),
+            "statement_timeout_secs must be between 1 and",
+        ),
+        (
+            "replica_lag_stale_secs = -5.0\n".to_string(),
+            "replica_lag_stale_secs must be",
+        ),
+        (
+            "[notifications]\nmin_interval_secs = -30\n".to_string(),
+            "expected u64",
+        ),
+        (
+            format!(
+                "log_file = \"{}\"\n",
+                log_in_a_file.join("effectwatch.log").display()
+            ),
+            "cannot write the log file",
+        ),
+        (
+            "[sinks.pd]\nkind = \"pagerduty\"\nrouting_key_env = \"EFFECTWATCH_TEST_SURELY_UNSET\"\n"
+                .to_string(),
+            "sink pd: environment variable EFFECTWATCH_TEST_SURELY_UNSET (for routing_key_env) is not set",
+        ),
+        (
+            r#"
 [providers.pay]
 kind = "http"
 base_url = "http://127.0.0.1:9"
 headers.Authorization = { env = "EFFECTWATCH_TEST_SURELY_UNSET", prefix = "Bearer " }
 [[providers.pay.lookup]]
 path = "/v1/effects/{external_ref}"
-"#;
-    let (run, _file) = effectwatch(config, &["config"]);
-    assert_eq!(run.status.code(), Some(0), "{}", text(&run.stderr));
+"#
+            .to_string(),
+            "provider pay: environment variable EFFECTWATCH_TEST_SURELY_UNSET (for header Authorization) is not set",
+        ),
+    ];
+    for (config, needle) in &cases {
+        for args in [
+            &["list", "overdue"][..],
+            &["show", "k"],
+            &["reconcile", "k"],
+        ] {
+            let (run, _file) = effectwatch(config, args);
+            let stderr = text(&run.stderr);
+            assert_eq!(run.status.code(), Some(3), "{config}{args:?}: {stderr}");
+            assert_eq!(stderr.trim_end().lines().count(), 1, "{args:?}: {stderr}");
+            assert!(stderr.contains(needle), "{config}{args:?}: {stderr}");
+        }
+        let (run, _file) = effectwatch(config, &["config"]);
+        assert_eq!(
+            run.status.code(),
+            Some(3),
+            "{config}: {}",
+            text(&run.stderr)
+        );
+        let listed = text(&run.stdout) + &text(&run.stderr);
+        assert!(listed.contains(needle), "{config}: {listed}");
+    }
 }
 
 #[test]
