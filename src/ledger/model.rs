@@ -8,6 +8,8 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::json::BoundedJson;
+
 /// The states of DESIGN.md; the database enforces the transitions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, sqlx::Type)]
 #[sqlx(type_name = "text", rename_all = "lowercase")]
@@ -108,6 +110,7 @@ pub struct Effect {
     pub op_key: String,
     pub action: String,
     pub target: String,
+    #[sqlx(try_from = "BoundedJson")]
     pub params: Value,
     pub params_hash: String,
     pub amount_minor: Option<i64>,
@@ -124,6 +127,7 @@ pub struct Effect {
     pub pending_window_secs: i64,
     pub deadline_at: Option<DateTime<Utc>>,
     pub external_ref: Option<String>,
+    #[sqlx(try_from = "BoundedJson")]
     pub result: Option<Value>,
     pub failure_reason: Option<String>,
     pub retryable: Option<bool>,
@@ -187,7 +191,9 @@ pub struct Attempt {
     pub db_role: String,
     pub request_id: Option<String>,
     pub params_hash: Option<String>,
+    #[sqlx(try_from = "BoundedJson")]
     pub params: Option<Value>,
+    #[sqlx(try_from = "BoundedJson")]
     pub detail: Option<Value>,
     pub flagged: bool,
     pub at: DateTime<Utc>,
