@@ -349,21 +349,7 @@ impl Config {
                 path.display()
             ));
         }
-        let variables = self
-            .providers
-            .iter()
-            .flat_map(|(name, provider)| {
-                provider
-                    .secret_variables()
-                    .into_iter()
-                    .map(move |variable| (format!("provider {name}"), variable))
-            })
-            .chain(self.sinks.iter().flat_map(|(name, sink)| {
-                sink.secret_variables()
-                    .into_iter()
-                    .map(move |variable| (format!("sink {name}"), variable))
-            }));
-        for (owner, (variable, what)) in variables {
+        for (owner, (variable, what)) in self.secret_variables() {
             if !std::env::var(&variable).is_ok_and(|value| !value.is_empty()) {
                 problems.push(format!(
                     "{owner}: environment variable {variable} (for {what}) is not set"
@@ -371,6 +357,33 @@ impl Config {
             }
         }
         problems
+    }
+
+    /// Every environment variable a provider or sink takes a secret from:
+    /// (`provider NAME` or `sink NAME`, (variable, what it is for)).
+    fn secret_variables(&self) -> impl Iterator<Item = (String, (String, String))> + '_ {
+        let providers = self.providers.iter().flat_map(|(name, provider)| {
+            provider
+                .secret_variables()
+                .into_iter()
+                .map(move |variable| (format!("provider {name}"), variable))
+        });
+        let sinks = self.sinks.iter().flat_map(|(name, sink)| {
+            sink.secret_variables()
+                .into_iter()
+                .map(move |variable| (format!("sink {name}"), variable))
+        });
+        providers.chain(sinks)
+    }
+
+    /// The secrets the providers and sinks take from the environment, as
+    /// set now: masked in whatever a provider or sink sends back before
+    /// the ledger stores it.
+    pub fn secret_redactor(&self) -> crate::adapters::secrets::Redactor {
+        crate::adapters::secrets::Redactor::new(
+            self.secret_variables()
+                .filter_map(|(_, (variable, _))| std::env::var(variable).ok()),
+        )
     }
 
     /// Adds the providers and sinks of a TOML fragment (the demo wires its

@@ -251,3 +251,106 @@ effects = "/data"
         "{evidence}"
     );
 }
+
+/// A provider and a sink that echo the request, credentials included, in their error bodies:
+/// what the ledger stores of them (reconciliation evidence, the compensation's result and
+/// reason, the escalation's delivery error) carries none of the configured secrets.
+#[tokio::test]
+async fn secrets_a_provider_echoes_are_masked_in_every_stored_body() {
+    const TOKEN: &str = "tok_live_ECHOED_4242";
+    const HOOK_KEY: &str = "hook_key_ECHOED_7777";
+    // Names only this test uses: nothing else in the process reads or sets them.
+    unsafe {
+        std::env::set_var("EFFECTWATCH_TEST_ECHO_TOKEN", TOKEN);
+        std::env::set_var("EFFECTWATCH_TEST_ECHO_HOOK_KEY", HOOK_KEY);
+    }
+    let rig = Rig::new().await;
+    let provider = rig.fake.provider_toml("pay", PROVIDER_TIMEOUT_MS).replacen(
+        "[providers.pay]\n",
+        "[providers.pay]\nheaders.Authorization = { env = \"EFFECTWATCH_TEST_ECHO_TOKEN\", prefix = \"Bearer \" }\n",
+        1,
+    );
+    let config = format!(
+        "{provider}\n[sinks.ops]\nkind = \"webhook\"\nurl = \"{}/hooks/ops\"\ntimeout_ms = {PROVIDER_TIMEOUT_MS}\n\
+         headers = {{ X-Hook-Key = {{ env = \"EFFECTWATCH_TEST_ECHO_HOOK_KEY\" }} }}\n",
+        rig.base_url
+    );
+    let config = Arc::new(Config::from_toml(&config).expect("the config is valid"));
+    let settler = Settler::new(rig.operator_pool.clone(), config, "alice", false);
+
+    // Reconciliation: the lookup is refused with the request echoed.
+    rig.unknown_effect("refund:ECHO:1", 1500).await;
+    rig.fake.fail_next(
+        effectwatch::fakeprovider::Route::Lookup,
+        effectwatch::fakeprovider::Fault::Echo(400),
+    );
+    rig.fake.fail_next(
+        effectwatch::fakeprovider::Route::Lookup,
+        effectwatch::fakeprovider::Fault::Echo(400),
+    );
+    settler
+        .settle(Request::Reconcile {
+            op_key: "refund:ECHO:1".into(),
+            seen: None,
+        })
+        .await
+        .expect("reconcile");
+    // Escalation: the sink refuses the delivery with the request echoed.
+    rig.fake.fail_next(
+        effectwatch::fakeprovider::Route::Hook,
+        effectwatch::fakeprovider::Fault::Echo(500),
+    );
+    settler
+        .settle(Request::Escalate {
+            op_key: "refund:ECHO:1".into(),
+            seen: None,
+            sink: None,
+            reason: "nobody can tell".into(),
+        })
+        .await
+        .expect("escalate");
+    // Compensation: the reversal is refused with the request echoed.
+    rig.succeeded_effect("refund:ECHO:2", 900).await;
+    rig.fake.fail_next(
+        effectwatch::fakeprovider::Route::Create,
+        effectwatch::fakeprovider::Fault::Echo(422),
+    );
+    settler
+        .settle(Request::Compensate {
+            op_key: "refund:ECHO:2".into(),
+            seen: None,
+            reason: "refunded twice".into(),
+        })
+        .await
+        .expect("compensate");
+
+    let stored: Vec<(String, String)> = sqlx::query_as(
+        "select 'evidence', evidence::text from ledger.reconciliations where op_key = 'refund:ECHO:1'
+         union all
+         select 'delivery error', coalesce(error, '') from ledger.escalation_deliveries
+         union all
+         select 'compensation', concat_ws(' ', result::text, failure_reason)
+           from ledger.effects where compensates is not null
+         union all
+         select 'versions', string_agg(coalesce(reason, '') || coalesce(failure_reason, ''), ' ')
+           from ledger.effect_versions",
+    )
+    .fetch_all(&rig.db.pool)
+    .await
+    .unwrap();
+    let kinds: Vec<&str> = stored.iter().map(|(kind, _)| kind.as_str()).collect();
+    for kind in ["evidence", "delivery error", "compensation"] {
+        assert!(
+            kinds.contains(&kind),
+            "nothing stored as {kind}: {stored:?}"
+        );
+    }
+    let all = format!("{stored:?}");
+    assert!(
+        all.contains("you_sent") || all.contains("request refused"),
+        "the echo was not stored: {all}"
+    );
+    assert!(!all.contains(TOKEN), "{all}");
+    assert!(!all.contains(HOOK_KEY), "{all}");
+    assert!(all.contains("****"), "{all}");
+}
