@@ -109,12 +109,6 @@ pub enum AnchorVerdict {
     Dropped { checkpoint_seq: i64 },
 }
 
-impl AnchorVerdict {
-    pub fn holds(&self) -> bool {
-        matches!(self, AnchorVerdict::Holds { .. })
-    }
-}
-
 /// Looks for the anchored entry in the chain as it is now. Meant beside
 /// `verify`, in its transaction: an intact chain that still holds the
 /// anchored entry was not rewritten up to it.
