@@ -520,3 +520,38 @@ async fn params_nested_200_levels_deep_are_shown_and_settled() {
     assert_eq!(summary.findings.get("exists_once"), Some(&1), "{summary:?}");
     assert_eq!(rig.effect("refund:DEEP:3").await.state, State::Succeeded);
 }
+
+/// Evidence nested deeper than a JSON reader recurses (a provider's answer 127 levels deep,
+/// wrapped by the ledger's own record of it) leaves the effect readable: `show` cuts it.
+#[tokio::test]
+async fn evidence_nested_too_deep_to_read_is_shown_cut() {
+    let rig = Rig::new().await;
+    rig.unknown_effect("refund:DEEP-EVIDENCE:v1", 300).await;
+    sqlx::query(
+        "insert into ledger.reconciliations (effect_id, op_key, provider, finding, evidence,
+                                             state_before, state_after, requested_by)
+         select e.id, e.op_key, 'pay', 'indeterminate',
+                jsonb_build_object('answer', (repeat('[', 200) || repeat(']', 200))::jsonb),
+                'unknown', 'unknown', 'reconciler@test'
+           from ledger.effects e where e.op_key = 'refund:DEEP-EVIDENCE:v1'",
+    )
+    .execute(&rig.db.pool)
+    .await
+    .unwrap();
+    let shown = common::effectwatch_cli(&[
+        "--database-url",
+        &rig.db.url,
+        "show",
+        "refund:DEEP-EVIDENCE:v1",
+        "--format",
+        "json",
+    ]);
+    let stdout = String::from_utf8_lossy(&shown.stdout);
+    assert_eq!(
+        shown.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&shown.stderr)
+    );
+    assert!(stdout.contains("nested deeper than"), "{stdout}");
+}

@@ -103,7 +103,9 @@ impl Decision {
     }
 }
 
-/// One row of `ledger.effects`.
+/// One row of `ledger.effects`. JSON an agent or a provider sent is read
+/// through `BoundedJson`, so that a value nested absurdly deep is shown cut
+/// rather than making the row unreadable.
 #[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
 pub struct Effect {
     pub id: i64,
@@ -218,6 +220,7 @@ pub struct Reconciliation {
     pub provider: Option<String>,
     pub finding: String,
     pub external_refs: Vec<String>,
+    #[sqlx(try_from = "BoundedJson")]
     pub evidence: Value,
     pub duration_ms: Option<i32>,
     pub state_before: String,
@@ -234,6 +237,7 @@ pub struct Escalation {
     pub op_key: String,
     pub sink: String,
     pub decision_needed: String,
+    #[sqlx(try_from = "BoundedJson")]
     pub payload: Value,
     pub state: String,
     pub delivery_attempts: i32,
@@ -256,7 +260,9 @@ pub struct AuditEntry {
     pub effect_id: Option<i64>,
     pub op_key: Option<String>,
     pub reason: Option<String>,
+    #[sqlx(try_from = "BoundedJson")]
     pub before: Option<Value>,
+    #[sqlx(try_from = "BoundedJson")]
     pub after: Option<Value>,
     pub hash: String,
     /// The target of its effect, where the query reads it (the audit view's `target:`).
