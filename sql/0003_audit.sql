@@ -43,7 +43,9 @@ declare
     head ledger.audit_head;
 begin
     -- An entry carried into another partition keeps its place in the chain.
-    if ledger.moving_history() then
+    -- Only such an entry: one that already has its place (ledger.audit writes
+    -- seq 0) is chained whatever the transaction is doing besides.
+    if new.seq > 0 and ledger.moving_history() then
         return new;
     end if;
     -- Retention takes this lock too, to wait for entries being written.
@@ -85,6 +87,21 @@ create trigger audit_no_truncate
 alter table ledger.audit_log enable always trigger audit_chain;
 alter table ledger.audit_log enable always trigger audit_append_only;
 alter table ledger.audit_log enable always trigger audit_no_truncate;
+
+-- The settings the ledger's functions leave for its triggers (who acts and
+-- why, and the markers of retention and of history moving between
+-- partitions) are the ledger's word only if the ledger set them: every
+-- SECURITY DEFINER function forgets whatever its caller set before it does
+-- anything, so a login cannot write a reason of its choosing into history
+-- or pass for retention. One SQL expression, inlined where it is called: a
+-- plain expression on the writer's path, no query of its own. A function
+-- with SET clauses for them would do the same on exit too, but PostgreSQL
+-- before 16 lets only a superuser attach a custom setting to a function.
+create function ledger.forget_caller_settings() returns text
+language sql volatile as $$
+    select set_config('ledger.actor', '', true) || set_config('ledger.reason', '', true)
+        || set_config('ledger.history_move_xact', '', true) || set_config('ledger.prune_xact', '', true)
+$$;
 
 -- Every audited change names who made it and why: refused before anything
 -- is written when either is blank. `what` ends the message ("to prune").
@@ -188,13 +205,18 @@ $$;
 -- first entry that does not verify and why. Entries from before the
 -- checkpoint that were kept are checked each on its own and against the
 -- checkpoint's digest; the signature is checked by the client, which holds
--- the trusted key.
+-- the trusted key. The chain must end at ledger.audit_head, which every
+-- entry moves and retention never drops: a chain that stops short of it
+-- lost its newest entries. (Whoever can rewrite the head as well, the
+-- owner, is caught by an anchor kept outside the ledger: effectwatch audit
+-- anchor.)
 create function ledger.verify_audit_chain(
     out checked bigint, out first_broken_seq bigint, out problem text, out checkpoint_seq bigint
 )
 language plpgsql stable as $$
 declare
     entry     ledger.audit_log;
+    head      ledger.audit_head;
     mark      ledger.audit_checkpoints;
     kept      record;
     expected_prev text := repeat('0', 64);
@@ -248,5 +270,27 @@ begin
         expected_prev := entry.hash;
         expected_seq := entry.seq + 1;
     end loop;
+    select * into head from ledger.audit_head;
+    if head.seq > expected_seq - 1 then
+        first_broken_seq := expected_seq;
+        problem := format('entries %s to %s are missing: the chain ends at entry %s, its head at entry %s',
+                          expected_seq, head.seq, expected_seq - 1, head.seq);
+    elsif head.seq < expected_seq - 1 then
+        first_broken_seq := head.seq + 1;
+        problem := format('entries %s to %s were added without moving the head (entry %s)',
+                          head.seq + 1, expected_seq - 1, head.seq);
+    elsif head.hash <> expected_prev then
+        first_broken_seq := head.seq;
+        problem := format('entry %s is not the head the ledger recorded: the end of the chain was rewritten',
+                          head.seq);
+    else
+        -- An entry without a place in the chain, which the walk never meets.
+        select * into entry from ledger.audit_log a where a.seq < 1 order by a.at limit 1;
+        if found then
+            first_broken_seq := entry.seq;
+            problem := format('an entry by %s (%s, %s) is outside the chain: it was written without its place',
+                              entry.operator, entry.action, entry.at);
+        end if;
+    end if;
 end
 $$;

@@ -465,8 +465,10 @@ language plpgsql security definer
 set search_path = pg_catalog, pg_temp
 as $$
 declare
+    ignored text;
     hidden text;
 begin
+    ignored := ledger.forget_caller_settings();
     -- Keys the ledger makes for itself: a row squatting on one would block
     -- a compensation or pass for one.
     if begin_effect.op_key ~* '^(compensate|escalate):' then

@@ -125,11 +125,13 @@ set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_column
 declare
+    ignored  text;
     effect   ledger.effects;
     refusal  text;
     approval ledger.approvals;
     lapse    text;
 begin
+    ignored := ledger.forget_caller_settings();
     effect := ledger.effect_for_writer(mark_dispatched.op_key);
     refusal := coalesce(ledger.writer_refusal(effect, 'dispatch'),
                         ledger.target_refusal(effect, mark_dispatched.target));
@@ -356,10 +358,12 @@ set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_column
 declare
+    ignored       text;
     effect        ledger.effects;
     refusal       text;
     applied_state text;
 begin
+    ignored := ledger.forget_caller_settings();
     -- The common case, the owner's answer without an error class for an
     -- effect waiting for it, is found, checked and applied by one
     -- statement; anything else (a refusal, a repeat, a late result, an

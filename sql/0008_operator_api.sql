@@ -128,6 +128,7 @@ declare
     before jsonb;
     seq bigint;
 begin
+    perform ledger.forget_caller_settings();
     effect := ledger.lock_for_operator(op_resolve.op_key, op_resolve.expected_version,
                                        op_resolve.operator, op_resolve.reason, true);
     if op_resolve.outcome not in ('succeeded', 'failed') or op_resolve.outcome is null then
@@ -165,6 +166,7 @@ declare
     before jsonb;
     seq bigint;
 begin
+    perform ledger.forget_caller_settings();
     effect := ledger.lock_for_operator(op_release.op_key, op_release.expected_version,
                                        op_release.operator, op_release.reason, true);
     perform ledger.require_applicable(effect, 'release');
@@ -198,6 +200,7 @@ declare
     before jsonb;
     seq bigint;
 begin
+    perform ledger.forget_caller_settings();
     effect := ledger.lock_for_operator(op_cancel.op_key, op_cancel.expected_version,
                                        op_cancel.operator, op_cancel.reason, true);
     perform ledger.require_applicable(effect, 'cancel');
@@ -313,6 +316,7 @@ declare
     effect ledger.effects;
     seq bigint;
 begin
+    perform ledger.forget_caller_settings();
     effect := ledger.lock_for_operator(op_annotate.op_key, op_annotate.expected_version,
                                        op_annotate.operator, op_annotate.note, true);
     seq := ledger.audit(op_annotate.operator, 'annotate', effect, op_annotate.note,
@@ -337,6 +341,7 @@ declare
     before jsonb;
     seq bigint;
 begin
+    perform ledger.forget_caller_settings();
     effect := ledger.lock_for_operator(op_acknowledge_duplicates.op_key,
                                        op_acknowledge_duplicates.expected_version,
                                        op_acknowledge_duplicates.operator,
@@ -386,6 +391,7 @@ declare
     owed text;
     owed_why text;
 begin
+    perform ledger.forget_caller_settings();
     if record_reconciliation.finding not in ('exists_once', 'absent', 'duplicate', 'mismatch', 'indeterminate')
        or record_reconciliation.finding is null then
         raise exception 'ledger: unknown reconciliation finding %', record_reconciliation.finding

@@ -176,6 +176,7 @@ declare
     waits       boolean;
     seq         bigint;
 begin
+    perform ledger.forget_caller_settings();
     effect := ledger.lock_for_operator(op_compensate.op_key, op_compensate.expected_version,
                                        op_compensate.operator, op_compensate.reason, true);
     -- Callers of one effect queue on that lock; whoever comes second finds
@@ -253,6 +254,7 @@ declare
     approval record;
     seq      bigint;
 begin
+    perform ledger.forget_caller_settings();
     effect := ledger.lock_for_operator(op_reverse_duplicate.op_key, op_reverse_duplicate.expected_version,
                                        op_reverse_duplicate.operator, op_reverse_duplicate.reason, true);
     select c.* into existing from ledger.effects c
@@ -354,6 +356,7 @@ declare
     created ledger.effects;
     seq     bigint;
 begin
+    perform ledger.forget_caller_settings();
     effect := ledger.lock_for_operator(op_approve_compensation.op_key, op_approve_compensation.expected_version,
                                        op_approve_compensation.operator, op_approve_compensation.reason, true);
     select r.* into request from ledger.compensation_requests r
@@ -409,6 +412,7 @@ declare
     request ledger.compensation_requests;
     seq     bigint;
 begin
+    perform ledger.forget_caller_settings();
     effect := ledger.lock_for_operator(op_reject_compensation.op_key, op_reject_compensation.expected_version,
                                        op_reject_compensation.operator, op_reject_compensation.reason, true);
     select r.* into request from ledger.compensation_requests r
@@ -469,6 +473,7 @@ declare
     dispatch record;
     seq      bigint;
 begin
+    perform ledger.forget_caller_settings();
     compensation := ledger.lock_compensation(op_dispatch_compensation.compensation_key,
                                              op_dispatch_compensation.operator);
     before := ledger.effect_snapshot(compensation);
@@ -525,6 +530,7 @@ declare
     why          text;
     seq          bigint;
 begin
+    perform ledger.forget_caller_settings();
     compensation := ledger.lock_compensation(op_complete_compensation.compensation_key,
                                              op_complete_compensation.operator);
     before := ledger.effect_snapshot(compensation);

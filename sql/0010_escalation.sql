@@ -75,6 +75,7 @@ declare
     created   ledger.escalations;
     seq       bigint;
 begin
+    perform ledger.forget_caller_settings();
     effect := ledger.lock_for_operator(op_escalate.op_key, op_escalate.expected_version,
                                        op_escalate.operator, op_escalate.reason, true);
     if coalesce(btrim(op_escalate.sink), '') = '' then
@@ -152,6 +153,7 @@ set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_column
 begin
+    perform ledger.forget_caller_settings();
     if coalesce(btrim(worker), '') = '' then
         raise exception 'ledger: a worker name is required' using errcode = 'invalid_parameter_value';
     end if;
@@ -189,6 +191,7 @@ as $$
 declare
     escalation ledger.escalations;
 begin
+    perform ledger.forget_caller_settings();
     select s.* into escalation from ledger.escalations s
      where s.escalation_key = record_escalation_delivery.escalation_key
        for update;
@@ -285,6 +288,7 @@ returns table (status text, state text, op_key text, sink text, audit_seq bigint
 language sql security definer
 set search_path = pg_catalog, pg_temp
 as $$
+    select ledger.forget_caller_settings();
     select * from ledger.close_escalation($1, $2, $3, 'acknowledged')
 $$;
 
@@ -293,5 +297,6 @@ returns table (status text, state text, op_key text, sink text, audit_seq bigint
 language sql security definer
 set search_path = pg_catalog, pg_temp
 as $$
+    select ledger.forget_caller_settings();
     select * from ledger.close_escalation($1, $2, $3, 'resolved')
 $$;

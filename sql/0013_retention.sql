@@ -108,6 +108,7 @@ as $$
 declare
     cutoff timestamptz;
 begin
+    perform ledger.forget_caller_settings();
     cutoff := ledger.prune_cutoff(older_than);
     perform pg_advisory_xact_lock(hashtextextended('ledger.prune', 0));
     perform 1 from ledger.effects e
@@ -163,6 +164,7 @@ declare
     months       jsonb;
     seq          bigint;
 begin
+    perform ledger.forget_caller_settings();
     perform ledger.require_who_and_why(prune_settled.operator, prune_settled.reason, 'to prune');
     limit_at := ledger.prune_cutoff(prune_settled.older_than);
     -- Without months to drop (or told not to), history goes row by row.
@@ -245,6 +247,7 @@ declare
     n bigint;
     seq bigint;
 begin
+    perform ledger.forget_caller_settings();
     perform ledger.require_who_and_why(prune_tombstones.operator, prune_tombstones.reason,
                                        'to drop tombstones');
     perform ledger.tombstone_cutoff(prune_tombstones.older_than);

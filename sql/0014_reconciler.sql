@@ -36,6 +36,7 @@ declare
     taken integer;
     order_seed integer := hashtext(lease_for_reconcile.reconciler);
 begin
+    perform ledger.forget_caller_settings();
     if coalesce(btrim(lease_for_reconcile.reconciler), '') = '' then
         raise exception 'ledger: a reconciler name is required' using errcode = 'invalid_parameter_value';
     end if;
@@ -108,6 +109,7 @@ declare
     effect ledger.effects;
     lease  ledger.reconcile_leases;
 begin
+    perform ledger.forget_caller_settings();
     select e.* into effect from ledger.effects e where e.op_key = end_reconcile_lease.op_key;
     if not found then
         raise exception 'ledger: no effect with key %', end_reconcile_lease.op_key using errcode = 'EW404';
@@ -148,6 +150,7 @@ language plpgsql security definer
 set search_path = pg_catalog, pg_temp
 as $$
 begin
+    perform ledger.forget_caller_settings();
     insert into ledger.reconcile_leases as l (effect_id, escalated_at)
     select e.id, now() from ledger.effects e where e.op_key = mark_reconcile_escalated.op_key
     on conflict (effect_id) do update set escalated_at = coalesce(l.escalated_at, now());
@@ -207,6 +210,7 @@ set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_column
 begin
+    perform ledger.forget_caller_settings();
     if coalesce(btrim(claim_next_steps.reconciler), '') = '' then
         raise exception 'ledger: a reconciler name is required' using errcode = 'invalid_parameter_value';
     end if;
@@ -256,6 +260,7 @@ as $$
 declare
     owed ledger.next_steps;
 begin
+    perform ledger.forget_caller_settings();
     select s.* into owed from ledger.next_steps s where s.id = end_next_step.step_id for update;
     if not found then
         raise exception 'ledger: no next step %', end_next_step.step_id using errcode = 'EW404';

@@ -47,6 +47,7 @@ declare
     after  ledger.action_policies;
     seq    bigint;
 begin
+    perform ledger.forget_caller_settings();
     perform ledger.require_who_and_why(op_set_policy.operator, op_set_policy.reason, 'to change a policy');
     if coalesce(btrim(op_set_policy.action), '') = '' then
         raise exception 'ledger: which action''s policy?' using errcode = 'invalid_parameter_value';
@@ -117,6 +118,7 @@ declare
     before text;
     seq    bigint;
 begin
+    perform ledger.forget_caller_settings();
     perform ledger.require_who_and_why(op_set_unknown_actions.operator, op_set_unknown_actions.reason,
                                        'to change how unknown actions are treated');
     if op_set_unknown_actions.mode is null or op_set_unknown_actions.mode not in ('allow', 'refuse') then

@@ -38,6 +38,7 @@ declare
     granted ledger.approvals;
     seq     bigint;
 begin
+    perform ledger.forget_caller_settings();
     perform ledger.require_who_and_why(grant_approval.granted_by, grant_approval.reason, 'to grant an approval');
     if coalesce(btrim(grant_approval.approval_ref), '') = '' or grant_approval.version is null
        or coalesce(grant_approval.action, '') = '' or coalesce(grant_approval.target, '') = '' then
@@ -83,6 +84,7 @@ declare
     revoked ledger.approvals;
     seq     bigint;
 begin
+    perform ledger.forget_caller_settings();
     perform ledger.require_who_and_why(revoke_approval.revoked_by, revoke_approval.reason, 'to revoke an approval');
     -- No version: the newest, the one that authorises (older ones are superseded).
     select a.* into before from ledger.approvals a
@@ -217,9 +219,10 @@ create function ledger.approval_list(max_rows bigint)
 returns table (approval_ref text, version integer, action text, target text, amount_ceiling_minor bigint,
                currency text, expires_at timestamptz, granted_by text, revoked_at timestamptz,
                consumed_by text)
-language sql stable security definer
+language sql volatile security definer
 set search_path = pg_catalog, pg_temp
 as $$
+    select ledger.forget_caller_settings();
     select a.approval_ref, a.version, a.action, a.target, a.amount_ceiling_minor, a.currency,
            a.expires_at, a.granted_by, a.revoked_at, e.op_key
       from ledger.approvals a left join ledger.effects e on e.id = a.consumed_by

@@ -86,6 +86,7 @@ declare
     stray    boolean;
     made     integer := 0;
 begin
+    perform ledger.forget_caller_settings();
     missing := array(
         select m::date from generate_series(date_trunc('month', from_at at time zone 'UTC'),
                                             date_trunc('month', through_at at time zone 'UTC'),
@@ -267,6 +268,7 @@ create function ledger.ensure_next_history_months() returns integer
 language sql security definer
 set search_path = pg_catalog, pg_temp
 as $$
+    select ledger.forget_caller_settings();
     select ledger.ensure_history_partitions(now(), now() + interval '2 months')
 $$;
 revoke execute on function ledger.ensure_next_history_months() from public;

@@ -239,19 +239,22 @@ impl Config {
             .unwrap_or_else(|| std::env::temp_dir().join("effectwatch.log"))
     }
 
-    /// An explicit path must exist; the default path may be absent.
+    /// An explicit path must exist; the default path may be absent. What
+    /// the file says is checked, then whether it works on this machine
+    /// (`environment_problems`): every command starts on a config it can
+    /// run on, or not at all.
     pub fn load(explicit: Option<&Path>) -> Result<(Config, ConfigSource), ConfigError> {
-        match explicit {
-            Some(path) => Ok((
-                Self::from_file(path)?,
-                ConfigSource::File(path.to_path_buf()),
-            )),
+        let path = match explicit {
+            Some(path) => path.to_path_buf(),
             None => match Self::default_path() {
-                Some(path) if path.exists() => {
-                    Ok((Self::from_file(&path)?, ConfigSource::File(path)))
-                }
-                other => Ok((Config::default(), ConfigSource::Defaults(other))),
+                Some(path) if path.exists() => path,
+                other => return Ok((Config::default(), ConfigSource::Defaults(other))),
             },
+        };
+        let config = Self::from_file(&path)?;
+        match config.environment_problems() {
+            problems if problems.is_empty() => Ok((config, ConfigSource::File(path))),
+            problems => Err(ConfigError::Invalid { path, problems }),
         }
     }
 
@@ -298,6 +301,20 @@ impl Config {
                 self.poll_interval_secs
             ));
         }
+        // PostgreSQL takes the timeout in milliseconds as a 32-bit integer;
+        // 0 would remove the bound altogether.
+        if !(1..=2_147_483).contains(&self.statement_timeout_secs) {
+            problems.push(format!(
+                "statement_timeout_secs must be between 1 and 2147483 (got {}): 0 would let a statement run forever",
+                self.statement_timeout_secs
+            ));
+        }
+        if !(self.replica_lag_stale_secs >= 0.0 && self.replica_lag_stale_secs.is_finite()) {
+            problems.push(format!(
+                "replica_lag_stale_secs must be 0 or more (got {})",
+                self.replica_lag_stale_secs
+            ));
+        }
         if self.operator.trim().is_empty() {
             problems.push("operator must not be empty".to_string());
         }
@@ -312,6 +329,61 @@ impl Config {
         }
         problems.extend(adapter_problems(&self.providers, &self.sinks));
         problems
+    }
+
+    /// What keeps this config from working on this machine, one line
+    /// each: a theme that does not load, a log file that cannot be
+    /// written, a secret's environment variable that is not set. Checked
+    /// when a command starts; a secret is still read again when a request
+    /// is made, so a rotated one is picked up.
+    pub fn environment_problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        if let Err(problem) = crate::console::theme::Theme::load(&self.theme) {
+            problems.push(problem);
+        }
+        if let Some(path) = &self.log_file
+            && let Err(error) = can_append_to(path)
+        {
+            problems.push(format!(
+                "cannot write the log file {}: {error}",
+                path.display()
+            ));
+        }
+        for (owner, (variable, what)) in self.secret_variables() {
+            if !std::env::var(&variable).is_ok_and(|value| !value.is_empty()) {
+                problems.push(format!(
+                    "{owner}: environment variable {variable} (for {what}) is not set"
+                ));
+            }
+        }
+        problems
+    }
+
+    /// Every environment variable a provider or sink takes a secret from:
+    /// (`provider NAME` or `sink NAME`, (variable, what it is for)).
+    fn secret_variables(&self) -> impl Iterator<Item = (String, (String, String))> + '_ {
+        let providers = self.providers.iter().flat_map(|(name, provider)| {
+            provider
+                .secret_variables()
+                .into_iter()
+                .map(move |variable| (format!("provider {name}"), variable))
+        });
+        let sinks = self.sinks.iter().flat_map(|(name, sink)| {
+            sink.secret_variables()
+                .into_iter()
+                .map(move |variable| (format!("sink {name}"), variable))
+        });
+        providers.chain(sinks)
+    }
+
+    /// The secrets the providers and sinks take from the environment, as
+    /// set now: masked in whatever a provider or sink sends back before
+    /// the ledger stores it.
+    pub fn secret_redactor(&self) -> crate::adapters::secrets::Redactor {
+        crate::adapters::secrets::Redactor::new(
+            self.secret_variables()
+                .filter_map(|(_, (variable, _))| std::env::var(variable).ok()),
+        )
     }
 
     /// Adds the providers and sinks of a TOML fragment (the demo wires its
@@ -348,6 +420,22 @@ impl Config {
     pub fn log_path(&self) -> PathBuf {
         self.log_file.clone().unwrap_or_else(Self::default_log_path)
     }
+}
+
+/// Opens the file for appending, as logging will, making its folder if
+/// needed; nothing is written.
+fn can_append_to(path: &Path) -> std::io::Result<()> {
+    if let Some(parent) = path
+        .parent()
+        .filter(|parent| !parent.as_os_str().is_empty())
+    {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map(drop)
 }
 
 fn adapter_problems(

@@ -160,8 +160,11 @@ async fn run(cli: Cli, explicit_url: bool, explicit_operator: bool) -> Result<()
         } => cli::list::run(&pool, at, pane, format, limit, filter.as_deref()).await,
         Command::Show { op_key, format } => cli::show::run(&pool, &op_key, format).await,
         Command::Audit {
-            command: AuditCommand::Verify { format },
-        } => cli::audit::verify(&pool, &config, format).await,
+            command: AuditCommand::Verify { format, expect },
+        } => cli::audit::verify(&pool, &config, format, expect.as_ref()).await,
+        Command::Audit {
+            command: AuditCommand::Anchor { format },
+        } => cli::audit::anchor(&pool, format).await,
         Command::Audit {
             command: AuditCommand::List(mut args),
         } => {

@@ -96,18 +96,74 @@ fn the_config_command_lists_every_problem_on_its_own_line() {
     assert_eq!(problems.len(), 3, "{stdout}");
 }
 
+/// Settings every command used to start with and fail on later, or run on silently
+/// without the bound they seemed to set: each is one clear line at start, exit 3.
 #[test]
-fn a_variable_for_a_header_is_read_when_used_not_on_load() {
-    let config = r#"
+fn every_command_refuses_settings_it_cannot_run_on() {
+    let unwritable_log = tempfile::tempdir().unwrap();
+    let log_in_a_file = unwritable_log.path().join("a-file");
+    std::fs::write(&log_in_a_file, "").unwrap();
+    let cases = [
+        ("theme = \"nosuch\"\n".to_string(), "no theme \"nosuch\""),
+        (
+            "statement_timeout_secs = 0\n".to_string(),
+            "statement_timeout_secs must be between 1 and",
+        ),
+        (
+            "replica_lag_stale_secs = -5.0\n".to_string(),
+            "replica_lag_stale_secs must be",
+        ),
+        (
+            "[notifications]\nmin_interval_secs = -30\n".to_string(),
+            "expected u64",
+        ),
+        (
+            format!(
+                "log_file = \"{}\"\n",
+                log_in_a_file.join("effectwatch.log").display()
+            ),
+            "cannot write the log file",
+        ),
+        (
+            "[sinks.pd]\nkind = \"pagerduty\"\nrouting_key_env = \"EFFECTWATCH_TEST_SURELY_UNSET\"\n"
+                .to_string(),
+            "sink pd: environment variable EFFECTWATCH_TEST_SURELY_UNSET (for routing_key_env) is not set",
+        ),
+        (
+            r#"
 [providers.pay]
 kind = "http"
 base_url = "http://127.0.0.1:9"
 headers.Authorization = { env = "EFFECTWATCH_TEST_SURELY_UNSET", prefix = "Bearer " }
 [[providers.pay.lookup]]
 path = "/v1/effects/{external_ref}"
-"#;
-    let (run, _file) = effectwatch(config, &["config"]);
-    assert_eq!(run.status.code(), Some(0), "{}", text(&run.stderr));
+"#
+            .to_string(),
+            "provider pay: environment variable EFFECTWATCH_TEST_SURELY_UNSET (for header Authorization) is not set",
+        ),
+    ];
+    for (config, needle) in &cases {
+        for args in [
+            &["list", "overdue"][..],
+            &["show", "k"],
+            &["reconcile", "k"],
+        ] {
+            let (run, _file) = effectwatch(config, args);
+            let stderr = text(&run.stderr);
+            assert_eq!(run.status.code(), Some(3), "{config}{args:?}: {stderr}");
+            assert_eq!(stderr.trim_end().lines().count(), 1, "{args:?}: {stderr}");
+            assert!(stderr.contains(needle), "{config}{args:?}: {stderr}");
+        }
+        let (run, _file) = effectwatch(config, &["config"]);
+        assert_eq!(
+            run.status.code(),
+            Some(3),
+            "{config}: {}",
+            text(&run.stderr)
+        );
+        let listed = text(&run.stdout) + &text(&run.stderr);
+        assert!(listed.contains(needle), "{config}: {listed}");
+    }
 }
 
 #[test]
@@ -194,4 +250,107 @@ effects = "/data"
         evidence.contains("idempotency_key=refund%3ATRUST-1%3Av1"),
         "{evidence}"
     );
+}
+
+/// A provider and a sink that echo the request, credentials included, in their error bodies:
+/// what the ledger stores of them (reconciliation evidence, the compensation's result and
+/// reason, the escalation's delivery error) carries none of the configured secrets.
+#[tokio::test]
+async fn secrets_a_provider_echoes_are_masked_in_every_stored_body() {
+    const TOKEN: &str = "tok_live_ECHOED_4242";
+    const HOOK_KEY: &str = "hook_key_ECHOED_7777";
+    // Names only this test uses: nothing else in the process reads or sets them.
+    unsafe {
+        std::env::set_var("EFFECTWATCH_TEST_ECHO_TOKEN", TOKEN);
+        std::env::set_var("EFFECTWATCH_TEST_ECHO_HOOK_KEY", HOOK_KEY);
+    }
+    let rig = Rig::new().await;
+    let provider = rig.fake.provider_toml("pay", PROVIDER_TIMEOUT_MS).replacen(
+        "[providers.pay]\n",
+        "[providers.pay]\nheaders.Authorization = { env = \"EFFECTWATCH_TEST_ECHO_TOKEN\", prefix = \"Bearer \" }\n",
+        1,
+    );
+    let config = format!(
+        "{provider}\n[sinks.ops]\nkind = \"webhook\"\nurl = \"{}/hooks/ops\"\ntimeout_ms = {PROVIDER_TIMEOUT_MS}\n\
+         headers = {{ X-Hook-Key = {{ env = \"EFFECTWATCH_TEST_ECHO_HOOK_KEY\" }} }}\n",
+        rig.base_url
+    );
+    let config = Arc::new(Config::from_toml(&config).expect("the config is valid"));
+    let settler = Settler::new(rig.operator_pool.clone(), config, "alice", false);
+
+    // Reconciliation: the lookup is refused with the request echoed.
+    rig.unknown_effect("refund:ECHO:1", 1500).await;
+    rig.fake.fail_next(
+        effectwatch::fakeprovider::Route::Lookup,
+        effectwatch::fakeprovider::Fault::Echo(400),
+    );
+    rig.fake.fail_next(
+        effectwatch::fakeprovider::Route::Lookup,
+        effectwatch::fakeprovider::Fault::Echo(400),
+    );
+    settler
+        .settle(Request::Reconcile {
+            op_key: "refund:ECHO:1".into(),
+            seen: None,
+        })
+        .await
+        .expect("reconcile");
+    // Escalation: the sink refuses the delivery with the request echoed.
+    rig.fake.fail_next(
+        effectwatch::fakeprovider::Route::Hook,
+        effectwatch::fakeprovider::Fault::Echo(500),
+    );
+    settler
+        .settle(Request::Escalate {
+            op_key: "refund:ECHO:1".into(),
+            seen: None,
+            sink: None,
+            reason: "nobody can tell".into(),
+        })
+        .await
+        .expect("escalate");
+    // Compensation: the reversal is refused with the request echoed.
+    rig.succeeded_effect("refund:ECHO:2", 900).await;
+    rig.fake.fail_next(
+        effectwatch::fakeprovider::Route::Create,
+        effectwatch::fakeprovider::Fault::Echo(422),
+    );
+    settler
+        .settle(Request::Compensate {
+            op_key: "refund:ECHO:2".into(),
+            seen: None,
+            reason: "refunded twice".into(),
+        })
+        .await
+        .expect("compensate");
+
+    let stored: Vec<(String, String)> = sqlx::query_as(
+        "select 'evidence', evidence::text from ledger.reconciliations where op_key = 'refund:ECHO:1'
+         union all
+         select 'delivery error', coalesce(error, '') from ledger.escalation_deliveries
+         union all
+         select 'compensation', concat_ws(' ', result::text, failure_reason)
+           from ledger.effects where compensates is not null
+         union all
+         select 'versions', string_agg(coalesce(reason, '') || coalesce(failure_reason, ''), ' ')
+           from ledger.effect_versions",
+    )
+    .fetch_all(&rig.db.pool)
+    .await
+    .unwrap();
+    let kinds: Vec<&str> = stored.iter().map(|(kind, _)| kind.as_str()).collect();
+    for kind in ["evidence", "delivery error", "compensation"] {
+        assert!(
+            kinds.contains(&kind),
+            "nothing stored as {kind}: {stored:?}"
+        );
+    }
+    let all = format!("{stored:?}");
+    assert!(
+        all.contains("you_sent") || all.contains("request refused"),
+        "the echo was not stored: {all}"
+    );
+    assert!(!all.contains(TOKEN), "{all}");
+    assert!(!all.contains(HOOK_KEY), "{all}");
+    assert!(all.contains("****"), "{all}");
 }

@@ -5,6 +5,7 @@
 mod common;
 
 use common::intent;
+use common::roles::LoginRole;
 use effectwatch::ledger::LedgerPool;
 
 use std::sync::Arc;
@@ -655,4 +656,184 @@ async fn concurrent_operators_keep_one_unbroken_chain() {
     let report = verify(pool).await;
     assert!(report.is_intact(), "{report:?}");
     assert_eq!(report.checked, total);
+}
+
+/// An operator login that sets the ledger's own marker for carrying history between
+/// partitions, then resolves an effect: the entry still joins the chain, the head moves, and
+/// verify counts it.
+#[tokio::test]
+async fn a_forged_history_move_marker_cannot_write_an_entry_outside_the_chain() {
+    let db = common::test_db().await;
+    let pool = &db.pool;
+    unknown(pool, "k:forged-move").await;
+    let operator = LoginRole::create(&db, "effect_operator").await;
+    let Some(mut conn) = operator.connect(&db).await else {
+        return;
+    };
+    let version = effect(pool, "k:forged-move").await.version;
+
+    let mut tx = conn.begin().await.unwrap();
+    sqlx::query("select set_config('ledger.history_move_xact', pg_current_xact_id()::text, true)")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let audit_seq: i64 = sqlx::query_scalar(
+        "select audit_seq from ledger.op_resolve('k:forged-move', $1, 'mallory', 'off the books',
+                                                 'failed')",
+    )
+    .bind(version)
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+
+    let (seq, hash): (i64, String) =
+        sqlx::query_as("select seq, hash from ledger.audit_log where operator = 'mallory'")
+            .fetch_one(pool)
+            .await
+            .unwrap();
+    assert_eq!((audit_seq, seq), (1, 1), "the entry is off the chain");
+    let (head_seq, head_hash): (i64, String) =
+        sqlx::query_as("select seq, hash from ledger.audit_head")
+            .fetch_one(pool)
+            .await
+            .unwrap();
+    assert_eq!((head_seq, head_hash), (seq, hash));
+    let report = verify(pool).await;
+    assert!(report.is_intact(), "{report:?}");
+    assert_eq!(report.checked, 1);
+}
+
+/// An agent that sets the ledger's reason setting before its writer calls cannot put words
+/// of its choosing on its effect's timeline.
+#[tokio::test]
+async fn an_agent_cannot_put_a_reason_of_its_own_on_its_timeline() {
+    const FORGED: &str = "approved by alice (ticket 4711)";
+    let db = common::test_db().await;
+    let pool = &db.pool;
+    let agent = LoginRole::create(&db, "effect_agent").await;
+    let Some(mut conn) = agent.connect(&db).await else {
+        return;
+    };
+    let forge = "select set_config('ledger.reason', 'approved by alice (ticket 4711)', false)";
+    sqlx::query(forge).execute(&mut conn).await.unwrap();
+    for (key, outcome) in [
+        ("k:forged-ok", "succeeded"),
+        ("k:forged-unknown", "unknown"),
+    ] {
+        let target = format!("invoice:{key}");
+        assert_eq!(
+            begin_effect(&mut conn, &intent(key, &target))
+                .await
+                .unwrap()
+                .decision,
+            Decision::Proceed
+        );
+        assert!(
+            mark_dispatched(&mut conn, key, None, "w")
+                .await
+                .unwrap()
+                .claimed
+        );
+        let applied: bool =
+            sqlx::query_scalar("select applied from ledger.complete_effect($1, $2, 're_1')")
+                .bind(key)
+                .bind(outcome)
+                .fetch_one(&mut conn)
+                .await
+                .unwrap();
+        assert!(applied);
+    }
+    // A held effect, then a retry of the unknown one: other branches that write versions.
+    assert_eq!(
+        begin_effect(
+            &mut conn,
+            &intent("k:forged-held", "invoice:k:forged-unknown")
+        )
+        .await
+        .unwrap()
+        .decision,
+        Decision::Held
+    );
+
+    let reasons: Vec<(String, Option<String>)> = sqlx::query_as(
+        "select e.op_key, h.reason from ledger.effect_history h
+           join ledger.effects e on e.id = h.effect_id order by e.op_key, h.version",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    assert!(reasons.len() >= 7, "{reasons:?}");
+    assert!(
+        reasons
+            .iter()
+            .all(|(_, reason)| reason.as_deref() != Some(FORGED)),
+        "{reasons:?}"
+    );
+    for key in ["k:forged-ok", "k:forged-unknown", "k:forged-held"] {
+        let timeline = effectwatch::cli::show::render(&load(pool, key).await.unwrap());
+        assert!(!timeline.contains("alice"), "{timeline}");
+    }
+}
+
+/// Every function that runs with the owner's rights forgets the caller's settings first: a
+/// function added without it would trust whatever a login set before calling it.
+#[tokio::test]
+async fn every_security_definer_function_forgets_the_callers_settings_first() {
+    let db = common::test_db().await;
+    let trusting: Vec<String> = sqlx::query_scalar(
+        "select p.oid::regprocedure::text from pg_proc p
+          where p.pronamespace = 'ledger'::regnamespace and p.prosecdef
+            and p.prosrc !~ '^\\s*(#[^\\n]*\\n\\s*)?(declare[\\s\\S]*?\\n)?(begin\\s+)?(ignored := |perform |select )ledger\\.forget_caller_settings\\(\\);'
+          order by 1",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(trusting, Vec::<String>::new());
+    let definers: i64 = sqlx::query_scalar(
+        "select count(*) from pg_proc where pronamespace = 'ledger'::regnamespace and prosecdef",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert!(definers >= 30, "{definers}");
+}
+
+/// Deleting the newest entries leaves a chain that links up: only the head, which every entry
+/// moves, says entries are gone.
+#[tokio::test]
+async fn the_newest_entries_deleted_are_caught_by_the_head() {
+    let db = common::test_db().await;
+    let pool = &db.pool;
+    five_entries(pool).await;
+
+    tamper(&db, "delete from ledger.audit_log where seq >= 4").await;
+    let report = verify(pool).await;
+    assert_eq!(report.first_broken_seq, Some(4), "{report:?}");
+    assert_eq!(report.checked, 3);
+    assert!(
+        report
+            .problem
+            .as_deref()
+            .unwrap_or("")
+            .contains("entries 4 to 5 are missing"),
+        "{report:?}"
+    );
+
+    // An entry stored without its place, as the forged marker once did, is named too.
+    let db = common::test_db().await;
+    five_entries(&db.pool).await;
+    tamper(
+        &db,
+        "insert into ledger.audit_log (seq, operator, db_role, action, reason, prev_hash, hash)
+         values (0, 'mallory', 'x', 'resolve', 'off the books', '', '')",
+    )
+    .await;
+    let report = verify(&db.pool).await;
+    assert_eq!(report.first_broken_seq, Some(0), "{report:?}");
+    assert!(
+        report.problem.as_deref().unwrap_or("").contains("mallory"),
+        "{report:?}"
+    );
 }

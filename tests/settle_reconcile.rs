@@ -413,3 +413,145 @@ async fn the_report_says_what_the_ledger_recorded_not_what_the_provider_said() {
     .unwrap();
     assert_eq!(recorded, "indeterminate");
 }
+
+/// An unknown refund whose params nest 200 levels deep, written by hand as a ledger may
+/// already hold one (the writer refuses such params now).
+async fn deep_unknown_effect(rig: &Rig, op_key: &str, amount_minor: i64) {
+    sqlx::query(
+        "insert into ledger.effects (op_key, action, target, params, params_hash, amount_minor,
+                                     currency, provider, requested_by, state, pending_window,
+                                     deadline_at)
+         select $1, 'refund', 'invoice:' || $1, p, ledger.params_hash(p), $2, 'EUR', 'pay',
+                'agent-7', 'pending', interval '5 minutes', now() + interval '5 minutes'
+           from (select jsonb_build_object('amount_minor', $2::bigint, 'currency', 'EUR')
+                        || jsonb_build_object('note', (repeat('[', 200) || repeat(']', 200))::jsonb) p) params",
+    )
+    .bind(op_key)
+    .bind(amount_minor)
+    .execute(&rig.db.pool)
+    .await
+    .unwrap();
+    let claim = effectwatch::ledger::writer::mark_dispatched(&rig.db.pool, op_key, None, "agent-7")
+        .await
+        .unwrap();
+    assert!(claim.claimed);
+    effectwatch::ledger::writer::complete_effect(
+        &rig.db.pool,
+        op_key,
+        effectwatch::ledger::writer::Outcome::Unknown,
+        &effectwatch::ledger::writer::Completion::default(),
+    )
+    .await
+    .unwrap();
+}
+
+/// Params nested deeper than a JSON reader recurses are shown cut, and the effect settles as
+/// any other: by `show`, by hand, by reconciliation and by the reconciler service.
+#[tokio::test]
+async fn params_nested_200_levels_deep_are_shown_and_settled() {
+    let rig = Rig::new().await;
+    for key in ["refund:DEEP:1", "refund:DEEP:2", "refund:DEEP:3"] {
+        deep_unknown_effect(&rig, key, 700).await;
+    }
+
+    let shown = common::effectwatch_cli(&["--database-url", &rig.db.url, "show", "refund:DEEP:1"]);
+    let stdout = String::from_utf8_lossy(&shown.stdout);
+    assert_eq!(
+        shown.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&shown.stderr)
+    );
+    assert!(stdout.contains("nested deeper than"), "{stdout}");
+    let effect = rig.effect("refund:DEEP:1").await;
+    assert_eq!(effect.params["amount_minor"], 700);
+
+    // By hand, through the command line.
+    let annotated = common::effectwatch_cli(&[
+        "--database-url",
+        &rig.db.url,
+        "--operator",
+        "alice",
+        "annotate",
+        "refund:DEEP:1",
+        "--reason",
+        "looked at it",
+    ]);
+    assert_eq!(
+        annotated.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&annotated.stderr)
+    );
+
+    let resolved = common::effectwatch_cli(&[
+        "--database-url",
+        &rig.db.url,
+        "--operator",
+        "alice",
+        "resolve",
+        "refund:DEEP:1",
+        "--failed",
+        "--reason",
+        "the provider has no such refund",
+    ]);
+    assert_eq!(
+        resolved.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&resolved.stderr)
+    );
+    assert_eq!(rig.effect("refund:DEEP:1").await.state, State::Failed);
+
+    // Reconciled by an operator.
+    rig.provider_did("refund:DEEP:2", 700);
+    let report = rig
+        .settler("alice")
+        .settle(reconcile("refund:DEEP:2", None))
+        .await
+        .unwrap();
+    assert_eq!(report.detail["finding"], "exists_once", "{report:?}");
+    assert_eq!(rig.effect("refund:DEEP:2").await.state, State::Succeeded);
+
+    // And by the reconciler service, which used to skip it.
+    rig.provider_did("refund:DEEP:3", 700);
+    let service = rig.reconciler(settle_support::reconciler_settings("reconciler@test"));
+    let summary = service.pass().await.unwrap();
+    assert_eq!(summary.findings.get("exists_once"), Some(&1), "{summary:?}");
+    assert_eq!(rig.effect("refund:DEEP:3").await.state, State::Succeeded);
+}
+
+/// Evidence nested deeper than a JSON reader recurses (a provider's answer 127 levels deep,
+/// wrapped by the ledger's own record of it) leaves the effect readable: `show` cuts it.
+#[tokio::test]
+async fn evidence_nested_too_deep_to_read_is_shown_cut() {
+    let rig = Rig::new().await;
+    rig.unknown_effect("refund:DEEP-EVIDENCE:v1", 300).await;
+    sqlx::query(
+        "insert into ledger.reconciliations (effect_id, op_key, provider, finding, evidence,
+                                             state_before, state_after, requested_by)
+         select e.id, e.op_key, 'pay', 'indeterminate',
+                jsonb_build_object('answer', (repeat('[', 200) || repeat(']', 200))::jsonb),
+                'unknown', 'unknown', 'reconciler@test'
+           from ledger.effects e where e.op_key = 'refund:DEEP-EVIDENCE:v1'",
+    )
+    .execute(&rig.db.pool)
+    .await
+    .unwrap();
+    let shown = common::effectwatch_cli(&[
+        "--database-url",
+        &rig.db.url,
+        "show",
+        "refund:DEEP-EVIDENCE:v1",
+        "--format",
+        "json",
+    ]);
+    let stdout = String::from_utf8_lossy(&shown.stdout);
+    assert_eq!(
+        shown.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&shown.stderr)
+    );
+    assert!(stdout.contains("nested deeper than"), "{stdout}");
+}

@@ -36,6 +36,34 @@ pub enum SinkConfig {
 }
 
 impl ProviderConfig {
+    /// The environment variables this provider takes secrets from, each
+    /// with what it is for.
+    pub fn secret_variables(&self) -> Vec<(String, String)> {
+        let ProviderConfig::Http(config) = self else {
+            return Vec::new();
+        };
+        let templates = config
+            .lookup
+            .iter()
+            .enumerate()
+            .map(|(index, template)| (format!("lookup[{index}]"), template))
+            .chain(
+                config
+                    .compensate
+                    .iter()
+                    .map(|t| ("compensate".to_string(), t)),
+            );
+        let mut variables = header_variables(&config.headers);
+        for (name, template) in templates {
+            for (parameter, value) in &template.query {
+                if let ValueConfig::Env { env, .. } = value {
+                    variables.push((env.clone(), format!("{name} query {parameter}")));
+                }
+            }
+        }
+        variables
+    }
+
     pub fn timeout(&self) -> Duration {
         match self {
             ProviderConfig::Http(config) => Duration::from_millis(config.timeout_ms),
@@ -54,6 +82,26 @@ impl ProviderConfig {
 }
 
 impl SinkConfig {
+    /// The environment variables this sink takes secrets from, each with
+    /// what it is for.
+    pub fn secret_variables(&self) -> Vec<(String, String)> {
+        match self {
+            SinkConfig::Webhook(config) => config
+                .url_env
+                .iter()
+                .map(|variable| (variable.clone(), "url_env".to_string()))
+                .chain(header_variables(&config.headers))
+                .collect(),
+            SinkConfig::Pagerduty(config) => {
+                vec![(
+                    config.routing_key_env.clone(),
+                    "routing_key_env".to_string(),
+                )]
+            }
+            SinkConfig::Command(_) | SinkConfig::Desktop(_) => Vec::new(),
+        }
+    }
+
     pub fn timeout(&self) -> Duration {
         Duration::from_millis(match self {
             SinkConfig::Webhook(config) => config.timeout_ms,
@@ -144,6 +192,16 @@ impl RetryConfig {
         let wait_ms = self.base_ms.saturating_mul(1u64 << exponent);
         Duration::from_millis(wait_ms.min(self.max_secs.saturating_mul(1000)))
     }
+}
+
+fn header_variables(headers: &BTreeMap<String, ValueConfig>) -> Vec<(String, String)> {
+    headers
+        .iter()
+        .filter_map(|(name, value)| match value {
+            ValueConfig::Env { env, .. } => Some((env.clone(), format!("header {name}"))),
+            ValueConfig::Literal(_) => None,
+        })
+        .collect()
 }
 
 /// Resolves configured headers now, reading environment variables; the

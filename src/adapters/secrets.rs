@@ -39,6 +39,112 @@ const SECRET_PARTS: [&str; 7] = [
     "credential",
 ];
 
+/// Known secret values (what the configured providers and sinks take from
+/// the environment) masked wherever they appear in text a provider or sink
+/// sent back: an error page that echoes the request carries them, and what
+/// it said is stored as evidence. Each value is also looked for as it
+/// appears percent-encoded and inside a JSON string, and as the start of a
+/// value cut short by an excerpt (`tok_live_4…`).
+#[derive(Debug, Clone, Default)]
+pub struct Redactor {
+    /// Longest first, so a secret that contains another is masked whole.
+    forms: Vec<String>,
+}
+
+impl Redactor {
+    /// Shorter values are left alone: masking every `1` or `ab` in a body
+    /// would garble it and hide nothing.
+    pub const SHORTEST: usize = 4;
+
+    pub fn new(secrets: impl IntoIterator<Item = String>) -> Redactor {
+        let mut forms = Vec::new();
+        for secret in secrets {
+            if secret.chars().count() < Self::SHORTEST {
+                continue;
+            }
+            let json = serde_json::to_string(&secret).unwrap_or_default();
+            forms.push(percent::encode(&secret));
+            if let Some(inner) = json.strip_prefix('"').and_then(|j| j.strip_suffix('"')) {
+                forms.push(inner.to_string());
+            }
+            forms.push(secret);
+        }
+        forms.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+        forms.dedup();
+        Redactor { forms }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.forms.is_empty()
+    }
+
+    pub fn text(&self, text: &str) -> String {
+        let mut text = text.to_string();
+        for form in &self.forms {
+            if text.contains(form.as_str()) {
+                text = text.replace(form.as_str(), MASK);
+            }
+        }
+        self.mask_cut_prefixes(text)
+    }
+
+    /// Every string in the value (object keys included), masked.
+    pub fn value(&self, value: &serde_json::Value) -> serde_json::Value {
+        use serde_json::Value;
+        if self.is_empty() {
+            return value.clone();
+        }
+        match value {
+            Value::String(text) => Value::String(self.text(text)),
+            Value::Array(items) => {
+                Value::Array(items.iter().map(|item| self.value(item)).collect())
+            }
+            Value::Object(map) => Value::Object(
+                map.iter()
+                    .map(|(key, item)| (self.text(key), self.value(item)))
+                    .collect(),
+            ),
+            other => other.clone(),
+        }
+    }
+
+    /// An excerpt ends with `…`: what precedes it may be the start of a
+    /// secret the cut left half shown.
+    fn mask_cut_prefixes(&self, text: String) -> String {
+        const CUT: &str = "…";
+        if !text.contains(CUT) {
+            return text;
+        }
+        let mut out = String::with_capacity(text.len());
+        let mut rest = text.as_str();
+        while let Some(at) = rest.find(CUT) {
+            let before = &rest[..at];
+            let half_shown = self
+                .forms
+                .iter()
+                .flat_map(|form| {
+                    form.char_indices()
+                        .map(|(index, _)| &form[..index])
+                        .filter(|prefix| prefix.chars().count() >= Self::SHORTEST)
+                })
+                .filter(|prefix| before.ends_with(prefix))
+                .map(str::len)
+                .max();
+            match half_shown {
+                Some(length) => {
+                    out.push_str(&before[..before.len() - length]);
+                    out.push_str(MASK);
+                }
+                None => out.push_str(before),
+            }
+            out.push_str(CUT);
+            rest = &rest[at + CUT.len()..];
+        }
+        out.push_str(rest);
+        out
+    }
+}
+
 /// Whether a header or query parameter named `name` carries a credential.
 /// `Idempotency-Key` (or `idempotency_key`) does not: it names the effect.
 pub fn looks_secret(name: &str) -> bool {
@@ -208,6 +314,32 @@ impl std::fmt::Display for Credential {
                 write!(f, "query parameter {name} looks like a credential")
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod redactor_tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn known_secrets_are_masked_in_every_form_and_when_cut() {
+        let secret = r#"tok_live_42/x""#;
+        let redactor = Redactor::new([secret.to_string(), "ab".to_string()]);
+        assert_eq!(redactor.text(&format!("Bearer {secret}!")), "Bearer ****!");
+        assert_eq!(redactor.text("q=tok_live_42%2Fx%22"), "q=****");
+        let echoed = json!({ "h": secret }).to_string();
+        assert_eq!(redactor.text(&echoed), r#"{"h":"****"}"#);
+        assert_eq!(redactor.text("auth: tok_live…"), "auth: ****…");
+        assert_eq!(
+            redactor.text("ab tok… cd"),
+            "ab tok… cd",
+            "short values are kept"
+        );
+        assert_eq!(
+            redactor.value(&json!({ secret: [format!("a {secret}"), 1] })),
+            json!({"****": ["a ****", 1]})
+        );
     }
 }
 

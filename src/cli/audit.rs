@@ -8,7 +8,9 @@ use super::Format;
 use super::exit::{FAILURE, Failure, USAGE};
 use super::report::{csv_finish, csv_text, write_output};
 use crate::config::Config;
-use crate::ledger::audit::{self, AuditQuery, CheckpointSigner, SignatureVerdict};
+use crate::ledger::audit::{
+    self, Anchor, AnchorVerdict, AuditQuery, CheckpointSigner, SignatureVerdict,
+};
 use crate::ledger::history::params_diff;
 use crate::ledger::model::AuditEntry;
 use crate::text::{safe_json, sanitize_line};
@@ -137,13 +139,40 @@ pub fn keygen(out: &std::path::Path) -> Result<(), Failure> {
     Ok(())
 }
 
+/// The head of the chain, to keep outside the ledger: whoever can rewrite
+/// the ledger (its owner) can rewrite the chain and its head together, but
+/// not the copy in a ticket or a log.
+pub async fn anchor(pool: &LedgerPool, format: Format) -> Result<(), Failure> {
+    let head = audit::head(pool).await?;
+    match format {
+        Format::Json => println!(
+            "{}",
+            safe_json(
+                &serde_json::json!({"seq": head.seq, "hash": head.hash, "anchor": head.to_string()})
+            )
+        ),
+        Format::Table => {
+            println!("{head}");
+            eprintln!(
+                "keep this anchor outside the ledger (a ticket, a log); `effectwatch audit verify --expect {head}` then shows nothing up to entry {} was rewritten or removed",
+                head.seq.unwrap_or(0)
+            );
+        }
+    }
+    Ok(())
+}
+
 /// The chain's verdict and, when months of it were dropped, the
-/// checkpoint's signature against the keys the config trusts.
+/// checkpoint's signature against the keys the config trusts; with an
+/// anchor, whether the chain still holds it.
 #[derive(Debug, Serialize)]
 struct Verification {
+    /// Everything below verified: the only case that prints "intact".
+    verified: bool,
     #[serde(flatten)]
     chain: audit::ChainReport,
     checkpoint: Option<CheckpointVerdict>,
+    anchor: Option<AnchorCheck>,
 }
 
 #[derive(Debug, Serialize)]
@@ -156,9 +185,22 @@ struct CheckpointVerdict {
     signature: SignatureVerdict,
 }
 
-pub async fn verify(pool: &LedgerPool, config: &Config, format: Format) -> Result<(), Failure> {
-    // The chain and its checkpoint as of one instant: a prune between two
-    // reads would pair a walk with another checkpoint.
+#[derive(Debug, Serialize)]
+struct AnchorCheck {
+    expected: String,
+    #[serde(flatten)]
+    verdict: AnchorVerdict,
+}
+
+pub async fn verify(
+    pool: &LedgerPool,
+    config: &Config,
+    format: Format,
+    expect: Option<&Anchor>,
+) -> Result<(), Failure> {
+    // The chain, its checkpoint and the anchored entry as of one instant: a
+    // prune or a new entry between two reads would pair a walk with another
+    // checkpoint or head.
     let mut tx = pool
         .begin()
         .await
@@ -181,62 +223,112 @@ pub async fn verify(pool: &LedgerPool, config: &Config, format: Format) -> Resul
             }),
         None => None,
     };
-    let verification = Verification { chain, checkpoint };
-    let chain = &verification.chain;
+    let anchor = match expect {
+        Some(expected) => Some(AnchorCheck {
+            expected: expected.to_string(),
+            verdict: audit::check_anchor(&mut tx, expected).await?,
+        }),
+        None => None,
+    };
+    let failure = failure_of(&chain, checkpoint.as_ref(), anchor.as_ref());
+    let verification = Verification {
+        verified: failure.is_none(),
+        chain,
+        checkpoint,
+        anchor,
+    };
     match format {
         Format::Json => println!("{}", safe_json(&verification)),
-        Format::Table => {
-            if let Some(mark) = &verification.checkpoint {
-                println!(
-                    "history before {} was dropped: the chain starts from the checkpoint at entry {} (made by {}, {} earlier entries kept), {}",
-                    mark.through.to_rfc3339(),
-                    mark.seq,
-                    sanitize_line(&mark.made_by),
-                    mark.kept_entries,
-                    match mark.signature {
-                        SignatureVerdict::Trusted => "signed by a trusted key".to_string(),
-                        SignatureVerdict::KeyNotChecked => format!(
-                            "signed by key {}, which nothing here vouches for: list it in [audit] trusted_keys",
-                            sanitize_line(&mark.public_key)
-                        ),
-                        SignatureVerdict::UntrustedKey => format!(
-                            "signed by key {}, which is NOT in [audit] trusted_keys",
-                            sanitize_line(&mark.public_key)
-                        ),
-                        SignatureVerdict::Invalid => "whose signature does NOT verify".to_string(),
-                    }
-                );
-            }
-            if chain.is_intact() {
-                println!("audit chain intact: {} entries verified", chain.checked)
-            }
-        }
+        Format::Table => print_verification(&verification),
     }
+    match failure {
+        Some(message) => Err(Failure::new(FAILURE, message)),
+        None => Ok(()),
+    }
+}
+
+fn print_verification(verification: &Verification) {
+    if let Some(mark) = &verification.checkpoint {
+        println!(
+            "history before {} was dropped: the chain starts from the checkpoint at entry {} (made by {}, {} earlier entries kept), {}",
+            mark.through.to_rfc3339(),
+            mark.seq,
+            sanitize_line(&mark.made_by),
+            mark.kept_entries,
+            match mark.signature {
+                SignatureVerdict::Trusted => "signed by a trusted key".to_string(),
+                SignatureVerdict::KeyNotChecked => format!(
+                    "signed by key {}, which nothing here vouches for: list it in [audit] trusted_keys",
+                    sanitize_line(&mark.public_key)
+                ),
+                SignatureVerdict::UntrustedKey => format!(
+                    "signed by key {}, which is NOT in [audit] trusted_keys",
+                    sanitize_line(&mark.public_key)
+                ),
+                SignatureVerdict::Invalid => "whose signature does NOT verify".to_string(),
+            }
+        );
+    }
+    if !verification.verified {
+        return;
+    }
+    let chain = &verification.chain;
+    match &verification.anchor {
+        Some(AnchorCheck {
+            verdict: AnchorVerdict::Holds { seq },
+            ..
+        }) => println!(
+            "audit chain intact: {} entries verified, up to its head; entry {seq} still has the anchored hash",
+            chain.checked
+        ),
+        _ => println!(
+            "audit chain intact: {} entries verified, up to its head",
+            chain.checked
+        ),
+    }
+}
+
+/// Why the verification fails, if it does: the chain first, then the
+/// checkpoint it starts from, then the anchor.
+fn failure_of(
+    chain: &audit::ChainReport,
+    checkpoint: Option<&CheckpointVerdict>,
+    anchor: Option<&AnchorCheck>,
+) -> Option<String> {
     if let Some(seq) = chain.first_broken_seq {
-        return Err(Failure::new(
-            FAILURE,
-            format!(
-                "audit chain BROKEN at entry {seq} ({} entries before it verified): {}",
-                chain.checked,
-                sanitize_line(chain.problem.as_deref().unwrap_or("unknown problem"))
-            ),
+        return Some(format!(
+            "audit chain BROKEN at entry {seq} ({} entries before it verified): {}",
+            chain.checked,
+            sanitize_line(chain.problem.as_deref().unwrap_or("unknown problem"))
         ));
     }
-    match &verification.checkpoint {
-        Some(mark) if !mark.signature.is_acceptable() => Err(Failure::new(
-            FAILURE,
-            format!(
-                "audit checkpoint at entry {} cannot be trusted: {}",
-                mark.seq,
-                match mark.signature {
-                    SignatureVerdict::Invalid => "its signature does not verify",
-                    SignatureVerdict::KeyNotChecked => {
-                        "no key is trusted to vouch for it: list the signing key's public key in [audit] trusted_keys"
-                    }
-                    _ => "it was signed by a key [audit] trusted_keys does not list",
+    if let Some(mark) = checkpoint
+        && !mark.signature.is_acceptable()
+    {
+        return Some(format!(
+            "audit checkpoint at entry {} cannot be trusted: {}",
+            mark.seq,
+            match mark.signature {
+                SignatureVerdict::Invalid => "its signature does not verify",
+                SignatureVerdict::KeyNotChecked => {
+                    "no key is trusted to vouch for it: list the signing key's public key in [audit] trusted_keys"
                 }
-            ),
+                _ => "it was signed by a key [audit] trusted_keys does not list",
+            }
+        ));
+    }
+    let check = anchor?;
+    let expected = &check.expected;
+    match &check.verdict {
+        AnchorVerdict::Holds { .. } => None,
+        AnchorVerdict::Rewritten { seq, hash } => Some(format!(
+            "audit anchor {expected} NOT held: entry {seq} now has hash {hash}: the chain was rewritten up to it"
         )),
-        _ => Ok(()),
+        AnchorVerdict::Missing { head_seq } => Some(format!(
+            "audit anchor {expected} NOT held: no such entry in the chain, whose head is entry {head_seq}: it was cut back or rewritten"
+        )),
+        AnchorVerdict::Dropped { checkpoint_seq } => Some(format!(
+            "audit anchor {expected} cannot be checked: retention dropped its entry with the months before the checkpoint at entry {checkpoint_seq}; take a new anchor after each prune"
+        )),
     }
 }

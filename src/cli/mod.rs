@@ -204,8 +204,17 @@ impl Command {
 
 #[derive(Debug, Subcommand)]
 pub enum AuditCommand {
-    /// Check the whole hash chain; exits non-zero when it is broken.
+    /// Check the whole hash chain up to its head; exits non-zero when it is broken.
     Verify {
+        #[arg(long, value_enum, default_value_t = Format::Table)]
+        format: Format,
+        /// An anchor `audit anchor` printed earlier (SEQ:HASH): fail unless the chain still
+        /// holds that entry with that hash, which catches a rewrite by the ledger's owner.
+        #[arg(long, value_name = "ANCHOR")]
+        expect: Option<crate::ledger::audit::Anchor>,
+    },
+    /// Print the chain's head (SEQ:HASH) to keep outside the ledger, for `verify --expect`.
+    Anchor {
         #[arg(long, value_enum, default_value_t = Format::Table)]
         format: Format,
     },

@@ -65,6 +65,10 @@ pub enum Fault {
     Duplicate,
     /// Answers 200 with a body that is not JSON.
     Malformed,
+    /// Answers with this status and a body that echoes the request's
+    /// headers, query and body, credentials included, as a careless
+    /// provider's error page does; applies nothing.
+    Echo(u16),
 }
 
 impl Fault {
@@ -82,6 +86,8 @@ impl Fault {
             _ => {
                 if let Some(value) = text.strip_prefix("slow=") {
                     Fault::Slow(millis(value)?)
+                } else if let Some(value) = text.strip_prefix("echo=") {
+                    Fault::Echo(value.parse().ok()?)
                 } else if let Some(value) = text.strip_prefix("late=") {
                     Fault::LateSuccess(millis(value)?)
                 } else if let Some(value) = text.strip_prefix("apply-then-") {
@@ -415,7 +421,7 @@ impl Shared {
         let path = request.path.trim_end_matches('/');
         match (request.method.as_str(), path) {
             ("POST", "/v1/effects") => self.create(request, fault_header),
-            ("GET", "/v1/effects") => self.lookup(fault_header, |state| {
+            ("GET", "/v1/effects") => self.lookup(request, fault_header, |state| {
                 let found: Vec<Value> = state
                     .effects
                     .iter()
@@ -426,7 +432,7 @@ impl Shared {
             }),
             ("GET", path) if path.starts_with("/v1/effects/") => {
                 let id = crate::adapters::percent::decode(&path["/v1/effects/".len()..], false);
-                self.lookup(fault_header, |state| {
+                self.lookup(request, fault_header, |state| {
                     match state.effects.iter().find(|effect| effect.id == id) {
                         Some(effect) => Reply::json(200, effect.to_json()),
                         None => Reply::json(404, json!({ "error": "no such effect" })),
@@ -454,6 +460,7 @@ impl Shared {
             Some(Fault::Status(status)) => {
                 return Reply::json(status, json!({ "error": "injected failure" }));
             }
+            Some(Fault::Echo(status)) => return echo(status, request),
             _ => {}
         }
         let Ok(body) = serde_json::from_slice::<Value>(&request.body) else {
@@ -517,10 +524,16 @@ impl Shared {
         }
     }
 
-    fn lookup(&self, fault_header: Option<&str>, answer: impl FnOnce(&State) -> Reply) -> Reply {
+    fn lookup(
+        &self,
+        request: &Request,
+        fault_header: Option<&str>,
+        answer: impl FnOnce(&State) -> Reply,
+    ) -> Reply {
         let mut state = self.state();
         state.count(Route::Lookup);
         match state.fault_for(Route::Lookup, fault_header) {
+            Some(Fault::Echo(code)) => echo(code, request),
             Some(Fault::Hang | Fault::ApplyThenHang) => Reply::Hang,
             Some(Fault::Reset | Fault::ApplyThenReset) => Reply::Reset,
             Some(Fault::Status(code) | Fault::ApplyThenStatus(code)) => {
@@ -549,6 +562,7 @@ impl Shared {
             Some(Fault::Status(code) | Fault::ApplyThenStatus(code)) => {
                 return Reply::json(code, json!({ "error": "injected failure" }));
             }
+            Some(Fault::Echo(code)) => return echo(code, request),
             _ => {}
         }
         let Ok(body) = serde_json::from_slice::<Value>(&request.body) else {
@@ -578,6 +592,22 @@ impl Shared {
             delay,
         }
     }
+}
+
+fn echo(status: u16, request: &Request) -> Reply {
+    Reply::json(
+        status,
+        json!({
+            "error": "request refused",
+            "you_sent": {
+                "method": request.method,
+                "path": request.path,
+                "query": request.query,
+                "headers": request.headers,
+                "body": String::from_utf8_lossy(&request.body),
+            }
+        }),
+    )
 }
 
 fn malformed() -> Reply {

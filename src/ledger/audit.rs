@@ -36,6 +36,123 @@ pub async fn verify<'c>(executor: impl PgExecutor<'c>) -> Result<ChainReport, Le
     .await?)
 }
 
+/// An entry of the chain by its place and hash, kept outside the ledger
+/// (a ticket, a log): `effectwatch audit anchor` prints the head as one,
+/// and `audit verify --expect` checks the chain still holds it. Written
+/// `SEQ:HASH`; a bare hash names whichever entry has it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Anchor {
+    pub seq: Option<i64>,
+    pub hash: String,
+}
+
+impl std::str::FromStr for Anchor {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Anchor, String> {
+        let text = text.trim();
+        let (seq, hash) = match text.split_once(':') {
+            Some((seq, hash)) => {
+                let seq = seq.parse::<i64>().ok().filter(|seq| *seq >= 0).ok_or_else(|| {
+                    format!("{seq:?} is not an entry number: an anchor is SEQ:HASH, as `audit anchor` prints it")
+                })?;
+                (Some(seq), hash)
+            }
+            None => (None, text),
+        };
+        if hash.len() != 64 || !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(
+                "an anchor's hash is 64 hexadecimal digits (SEQ:HASH, as `audit anchor` prints it)"
+                    .to_string(),
+            );
+        }
+        Ok(Anchor {
+            seq,
+            hash: hash.to_ascii_lowercase(),
+        })
+    }
+}
+
+impl std::fmt::Display for Anchor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.seq {
+            Some(seq) => write!(f, "{seq}:{}", self.hash),
+            None => f.write_str(&self.hash),
+        }
+    }
+}
+
+/// The head of the chain as an anchor: the newest entry's place and hash.
+pub async fn head<'c>(executor: impl PgExecutor<'c>) -> Result<Anchor, LedgerError> {
+    let (seq, hash): (i64, String) = sqlx::query_as("select seq, hash from ledger.audit_head")
+        .fetch_one(executor)
+        .await?;
+    Ok(Anchor {
+        seq: Some(seq),
+        hash,
+    })
+}
+
+/// What the chain says of an anchor taken earlier.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "verdict")]
+pub enum AnchorVerdict {
+    /// The entry is in the chain with the hash kept: nothing up to it was
+    /// rewritten or removed.
+    Holds { seq: i64 },
+    /// The entry has another hash now: it, or an entry before it, was rewritten.
+    Rewritten { seq: i64, hash: String },
+    /// No entry has that place (or that hash): the chain was cut back or rewritten.
+    Missing { head_seq: i64 },
+    /// Retention dropped it with the months before a checkpoint: it can no
+    /// longer be checked; anchor again.
+    Dropped { checkpoint_seq: i64 },
+}
+
+/// Looks for the anchored entry in the chain as it is now. Meant beside
+/// `verify`, in its transaction: an intact chain that still holds the
+/// anchored entry was not rewritten up to it.
+pub async fn check_anchor(
+    tx: &mut super::LedgerTransaction<'_>,
+    anchor: &Anchor,
+) -> Result<AnchorVerdict, LedgerError> {
+    // The head of an empty chain, which every chain starts from.
+    if anchor.seq.is_none_or(|seq| seq == 0) && anchor.hash.bytes().all(|b| b == b'0') {
+        return Ok(AnchorVerdict::Holds { seq: 0 });
+    }
+    let found: Vec<(i64, String)> = sqlx::query_as(
+        "select a.seq, a.hash from ledger.audit_log a
+          where ($1::bigint is not null and a.seq = $1) or ($1 is null and a.hash = $2)
+         union all
+         select c.seq, c.hash from ledger.audit_checkpoints c
+          where ($1::bigint is not null and c.seq = $1) or ($1 is null and c.hash = $2)",
+    )
+    .bind(anchor.seq)
+    .bind(&anchor.hash)
+    .fetch_all(&mut *tx)
+    .await?;
+    if let Some((seq, _)) = found.first()
+        && found.iter().all(|(_, hash)| *hash == anchor.hash)
+    {
+        return Ok(AnchorVerdict::Holds { seq: *seq });
+    }
+    if let Some((seq, hash)) = found.into_iter().find(|(_, hash)| *hash != anchor.hash) {
+        return Ok(AnchorVerdict::Rewritten { seq, hash });
+    }
+    let newest_checkpoint: Option<i64> =
+        sqlx::query_scalar("select max(seq) from ledger.audit_checkpoints")
+            .fetch_one(&mut *tx)
+            .await?;
+    match (anchor.seq, newest_checkpoint) {
+        (Some(seq), Some(checkpoint_seq)) if seq < checkpoint_seq => {
+            Ok(AnchorVerdict::Dropped { checkpoint_seq })
+        }
+        _ => Ok(AnchorVerdict::Missing {
+            head_seq: head(&mut *tx).await?.seq.unwrap_or(0),
+        }),
+    }
+}
+
 /// Which entries `audit list` reads; every part narrows, None: any.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AuditQuery {

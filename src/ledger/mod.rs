@@ -13,6 +13,7 @@ pub mod error;
 pub mod escalations;
 pub mod finance;
 pub mod history;
+pub mod json;
 pub mod migrate;
 pub mod model;
 pub mod panes;

@@ -8,6 +8,8 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::json::BoundedJson;
+
 /// The states of DESIGN.md; the database enforces the transitions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, sqlx::Type)]
 #[sqlx(type_name = "text", rename_all = "lowercase")]
@@ -101,13 +103,16 @@ impl Decision {
     }
 }
 
-/// One row of `ledger.effects`.
+/// One row of `ledger.effects`. JSON an agent or a provider sent is read
+/// through `BoundedJson`, so that a value nested absurdly deep is shown cut
+/// rather than making the row unreadable.
 #[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
 pub struct Effect {
     pub id: i64,
     pub op_key: String,
     pub action: String,
     pub target: String,
+    #[sqlx(try_from = "BoundedJson")]
     pub params: Value,
     pub params_hash: String,
     pub amount_minor: Option<i64>,
@@ -124,6 +129,7 @@ pub struct Effect {
     pub pending_window_secs: i64,
     pub deadline_at: Option<DateTime<Utc>>,
     pub external_ref: Option<String>,
+    #[sqlx(try_from = "BoundedJson")]
     pub result: Option<Value>,
     pub failure_reason: Option<String>,
     pub retryable: Option<bool>,
@@ -187,7 +193,9 @@ pub struct Attempt {
     pub db_role: String,
     pub request_id: Option<String>,
     pub params_hash: Option<String>,
+    #[sqlx(try_from = "BoundedJson")]
     pub params: Option<Value>,
+    #[sqlx(try_from = "BoundedJson")]
     pub detail: Option<Value>,
     pub flagged: bool,
     pub at: DateTime<Utc>,
@@ -212,6 +220,7 @@ pub struct Reconciliation {
     pub provider: Option<String>,
     pub finding: String,
     pub external_refs: Vec<String>,
+    #[sqlx(try_from = "BoundedJson")]
     pub evidence: Value,
     pub duration_ms: Option<i32>,
     pub state_before: String,
@@ -228,6 +237,7 @@ pub struct Escalation {
     pub op_key: String,
     pub sink: String,
     pub decision_needed: String,
+    #[sqlx(try_from = "BoundedJson")]
     pub payload: Value,
     pub state: String,
     pub delivery_attempts: i32,
@@ -250,7 +260,9 @@ pub struct AuditEntry {
     pub effect_id: Option<i64>,
     pub op_key: Option<String>,
     pub reason: Option<String>,
+    #[sqlx(try_from = "BoundedJson")]
     pub before: Option<Value>,
+    #[sqlx(try_from = "BoundedJson")]
     pub after: Option<Value>,
     pub hash: String,
     /// The target of its effect, where the query reads it (the audit view's `target:`).

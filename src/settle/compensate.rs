@@ -310,6 +310,10 @@ impl Settler {
                 ("unknown", None, None, Some(reason.as_str()))
             }
         };
+        // Stored as evidence: never with a secret the provider echoed.
+        let redactor = self.config.secret_redactor();
+        let evidence = redactor.value(&answer.evidence);
+        let why = why.map(|why| redactor.text(why));
         let recorded = compensation::complete_compensation(
             &self.pool,
             compensation_key,
@@ -317,9 +321,9 @@ impl Settler {
             &CompensationResult {
                 outcome,
                 external_ref,
-                result: Some(&answer.evidence),
+                result: Some(&evidence),
                 retryable,
-                reason: why,
+                reason: why.as_deref(),
             },
         )
         .await

@@ -197,7 +197,8 @@ impl Settler {
         };
         crash_point("after_delivery_sent");
         let duration_ms = i32::try_from(started.elapsed().as_millis()).unwrap_or(i32::MAX);
-        let error = error.map(|e| sanitize_line(&e));
+        // Stored with the delivery: never with a secret the sink echoed.
+        let error = error.map(|e| sanitize_line(&self.config.secret_redactor().text(&e)));
         let recorded = escalations::record_delivery(
             &self.pool,
             &claimed.escalation_key,

@@ -72,6 +72,8 @@ impl Settler {
             }
             Err(error) => (Assessment::indeterminate(), error.evidence(provider.name())),
         };
+        // What the provider said is stored and shown: never with a secret it echoed.
+        let evidence = self.config.secret_redactor().value(&evidence);
         let finding = Finding {
             provider: provider.name().to_string(),
             finding: assessment.finding.as_str().to_string(),
