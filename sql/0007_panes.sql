@@ -199,10 +199,9 @@ create view ledger.pane_counts as select * from ledger.pane_counts_at(null);
 -- to privileged roles, which a console's login is not; without them (an
 -- owner that is not privileged either) a running receiver is trusted.
 create function ledger.replica_lag() returns float8
-language sql volatile security definer
+language sql stable security definer
 set search_path = pg_catalog, pg_temp
 as $$
-    select ledger.forget_caller_settings();
     with receiver as (
         select r.pid, r.status, r.last_msg_receipt_time from pg_stat_wal_receiver r
     ),

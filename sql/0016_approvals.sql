@@ -219,10 +219,9 @@ create function ledger.approval_list(max_rows bigint)
 returns table (approval_ref text, version integer, action text, target text, amount_ceiling_minor bigint,
                currency text, expires_at timestamptz, granted_by text, revoked_at timestamptz,
                consumed_by text)
-language sql volatile security definer
+language sql stable security definer
 set search_path = pg_catalog, pg_temp
 as $$
-    select ledger.forget_caller_settings();
     select a.approval_ref, a.version, a.action, a.target, a.amount_ceiling_minor, a.currency,
            a.expires_at, a.granted_by, a.revoked_at, e.op_key
       from ledger.approvals a left join ledger.effects e on e.id = a.consumed_by

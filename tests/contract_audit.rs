@@ -776,14 +776,15 @@ async fn an_agent_cannot_put_a_reason_of_its_own_on_its_timeline() {
     }
 }
 
-/// Every function that runs with the owner's rights forgets the caller's settings first: a
-/// function added without it would trust whatever a login set before calling it.
+/// Every function that runs with the owner's rights and can write forgets the caller's settings
+/// first: a function added without it would trust whatever a login set before calling it. (A
+/// stable one cannot write, so a setting it is handed reaches no history or audit entry.)
 #[tokio::test]
 async fn every_security_definer_function_forgets_the_callers_settings_first() {
     let db = common::test_db().await;
     let trusting: Vec<String> = sqlx::query_scalar(
         "select p.oid::regprocedure::text from pg_proc p
-          where p.pronamespace = 'ledger'::regnamespace and p.prosecdef
+          where p.pronamespace = 'ledger'::regnamespace and p.prosecdef and p.provolatile = 'v'
             and p.prosrc !~ '^\\s*(#[^\\n]*\\n\\s*)?(declare[\\s\\S]*?\\n)?(begin\\s+)?(ignored := |perform |select )ledger\\.forget_caller_settings\\(\\);'
           order by 1",
     )
