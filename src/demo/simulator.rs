@@ -121,6 +121,7 @@ impl Simulator {
                 stats: stats.clone(),
                 sequence: 0,
                 run: run.clone(),
+                held: Vec::new(),
             };
             let mut stopped = stopped.clone();
             tasks.spawn(async move {
@@ -166,7 +167,14 @@ struct Agent {
     /// Part of every key: the seed, and when this run started, so a resumed
     /// ledger never mistakes a new run's intents for replays of the last one.
     run: String,
+    /// Intents that were held, to ask about again (when, what, tries left),
+    /// as a real agent comes back to a call it was told to wait with.
+    held: Vec<(tokio::time::Instant, Intent, u8)>,
 }
+
+/// How long a held agent waits before it asks again, and how often it does.
+const HELD_RETRY_AFTER: Duration = Duration::from_secs(15);
+const HELD_RETRIES: u8 = 8;
 
 const CURRENCIES: [&str; 4] = ["EUR", "USD", "GBP", "JPY"];
 
@@ -253,7 +261,27 @@ impl Agent {
         }
     }
 
+    /// Asks again about the held intents that are due: one released by its
+    /// holder's failure proceeds, and this agent sends it.
+    async fn ask_again(&mut self) -> Result<(), String> {
+        let now = tokio::time::Instant::now();
+        let (due, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.held)
+            .into_iter()
+            .partition(|(at, _, _)| *at <= now);
+        self.held = waiting;
+        for (_, intent, tries) in due {
+            let begun = self.begin(&intent).await?;
+            if begun.decision.may_dispatch() {
+                self.claim_call_complete(&intent).await?;
+            } else if begun.decision == Decision::Held && tries > 1 {
+                self.held.push((now + HELD_RETRY_AFTER, intent, tries - 1));
+            }
+        }
+        Ok(())
+    }
+
     async fn act(&mut self) -> Result<(), String> {
+        self.ask_again().await?;
         let scenario = self.pick();
         self.stats.effects.fetch_add(1, Ordering::Relaxed);
         let intent = self.intent();
@@ -344,6 +372,11 @@ impl Agent {
                 second.requested_by = format!("{}-twin", self.name);
                 if self.begin(&second).await?.decision == Decision::Held {
                     self.stats.held.fetch_add(1, Ordering::Relaxed);
+                    self.held.push((
+                        tokio::time::Instant::now() + HELD_RETRY_AFTER,
+                        second,
+                        HELD_RETRIES,
+                    ));
                 }
                 if first && self.rng.random_bool(0.5) {
                     // Half the time the first one stays unanswered, keeping the hold.
