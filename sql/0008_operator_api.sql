@@ -225,6 +225,8 @@ $$;
 --     real decision), unless the action's policy says on_holder_success =
 --     'cancel', which cancels them;
 --   unknown: nothing; the holder is still open.
+-- A holder may itself be held (a key asked while the only open effect on
+-- its target was held waits behind that one): cancelled, it releases too.
 -- Each change is audited as the ledger's, with the holder and its state as
 -- the reason. A release a booking's overlap forbids is left to a person.
 create function ledger.holds_end_by_rule() returns trigger
@@ -299,7 +301,7 @@ $$;
 create trigger effects_holds_end_by_rule
     after update of state on ledger.effects
     for each row
-    when (new.state in ('succeeded', 'failed', 'cancelled') and old.state in ('pending', 'unknown'))
+    when (new.state in ('succeeded', 'failed', 'cancelled') and old.state in ('pending', 'unknown', 'held'))
     execute function ledger.holds_end_by_rule();
 alter table ledger.effects enable always trigger effects_holds_end_by_rule;
 

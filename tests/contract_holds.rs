@@ -242,3 +242,33 @@ async fn a_succeeded_holder_cancels_what_it_held_where_the_policy_says_so() {
     assert_ne!(again.decision, Decision::Proceed);
     rig.audit_intact().await;
 }
+
+/// A key asked while the only open effect on its target is held waits
+/// behind that held one; when the held one is cancelled, it is released.
+#[tokio::test]
+async fn a_held_holder_cancelled_releases_what_waits_behind_it() {
+    let rig = Rig::new().await;
+    a_holds_b_and_c(&rig).await;
+    answer(&rig, "refund:A", Outcome::Succeeded).await;
+    // A succeeded: B and C wait for a person. D, asked now, waits behind B.
+    assert_eq!(
+        begin_effect(&rig.db.pool, &refund("refund:D"))
+            .await
+            .unwrap()
+            .decision,
+        Decision::Held
+    );
+    assert_eq!(held_by(&rig, "refund:D").await.as_deref(), Some("refund:B"));
+    CANCEL
+        .call(
+            &rig.operator_pool,
+            "refund:B",
+            SeenVersion(rig.effect("refund:B").await.version),
+            "alice",
+            "the customer asked once",
+        )
+        .await
+        .unwrap();
+    assert_eq!(rig.effect("refund:D").await.state, State::Pending);
+    rig.audit_intact().await;
+}
