@@ -100,6 +100,7 @@ class AsyncLedger:
         params: Callable[..., Mapping[str, Any]] | None = None,
         amount_minor: str | None = None,
         currency: str | None = None,
+        provider: str | None = None,
         external_ref: Callable[[Any], str | None] | None = None,
     ) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]:
         def decorate(function: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
@@ -116,6 +117,7 @@ class AsyncLedger:
                     params=params(**arguments) if params else arguments,
                     amount_minor=arguments[amount_minor] if amount_minor else None,
                     currency=arguments[currency] if currency else None,
+                    provider=provider,
                 ) as effect:
                     await effect.dispatched()
                     value = await function(*args, **kwargs)

@@ -105,6 +105,7 @@ class Ledger:
         params: Callable[..., Mapping[str, Any]] | None = None,
         amount_minor: str | None = None,
         currency: str | None = None,
+        provider: str | None = None,
         external_ref: Callable[[Any], str | None] | None = None,
     ) -> Callable[[Callable[P, R]], Callable[P, R]]:
         """Wraps a provider call: its key and target come from the call's
@@ -127,6 +128,7 @@ class Ledger:
                     params=params(**arguments) if params else arguments,
                     amount_minor=arguments[amount_minor] if amount_minor else None,
                     currency=arguments[currency] if currency else None,
+                    provider=provider,
                 ) as effect:
                     effect.dispatched()
                     value = function(*args, **kwargs)
