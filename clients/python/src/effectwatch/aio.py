@@ -28,12 +28,18 @@ class AsyncLedger:
         *,
         requested_by: str,
         application_name: str = "effectwatch-python",
-        statement_timeout_ms: int = 10_000,
+        statement_timeout_ms: int | None = None,
     ) -> None:
         self.conninfo = conninfo
         self.requested_by = requested_by
         self.application_name = application_name
         self.statement_timeout_ms = statement_timeout_ms
+
+    def _options(self) -> str | None:
+        # See Ledger._options: PgBouncer refuses the `options` startup parameter.
+        if self.statement_timeout_ms is None:
+            return None
+        return f"-c statement_timeout={self.statement_timeout_ms}"
 
     @asynccontextmanager
     async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[dict[str, Any]]]:
@@ -43,7 +49,7 @@ class AsyncLedger:
             prepare_threshold=None,
             row_factory=dict_row,
             application_name=self.application_name,
-            options=f"-c statement_timeout={self.statement_timeout_ms}",
+            options=self._options(),
         )
         async with connection:
             yield connection

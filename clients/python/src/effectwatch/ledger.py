@@ -30,12 +30,19 @@ class Ledger:
         *,
         requested_by: str,
         application_name: str = "effectwatch-python",
-        statement_timeout_ms: int = 10_000,
+        statement_timeout_ms: int | None = None,
     ) -> None:
         self.conninfo = conninfo
         self.requested_by = requested_by
         self.application_name = application_name
         self.statement_timeout_ms = statement_timeout_ms
+
+    def _options(self) -> str | None:
+        # PgBouncer refuses the `options` startup parameter: behind it, set
+        # statement_timeout on the login role instead (ALTER ROLE ... SET).
+        if self.statement_timeout_ms is None:
+            return None
+        return f"-c statement_timeout={self.statement_timeout_ms}"
 
     @contextmanager
     def _connection(self) -> Iterator[psycopg.Connection[dict[str, Any]]]:
@@ -45,7 +52,7 @@ class Ledger:
             prepare_threshold=None,
             row_factory=dict_row,
             application_name=self.application_name,
-            options=f"-c statement_timeout={self.statement_timeout_ms}",
+            options=self._options(),
         ) as connection:
             yield connection
 
