@@ -150,6 +150,7 @@ class AsyncEffect:
         self.replayed = False
         self._dispatched = False
         self._completed = False
+        self._not_ours = False
 
     async def __aenter__(self) -> AsyncEffect:
         begun = await self.ledger.begin(self.intent)
@@ -168,6 +169,9 @@ class AsyncEffect:
         dispatch = await self.ledger.mark_dispatched(
             self.intent.op_key, target=self.intent.target, request_id=self.intent.request_id
         )
+        if dispatch.refused or not dispatch.claimed:
+            # Another caller or login holds the effect: it is theirs to complete.
+            self._not_ours = True
         if dispatch.refused:
             raise LedgerRefused(dispatch.refused)
         if not dispatch.claimed:
@@ -193,7 +197,7 @@ class AsyncEffect:
     ) -> bool:
         if isinstance(error, _Replayed):
             return True
-        if self._completed:
+        if self._completed or self._not_ours:
             return False
         if error is None:
             if self._dispatched:

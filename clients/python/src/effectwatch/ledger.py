@@ -163,6 +163,7 @@ class Effect:
         self.replayed = False
         self._dispatched = False
         self._completed = False
+        self._not_ours = False
 
     def __enter__(self) -> Effect:
         begun = self.ledger.begin(self.intent)
@@ -183,6 +184,9 @@ class Effect:
         dispatch = self.ledger.mark_dispatched(
             self.intent.op_key, target=self.intent.target, request_id=self.intent.request_id
         )
+        if dispatch.refused or not dispatch.claimed:
+            # Another caller or login holds the effect: it is theirs to complete.
+            self._not_ours = True
         if dispatch.refused:
             raise LedgerRefused(dispatch.refused)
         if not dispatch.claimed:
@@ -206,7 +210,7 @@ class Effect:
     ) -> bool:
         if isinstance(error, _Replayed):
             return True
-        if self._completed:
+        if self._completed or self._not_ours:
             return False
         if error is None:
             if self._dispatched:
