@@ -151,6 +151,12 @@ def test_a_template_must_name_an_argument(database_url: str) -> None:
         def refund_too(order_id: str) -> None:
             pass
 
+    with pytest.raises(ValueError, match="amount_minor='amount'"):
+
+        @ledger.tool(action="refund", op_key="refund:{order_id}", target="invoice:{order_id}", amount_minor="amount")
+        def refund_amount(order_id: str, amount_minor: int) -> None:
+            pass
+
 
 async def test_the_asyncio_decorator_replays(database_url: str, unique: str) -> None:
     ledger = AsyncLedger(database_url, requested_by="agent-test")

@@ -229,6 +229,19 @@ class KeyTemplate:
         return self.template.format(**arguments)
 
 
+class Replayed(Exception):
+    """Ends a replayed effect's block at dispatched(): the provider is
+    never reached."""
+
+
+def named_arguments(function: Callable[..., Any], **names: str | None) -> None:
+    """Refuses, when a tool is declared, an argument name it does not take."""
+    parameters = inspect.signature(function).parameters
+    for role, name in names.items():
+        if name is not None and name not in parameters:
+            raise ValueError(f"{role}={name!r} names no argument of {function.__name__}")
+
+
 def bound_arguments(function: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
     bound = inspect.signature(function).bind(*args, **kwargs)
     bound.apply_defaults()

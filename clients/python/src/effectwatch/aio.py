@@ -112,6 +112,7 @@ class AsyncLedger:
         def decorate(function: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
             key_template = _core.KeyTemplate("op_key", op_key, function)
             target_template = _core.KeyTemplate("target", target, function)
+            _core.named_arguments(function, amount_minor=amount_minor, currency=currency)
 
             @functools.wraps(function)
             async def run(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -133,10 +134,6 @@ class AsyncLedger:
             return run
 
         return decorate
-
-
-class _Replayed(Exception):
-    pass
 
 
 class AsyncEffect:
@@ -165,7 +162,7 @@ class AsyncEffect:
 
     async def dispatched(self) -> None:
         if self.replayed:
-            raise _Replayed()
+            raise _core.Replayed()
         dispatch = await self.ledger.mark_dispatched(
             self.intent.op_key, target=self.intent.target, request_id=self.intent.request_id
         )
@@ -195,7 +192,7 @@ class AsyncEffect:
     async def __aexit__(
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> bool:
-        if isinstance(error, _Replayed):
+        if isinstance(error, _core.Replayed):
             return True
         if self._completed or self._not_ours:
             return False

@@ -124,6 +124,7 @@ class Ledger:
         def decorate(function: Callable[P, R]) -> Callable[P, R]:
             key_template = _core.KeyTemplate("op_key", op_key, function)
             target_template = _core.KeyTemplate("target", target, function)
+            _core.named_arguments(function, amount_minor=amount_minor, currency=currency)
 
             @functools.wraps(function)
             def run(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -145,11 +146,6 @@ class Ledger:
             return run
 
         return decorate
-
-
-class _Replayed(Exception):
-    """Ends a replayed effect's block at dispatched(): the provider is
-    never reached."""
 
 
 class Effect:
@@ -180,7 +176,7 @@ class Effect:
         """Call it just before the provider call: claims the effect. Any
         exception after it records the outcome as unknown."""
         if self.replayed:
-            raise _Replayed()
+            raise _core.Replayed()
         dispatch = self.ledger.mark_dispatched(
             self.intent.op_key, target=self.intent.target, request_id=self.intent.request_id
         )
@@ -208,7 +204,7 @@ class Effect:
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> bool:
-        if isinstance(error, _Replayed):
+        if isinstance(error, _core.Replayed):
             return True
         if self._completed or self._not_ours:
             return False
