@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import os
 import threading
-from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 import psycopg
 import pytest
@@ -32,10 +31,8 @@ class PreparingLedger(Ledger):
     """The client as it would be with psycopg's default preparation, made
     eager: what the guard (`prepare_threshold=None`) is there to prevent."""
 
-    @contextmanager
-    def _connection(self) -> Iterator[psycopg.Connection[dict[str, Any]]]:
-        with psycopg.connect(self.conninfo, autocommit=True, prepare_threshold=0, row_factory=dict_row) as connection:
-            yield connection
+    def _connect(self) -> psycopg.Connection[dict[str, Any]]:
+        return psycopg.connect(self.conninfo, autocommit=True, prepare_threshold=0, row_factory=dict_row)
 
 
 def run_effects(ledger: Ledger, prefix: str, count: int) -> list[BaseException]:

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import functools
-from contextlib import asynccontextmanager
 from types import TracebackType
-from typing import Any, AsyncIterator, Awaitable, Callable, Mapping, ParamSpec, TypeVar, cast
+from typing import Any, Awaitable, Callable, Mapping, ParamSpec, TypeVar, cast
 
 import psycopg
 from psycopg.rows import dict_row
@@ -20,7 +19,8 @@ R = TypeVar("R")
 
 class AsyncLedger:
     """See `effectwatch.Ledger`: one short autocommit transaction per call,
-    no connection held across the provider call, no prepared statements."""
+    a few connections kept idle between calls, no prepared statements.
+    Use one per event loop."""
 
     def __init__(
         self,
@@ -29,11 +29,14 @@ class AsyncLedger:
         requested_by: str,
         application_name: str = "effectwatch-python",
         statement_timeout_ms: int | None = None,
+        max_idle: int = 4,
     ) -> None:
         self.conninfo = conninfo
         self.requested_by = requested_by
         self.application_name = application_name
         self.statement_timeout_ms = statement_timeout_ms
+        self.max_idle = max_idle
+        self._idle: list[psycopg.AsyncConnection[dict[str, Any]]] = []
 
     def _options(self) -> str | None:
         # See Ledger._options: PgBouncer refuses the `options` startup parameter.
@@ -41,9 +44,13 @@ class AsyncLedger:
             return None
         return f"-c statement_timeout={self.statement_timeout_ms}"
 
-    @asynccontextmanager
-    async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[dict[str, Any]]]:
-        connection = await psycopg.AsyncConnection.connect(
+    async def _checkout(self) -> psycopg.AsyncConnection[dict[str, Any]]:
+        # One event loop, no await between the check and the pop: no lock.
+        while self._idle:
+            connection = self._idle.pop()
+            if not (connection.closed or connection.broken):
+                return connection
+        return await psycopg.AsyncConnection.connect(
             self.conninfo,
             autocommit=True,
             prepare_threshold=None,
@@ -51,13 +58,20 @@ class AsyncLedger:
             application_name=self.application_name,
             options=self._options(),
         )
-        async with connection:
-            yield connection
 
     async def _one(self, sql: str, args: Mapping[str, Any]) -> dict[str, Any] | None:
-        async with self._connection() as connection:
+        connection = await self._checkout()
+        try:
             cursor = await connection.execute(sql, args)
-            return await cursor.fetchone()
+            row = await cursor.fetchone()
+        except BaseException:
+            await connection.close()
+            raise
+        if len(self._idle) < self.max_idle:
+            self._idle.append(connection)
+        else:
+            await connection.close()
+        return row
 
     async def begin(self, intent: Intent) -> Begun:
         row = await self._one(_core.BEGIN_SQL, intent.begin_args(self.requested_by))

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import functools
+import os
+import threading
 from types import TracebackType
-from typing import Any, Callable, Iterator, Mapping, ParamSpec, TypeVar, cast
-from contextlib import contextmanager
+from typing import Any, Callable, Mapping, ParamSpec, TypeVar, cast
 
 import psycopg
 from psycopg.rows import dict_row
@@ -20,9 +21,11 @@ R = TypeVar("R")
 
 class Ledger:
     """A writer of the effect ledger. Each call is one short autocommit
-    transaction on a connection of its own, closed before the provider is
-    called; statements are never prepared, so the ledger may sit behind
-    PgBouncer in transaction mode."""
+    transaction: no transaction stays open across the provider call, and a
+    connection is only kept idle between calls (up to `max_idle`, 0 to
+    connect for every call; opening one costs more than the call itself).
+    Statements are never prepared, so the ledger may sit behind PgBouncer
+    in transaction mode, where an idle client holds no server connection."""
 
     def __init__(
         self,
@@ -31,11 +34,16 @@ class Ledger:
         requested_by: str,
         application_name: str = "effectwatch-python",
         statement_timeout_ms: int | None = None,
+        max_idle: int = 4,
     ) -> None:
         self.conninfo = conninfo
         self.requested_by = requested_by
         self.application_name = application_name
         self.statement_timeout_ms = statement_timeout_ms
+        self.max_idle = max_idle
+        self._idle: list[psycopg.Connection[dict[str, Any]]] = []
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
 
     def _options(self) -> str | None:
         # PgBouncer refuses the `options` startup parameter: behind it, set
@@ -44,21 +52,44 @@ class Ledger:
             return None
         return f"-c statement_timeout={self.statement_timeout_ms}"
 
-    @contextmanager
-    def _connection(self) -> Iterator[psycopg.Connection[dict[str, Any]]]:
-        with psycopg.connect(
+    def _connect(self) -> psycopg.Connection[dict[str, Any]]:
+        return psycopg.connect(
             self.conninfo,
             autocommit=True,
             prepare_threshold=None,
             row_factory=dict_row,
             application_name=self.application_name,
             options=self._options(),
-        ) as connection:
-            yield connection
+        )
+
+    def _checkout(self) -> psycopg.Connection[dict[str, Any]]:
+        with self._lock:
+            if self._pid != os.getpid():
+                # A forked child must not talk on its parent's sockets.
+                self._idle.clear()
+                self._pid = os.getpid()
+            while self._idle:
+                connection = self._idle.pop()
+                if not (connection.closed or connection.broken):
+                    return connection
+        return self._connect()
+
+    def _checkin(self, connection: psycopg.Connection[dict[str, Any]]) -> None:
+        with self._lock:
+            if len(self._idle) < self.max_idle and self._pid == os.getpid():
+                self._idle.append(connection)
+                return
+        connection.close()
 
     def _one(self, sql: str, args: Mapping[str, Any]) -> dict[str, Any] | None:
-        with self._connection() as connection:
-            return connection.execute(sql, args).fetchone()
+        connection = self._checkout()
+        try:
+            row = connection.execute(sql, args).fetchone()
+        except BaseException:
+            connection.close()
+            raise
+        self._checkin(connection)
+        return row
 
     # The three SQL calls, answered as they are.
 
