@@ -76,11 +76,11 @@ async fn the_python_client_passes_mypy_strict_and_its_suite() {
             .arg(format!("{}[test]", package.display())),
     );
     run(
-        "mypy --strict on the Python client, its tests and examples",
+        "mypy --strict on the Python client, its tests, examples and bench",
         Command::new(&venv_python)
             .args(["-m", "mypy", "--strict", "--cache-dir"])
             .arg(target.join("client-python-mypy-cache"))
-            .args(["src", "tests", "examples"])
+            .args(["src", "tests", "examples", "bench"])
             .current_dir(&package),
     );
 
