@@ -1,13 +1,16 @@
 //! The TypeScript client's own suite (`clients/typescript`), run by the one
 //! test command: its packages from the npm registry (`npm ci`, pinned by
 //! package-lock.json), `tsc --strict`, then Node's test runner against a
-//! fresh ledger. Any failure fails this test. Without node and npm it says
+//! fresh ledger, and through a real PgBouncer in transaction mode where
+//! the package is installed. Any failure fails this test. Without node and npm it says
 //! it is skipped — unless EFFECTWATCH_REQUIRE_CLIENTS=1, where that is a
 //! failure.
 
 mod common;
 
 use std::path::Path;
+
+use common::pgbouncer::PgBouncer;
 use std::process::{Command, Output};
 
 fn run(what: &str, command: &mut Command) -> Output {
@@ -66,14 +69,19 @@ async fn the_typescript_client_compiles_strict_and_passes_its_suite() {
     assert!(!suites.is_empty(), "tsc wrote no test file");
 
     let db = common::test_db().await;
-    let output = run(
-        "the TypeScript client's node --test suite",
-        Command::new("node")
-            .arg("--test")
-            .args(&suites)
-            .env("EFFECTWATCH_TEST_DATABASE_URL", &db.url)
-            .current_dir(&package),
-    );
+    let bouncer = PgBouncer::start(&db.url);
+    let mut node = Command::new("node");
+    node.arg("--test")
+        .args(&suites)
+        .env("EFFECTWATCH_TEST_DATABASE_URL", &db.url)
+        .current_dir(&package);
+    if let Some(bouncer) = &bouncer {
+        let database = db.url.rsplit('/').next().expect("a database name");
+        node.env("EFFECTWATCH_TEST_PGBOUNCER_URL", bouncer.url(database));
+    }
+    let output = run("the TypeScript client's node --test suite", &mut node);
+    // Only the PgBouncer tests may skip, and only where it is not installed.
+    let expected_skips = if bouncer.is_some() { 0 } else { 2 };
     let summary = String::from_utf8_lossy(&output.stdout);
     println!("{summary}");
     let count = |name: &str| {
@@ -85,7 +93,7 @@ async fn the_typescript_client_compiles_strict_and_passes_its_suite() {
     assert!(
         count("pass").is_some_and(|n| n > 0)
             && count("fail") == Some(0)
-            && count("skipped") == Some(0)
+            && count("skipped") == Some(expected_skips)
             && count("cancelled") == Some(0),
         "the TypeScript suite ran nothing, or skipped or failed part of it:\n{summary}"
     );

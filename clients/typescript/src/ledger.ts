@@ -86,7 +86,12 @@ export interface LedgerOptions {
   /** Who asks: recorded with every attempt, and the worker that dispatches. */
   requestedBy: string;
   applicationName?: string;
-  statementTimeoutMs?: number;
+  /**
+   * Sent when connecting (default 10 s). PgBouncer refuses it as a startup
+   * parameter: behind PgBouncer pass null and set statement_timeout on the
+   * login role instead (ALTER ROLE ... SET statement_timeout).
+   */
+  statementTimeoutMs?: number | null;
   /** Connections kept by the pool; each is held for one statement only. */
   maxConnections?: number;
 }
@@ -108,7 +113,7 @@ export class Ledger {
     this.pool = new pg.Pool({
       connectionString: options.connectionString,
       application_name: options.applicationName ?? "effectwatch-typescript",
-      statement_timeout: options.statementTimeoutMs ?? 10_000,
+      ...(options.statementTimeoutMs === null ? {} : { statement_timeout: options.statementTimeoutMs ?? 10_000 }),
       max: options.maxConnections ?? 10,
     });
   }
