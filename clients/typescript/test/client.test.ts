@@ -14,6 +14,8 @@ import {
   Stop,
   Wait,
 } from "../src/index.js";
+import { execFile } from "node:child_process";
+import { promisify } from "node:util";
 import { FakeProvider, databaseUrl, sql, unique } from "./support.js";
 
 const provider = new FakeProvider();
@@ -86,6 +88,30 @@ test("twenty concurrent calls on one key call the provider once; the others are 
     [key],
   );
   assert.deepEqual(counts, { in_flight: 19, replay: 1 });
+});
+
+test("four processes of five callers each on one key call the provider once", async () => {
+  const orderId = `X-${unique()}`;
+  const caller = new URL("./caller.js", import.meta.url).pathname;
+  const runs = await Promise.all(
+    Array.from({ length: 4 }, () => promisify(execFile)(process.execPath, [caller, orderId, String(provider.port), "5"])),
+  );
+  const outcomes = runs.flatMap((run) => JSON.parse(run.stdout) as string[]);
+  assert.equal(provider.callsFor(`refund:${orderId}`), 1, "the provider was called exactly once");
+  // A process that starts after the call ended gets a replay, which a
+  // caller sees as the result: the ledger's attempts tell the two apart.
+  assert.equal(outcomes.length, 20);
+  for (const outcome of outcomes) assert.ok(outcome === "InFlight" || outcome === "succeeded", outcome);
+  const [attempts] = await sql<{ n: number }>(
+    "select count(*)::int as n from ledger.attempts where op_key = $1 and kind in ('in_flight', 'replay')",
+    [`refund:${orderId}`],
+  );
+  assert.equal(attempts?.n, 19, "every caller but one was told in_flight or replay");
+  const again = await ledger.effect(
+    { opKey: `refund:${orderId}`, action: "refund", target: `invoice:${orderId}`, params: { orderId, amountMinor: 1500 } },
+    async () => assert.fail("a replay must not run the body"),
+  );
+  assert.deepEqual(again, { id: `re_refund:${orderId}`, amount_minor: 1500, status: "succeeded" });
 });
 
 test("a connection is not held across the provider call", async () => {
