@@ -247,7 +247,7 @@ export interface WrapSpec<A, R> {
 /** One effect in progress (see Ledger.effect). */
 export class Effect {
   private isDispatched = false;
-  private isCompleted = false;
+  private isClosedForThisCaller = false;
 
   constructor(
     private readonly ledger: Ledger,
@@ -257,8 +257,14 @@ export class Effect {
   /** Call it just before the provider call: claims the effect. Anything thrown after it records unknown. */
   async dispatched(): Promise<void> {
     const dispatch = await this.ledger.markDispatched(this.intent.opKey, this.intent.target, this.intent.requestId ?? null);
-    if (dispatch.refused) throw new LedgerRefused(dispatch.refused);
-    if (!dispatch.claimed) throw new InFlight(this.intent.opKey, dispatch.state);
+    if (dispatch.refused || !dispatch.claimed) {
+      // Not ours to settle: another caller holds the dispatch, or the ledger
+      // already decided (an approval that lapsed cancels the effect).
+      // Recording a failure here would close someone else's call.
+      this.isClosedForThisCaller = true;
+      if (dispatch.refused) throw new LedgerRefused(dispatch.refused);
+      throw new InFlight(this.intent.opKey, dispatch.state);
+    }
     this.isDispatched = true;
   }
 
@@ -269,7 +275,7 @@ export class Effect {
   }
 
   async recordThrown(error: unknown): Promise<void> {
-    if (this.isCompleted) return;
+    if (this.isClosedForThisCaller) return;
     if (!this.isDispatched && !(error instanceof NotPerformed) && !(error instanceof RateLimited)) {
       // The provider was never called: the same key may run again once the
       // cause is fixed (cancelled would close the key for good).
@@ -286,7 +292,7 @@ export class Effect {
   }
 
   async recordReturned(): Promise<void> {
-    if (this.isCompleted) return;
+    if (this.isClosedForThisCaller) return;
     if (this.isDispatched) {
       await this.complete("unknown", { reason: "the body returned without succeeded()" });
     } else {
@@ -300,7 +306,7 @@ export class Effect {
       requestId: this.intent.requestId ?? null,
     });
     if (completed.refused) throw new LedgerRefused(completed.refused);
-    this.isCompleted = true;
+    this.isClosedForThisCaller = true;
     return completed;
   }
 }
