@@ -13,6 +13,9 @@ const bouncerUrl = process.env["EFFECTWATCH_TEST_PGBOUNCER_URL"];
 const skip = bouncerUrl ? false : "PgBouncer is not installed";
 const CALLS = 500;
 const CALLERS = 8;
+// More client connections than PgBouncer's server pool (8), so that a
+// client's next statement lands on a server connection it did not prepare.
+const NAMED_CALLERS = 32;
 
 async function inParallel(count: number, callers: number, call: (index: number) => Promise<void>): Promise<unknown[]> {
   const errors: unknown[] = [];
@@ -53,10 +56,10 @@ test(`${CALLS} effects through PgBouncer in transaction mode: no error`, { skip 
 });
 
 test("the same calls as named, prepared queries fail through PgBouncer: why the client never names one", { skip }, async (t) => {
-  const pool = new pg.Pool({ connectionString: bouncerUrl!, max: CALLERS });
+  const pool = new pg.Pool({ connectionString: bouncerUrl!, max: NAMED_CALLERS });
   const run = unique();
   try {
-    const errors = await inParallel(CALLS, CALLERS, async (index) => {
+    const errors = await inParallel(CALLS, NAMED_CALLERS, async (index) => {
       await pool.query({
         name: "begin_effect",
         text: `select decision from ledger.begin_effect(op_key => $1, action => 'refund', target => $2,
@@ -64,7 +67,7 @@ test("the same calls as named, prepared queries fail through PgBouncer: why the 
         values: [`refund:NAMED-${run}-${index}`, `invoice:NAMED-${run}-${index}`],
       });
     });
-    t.diagnostic(`${CALLS} named begin_effect calls by ${CALLERS} callers: ${errors.length} errors`);
+    t.diagnostic(`${CALLS} named begin_effect calls by ${NAMED_CALLERS} callers: ${errors.length} errors`);
     assert.ok(errors.length > 0, "prepared statements went through PgBouncer without an error");
     const codes = new Set(errors.map((error) => (error as { code?: string }).code));
     assert.ok(codes.has("26000") || codes.has("42P05"), `errors: ${[...codes].join(", ")}`);
