@@ -311,7 +311,7 @@ export class Effect {
   }
 }
 
-export function describe(error: unknown): string {
+function describe(error: unknown): string {
   return error instanceof Error ? `${error.name}: ${error.message}` : String(error);
 }
 
