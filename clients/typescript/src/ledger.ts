@@ -1,0 +1,362 @@
+// The writer API's three SQL calls, answered as they are, and the effect
+// and wrap helpers that make the right order of calls the obvious one.
+// Every rule of the ledger stays in the database.
+
+import pg from "pg";
+import {
+  EffectError,
+  Held,
+  InFlight,
+  LedgerRefused,
+  NotPerformed,
+  Overlap,
+  RateLimited,
+  Rejected,
+  Stop,
+  Wait,
+  type Differences,
+} from "./errors.js";
+import { outcomeOf } from "./outcome.js";
+
+// Every query is unnamed: node-postgres prepares only named queries, and a
+// prepared statement does not survive PgBouncer's transaction mode.
+const BEGIN_SQL = `select decision, effect_id, state, result from ledger.begin_effect(
+    op_key => $1, action => $2, target => $3, params => $4::jsonb, requested_by => $5,
+    amount_minor => $6::bigint, currency => $7, provider => $8, request_id => $9)`;
+
+const DISPATCH_SQL = `select claimed, state, refused from ledger.mark_dispatched(
+    op_key => $1, request_id => $2, worker => $3, target => $4)`;
+
+const COMPLETE_SQL = `select applied, state, late, refused from ledger.complete_effect(
+    op_key => $1, outcome => $2, external_ref => $3, result => $4::jsonb, retryable => $5,
+    reason => $6, request_id => $7, worker => $8, error_class => $9,
+    retry_after => make_interval(secs => $10::float8), target => $11)`;
+
+// Read only when a key is rejected, to say which terms differ.
+const RECORDED_SQL = `select action, target, params, amount_minor::float8 as amount_minor, currency, provider
+    from ledger.effects where op_key = $1`;
+
+export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+
+/** What the agent is about to do, named by a key made from its business arguments. */
+export interface Intent {
+  opKey: string;
+  action: string;
+  target: string;
+  params: Record<string, unknown>;
+  amountMinor?: number | null;
+  currency?: string | null;
+  provider?: string | null;
+  requestId?: string | null;
+}
+
+export interface Begun {
+  decision: string;
+  effectId: string;
+  state: string;
+  result: unknown;
+}
+
+export interface Dispatch {
+  claimed: boolean;
+  state: string;
+  refused: string | null;
+}
+
+export interface Completed {
+  applied: boolean;
+  state: string;
+  late: boolean;
+  refused: string | null;
+}
+
+export interface Completion {
+  externalRef?: string | null;
+  result?: unknown;
+  retryable?: boolean | null;
+  reason?: string | null;
+  errorClass?: string | null;
+  /** Seconds the provider asked to wait (rate limits). */
+  retryAfter?: number | null;
+  requestId?: string | null;
+}
+
+export interface LedgerOptions {
+  connectionString: string;
+  /** Who asks: recorded with every attempt, and the worker that dispatches. */
+  requestedBy: string;
+  applicationName?: string;
+  /**
+   * Sent when connecting (default 10 s). PgBouncer refuses it as a startup
+   * parameter: behind PgBouncer pass null and set statement_timeout on the
+   * login role instead (ALTER ROLE ... SET statement_timeout).
+   */
+  statementTimeoutMs?: number | null;
+  /** Connections kept by the pool; each is held for one statement only. */
+  maxConnections?: number;
+}
+
+const MAY_RUN = new Set(["proceed", "retry"]);
+
+/**
+ * A writer of the effect ledger. Each call is one statement, its own short
+ * transaction, on a pooled connection released before the provider is
+ * called; statements are never prepared, so the ledger may sit behind
+ * PgBouncer in transaction mode.
+ */
+export class Ledger {
+  readonly requestedBy: string;
+  private readonly pool: pg.Pool;
+
+  constructor(options: LedgerOptions) {
+    this.requestedBy = options.requestedBy;
+    this.pool = new pg.Pool({
+      connectionString: options.connectionString,
+      application_name: options.applicationName ?? "effectwatch-typescript",
+      ...(options.statementTimeoutMs === null ? {} : { statement_timeout: options.statementTimeoutMs ?? 10_000 }),
+      max: options.maxConnections ?? 10,
+    });
+  }
+
+  async close(): Promise<void> {
+    await this.pool.end();
+  }
+
+  private async one<Row extends pg.QueryResultRow>(sql: string, values: unknown[]): Promise<Row> {
+    const answer = await this.pool.query<Row>(sql, values);
+    const row = answer.rows[0];
+    if (row === undefined) throw new Error("the ledger answered no row");
+    return row;
+  }
+
+  // The three SQL calls, answered as they are.
+
+  async begin(intent: Intent): Promise<Begun> {
+    const row = await this.one<{ decision: string; effect_id: string; state: string; result: unknown }>(BEGIN_SQL, [
+      intent.opKey,
+      intent.action,
+      intent.target,
+      JSON.stringify(intent.params),
+      this.requestedBy,
+      intent.amountMinor ?? null,
+      intent.currency ?? null,
+      intent.provider ?? null,
+      intent.requestId ?? null,
+    ]);
+    return { decision: row.decision, effectId: row.effect_id, state: row.state, result: row.result };
+  }
+
+  async markDispatched(opKey: string, target: string, requestId: string | null = null): Promise<Dispatch> {
+    return this.one<Dispatch>(DISPATCH_SQL, [opKey, requestId, this.requestedBy, target]);
+  }
+
+  async complete(opKey: string, target: string, outcome: string, fields: Completion = {}): Promise<Completed> {
+    return this.one<Completed>(COMPLETE_SQL, [
+      opKey,
+      outcome,
+      fields.externalRef ?? null,
+      fields.result === undefined || fields.result === null ? null : JSON.stringify(fields.result),
+      fields.retryable ?? null,
+      fields.reason ?? null,
+      fields.requestId ?? null,
+      this.requestedBy,
+      fields.errorClass ?? null,
+      fields.retryAfter ?? null,
+      target,
+    ]);
+  }
+
+  async recorded(opKey: string): Promise<Record<string, unknown> | null> {
+    const answer = await this.pool.query(RECORDED_SQL, [opKey]);
+    return answer.rows[0] ?? null;
+  }
+
+  /** The error for a decision that forbids calling the provider. */
+  async refusalFor(begun: Begun, intent: Intent): Promise<EffectError> {
+    const recorded = begun.decision === "rejected" ? await this.recorded(intent.opKey) : null;
+    return refusalFor(begun, intent, recorded);
+  }
+
+  // The primitive and the wrapper.
+
+  /**
+   * Begins the effect. `proceed` and `retry` run `body`, which calls
+   * `e.dispatched()` just before the provider and returns
+   * `e.succeeded(externalRef, result)`; `replay` returns the stored result
+   * without running it; any other decision throws its error.
+   */
+  async effect<T>(intent: Intent, body: (effect: Effect) => Promise<T>): Promise<T> {
+    const begun = await this.begin(intent);
+    if (begun.decision === "replay") return begun.result as T;
+    if (!MAY_RUN.has(begun.decision)) throw await this.refusalFor(begun, intent);
+    const effect = new Effect(this, intent);
+    let value: T;
+    try {
+      value = await body(effect);
+    } catch (error) {
+      await effect.recordThrown(error);
+      throw error;
+    }
+    await effect.recordReturned();
+    return value;
+  }
+
+  /**
+   * Wraps a provider call whose key and target come from its business
+   * arguments — never from a random or per-turn id, which makes every retry
+   * a new action. Its params are those arguments unless `params` says
+   * otherwise. The result must be JSON: a replay returns it as stored.
+   */
+  wrap<A extends Record<string, unknown>, R>(spec: WrapSpec<A, R>, call: (args: A) => Promise<R>): (args: A) => Promise<R> {
+    return (args: A) => {
+      const opKey = spec.opKey(args);
+      if (typeof opKey !== "string" || opKey.trim() === "") {
+        throw new TypeError(`opKey for ${spec.action} gave no key: build it from the call's business arguments`);
+      }
+      return this.effect(
+        {
+          opKey,
+          action: spec.action,
+          target: spec.target(args),
+          params: spec.params ? spec.params(args) : args,
+          amountMinor: spec.amountMinor?.(args) ?? null,
+          currency: spec.currency?.(args) ?? null,
+          provider: spec.provider ?? null,
+        },
+        async (effect) => {
+          await effect.dispatched();
+          const value = await call(args);
+          return effect.succeeded(spec.externalRef?.(value) ?? null, value);
+        },
+      );
+    };
+  }
+}
+
+export interface WrapSpec<A, R> {
+  action: string;
+  opKey: (args: A) => string;
+  target: (args: A) => string;
+  params?: (args: A) => Record<string, unknown>;
+  amountMinor?: (args: A) => number | null;
+  currency?: (args: A) => string | null;
+  provider?: string;
+  externalRef?: (value: R) => string | null;
+}
+
+/** One effect in progress (see Ledger.effect). */
+export class Effect {
+  private isDispatched = false;
+  private isClosedForThisCaller = false;
+
+  constructor(
+    private readonly ledger: Ledger,
+    readonly intent: Intent,
+  ) {}
+
+  /** Call it just before the provider call: claims the effect. Anything thrown after it records unknown. */
+  async dispatched(): Promise<void> {
+    const dispatch = await this.ledger.markDispatched(this.intent.opKey, this.intent.target, this.intent.requestId ?? null);
+    if (dispatch.refused || !dispatch.claimed) {
+      // Not ours to settle: another caller holds the dispatch, or the ledger
+      // already decided (an approval that lapsed cancels the effect).
+      // Recording a failure here would close someone else's call.
+      this.isClosedForThisCaller = true;
+      if (dispatch.refused) throw new LedgerRefused(dispatch.refused);
+      throw new InFlight(this.intent.opKey, dispatch.state);
+    }
+    this.isDispatched = true;
+  }
+
+  /** Records the provider's confirmation and gives back `result`, which a replay will return. */
+  async succeeded<T>(externalRef: string | null, result: T): Promise<T> {
+    await this.complete("succeeded", { externalRef, result });
+    return result;
+  }
+
+  async recordThrown(error: unknown): Promise<void> {
+    if (this.isClosedForThisCaller) return;
+    if (!this.isDispatched && !(error instanceof NotPerformed) && !(error instanceof RateLimited)) {
+      // The provider was never called: the same key may run again once the
+      // cause is fixed (cancelled would close the key for good).
+      await this.complete("failed", { retryable: true, reason: `not dispatched: ${describe(error)}` });
+      return;
+    }
+    const seen = outcomeOf(error);
+    await this.complete(seen.outcome, {
+      errorClass: seen.errorClass,
+      retryable: seen.retryable,
+      reason: seen.reason,
+      retryAfter: seen.retryAfter,
+    });
+  }
+
+  async recordReturned(): Promise<void> {
+    if (this.isClosedForThisCaller) return;
+    if (this.isDispatched) {
+      await this.complete("unknown", { reason: "the body returned without succeeded()" });
+    } else {
+      await this.complete("failed", { retryable: true, reason: "not dispatched: the body returned first" });
+    }
+  }
+
+  private async complete(outcome: string, fields: Completion): Promise<Completed> {
+    const completed = await this.ledger.complete(this.intent.opKey, this.intent.target, outcome, {
+      ...fields,
+      requestId: this.intent.requestId ?? null,
+    });
+    if (completed.refused) throw new LedgerRefused(completed.refused);
+    this.isClosedForThisCaller = true;
+    return completed;
+  }
+}
+
+function describe(error: unknown): string {
+  return error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+}
+
+/** The terms a rejected call changed, field by field (params by key). */
+export function differences(intent: Intent, recorded: Record<string, unknown> | null): Differences {
+  const found: Differences = {};
+  if (recorded === null) return found; // pruned: only the tombstone's hash is left
+  const offered: Record<string, unknown> = {
+    action: intent.action,
+    target: intent.target,
+    amount_minor: intent.amountMinor ?? null,
+    currency: intent.currency ? intent.currency.toUpperCase() : null,
+    provider: intent.provider ?? null,
+  };
+  for (const [field, now] of Object.entries(offered)) {
+    if (!sameJson(recorded[field] ?? null, now)) found[field] = { recorded: recorded[field] ?? null, now };
+  }
+  const was = (recorded["params"] ?? {}) as Record<string, unknown>;
+  const now = JSON.parse(JSON.stringify(intent.params)) as Record<string, unknown>;
+  for (const key of [...new Set([...Object.keys(was), ...Object.keys(now)])].sort()) {
+    if (!sameJson(was[key] ?? null, now[key] ?? null)) found[`params.${key}`] = { recorded: was[key] ?? null, now: now[key] ?? null };
+  }
+  return found;
+}
+
+function sameJson(a: unknown, b: unknown): boolean {
+  return JSON.stringify(a) === JSON.stringify(b);
+}
+
+export function refusalFor(begun: Begun, intent: Intent, recorded: Record<string, unknown> | null): EffectError {
+  const result = (typeof begun.result === "object" && begun.result !== null ? begun.result : {}) as Record<string, unknown>;
+  switch (begun.decision) {
+    case "in_flight":
+      return new InFlight(intent.opKey, begun.state);
+    case "held":
+      return new Held(intent.opKey, begun.state);
+    case "rejected":
+      return new Rejected(intent.opKey, begun.state, differences(intent, recorded));
+    case "stop":
+      return new Stop(intent.opKey, begun.state, begun.result);
+    case "overlap":
+      return new Overlap(intent.opKey, begun.state, result["overlaps"]);
+    case "wait":
+      return new Wait(intent.opKey, begun.state, Number(result["retry_after_seconds"] ?? 60));
+    default:
+      throw new Error(`the ledger answered a decision this client does not know: ${begun.decision}`);
+  }
+}

@@ -1,0 +1,77 @@
+// The client through a real PgBouncer in transaction mode (started by the
+// one test command where the package is installed): a server connection is
+// the client's for one transaction only, so a statement prepared on one is
+// missing, or already there, on the next.
+
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import pg from "pg";
+import { Ledger } from "../src/index.js";
+import { unique } from "./support.js";
+
+const bouncerUrl = process.env["EFFECTWATCH_TEST_PGBOUNCER_URL"];
+const skip = bouncerUrl ? false : "PgBouncer is not installed";
+const CALLS = 500;
+const CALLERS = 8;
+// More client connections than PgBouncer's server pool (8), so that a
+// client's next statement lands on a server connection it did not prepare.
+const NAMED_CALLERS = 32;
+
+async function inParallel(count: number, callers: number, call: (index: number) => Promise<void>): Promise<unknown[]> {
+  const errors: unknown[] = [];
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: callers }, async () => {
+      while (next < count) {
+        const index = next++;
+        await call(index).catch((error: unknown) => errors.push(error));
+      }
+    }),
+  );
+  return errors;
+}
+
+test(`${CALLS} effects through PgBouncer in transaction mode: no error`, { skip }, async (t) => {
+  const started = Date.now();
+  const ledger = new Ledger({ connectionString: bouncerUrl!, requestedBy: "agent-ts-bouncer",
+    maxConnections: CALLERS,
+    statementTimeoutMs: null,
+  });
+  const run = unique();
+  try {
+    const errors = await inParallel(CALLS, CALLERS, async (index) => {
+      const opKey = `refund:BNC-${run}-${index}`;
+      const intent = { opKey, action: "refund", target: `invoice:BNC-${run}-${index}`, params: { amount_minor: index } };
+      await ledger.effect(intent, async (e) => {
+        await e.dispatched();
+        return e.succeeded(`re_${index}`, { index });
+      });
+      assert.deepEqual(await ledger.effect(intent, async () => assert.fail("replayed")), { index });
+    });
+    assert.deepEqual(errors.map(String), []);
+    t.diagnostic(`${CALLS} effects (begin, dispatch, complete, replay) by ${CALLERS} callers: 0 errors in ${Date.now() - started} ms`);
+  } finally {
+    await ledger.close();
+  }
+});
+
+test("the same calls as named, prepared queries fail through PgBouncer: why the client never names one", { skip }, async (t) => {
+  const pool = new pg.Pool({ connectionString: bouncerUrl!, max: NAMED_CALLERS });
+  const run = unique();
+  try {
+    const errors = await inParallel(CALLS, NAMED_CALLERS, async (index) => {
+      await pool.query({
+        name: "begin_effect",
+        text: `select decision from ledger.begin_effect(op_key => $1, action => 'refund', target => $2,
+                 params => '{}'::jsonb, requested_by => 'agent-ts-bouncer')`,
+        values: [`refund:NAMED-${run}-${index}`, `invoice:NAMED-${run}-${index}`],
+      });
+    });
+    t.diagnostic(`${CALLS} named begin_effect calls by ${NAMED_CALLERS} callers: ${errors.length} errors`);
+    assert.ok(errors.length > 0, "prepared statements went through PgBouncer without an error");
+    const codes = new Set(errors.map((error) => (error as { code?: string }).code));
+    assert.ok(codes.has("26000") || codes.has("42P05"), `errors: ${[...codes].join(", ")}`);
+  } finally {
+    await pool.end();
+  }
+});
