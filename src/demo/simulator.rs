@@ -121,7 +121,7 @@ impl Simulator {
                 stats: stats.clone(),
                 sequence: 0,
                 run: run.clone(),
-                held: Vec::new(),
+                held: std::sync::Mutex::new(Vec::new()),
             };
             let mut stopped = stopped.clone();
             tasks.spawn(async move {
@@ -169,7 +169,7 @@ struct Agent {
     run: String,
     /// Intents that were held, to ask about again (when, what, tries left),
     /// as a real agent comes back to a call it was told to wait with.
-    held: Vec<(tokio::time::Instant, Intent, u8)>,
+    held: std::sync::Mutex<Vec<(tokio::time::Instant, Intent, u8)>>,
 }
 
 /// How long a held agent waits before it asks again, and how often it does.
@@ -265,16 +265,17 @@ impl Agent {
     /// holder's failure proceeds, and this agent sends it.
     async fn ask_again(&mut self) -> Result<(), String> {
         let now = tokio::time::Instant::now();
-        let (due, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.held)
-            .into_iter()
-            .partition(|(at, _, _)| *at <= now);
-        self.held = waiting;
+        let queued = std::mem::take(&mut *self.held_queue());
+        let (due, waiting): (Vec<_>, Vec<_>) =
+            queued.into_iter().partition(|(at, _, _)| *at <= now);
+        *self.held_queue() = waiting;
         for (_, intent, tries) in due {
             let begun = self.begin(&intent).await?;
             if begun.decision.may_dispatch() {
                 self.claim_call_complete(&intent).await?;
             } else if begun.decision == Decision::Held && tries > 1 {
-                self.held.push((now + HELD_RETRY_AFTER, intent, tries - 1));
+                self.held_queue()
+                    .push((now + HELD_RETRY_AFTER, intent, tries - 1));
             }
         }
         Ok(())
@@ -372,11 +373,7 @@ impl Agent {
                 second.requested_by = format!("{}-twin", self.name);
                 if self.begin(&second).await?.decision == Decision::Held {
                     self.stats.held.fetch_add(1, Ordering::Relaxed);
-                    self.held.push((
-                        tokio::time::Instant::now() + HELD_RETRY_AFTER,
-                        second,
-                        HELD_RETRIES,
-                    ));
+                    self.come_back_later(&second);
                 }
                 if first && self.rng.random_bool(0.5) {
                     // Half the time the first one stays unanswered, keeping the hold.
@@ -451,9 +448,29 @@ impl Agent {
             .map_err(describe)
     }
 
-    /// Begins and claims; true when this agent may call the provider.
+    fn held_queue(&self) -> std::sync::MutexGuard<'_, Vec<(tokio::time::Instant, Intent, u8)>> {
+        // Only this agent's own task touches it: a poisoned lock is still its data.
+        self.held
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Told to wait (held): ask again later, as a real agent would.
+    fn come_back_later(&self, intent: &Intent) {
+        self.held_queue().push((
+            tokio::time::Instant::now() + HELD_RETRY_AFTER,
+            intent.clone(),
+            HELD_RETRIES,
+        ));
+    }
+
+    /// Begins and claims; true when this agent may call the provider. A
+    /// call told to wait behind another is asked again later.
     async fn begin_and_claim(&self, intent: &Intent) -> Result<bool, String> {
         let begun = self.begin(intent).await?;
+        if begun.decision == Decision::Held {
+            self.come_back_later(intent);
+        }
         if !begun.decision.may_dispatch() {
             return Ok(false);
         }
