@@ -383,14 +383,8 @@ impl Reconciler {
                 duplicate_ref: duplicate_ref.clone(),
                 reason: reason.clone(),
             };
-            let settled = match self.settler.settle(request).await {
+            let settled = match unless_ledger_trouble(self.settler.settle(request).await)? {
                 Ok(settled) => settled,
-                Err(SettleError::Ledger(
-                    error @ (LedgerError::Unreachable(_)
-                    | LedgerError::LoginRefused(_)
-                    | LedgerError::SchemaMissing(_)
-                    | LedgerError::Database(_)),
-                )) => return Err(error),
                 Err(SettleError::Ledger(LedgerError::Changed(why))) => {
                     return Ok(StepProgress::waiting(why));
                 }
@@ -454,14 +448,8 @@ impl Reconciler {
             compensation_key: step.op_key.clone(),
             reason: format!("{}: {}", self.settings.name, step.why),
         };
-        match self.settler.settle(request).await {
+        match unless_ledger_trouble(self.settler.settle(request).await)? {
             Ok(settled) => Ok(StepProgress::closed(settled.summary)),
-            Err(SettleError::Ledger(
-                error @ (LedgerError::Unreachable(_)
-                | LedgerError::LoginRefused(_)
-                | LedgerError::SchemaMissing(_)
-                | LedgerError::Database(_)),
-            )) => Err(error),
             // Sent, and the answer is not recorded: the compensation is
             // pending and dispatched, and reconciled like any other.
             Err(error @ SettleError::Unrecorded { .. }) => Ok(StepProgress::closed(error.line())),
@@ -536,20 +524,13 @@ impl Reconciler {
             .reconcile_effect(&effect.op_key, Some(effect.version))
             .await;
         crash_point("after_finding");
-        let (finding, failure) = match reconciled {
+        let (finding, failure) = match unless_ledger_trouble(reconciled)? {
             Ok(reconciled) => (reconciled.finding, None),
             Err(SettleError::Ledger(LedgerError::NotFound(_))) => return Ok(Handled::Changed),
             Err(SettleError::Ledger(LedgerError::Changed(_) | LedgerError::NotApplicable(_))) => {
                 self.end(&effect, "changed").await?;
                 return Ok(Handled::Changed);
             }
-            // The ledger itself is in trouble: end the pass; the leases expire.
-            Err(SettleError::Ledger(
-                error @ (LedgerError::Unreachable(_)
-                | LedgerError::LoginRefused(_)
-                | LedgerError::SchemaMissing(_)
-                | LedgerError::Database(_)),
-            )) => return Err(error),
             Err(error) => ("error".to_string(), Some(error.line())),
         };
         let end = self.end(&effect, &finding).await?;
@@ -622,17 +603,11 @@ impl Reconciler {
             sink: sink.or_else(|| self.settings.sink.clone()),
             reason: format!("{}: {why}", self.settings.name),
         };
-        match self.settler.settle(request).await {
+        match unless_ledger_trouble(self.settler.settle(request).await)? {
             Ok(settled) => {
                 leases::mark_escalated(&self.pool, op_key, &self.settings.name).await?;
                 Ok(Some(settled.summary))
             }
-            Err(SettleError::Ledger(
-                error @ (LedgerError::Unreachable(_)
-                | LedgerError::LoginRefused(_)
-                | LedgerError::SchemaMissing(_)
-                | LedgerError::Database(_)),
-            )) => Err(error),
             Err(error) => {
                 tracing::warn!(
                     op_key = %sanitize_line(op_key),
@@ -722,5 +697,22 @@ fn reversal_state(settled: &Settled) -> Reversal {
         },
         Some("pending" | "unknown") => Reversal::InFlight,
         _ => Reversal::Refused,
+    }
+}
+
+/// Lifts the ledger's own trouble (unreachable, a login refused, no schema,
+/// a database error) out of a settling result: it ends the pass, and the
+/// leases and claims expire. Any other error concerns one effect.
+fn unless_ledger_trouble<T>(
+    result: Result<T, SettleError>,
+) -> Result<Result<T, SettleError>, LedgerError> {
+    match result {
+        Err(SettleError::Ledger(
+            error @ (LedgerError::Unreachable(_)
+            | LedgerError::LoginRefused(_)
+            | LedgerError::SchemaMissing(_)
+            | LedgerError::Database(_)),
+        )) => Err(error),
+        other => Ok(other),
     }
 }
