@@ -7,29 +7,10 @@
 mod common;
 
 use common::pgbouncer::PgBouncer;
+use common::toolchain::{self, run};
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn run(what: &str, command: &mut Command) -> Output {
-    let output = command
-        .output()
-        .unwrap_or_else(|e| panic!("{what}: could not start: {e}"));
-    if !output.status.success() {
-        panic!(
-            "{what} failed ({}):\n{}\n{}",
-            output.status,
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
-    output
-}
-
-fn python3() -> Option<PathBuf> {
-    let found = Command::new("python3").arg("--version").output().ok()?;
-    found.status.success().then(|| PathBuf::from("python3"))
-}
+use std::process::Command;
 
 fn database_of(url: &str) -> &str {
     let path = url.rsplit_once('/').map_or(url, |(_, database)| database);
@@ -42,15 +23,10 @@ fn target_dir(root: &Path) -> PathBuf {
 
 #[tokio::test]
 async fn the_python_client_passes_mypy_strict_and_its_suite() {
-    let Some(python) = python3() else {
-        if std::env::var("EFFECTWATCH_REQUIRE_CLIENTS").as_deref() == Ok("1") {
-            panic!(
-                "python3 is missing and EFFECTWATCH_REQUIRE_CLIENTS=1: the Python client must be tested"
-            );
-        }
-        eprintln!("skipped: python3 is not installed, so the Python client is not tested");
+    if !toolchain::present(&["python3"], "Python") {
         return;
-    };
+    }
+    let python = PathBuf::from("python3");
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let package = root.join("clients/python");
     let target = target_dir(root);

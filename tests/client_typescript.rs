@@ -11,39 +11,12 @@ mod common;
 use std::path::Path;
 
 use common::pgbouncer::PgBouncer;
-use std::process::{Command, Output};
-
-fn run(what: &str, command: &mut Command) -> Output {
-    let output = command
-        .output()
-        .unwrap_or_else(|e| panic!("{what}: could not start: {e}"));
-    if !output.status.success() {
-        panic!(
-            "{what} failed ({}):\n{}\n{}",
-            output.status,
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
-    output
-}
-
-fn installed(program: &str) -> bool {
-    Command::new(program)
-        .arg("--version")
-        .output()
-        .is_ok_and(|found| found.status.success())
-}
+use common::toolchain::{self, run};
+use std::process::Command;
 
 #[tokio::test]
 async fn the_typescript_client_compiles_strict_and_passes_its_suite() {
-    if !(installed("node") && installed("npm")) {
-        if std::env::var("EFFECTWATCH_REQUIRE_CLIENTS").as_deref() == Ok("1") {
-            panic!(
-                "node or npm is missing and EFFECTWATCH_REQUIRE_CLIENTS=1: the TypeScript client must be tested"
-            );
-        }
-        eprintln!("skipped: node or npm is not installed, so the TypeScript client is not tested");
+    if !toolchain::present(&["node", "npm"], "TypeScript") {
         return;
     }
     let package = Path::new(env!("CARGO_MANIFEST_DIR")).join("clients/typescript");

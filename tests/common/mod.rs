@@ -15,6 +15,7 @@
 
 pub mod pgbouncer;
 pub mod roles;
+pub mod toolchain;
 
 /// What a live console polls with, every `interval`, unfiltered.
 pub fn live_poll_settings(
