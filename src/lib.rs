@@ -8,6 +8,7 @@ pub mod crash_point;
 pub mod demo;
 pub mod fakeprovider;
 pub mod format;
+pub mod gateway;
 pub mod ledger;
 pub mod localpg;
 pub mod logging;

@@ -87,6 +87,9 @@ async fn run(cli: Cli, explicit_url: bool, explicit_operator: bool) -> Result<()
     if let Command::Demo(args) = command {
         return cli::demo::run(&config, args).await;
     }
+    if let Command::McpTools(args) = command {
+        return cli::gateway::run_tools(args).await;
+    }
     if let Command::Config = command {
         return cli::config::run(&config, &source, cli.database_url.as_deref()).await;
     }
@@ -175,7 +178,8 @@ async fn run(cli: Cli, explicit_url: bool, explicit_operator: bool) -> Result<()
         }
         Command::Finance(args) => cli::finance::run(&pool, args).await,
         Command::Report(args) => cli::report::run(&pool, args).await,
-        Command::Check(_) => unreachable!("handled above"),
+        Command::Check(_) | Command::McpTools(_) => unreachable!("handled above"),
+        Command::Gateway(args) => cli::gateway::run(pool, args).await,
         Command::Prune(args) => cli::prune::run(&pool, &config, args).await,
         Command::Policy { command } => cli::policy::run(&pool, &config, command).await,
         Command::Approval { command } => cli::approval::run(&pool, &config, command).await,

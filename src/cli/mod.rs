@@ -7,6 +7,7 @@ pub mod config;
 pub mod demo;
 pub mod exit;
 pub mod finance;
+pub mod gateway;
 pub mod list;
 pub mod migrate;
 pub mod policy;
@@ -174,6 +175,10 @@ pub enum Command {
         #[arg(long, value_name = "DIR")]
         dir: Option<std::path::PathBuf>,
     },
+    /// An MCP proxy between an agent and its tool server: each side-effecting tool call recorded in the ledger.
+    Gateway(gateway::GatewayArgs),
+    /// An MCP tool server over the demo's fake provider (refund, lookup_refunds), to try the gateway on.
+    McpTools(gateway::McpToolsArgs),
     #[command(flatten)]
     Settle(settle::SettleCommand),
 }
@@ -197,6 +202,8 @@ impl Command {
             Command::Approval { .. } => "approval",
             Command::Completions { .. } => "completions",
             Command::Man { .. } => "man",
+            Command::Gateway(_) => "gateway",
+            Command::McpTools(_) => "mcp-tools",
             Command::Settle(_) => "settle",
         }
     }

@@ -1,0 +1,441 @@
+//! The gateway's policy file: which MCP tools change the world, and how a
+//! call to one becomes an effect — its action, a key and a target built from
+//! the call's business arguments (never from a request id, which changes on
+//! every retry), which arguments are its params and its money.
+//!
+//! ```toml
+//! alias = "billing"                 # the effects' requested_by: gateway:billing
+//! result_limit_bytes = 16384        # a larger tool result is stored summarised
+//! upstream_timeout_secs = 30        # no answer by then: the outcome is unknown
+//!
+//! [tools.refund]
+//! action = "refund"
+//! op_key = "refund:{order_id}:{amount_minor}"
+//! target = "invoice:{order_id}"
+//! params = ["order_id", "amount_minor", "currency"]
+//! amount_minor = "amount_minor"     # the argument holding the amount, in minor units
+//! currency = "currency"             # the argument holding the currency
+//! provider = "fakepay"
+//! external_ref = "id"               # the field of the structured result naming the provider's record
+//! refused_when = ["declined"]       # words in a tool error that mean nothing was done
+//!
+//! [tools.lookup_refunds]
+//! read_only = true
+//! ```
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use rmcp::model::Tool;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+/// The default size above which a tool's result is stored summarised.
+pub const DEFAULT_RESULT_LIMIT: usize = 16 * 1024;
+/// The default time the upstream has to answer a recorded call.
+pub const DEFAULT_UPSTREAM_TIMEOUT_SECS: u64 = 30;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Policy {
+    /// Names the gateway in the ledger: `requested_by = gateway:<alias>`.
+    pub alias: String,
+    #[serde(default)]
+    pub result_limit_bytes: Option<usize>,
+    #[serde(default)]
+    pub upstream_timeout_secs: Option<u64>,
+    #[serde(default)]
+    pub tools: BTreeMap<String, ToolRule>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolRule {
+    /// A tool that only reads: relayed untouched and unrecorded.
+    #[serde(default)]
+    pub read_only: bool,
+    pub action: Option<String>,
+    pub op_key: Option<String>,
+    pub target: Option<String>,
+    /// The arguments stored as the effect's params (and compared on a
+    /// repeated key); anything else — a credential, a note — never is.
+    #[serde(default)]
+    pub params: Vec<String>,
+    pub amount_minor: Option<String>,
+    pub currency: Option<String>,
+    pub provider: Option<String>,
+    pub external_ref: Option<String>,
+    #[serde(default)]
+    pub refused_when: Vec<String>,
+}
+
+/// A tool call mapped to an effect, ready for `begin_effect`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MappedCall {
+    pub action: String,
+    pub op_key: String,
+    pub target: String,
+    pub params: Value,
+    pub amount_minor: Option<i64>,
+    pub currency: Option<String>,
+    pub provider: Option<String>,
+}
+
+/// What the gateway does with a call to one tool.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    /// Recorded in the ledger under the tool's rule.
+    Recorded,
+    /// Relayed untouched: the policy or the tool itself says it only reads.
+    PassThrough,
+    /// A tool that may change the world and has no rule: refused unless the
+    /// gateway runs with `--allow-unmapped`.
+    Unmapped,
+}
+
+impl Policy {
+    pub fn load(path: &Path) -> Result<Policy, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|error| format!("cannot read the policy {}: {error}", path.display()))?;
+        Policy::parse(&text).map_err(|error| format!("policy {}: {error}", path.display()))
+    }
+
+    pub fn parse(text: &str) -> Result<Policy, String> {
+        let policy: Policy = toml::from_str(text).map_err(|error| {
+            crate::text::message_line(&error.to_string())
+                .trim()
+                .to_string()
+        })?;
+        if policy.alias.trim().is_empty() {
+            return Err("alias is blank: it names the gateway in the ledger".into());
+        }
+        for (name, rule) in &policy.tools {
+            rule.check_shape(name)?;
+        }
+        Ok(policy)
+    }
+
+    pub fn requested_by(&self) -> String {
+        format!("gateway:{}", self.alias)
+    }
+
+    pub fn result_limit(&self) -> usize {
+        self.result_limit_bytes.unwrap_or(DEFAULT_RESULT_LIMIT)
+    }
+
+    pub fn upstream_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(
+            self.upstream_timeout_secs
+                .unwrap_or(DEFAULT_UPSTREAM_TIMEOUT_SECS),
+        )
+    }
+
+    /// How a call to `tool` is handled. A tool with no rule passes only when
+    /// it says it reads only; by the protocol's defaults a tool that says
+    /// nothing may be destructive and is not idempotent.
+    pub fn route(&self, tool: &Tool) -> Route {
+        match self.tools.get(tool.name.as_ref()) {
+            Some(rule) if rule.read_only => Route::PassThrough,
+            Some(_) => Route::Recorded,
+            None if reads_only(tool) => Route::PassThrough,
+            None => Route::Unmapped,
+        }
+    }
+
+    /// Checks the policy against the tools the upstream offers: every rule
+    /// names a tool that exists, and every argument a rule uses is in the
+    /// tool's input schema. All problems at once, one per line.
+    pub fn check_against(&self, tools: &[Tool]) -> Result<(), Vec<String>> {
+        let mut problems = Vec::new();
+        for (name, rule) in &self.tools {
+            let Some(tool) = tools.iter().find(|tool| tool.name == name.as_str()) else {
+                let offered: Vec<&str> = tools.iter().map(|tool| tool.name.as_ref()).collect();
+                problems.push(format!(
+                    "the policy maps tool {name:?}, which the upstream does not offer (it offers: {})",
+                    offered.join(", ")
+                ));
+                continue;
+            };
+            let known: BTreeSet<&str> = tool
+                .input_schema
+                .get("properties")
+                .and_then(Value::as_object)
+                .map(|properties| properties.keys().map(String::as_str).collect())
+                .unwrap_or_default();
+            for argument in rule.arguments_used() {
+                if !known.contains(argument.as_str()) {
+                    problems.push(format!(
+                        "tool {name:?}: the policy uses argument {argument:?}, which the tool's input schema lacks (it has: {})",
+                        known.iter().copied().collect::<Vec<_>>().join(", ")
+                    ));
+                }
+            }
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems)
+        }
+    }
+}
+
+/// Whether a tool's own annotations say it only reads.
+pub fn reads_only(tool: &Tool) -> bool {
+    tool.annotations
+        .as_ref()
+        .and_then(|annotations| annotations.read_only_hint)
+        .unwrap_or(false)
+}
+
+impl ToolRule {
+    fn check_shape(&self, name: &str) -> Result<(), String> {
+        if self.read_only {
+            return Ok(());
+        }
+        for (field, value) in [
+            ("action", &self.action),
+            ("op_key", &self.op_key),
+            ("target", &self.target),
+        ] {
+            match value {
+                Some(value) if !value.trim().is_empty() => {}
+                _ => {
+                    return Err(format!("tool {name:?} needs {field} (or read_only = true)"));
+                }
+            }
+        }
+        for template in [&self.op_key, &self.target].into_iter().flatten() {
+            let placeholders = placeholders(template)
+                .map_err(|error| format!("tool {name:?}: template {template:?}: {error}"))?;
+            if placeholders.is_empty() {
+                return Err(format!(
+                    "tool {name:?}: template {template:?} uses no argument: every call would share one key"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn arguments_used(&self) -> BTreeSet<String> {
+        let mut used = BTreeSet::new();
+        for template in [&self.op_key, &self.target].into_iter().flatten() {
+            for placeholder in placeholders(template).unwrap_or_default() {
+                used.insert(root_of(&placeholder).to_string());
+            }
+        }
+        used.extend(self.params.iter().cloned());
+        used.extend(self.amount_minor.iter().cloned());
+        used.extend(self.currency.iter().cloned());
+        used
+    }
+
+    /// The effect a call with these arguments is.
+    pub fn map(&self, arguments: &Map<String, Value>) -> Result<MappedCall, String> {
+        let render =
+            |template: &Option<String>| render(template.as_deref().unwrap_or_default(), arguments);
+        let mut params = Map::new();
+        for name in &self.params {
+            if let Some(value) = arguments.get(name) {
+                params.insert(name.clone(), value.clone());
+            }
+        }
+        let amount_minor = match &self.amount_minor {
+            Some(name) => match arguments.get(name) {
+                Some(Value::Number(number)) => Some(number.as_i64().ok_or_else(|| {
+                    format!("argument {name:?} must be a whole amount in minor units")
+                })?),
+                Some(Value::String(text)) => Some(text.trim().parse::<i64>().map_err(|_| {
+                    format!("argument {name:?} must be a whole amount in minor units")
+                })?),
+                None | Some(Value::Null) => None,
+                Some(_) => {
+                    return Err(format!(
+                        "argument {name:?} must be a whole amount in minor units"
+                    ));
+                }
+            },
+            None => None,
+        };
+        let currency = match &self.currency {
+            Some(name) => arguments
+                .get(name)
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            None => None,
+        };
+        Ok(MappedCall {
+            action: self.action.clone().unwrap_or_default(),
+            op_key: render(&self.op_key)?,
+            target: render(&self.target)?,
+            params: Value::Object(params),
+            amount_minor,
+            currency,
+            provider: self.provider.clone(),
+        })
+    }
+
+    /// Whether a tool error's text says the action was not performed.
+    pub fn says_refused(&self, text: &str) -> bool {
+        let text = text.to_lowercase();
+        self.refused_when
+            .iter()
+            .any(|word| !word.is_empty() && text.contains(&word.to_lowercase()))
+    }
+}
+
+/// The placeholders of a template: `{name}` or `{name.field}`; `{{` and
+/// `}}` are literal braces.
+fn placeholders(template: &str) -> Result<Vec<String>, String> {
+    let mut found = Vec::new();
+    let mut chars = template.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '{' if chars.peek() == Some(&'{') => {
+                chars.next();
+            }
+            '}' if chars.peek() == Some(&'}') => {
+                chars.next();
+            }
+            '{' => {
+                let mut name = String::new();
+                loop {
+                    match chars.next() {
+                        Some('}') => break,
+                        Some('{') | None => {
+                            return Err(
+                                "an unmatched brace (write {{ or }} for a literal one)".into()
+                            );
+                        }
+                        Some(c) => name.push(c),
+                    }
+                }
+                let name = name.trim().to_string();
+                if name.is_empty() {
+                    return Err("an empty placeholder {}".into());
+                }
+                found.push(name);
+            }
+            '}' => return Err("an unmatched brace (write {{ or }} for a literal one)".into()),
+            _ => {}
+        }
+    }
+    Ok(found)
+}
+
+fn root_of(placeholder: &str) -> &str {
+    placeholder.split('.').next().unwrap_or(placeholder)
+}
+
+/// Fills a template from a call's arguments. A missing argument is an
+/// error, never an empty string: two different calls must not share a key
+/// because both lacked a field.
+pub fn render(template: &str, arguments: &Map<String, Value>) -> Result<String, String> {
+    let mut out = String::new();
+    let mut chars = template.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '{' if chars.peek() == Some(&'{') => {
+                chars.next();
+                out.push('{');
+            }
+            '}' if chars.peek() == Some(&'}') => {
+                chars.next();
+                out.push('}');
+            }
+            '{' => {
+                let name: String = chars.by_ref().take_while(|c| *c != '}').collect();
+                let name = name.trim();
+                let mut path = name.split('.');
+                let mut value = path.next().and_then(|root| arguments.get(root));
+                for field in path {
+                    value = value.and_then(|value| value.get(field));
+                }
+                match value {
+                    Some(Value::String(text)) if !text.trim().is_empty() => out.push_str(text),
+                    Some(Value::Number(number)) => out.push_str(&number.to_string()),
+                    Some(Value::Bool(flag)) => out.push_str(&flag.to_string()),
+                    Some(Value::String(_)) | None | Some(Value::Null) => {
+                        return Err(format!(
+                            "the call has no value for {{{name}}}: its key cannot be made"
+                        ));
+                    }
+                    Some(other) => out.push_str(&other.to_string()),
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn arguments(value: Value) -> Map<String, Value> {
+        value.as_object().cloned().unwrap()
+    }
+
+    #[test]
+    fn a_key_is_made_from_business_arguments_only() {
+        let policy = Policy::parse(
+            r#"
+            alias = "billing"
+            [tools.refund]
+            action = "refund"
+            op_key = "refund:{order_id}:{amount_minor}"
+            target = "invoice:{order_id}"
+            params = ["order_id", "amount_minor", "currency"]
+            amount_minor = "amount_minor"
+            currency = "currency"
+            "#,
+        )
+        .unwrap();
+        let rule = &policy.tools["refund"];
+        let call = rule
+            .map(&arguments(json!({
+                "order_id": "INV-7", "amount_minor": 1500, "currency": "EUR", "api_key": "sk_live_x"
+            })))
+            .unwrap();
+        assert_eq!(call.op_key, "refund:INV-7:1500");
+        assert_eq!(call.target, "invoice:INV-7");
+        assert_eq!(call.amount_minor, Some(1500));
+        assert_eq!(
+            call.params,
+            json!({"order_id": "INV-7", "amount_minor": 1500, "currency": "EUR"})
+        );
+        assert!(!call.params.to_string().contains("sk_live"));
+        let missing = rule
+            .map(&arguments(json!({"amount_minor": 1500})))
+            .unwrap_err();
+        assert!(missing.contains("{order_id}"), "{missing}");
+    }
+
+    #[test]
+    fn a_rule_without_a_key_or_with_a_constant_key_is_refused() {
+        let no_key = Policy::parse(
+            "alias = \"a\"\n[tools.refund]\naction = \"refund\"\ntarget = \"x:{id}\"\n",
+        )
+        .unwrap_err();
+        assert!(no_key.contains("op_key"), "{no_key}");
+        let constant = Policy::parse(
+            "alias = \"a\"\n[tools.refund]\naction = \"refund\"\nop_key = \"refund\"\ntarget = \"x:{id}\"\n",
+        )
+        .unwrap_err();
+        assert!(constant.contains("one key"), "{constant}");
+        let unknown = Policy::parse("alias = \"a\"\n[tools.refund]\nread_only = true\nfoo = 1\n")
+            .unwrap_err();
+        assert!(unknown.contains("foo"), "{unknown}");
+    }
+
+    #[test]
+    fn literal_braces_and_nested_fields_render() {
+        let rendered = render(
+            "{{literal}}:{customer.id}",
+            &arguments(json!({"customer": {"id": 42}})),
+        )
+        .unwrap();
+        assert_eq!(rendered, "{literal}:42");
+    }
+}

@@ -1,0 +1,616 @@
+//! The MCP server the agent talks to. Everything but `tools/call` goes to
+//! the upstream as it came; a call to a tool the policy maps goes through
+//! the ledger's three calls, so that the model's retries — fresh request
+//! ids, eight clients at once, a lost reply — make one provider call.
+
+use std::sync::Arc;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
+    ContentBlock, GetPromptRequestParams, GetPromptResponse, ListPromptsResult,
+    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    ReadResourceRequestParams, ReadResourceResponse, ServerConfig, Tool,
+};
+use rmcp::service::{RequestContext, RoleServer, ServiceError};
+use rmcp::{ErrorData as McpError, ServerHandler};
+use serde_json::{Map, Value, json};
+use sqlx::types::Json;
+
+use super::policy::{MappedCall, Policy, Route, ToolRule};
+use super::upstream::Upstream;
+use crate::ledger::writer::{self, Completion, ErrorClass, Intent, Outcome};
+use crate::ledger::{Decision, LedgerPool, State};
+
+/// How much of a summarised result is kept for a replay to show.
+const SUMMARY_CHARS: usize = 1024;
+
+#[derive(Clone)]
+pub struct Gateway {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    upstream: Upstream,
+    policy: Policy,
+    pool: LedgerPool,
+    /// The upstream's tools as listed at start-up: what each may do.
+    tools: Vec<Tool>,
+    info: ServerConfig,
+    allow_unmapped: bool,
+}
+
+impl Gateway {
+    pub fn new(
+        upstream: Upstream,
+        policy: Policy,
+        pool: LedgerPool,
+        tools: Vec<Tool>,
+        info: ServerConfig,
+        allow_unmapped: bool,
+    ) -> Gateway {
+        Gateway {
+            shared: Arc::new(Shared {
+                upstream,
+                policy,
+                pool,
+                tools,
+                info,
+                allow_unmapped,
+            }),
+        }
+    }
+
+    pub async fn close(&self) {
+        self.shared.upstream.close().await;
+    }
+}
+
+/// The caller's authorization, over HTTP: passed to the upstream, never
+/// logged or stored.
+fn authorization(context: &RequestContext<RoleServer>) -> Option<String> {
+    context
+        .extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|parts| parts.headers.get(axum::http::header::AUTHORIZATION))
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_string)
+}
+
+fn client_name(context: &RequestContext<RoleServer>) -> String {
+    context
+        .peer
+        .peer_info()
+        .map(|info| info.client_info.name.clone())
+        .filter(|name| !name.trim().is_empty())
+        .unwrap_or_else(|| "an MCP client".to_string())
+}
+
+fn upstream_error(error: ServiceError) -> McpError {
+    match error {
+        ServiceError::McpError(error) => error,
+        other => McpError::internal_error(format!("the upstream tool server: {other}"), None),
+    }
+}
+
+fn unreachable_upstream(message: String) -> McpError {
+    McpError::internal_error(message, None)
+}
+
+impl Gateway {
+    async fn peer(
+        &self,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<rmcp::service::Peer<rmcp::service::RoleClient>, McpError> {
+        self.shared
+            .upstream
+            .peer(authorization(context).as_deref())
+            .await
+            .map_err(unreachable_upstream)
+    }
+
+    fn route(&self, name: &str) -> Route {
+        match self.shared.tools.iter().find(|tool| tool.name == name) {
+            Some(tool) => self.shared.policy.route(tool),
+            None if self.shared.policy.tools.contains_key(name) => Route::Recorded,
+            // A tool the upstream did not list at start-up: nothing says it
+            // only reads.
+            None => Route::Unmapped,
+        }
+    }
+}
+
+impl ServerHandler for Gateway {
+    fn get_info(&self) -> ServerConfig {
+        self.shared.info.clone()
+    }
+
+    async fn list_tools(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        let peer = self.peer(&context).await?;
+        peer.list_tools(request).await.map_err(upstream_error)
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let name = request.name.to_string();
+        match self.route(&name) {
+            Route::PassThrough => {
+                let peer = self.peer(&context).await?;
+                peer.call_tool_once(request).await.map_err(upstream_error)
+            }
+            Route::Unmapped if self.shared.allow_unmapped => {
+                tracing::warn!(tool = %name, "an unmapped tool that may change the world, relayed unrecorded (--allow-unmapped)");
+                let peer = self.peer(&context).await?;
+                peer.call_tool_once(request).await.map_err(upstream_error)
+            }
+            Route::Unmapped => Ok(CallToolResponse::Complete(tool_error(format!(
+                "The gateway refused {name}: it may change the world and the gateway's policy gives it no operation key, \
+                 so a retry could do it twice. Nothing was sent. Do not retry it; ask an operator to map it."
+            )))),
+            Route::Recorded => {
+                let rule = self.shared.policy.tools[&name].clone();
+                let peer = self.peer(&context).await;
+                let call = RecordedCall {
+                    tool: name,
+                    request_id: format!("mcp:{}:{}", client_name(&context), context.id),
+                    request,
+                    rule,
+                };
+                // The ledger's record must be finished even when the agent
+                // cancels the request or goes away: the provider call may
+                // already have been made.
+                let shared = self.shared.clone();
+                let recorded = tokio::spawn(async move { call.run(&shared, peer).await });
+                match recorded.await {
+                    Ok(result) => result.map(CallToolResponse::Complete),
+                    Err(error) => Err(McpError::internal_error(
+                        format!("the gateway's recording task failed: {error}"),
+                        None,
+                    )),
+                }
+            }
+        }
+    }
+
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        let peer = self.peer(&context).await?;
+        peer.list_resources(request).await.map_err(upstream_error)
+    }
+
+    async fn list_resource_templates(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
+        let peer = self.peer(&context).await?;
+        peer.list_resource_templates(request)
+            .await
+            .map_err(upstream_error)
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        let peer = self.peer(&context).await?;
+        peer.read_resource_once(request)
+            .await
+            .map_err(upstream_error)
+    }
+
+    async fn list_prompts(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, McpError> {
+        let peer = self.peer(&context).await?;
+        peer.list_prompts(request).await.map_err(upstream_error)
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, McpError> {
+        let peer = self.peer(&context).await?;
+        peer.get_prompt_once(request).await.map_err(upstream_error)
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, McpError> {
+        let peer = self.peer(&context).await?;
+        peer.complete(request).await.map_err(upstream_error)
+    }
+}
+
+fn tool_error(text: String) -> CallToolResult {
+    CallToolResult::error(vec![ContentBlock::text(text)])
+}
+
+fn text_of(result: &CallToolResult) -> String {
+    result
+        .content
+        .iter()
+        .filter_map(|block| block.as_text().map(|text| text.text.as_str()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// A mapped call, from its ledger record to the upstream and back.
+struct RecordedCall {
+    tool: String,
+    request_id: String,
+    request: CallToolRequestParams,
+    rule: ToolRule,
+}
+
+impl RecordedCall {
+    async fn run(
+        self,
+        shared: &Shared,
+        peer: Result<rmcp::service::Peer<rmcp::service::RoleClient>, McpError>,
+    ) -> Result<CallToolResult, McpError> {
+        let arguments = self.request.arguments.clone().unwrap_or_default();
+        let call = match self.rule.map(&arguments) {
+            Ok(call) => call,
+            Err(problem) => {
+                return Ok(tool_error(format!(
+                    "The gateway cannot record this {} call ({problem}). Nothing was sent; call it with the missing argument.",
+                    self.tool
+                )));
+            }
+        };
+        let requested_by = shared.policy.requested_by();
+        let intent = Intent {
+            op_key: call.op_key.clone(),
+            action: call.action.clone(),
+            target: call.target.clone(),
+            params: call.params.clone(),
+            requested_by: requested_by.clone(),
+            amount_minor: call.amount_minor,
+            currency: call.currency.clone(),
+            provider: call.provider.clone(),
+            request_id: Some(self.request_id.clone()),
+            ..Intent::default()
+        };
+        let begun = writer::begin_effect(&shared.pool, &intent)
+            .await
+            .map_err(ledger_trouble)?;
+        let begun = if begun.decision == Decision::InFlight && begun.state == State::Pending {
+            // Another caller is making this very call now (the model asked
+            // twice, or eight agents at once): wait for its answer and give
+            // the same one, rather than an error the model may work around.
+            settle_wait(&shared.pool, &call.op_key, shared.policy.upstream_timeout()).await;
+            writer::begin_effect(&shared.pool, &intent)
+                .await
+                .map_err(ledger_trouble)?
+        } else {
+            begun
+        };
+        match begun.decision {
+            Decision::Proceed | Decision::Retry => {}
+            Decision::Replay => return Ok(replayed(&call, begun.result)),
+            Decision::Rejected => {
+                let recorded = recorded_terms(&shared.pool, &call.op_key).await;
+                return Ok(tool_error(rejected_text(&call, recorded.as_ref())));
+            }
+            decision => {
+                return Ok(tool_error(refusal_text(
+                    decision,
+                    begun.state,
+                    &call,
+                    begun.result.as_ref(),
+                )));
+            }
+        }
+        let peer = match peer {
+            Ok(peer) => peer,
+            Err(error) => {
+                // Nothing was sent: the same call may run again.
+                let completion = Completion {
+                    reason: Some(format!(
+                        "the upstream tool server could not be reached: {}",
+                        error.message
+                    )),
+                    request_id: Some(self.request_id.clone()),
+                    worker: Some(requested_by.clone()),
+                    target: Some(call.target.clone()),
+                    ..Completion::default()
+                };
+                writer::complete_effect(
+                    &shared.pool,
+                    &call.op_key,
+                    Outcome::Failed { retryable: true },
+                    &completion,
+                )
+                .await
+                .map_err(ledger_trouble)?;
+                return Err(error);
+            }
+        };
+        let dispatch = writer::mark_dispatched_on_target(
+            &shared.pool,
+            &call.op_key,
+            &call.target,
+            Some(&self.request_id),
+            &requested_by,
+        )
+        .await
+        .map_err(ledger_trouble)?;
+        if !dispatch.claimed {
+            return Ok(tool_error(refusal_text(
+                Decision::InFlight,
+                dispatch.state,
+                &call,
+                None,
+            )));
+        }
+        let answer = tokio::time::timeout(
+            shared.policy.upstream_timeout(),
+            peer.call_tool(self.request.clone()),
+        )
+        .await;
+        let mut completion = Completion {
+            request_id: Some(self.request_id.clone()),
+            worker: Some(requested_by),
+            target: Some(call.target.clone()),
+            ..Completion::default()
+        };
+        let (outcome, reply) = match answer {
+            Ok(Ok(result)) if result.is_error != Some(true) => {
+                completion.external_ref = self
+                    .rule
+                    .external_ref
+                    .as_deref()
+                    .and_then(|field| result.structured_content.as_ref()?.get(field))
+                    .and_then(|value| match value {
+                        Value::String(text) => Some(text.clone()),
+                        Value::Number(number) => Some(number.to_string()),
+                        _ => None,
+                    });
+                completion.result = Some(stored_result(&result, shared.policy.result_limit()));
+                (Outcome::Succeeded, result)
+            }
+            Ok(Ok(result)) if self.rule.says_refused(&text_of(&result)) => {
+                completion.error_class = Some(ErrorClass::BusinessRejection);
+                completion.reason = Some(crate::text::message_line(&text_of(&result)));
+                (Outcome::Failed { retryable: false }, result)
+            }
+            Ok(Ok(result)) => {
+                completion.error_class = Some(ErrorClass::InvalidResponse);
+                completion.reason = Some(format!(
+                    "the tool answered an error that does not say nothing was done: {}",
+                    crate::text::message_line(&text_of(&result))
+                ));
+                (Outcome::Unknown, tool_error(unknown_text(&call)))
+            }
+            Ok(Err(error)) => {
+                completion.error_class = Some(match error {
+                    ServiceError::TransportClosed | ServiceError::TransportSend(_) => {
+                        ErrorClass::ConnectionReset
+                    }
+                    ServiceError::Timeout { .. } => ErrorClass::Timeout,
+                    ServiceError::McpError(_) => ErrorClass::ServerError,
+                    _ => ErrorClass::InvalidResponse,
+                });
+                completion.reason = Some(format!("the upstream tool server: {error}"));
+                (Outcome::Unknown, tool_error(unknown_text(&call)))
+            }
+            Err(_elapsed) => {
+                completion.error_class = Some(ErrorClass::Timeout);
+                completion.reason = Some(format!(
+                    "the upstream tool server did not answer within {} s",
+                    shared.policy.upstream_timeout().as_secs()
+                ));
+                (Outcome::Unknown, tool_error(unknown_text(&call)))
+            }
+        };
+        writer::complete_effect(&shared.pool, &call.op_key, outcome, &completion)
+            .await
+            .map_err(ledger_trouble)?;
+        Ok(reply)
+    }
+}
+
+/// Waits until the effect under `op_key` is no longer pending, or `limit`.
+async fn settle_wait(pool: &LedgerPool, op_key: &str, limit: std::time::Duration) {
+    let deadline = tokio::time::Instant::now() + limit;
+    let mut pause = std::time::Duration::from_millis(20);
+    while tokio::time::Instant::now() < deadline {
+        let state: Option<String> =
+            sqlx::query_scalar("select state from ledger.effects where op_key = $1")
+                .bind(op_key)
+                .fetch_optional(pool)
+                .await
+                .ok()
+                .flatten();
+        if state.as_deref() != Some("pending") {
+            return;
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(std::time::Duration::from_millis(250));
+    }
+}
+
+fn ledger_trouble(error: crate::ledger::LedgerError) -> McpError {
+    McpError::internal_error(
+        format!(
+            "The gateway could not reach its effect ledger ({error}); nothing was sent. Try again later."
+        ),
+        None,
+    )
+}
+
+/// A tool result as the ledger keeps it: whole up to the limit, beyond it
+/// the start of its text and its size.
+fn stored_result(result: &CallToolResult, limit: usize) -> Value {
+    let whole = serde_json::to_value(result).unwrap_or(Value::Null);
+    let size = whole.to_string().len();
+    if size <= limit {
+        return whole;
+    }
+    let summary: String = text_of(result).chars().take(SUMMARY_CHARS).collect();
+    json!({ "summarised": true, "bytes": size, "summary": summary })
+}
+
+fn replayed(call: &MappedCall, stored: Option<Value>) -> CallToolResult {
+    match stored {
+        Some(stored) if stored.get("summarised") == Some(&Value::Bool(true)) => {
+            CallToolResult::success(vec![ContentBlock::text(format!(
+                "This {} was already done (key {}); its result was {} bytes, kept summarised: {}",
+                call.action,
+                call.op_key,
+                stored.get("bytes").cloned().unwrap_or(Value::Null),
+                stored.get("summary").and_then(Value::as_str).unwrap_or("")
+            ))])
+        }
+        Some(stored) => match serde_json::from_value::<CallToolResult>(stored.clone()) {
+            Ok(result) => result,
+            Err(_) => CallToolResult::success(vec![ContentBlock::text(format!(
+                "This {} was already done (key {}); its recorded result: {stored}",
+                call.action, call.op_key
+            ))]),
+        },
+        None => CallToolResult::success(vec![ContentBlock::text(format!(
+            "This {} was already done (key {}); it was settled without a stored result. Do not call it again.",
+            call.action, call.op_key
+        ))]),
+    }
+}
+
+fn unknown_text(call: &MappedCall) -> String {
+    format!(
+        "This {action} on {target} may already have happened: the tool server's answer was lost, so its outcome is unknown (key {key}). \
+         Do not retry it and do not try another way to do it; an operator has been shown it and it will be checked with the provider. \
+         Tell the user it is being checked.",
+        action = call.action,
+        target = call.target,
+        key = call.op_key
+    )
+}
+
+fn refusal_text(
+    decision: Decision,
+    state: State,
+    call: &MappedCall,
+    result: Option<&Value>,
+) -> String {
+    let (action, target, key) = (&call.action, &call.target, &call.op_key);
+    match decision {
+        Decision::InFlight if state == State::Unknown => unknown_text(call),
+        Decision::InFlight => format!(
+            "This {action} on {target} is already in progress (key {key}): the tool server may be doing it now. \
+             Do not call it again and do not try another way to do it; it will be settled by the reconciler or an operator."
+        ),
+        Decision::Held => format!(
+            "This {action} on {target} is held (key {key}): another {action} on the same target is still open. \
+             Nothing was sent. Do not retry it under other arguments; an operator releases or cancels it."
+        ),
+        Decision::Stop => format!(
+            "This {action} on {target} is closed (key {key}, state {state}): it failed for good, was cancelled or was reversed. \
+             Nothing was sent. Do not retry it; report the outcome.",
+            state = state.as_str()
+        ),
+        Decision::Overlap => format!(
+            "This {action} on {target} overlaps one already made ({overlaps}): it would be a second one, not a retry. Nothing was sent.",
+            overlaps = result
+                .and_then(|result| result.get("overlaps"))
+                .map(Value::to_string)
+                .unwrap_or_default()
+        ),
+        Decision::Wait => format!(
+            "This {action} was rate limited by the provider (key {key}): call it again with the same arguments after {seconds} seconds. Nothing was sent.",
+            seconds = result
+                .and_then(|result| result.get("retry_after_seconds"))
+                .map(Value::to_string)
+                .unwrap_or_else(|| "a few".into())
+        ),
+        other => format!(
+            "The ledger answered {other:?} for this {action} (key {key}); nothing was sent. Do not retry it."
+        ),
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct RecordedTerms {
+    action: String,
+    target: String,
+    params: Json<Value>,
+    amount_minor: Option<i64>,
+    currency: Option<String>,
+}
+
+async fn recorded_terms(pool: &LedgerPool, op_key: &str) -> Option<RecordedTerms> {
+    sqlx::query_as::<_, RecordedTerms>(
+        "select action, target, params, amount_minor, currency from ledger.effects where op_key = $1",
+    )
+    .bind(op_key)
+    .fetch_optional(pool)
+    .await
+    .ok()
+    .flatten()
+}
+
+/// What a rejected call changed, field by field: the model reads it.
+fn rejected_text(call: &MappedCall, recorded: Option<&RecordedTerms>) -> String {
+    let mut differences = Vec::new();
+    if let Some(recorded) = recorded {
+        let mut compare = |field: &str, was: Value, now: Value| {
+            if was != now {
+                differences.push(format!("{field}: recorded {was}, now {now}"));
+            }
+        };
+        compare("action", json!(recorded.action), json!(call.action));
+        compare("target", json!(recorded.target), json!(call.target));
+        compare(
+            "amount_minor",
+            json!(recorded.amount_minor),
+            json!(call.amount_minor),
+        );
+        compare(
+            "currency",
+            json!(recorded.currency),
+            json!(call.currency.as_deref().map(str::to_uppercase)),
+        );
+        let empty = Map::new();
+        let was = recorded.params.0.as_object().unwrap_or(&empty);
+        let now = call.params.as_object().unwrap_or(&empty);
+        let mut names: Vec<&String> = was.keys().chain(now.keys()).collect();
+        names.sort();
+        names.dedup();
+        for name in names {
+            let (before, after) = (
+                was.get(name).cloned().unwrap_or(Value::Null),
+                now.get(name).cloned().unwrap_or(Value::Null),
+            );
+            if before != after {
+                differences.push(format!("params.{name}: recorded {before}, now {after}"));
+            }
+        }
+    }
+    format!(
+        "The key {key} was already used for another {action} ({shown}). Nothing was sent. \
+         If this is the same {action}, use the recorded terms; if it is a new one, it needs its own business arguments (and so its own key).",
+        key = call.op_key,
+        action = call.action,
+        shown = if differences.is_empty() {
+            "the terms differ".to_string()
+        } else {
+            differences.join("; ")
+        }
+    )
+}

@@ -1,0 +1,230 @@
+//! `effectwatch mcp-tools`: a small MCP tool server over the fake provider,
+//! for trying the gateway against `effectwatch demo` and for its tests. Its
+//! refund tool is written the way many are: it sends no idempotency key, so
+//! every call the agent repeats is another refund — unless a gateway stands
+//! in front of it.
+//!
+//! Tools: `refund` (destructive, not idempotent), `lookup_refunds` (reads
+//! only: what the provider holds for an order), `close_account`
+//! (destructive, left unmapped in the example policy). Faults for tests and
+//! certification: `--exit-after-refund` performs the refund and exits before
+//! answering (the lost reply); `--decline-over` declines larger refunds
+//! without calling the provider.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    ToolAnnotations,
+};
+use rmcp::service::{RequestContext, RoleServer};
+use rmcp::{ErrorData as McpError, ServerHandler};
+use serde_json::{Map, Value, json};
+
+#[derive(Debug, Clone, Default)]
+pub struct ToolFaults {
+    pub exit_after_refund: bool,
+    pub decline_over: Option<i64>,
+}
+
+#[derive(Clone)]
+pub struct DemoTools {
+    provider_url: Arc<str>,
+    http: reqwest::Client,
+    faults: ToolFaults,
+}
+
+impl DemoTools {
+    pub fn new(provider_url: &str, faults: ToolFaults) -> Result<DemoTools, String> {
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(10))
+            .build()
+            .map_err(|error| format!("cannot build an HTTP client: {error}"))?;
+        Ok(DemoTools {
+            provider_url: provider_url.trim_end_matches('/').into(),
+            http,
+            faults,
+        })
+    }
+
+    pub fn tools() -> Vec<Tool> {
+        let schema = |properties: Value, required: &[&str]| -> Map<String, Value> {
+            json!({"type": "object", "properties": properties, "required": required})
+                .as_object()
+                .cloned()
+                .unwrap_or_default()
+        };
+        vec![
+            Tool::new(
+                "refund",
+                "Refund an order: sends the refund to the payment provider.",
+                schema(
+                    json!({
+                        "order_id": {"type": "string"},
+                        "amount_minor": {"type": "integer", "description": "amount in minor units (cents)"},
+                        "currency": {"type": "string"},
+                        "reason": {"type": "string"}
+                    }),
+                    &["order_id", "amount_minor", "currency"],
+                ),
+            )
+            .with_annotations(ToolAnnotations::new().destructive(true).idempotent(false)),
+            Tool::new(
+                "lookup_refunds",
+                "The refunds the payment provider holds for an order.",
+                schema(json!({"order_id": {"type": "string"}}), &["order_id"]),
+            )
+            .with_annotations(ToolAnnotations::new().read_only(true)),
+            Tool::new(
+                "close_account",
+                "Close a customer's account.",
+                schema(json!({"account_id": {"type": "string"}}), &["account_id"]),
+            )
+            .with_annotations(ToolAnnotations::new().destructive(true)),
+        ]
+    }
+
+    async fn refund(&self, arguments: &Map<String, Value>) -> Result<CallToolResult, McpError> {
+        let order_id = text_argument(arguments, "order_id")?;
+        let amount_minor = arguments
+            .get("amount_minor")
+            .and_then(Value::as_i64)
+            .ok_or_else(|| McpError::invalid_params("amount_minor must be an integer", None))?;
+        let currency = text_argument(arguments, "currency")?;
+        if let Some(limit) = self.faults.decline_over
+            && amount_minor > limit
+        {
+            return Ok(CallToolResult::error(vec![ContentBlock::text(format!(
+                "declined: {amount_minor} is over this tool's limit of {limit}; no refund was made"
+            ))]));
+        }
+        let body = json!({
+            "kind": "refund",
+            "amount_minor": amount_minor,
+            "currency": currency,
+            "target": format!("invoice:{order_id}"),
+            "metadata": {"order_id": order_id},
+        });
+        let response = self
+            .http
+            .post(format!("{}/v1/effects", self.provider_url))
+            .json(&body)
+            .send()
+            .await
+            .map_err(|error| McpError::internal_error(format!("the provider: {error}"), None))?;
+        let status = response.status();
+        let effect: Value = response.json().await.map_err(|error| {
+            McpError::internal_error(format!("the provider's answer: {error}"), None)
+        })?;
+        if self.faults.exit_after_refund {
+            // The refund is made; the answer never leaves.
+            std::process::exit(3);
+        }
+        if !status.is_success() {
+            return Ok(CallToolResult::error(vec![ContentBlock::text(format!(
+                "the provider answered {status}: {effect}"
+            ))]));
+        }
+        let id = effect.get("id").and_then(Value::as_str).unwrap_or("?");
+        let mut result = CallToolResult::structured(effect.clone());
+        result.content.push(ContentBlock::text(format!(
+            "Refunded {amount_minor} {currency} minor units on order {order_id} ({id})."
+        )));
+        Ok(result)
+    }
+
+    async fn lookup_refunds(
+        &self,
+        arguments: &Map<String, Value>,
+    ) -> Result<CallToolResult, McpError> {
+        let order_id = text_argument(arguments, "order_id")?;
+        let response = self
+            .http
+            .get(format!(
+                "{}/v1/effects?kind=refund&target={}",
+                self.provider_url,
+                crate::adapters::percent::encode(&format!("invoice:{order_id}"))
+            ))
+            .send()
+            .await
+            .map_err(|error| McpError::internal_error(format!("the provider: {error}"), None))?;
+        let found: Value = response.json().await.map_err(|error| {
+            McpError::internal_error(format!("the provider's answer: {error}"), None)
+        })?;
+        let refunds = found.get("data").cloned().unwrap_or_else(|| json!([]));
+        let count = refunds.as_array().map_or(0, Vec::len);
+        let mut result = CallToolResult::structured(
+            json!({"order_id": order_id, "count": count, "refunds": refunds}),
+        );
+        result.content.push(ContentBlock::text(format!(
+            "{count} refund(s) held by the provider for order {order_id}."
+        )));
+        Ok(result)
+    }
+}
+
+fn text_argument(arguments: &Map<String, Value>, name: &str) -> Result<String, McpError> {
+    arguments
+        .get(name)
+        .and_then(Value::as_str)
+        .filter(|text| !text.trim().is_empty())
+        .map(str::to_string)
+        .ok_or_else(|| McpError::invalid_params(format!("{name} must be a non-empty string"), None))
+}
+
+impl ServerHandler for DemoTools {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new(
+                "effectwatch-demo-tools",
+                env!("CARGO_PKG_VERSION"),
+            ))
+            .with_instructions("Refunds against the effectwatch demo's fake payment provider.")
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        Ok(ListToolsResult::with_all_items(DemoTools::tools()))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let arguments = request.arguments.unwrap_or_default();
+        let result = match request.name.as_ref() {
+            "refund" => self.refund(&arguments).await?,
+            "lookup_refunds" => self.lookup_refunds(&arguments).await?,
+            "close_account" => CallToolResult::success(vec![ContentBlock::text(format!(
+                "Closed account {}.",
+                text_argument(&arguments, "account_id")?
+            ))]),
+            other => {
+                return Err(McpError::invalid_params(
+                    format!("no tool named {other:?}"),
+                    None,
+                ));
+            }
+        };
+        Ok(CallToolResponse::Complete(result))
+    }
+}
+
+/// Serves the tools over stdio, or over streamable HTTP on `listen`.
+pub async fn serve(tools: DemoTools, listen: Option<SocketAddr>) -> Result<(), String> {
+    match listen {
+        None => super::serve_stdio(tools).await,
+        Some(address) => {
+            let (bound, server) = super::serve_http(move || Ok(tools.clone()), address).await?;
+            eprintln!("effectwatch mcp-tools: listening on http://{bound}/mcp");
+            server.await
+        }
+    }
+}

@@ -1,0 +1,522 @@
+//! The MCP gateway, spoken to as an agent does: a real MCP client (rmcp)
+//! talks to the real binary's gateway, which talks MCP to the real binary's
+//! tool server, whose refund tool calls the fake provider over HTTP. What
+//! the tests count is the provider's own record of refunds.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use effectwatch::fakeprovider::FakeProvider;
+use rmcp::ServiceExt;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, Implementation,
+};
+use rmcp::service::{RoleClient, RunningService};
+use rmcp::transport::{ConfigureCommandExt, StreamableHttpClientTransport, TokioChildProcess};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+type Client = RunningService<RoleClient, ClientConfig>;
+
+const POLICY: &str = r#"
+alias = "billing"
+upstream_timeout_secs = 10
+
+[tools.refund]
+action = "refund"
+op_key = "refund:{order_id}:{amount_minor}"
+target = "invoice:{order_id}"
+params = ["order_id", "amount_minor", "currency"]
+amount_minor = "amount_minor"
+currency = "currency"
+provider = "fakepay"
+external_ref = "id"
+refused_when = ["declined"]
+
+[tools.lookup_refunds]
+read_only = true
+"#;
+
+struct Rig {
+    db: common::TestDb,
+    _login: common::roles::LoginRole,
+    provider: FakeProvider,
+    provider_url: String,
+    agent_url: String,
+    dir: tempfile::TempDir,
+}
+
+impl Rig {
+    async fn new() -> Option<Rig> {
+        let db = common::test_db().await;
+        let login = common::roles::LoginRole::create(&db, "effect_agent").await;
+        login.connect(&db).await?;
+        let mut url = reqwest::Url::parse(&db.url).unwrap();
+        url.set_username(&login.name).unwrap();
+        url.set_password(None).unwrap();
+        let (provider, provider_url) = FakeProvider::start().await.unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("gateway.toml"), POLICY).unwrap();
+        Some(Rig {
+            db,
+            _login: login,
+            provider,
+            provider_url,
+            agent_url: url.to_string(),
+            dir,
+        })
+    }
+
+    fn policy(&self) -> PathBuf {
+        self.dir.path().join("gateway.toml")
+    }
+
+    fn command(&self) -> tokio::process::Command {
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_effectwatch"));
+        command
+            .env("HOME", self.dir.path())
+            .env("XDG_CONFIG_HOME", self.dir.path())
+            .env_remove("DATABASE_URL");
+        command
+    }
+
+    fn tools_words(&self, faults: &[&str]) -> Vec<String> {
+        let mut words = vec![
+            env!("CARGO_BIN_EXE_effectwatch").to_string(),
+            "mcp-tools".into(),
+            "--provider-url".into(),
+            self.provider_url.clone(),
+        ];
+        words.extend(faults.iter().map(|word| word.to_string()));
+        words
+    }
+
+    fn gateway_args(&self, extra: &[&str], upstream: Vec<String>) -> Vec<String> {
+        let mut args = vec![
+            "--database-url".to_string(),
+            self.agent_url.clone(),
+            "gateway".into(),
+            "--policy".into(),
+            self.policy().display().to_string(),
+        ];
+        args.extend(extra.iter().map(|word| word.to_string()));
+        args.push("--upstream".into());
+        args.extend(upstream);
+        args
+    }
+
+    /// An agent's MCP session with a gateway on stdio, in front of the tool
+    /// server started with `faults`.
+    async fn stdio_client(&self, faults: &[&str], extra: &[&str]) -> (Client, Vec<String>) {
+        let args = self.gateway_args(extra, self.tools_words(faults));
+        let (transport, stderr) = TokioChildProcess::builder(self.command().configure(|command| {
+            command.args(&args);
+        }))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+        let mut lines = BufReader::new(stderr.unwrap()).lines();
+        let client = agent("test-agent").serve(transport).await.unwrap();
+        // Start-up has printed what it refuses and what it records.
+        let mut seen = Vec::new();
+        while let Ok(Ok(Some(line))) =
+            tokio::time::timeout(Duration::from_millis(300), lines.next_line()).await
+        {
+            seen.push(line);
+        }
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        (client, seen)
+    }
+
+    /// A gateway over HTTP in front of a tool server over HTTP; returns
+    /// the gateway's URL and both processes.
+    async fn http_gateway(&self) -> (String, Vec<tokio::process::Child>) {
+        let mut tools = self.command();
+        tools.args(&self.tools_words(&["--listen", "127.0.0.1:0"])[1..]);
+        let (tools_child, tools_url) = listening(tools).await;
+        let mut gateway = self.command();
+        gateway.args(self.gateway_args(&["--listen", "127.0.0.1:0"], vec![tools_url]));
+        let (gateway_child, gateway_url) = listening(gateway).await;
+        (gateway_url, vec![tools_child, gateway_child])
+    }
+
+    fn refunds_of(&self, order_id: &str) -> usize {
+        let target = format!("invoice:{order_id}");
+        self.provider
+            .effects()
+            .iter()
+            .filter(|effect| effect.kind == "refund" && effect.target.as_deref() == Some(&target))
+            .count()
+    }
+
+    async fn effect(&self, op_key: &str) -> (String, String, Option<Value>) {
+        sqlx::query_as("select state, requested_by, result from ledger.effects where op_key = $1")
+            .bind(op_key)
+            .fetch_one(&self.db.pool)
+            .await
+            .unwrap_or_else(|error| panic!("effect {op_key}: {error}"))
+    }
+
+    fn cli(&self, args: &[&str]) -> std::process::Output {
+        let mut all = vec!["--database-url", &self.db.url];
+        all.extend_from_slice(args);
+        common::effectwatch_cli(&all)
+    }
+}
+
+fn agent(name: &str) -> ClientConfig {
+    ClientConfig::new(
+        ClientCapabilities::default(),
+        Implementation::new(name, "1.0"),
+    )
+}
+
+/// Starts a process that prints `listening on http://…/mcp` on stderr.
+async fn listening(mut command: tokio::process::Command) -> (tokio::process::Child, String) {
+    command
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .kill_on_drop(true);
+    let mut child = command.spawn().unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let url = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if let Some(at) = line.find("listening on ") {
+                return line[at + "listening on ".len()..].trim().to_string();
+            }
+        }
+        panic!("the process ended without listening");
+    })
+    .await
+    .expect("the process did not listen within 30 s");
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    (child, url)
+}
+
+async fn http_client(url: &str, name: &str) -> Client {
+    agent(name)
+        .serve(StreamableHttpClientTransport::from_uri(url.to_string()))
+        .await
+        .unwrap()
+}
+
+fn refund(order_id: &str, amount_minor: i64, currency: &str) -> CallToolRequestParams {
+    CallToolRequestParams::new("refund").with_arguments(
+        json!({"order_id": order_id, "amount_minor": amount_minor, "currency": currency})
+            .as_object()
+            .cloned()
+            .unwrap(),
+    )
+}
+
+fn text(result: &CallToolResult) -> String {
+    result
+        .content
+        .iter()
+        .filter_map(|block| block.as_text().map(|text| text.text.clone()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[tokio::test]
+async fn the_models_retries_make_one_refund_and_get_one_result() {
+    let Some(rig) = Rig::new().await else { return };
+    let (client, _) = rig.stdio_client(&[], &[]).await;
+    let mut answers = Vec::new();
+    for _ in 0..5 {
+        answers.push(
+            client
+                .call_tool(refund("INV-RETRY", 1500, "EUR"))
+                .await
+                .unwrap(),
+        );
+    }
+    assert_eq!(rig.refunds_of("INV-RETRY"), 1, "five calls, one refund");
+    assert!(answers.iter().all(|answer| answer.is_error != Some(true)));
+    let first = answers[0]
+        .structured_content
+        .clone()
+        .expect("the tool's structured result");
+    for answer in &answers[1..] {
+        assert_eq!(
+            answer.structured_content.as_ref(),
+            Some(&first),
+            "a replay is the stored result"
+        );
+    }
+    let (state, requested_by, stored) = rig.effect("refund:INV-RETRY:1500").await;
+    assert_eq!(
+        (state.as_str(), requested_by.as_str()),
+        ("succeeded", "gateway:billing")
+    );
+    assert_eq!(stored.unwrap()["structuredContent"], first);
+    let attempts: i64 = sqlx::query_scalar(
+        "select count(*) from ledger.attempts a join ledger.effects e on e.id = a.effect_id \
+          where e.op_key = 'refund:INV-RETRY:1500' and a.kind = 'replay'",
+    )
+    .fetch_one(&rig.db.pool)
+    .await
+    .unwrap();
+    assert_eq!(attempts, 4, "each repeat is in the ledger as a replay");
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn eight_agents_at_once_over_http_make_one_refund_and_see_the_same_result() {
+    let Some(rig) = Rig::new().await else { return };
+    let (url, _children) = rig.http_gateway().await;
+    let mut calls = Vec::new();
+    for n in 0..8 {
+        let url = url.clone();
+        calls.push(tokio::spawn(async move {
+            let client = http_client(&url, &format!("agent-{n}")).await;
+            let answer = client
+                .call_tool(refund("INV-EIGHT", 2500, "EUR"))
+                .await
+                .unwrap();
+            let _ = client.cancel().await;
+            answer
+        }));
+    }
+    let mut results = Vec::new();
+    for call in calls {
+        results.push(call.await.unwrap());
+    }
+    assert_eq!(rig.refunds_of("INV-EIGHT"), 1, "eight agents, one refund");
+    let first = results[0].structured_content.clone();
+    assert!(first.is_some(), "{}", text(&results[0]));
+    for result in &results {
+        assert_eq!(result.structured_content, first, "{}", text(result));
+    }
+}
+
+#[tokio::test]
+async fn a_lost_reply_is_unknown_never_retried_and_replayed_once_settled() {
+    let Some(rig) = Rig::new().await else { return };
+    let (client, _) = rig.stdio_client(&["--exit-after-refund"], &[]).await;
+    let key = "refund:INV-LOST:990";
+    let lost = client
+        .call_tool(refund("INV-LOST", 990, "EUR"))
+        .await
+        .unwrap();
+    assert_eq!(lost.is_error, Some(true));
+    assert!(text(&lost).contains("Do not retry"), "{}", text(&lost));
+    assert_eq!(rig.refunds_of("INV-LOST"), 1);
+    assert_eq!(rig.effect(key).await.0, "unknown");
+
+    let again = client
+        .call_tool(refund("INV-LOST", 990, "EUR"))
+        .await
+        .unwrap();
+    assert_eq!(again.is_error, Some(true));
+    assert!(
+        text(&again).contains("may already have happened"),
+        "{}",
+        text(&again)
+    );
+    assert_eq!(
+        rig.refunds_of("INV-LOST"),
+        1,
+        "the repeat never reached the tool"
+    );
+
+    // A second refund of the same invoice while the first is in doubt is held.
+    let second = client
+        .call_tool(refund("INV-LOST", 500, "EUR"))
+        .await
+        .unwrap();
+    assert!(text(&second).contains("is held"), "{}", text(&second));
+    assert_eq!(rig.refunds_of("INV-LOST"), 1);
+
+    let listed = rig.cli(&["list", "unknown", "--format", "json"]);
+    assert!(
+        String::from_utf8_lossy(&listed.stdout).contains(key),
+        "{listed:?}"
+    );
+    let resolved = rig.cli(&[
+        "--operator",
+        "ops",
+        "resolve",
+        key,
+        "--succeeded",
+        "re_seen_at_provider",
+        "--reason",
+        "the provider shows the refund",
+    ]);
+    assert!(resolved.status.success(), "{resolved:?}");
+    let replay = client
+        .call_tool(refund("INV-LOST", 990, "EUR"))
+        .await
+        .unwrap();
+    assert_ne!(replay.is_error, Some(true), "{}", text(&replay));
+    assert!(text(&replay).contains("already done"), "{}", text(&replay));
+    assert_eq!(rig.refunds_of("INV-LOST"), 1);
+    let _ = client.cancel().await;
+}
+
+#[tokio::test]
+async fn other_terms_under_the_same_key_never_reach_the_tool() {
+    let Some(rig) = Rig::new().await else { return };
+    let (client, _) = rig.stdio_client(&[], &[]).await;
+    client
+        .call_tool(refund("INV-MIS", 700, "EUR"))
+        .await
+        .unwrap();
+    let changed = client
+        .call_tool(refund("INV-MIS", 700, "USD"))
+        .await
+        .unwrap();
+    assert_eq!(changed.is_error, Some(true));
+    let said = text(&changed);
+    assert!(
+        said.contains("params.currency: recorded \"EUR\", now \"USD\""),
+        "{said}"
+    );
+    assert!(said.contains("Nothing was sent"), "{said}");
+    assert_eq!(rig.refunds_of("INV-MIS"), 1);
+    let _ = client.cancel().await;
+}
+
+#[tokio::test]
+async fn a_refusal_by_the_tool_is_failed_and_not_an_unknown() {
+    let Some(rig) = Rig::new().await else { return };
+    let (client, _) = rig.stdio_client(&["--decline-over", "1000"], &[]).await;
+    let declined = client
+        .call_tool(refund("INV-BIG", 5000, "EUR"))
+        .await
+        .unwrap();
+    assert_eq!(declined.is_error, Some(true));
+    assert!(text(&declined).contains("declined"), "{}", text(&declined));
+    assert_eq!(rig.effect("refund:INV-BIG:5000").await.0, "failed");
+    assert_eq!(rig.refunds_of("INV-BIG"), 0);
+    let _ = client.cancel().await;
+}
+
+#[tokio::test]
+async fn an_unmapped_destructive_tool_is_refused_and_said_so_first() {
+    let Some(rig) = Rig::new().await else { return };
+    let (client, stderr) = rig.stdio_client(&[], &[]).await;
+    let first = stderr.first().cloned().unwrap_or_default();
+    assert!(
+        first.contains("refusing 1 tool") && first.contains("close_account"),
+        "{stderr:?}"
+    );
+    let close = CallToolRequestParams::new("close_account")
+        .with_arguments(json!({"account_id": "ACC-1"}).as_object().cloned().unwrap());
+    let refused = client.call_tool(close.clone()).await.unwrap();
+    assert_eq!(refused.is_error, Some(true));
+    assert!(
+        text(&refused).contains("refused close_account"),
+        "{}",
+        text(&refused)
+    );
+    let _ = client.cancel().await;
+
+    let (allowed, stderr) = rig.stdio_client(&[], &["--allow-unmapped"]).await;
+    assert!(
+        stderr
+            .first()
+            .is_some_and(|line| line.contains("UNRECORDED")),
+        "{stderr:?}"
+    );
+    let closed = allowed.call_tool(close).await.unwrap();
+    assert!(
+        text(&closed).contains("Closed account ACC-1"),
+        "{}",
+        text(&closed)
+    );
+    let _ = allowed.cancel().await;
+}
+
+#[tokio::test]
+async fn the_tool_list_and_read_only_tools_are_relayed_untouched() {
+    let Some(rig) = Rig::new().await else { return };
+    let (through, _) = rig.stdio_client(&[], &[]).await;
+    let words = rig.tools_words(&[]);
+    let direct = agent("direct")
+        .serve(
+            TokioChildProcess::new(
+                tokio::process::Command::new(&words[0]).configure(|command| {
+                    command.args(&words[1..]);
+                }),
+            )
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let listed_through = serde_json::to_value(through.list_all_tools().await.unwrap()).unwrap();
+    let listed_direct = serde_json::to_value(direct.list_all_tools().await.unwrap()).unwrap();
+    assert_eq!(listed_through, listed_direct);
+
+    through
+        .call_tool(refund("INV-LOOK", 100, "EUR"))
+        .await
+        .unwrap();
+    let lookup = CallToolRequestParams::new("lookup_refunds").with_arguments(
+        json!({"order_id": "INV-LOOK"})
+            .as_object()
+            .cloned()
+            .unwrap(),
+    );
+    let seen_through = through.call_tool(lookup.clone()).await.unwrap();
+    let seen_direct = direct.call_tool(lookup).await.unwrap();
+    assert_eq!(
+        serde_json::to_value(&seen_through).unwrap(),
+        serde_json::to_value(&seen_direct).unwrap()
+    );
+    assert_eq!(seen_through.structured_content.unwrap()["count"], 1);
+    let recorded: i64 = sqlx::query_scalar("select count(*) from ledger.effects")
+        .fetch_one(&rig.db.pool)
+        .await
+        .unwrap();
+    assert_eq!(recorded, 1, "the lookups are not effects");
+    let _ = through.cancel().await;
+    let _ = direct.cancel().await;
+}
+
+#[tokio::test]
+async fn a_policy_mistake_is_one_line_at_start_up() {
+    let Some(rig) = Rig::new().await else { return };
+    for (policy, expected) in [
+        (
+            "alias = \"b\"\n[tools.refnud]\naction = \"refund\"\nop_key = \"r:{order_id}\"\ntarget = \"i:{order_id}\"\n",
+            "\"refnud\", which the upstream does not offer",
+        ),
+        (
+            "alias = \"b\"\n[tools.refund]\naction = \"refund\"\nop_key = \"r:{order}\"\ntarget = \"i:{order_id}\"\n",
+            "argument \"order\", which the tool's input schema lacks",
+        ),
+        (
+            "alias = \"b\"\n[tools.refund]\naction = \"refund\"\n",
+            "needs op_key",
+        ),
+    ] {
+        std::fs::write(rig.policy(), policy).unwrap();
+        let output = rig
+            .command()
+            .args(rig.gateway_args(&[], rig.tools_words(&[])))
+            .stdin(Stdio::null())
+            .output()
+            .await
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+        assert!(stderr.contains(expected), "{stderr}");
+    }
+    std::fs::write(rig.policy(), POLICY).unwrap();
+    let missing = rig
+        .command()
+        .args(rig.gateway_args(&[], vec!["/nonexistent/tool-server".into()]))
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&missing.stderr);
+    assert!(!missing.status.success());
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("cannot start the upstream"), "{stderr}");
+}
