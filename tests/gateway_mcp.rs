@@ -83,6 +83,9 @@ impl Rig {
         command
     }
 
+    /// The tool server's command line. It ignores the operation key the
+    /// gateway passes unless `--honour-key` is among `faults`: what is
+    /// counted is then the gateway's doing alone, not the provider's.
     fn tools_words(&self, faults: &[&str]) -> Vec<String> {
         let mut words = vec![
             env!("CARGO_BIN_EXE_effectwatch").to_string(),
@@ -90,6 +93,15 @@ impl Rig {
             "--provider-url".into(),
             self.provider_url.clone(),
         ];
+        let faults: Vec<&str> = if faults.contains(&"--honour-key") {
+            faults
+                .iter()
+                .copied()
+                .filter(|word| *word != "--honour-key")
+                .collect()
+        } else {
+            faults.iter().copied().chain(["--ignore-key"]).collect()
+        };
         words.extend(faults.iter().map(|word| word.to_string()));
         words
     }
@@ -519,4 +531,22 @@ async fn a_policy_mistake_is_one_line_at_start_up() {
     assert!(!missing.status.success());
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
     assert!(stderr.contains("cannot start the upstream"), "{stderr}");
+}
+
+#[tokio::test]
+async fn the_tool_server_is_given_the_operation_key_for_its_provider() {
+    let Some(rig) = Rig::new().await else { return };
+    let (client, _) = rig.stdio_client(&["--honour-key"], &[]).await;
+    client
+        .call_tool(refund("INV-KEY", 300, "EUR"))
+        .await
+        .unwrap();
+    let keys: Vec<Option<String>> = rig
+        .provider
+        .effects()
+        .into_iter()
+        .map(|effect| effect.idempotency_key)
+        .collect();
+    assert_eq!(keys, vec![Some("refund:INV-KEY:300".to_string())]);
+    let _ = client.cancel().await;
 }

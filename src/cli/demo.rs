@@ -147,6 +147,16 @@ async fn run_on(
             path.display()
         );
     }
+    let gateway_policy = write_gateway_policy();
+    let gateway_line = operator_config
+        .as_deref()
+        .zip(gateway_policy.as_deref())
+        .map(|(config, policy)| gateway_command(config, policy, &provider_url));
+    if let Some(line) = &gateway_line {
+        eprintln!(
+            "effectwatch demo: an MCP agent can reach the demo's refund tool through: {line}"
+        );
+    }
     let simulator = Simulator::start(
         pool.clone(),
         client,
@@ -225,6 +235,7 @@ async fn run_on(
                     &provider_url,
                     cluster_port,
                     reconciler_line.as_deref(),
+                    gateway_line.as_deref(),
                 ),
                 welcome: Some(
                     "demo: agents are at work · i: how a second operator joins · ?: every key"
@@ -262,7 +273,7 @@ async fn run_on(
     }
     drop(provider);
     pool.close().await;
-    if let Some(path) = &operator_config {
+    for path in operator_config.iter().chain(gateway_policy.iter()) {
         let _ = std::fs::remove_file(path);
     }
     outcome
@@ -275,8 +286,12 @@ fn demo_about(
     provider_url: &str,
     cluster_port: Option<u16>,
     reconciler: Option<&str>,
+    gateway: Option<&str>,
 ) -> Vec<(String, String)> {
     let mut lines = Vec::new();
+    if let Some(gateway) = gateway {
+        lines.push(("MCP gateway".to_string(), gateway.to_string()));
+    }
     if let Some(reconciler) = reconciler {
         lines.push(("reconciler".to_string(), reconciler.to_string()));
     }
@@ -331,6 +346,39 @@ fn write_operator_config(database_url: &str, provider_url: &str) -> Option<std::
             None
         }
     }
+}
+
+/// The example policy for the demo's MCP tool server, written where a
+/// gateway started by hand can read it. Best effort, like the operator's.
+fn write_gateway_policy() -> Option<std::path::PathBuf> {
+    let path = std::env::temp_dir().join(format!(
+        "effectwatch-demo-gateway-{}.toml",
+        std::process::id()
+    ));
+    match std::fs::write(&path, include_str!("../../examples/gateway.toml")) {
+        Ok(()) => Some(path),
+        Err(error) => {
+            tracing::warn!(%error, "cannot write the gateway's example policy");
+            None
+        }
+    }
+}
+
+/// The command an MCP client runs to reach the demo's tools through the
+/// gateway (its stdio is the MCP session).
+fn gateway_command(
+    operator_config: &std::path::Path,
+    policy: &std::path::Path,
+    provider_url: &str,
+) -> String {
+    let program = std::env::current_exe()
+        .map(|path| path.display().to_string())
+        .unwrap_or_else(|_| "effectwatch".to_string());
+    format!(
+        "{program} --config {} gateway --policy {} --upstream {program} mcp-tools --provider-url {provider_url}",
+        operator_config.display(),
+        policy.display()
+    )
 }
 
 /// SIGINT, SIGTERM and SIGHUP: each ends a demo run early, with the normal

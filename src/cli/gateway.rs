@@ -41,6 +41,12 @@ pub struct McpToolsArgs {
     /// Fault for tests: decline refunds above this amount (minor units) without calling the provider.
     #[arg(long, value_name = "MINOR_UNITS")]
     pub decline_over: Option<i64>,
+    /// Fault for certification: ignore the operation key the gateway passes, so a repeated call refunds again.
+    #[arg(long)]
+    pub ignore_key: bool,
+    /// Fault for certification: lookup_refunds answers that there are none.
+    #[arg(long)]
+    pub lying_lookup: bool,
 }
 
 pub async fn run(pool: LedgerPool, args: GatewayArgs) -> Result<(), Failure> {
@@ -82,6 +88,8 @@ pub async fn run_tools(args: McpToolsArgs) -> Result<(), Failure> {
         ToolFaults {
             exit_after_refund: args.exit_after_refund,
             decline_over: args.decline_over,
+            ignore_key: args.ignore_key,
+            lying_lookup: args.lying_lookup,
         },
     )
     .map_err(|error| Failure::new(FAILURE, error))?;

@@ -21,6 +21,9 @@ use super::upstream::Upstream;
 use crate::ledger::writer::{self, Completion, ErrorClass, Intent, Outcome};
 use crate::ledger::{Decision, LedgerPool, State};
 
+/// The `_meta` field of a forwarded call that carries its operation key.
+pub const OP_KEY_META: &str = "io.effectwatch/op_key";
+
 /// How much of a summarised result is kept for a replay to show.
 const SUMMARY_CHARS: usize = 1024;
 
@@ -139,6 +142,7 @@ impl ServerHandler for Gateway {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let name = request.name.to_string();
+        let request = with_client_meta(request, &context);
         match self.route(&name) {
             Route::PassThrough => {
                 let peer = self.peer(&context).await?;
@@ -235,6 +239,32 @@ impl ServerHandler for Gateway {
         let peer = self.peer(&context).await?;
         peer.complete(request).await.map_err(upstream_error)
     }
+}
+
+/// The call with the client's own `_meta` (which the SDK hands over in the
+/// context), less what belongs to this hop's session: the protocol's
+/// lifecycle fields and a progress token the gateway would not relay.
+fn with_client_meta(
+    mut request: CallToolRequestParams,
+    context: &RequestContext<RoleServer>,
+) -> CallToolRequestParams {
+    let relayed: Vec<(String, Value)> = context
+        .meta
+        .0
+        .0
+        .iter()
+        .filter(|(name, _)| {
+            !name.starts_with("io.modelcontextprotocol/") && name.as_str() != "progressToken"
+        })
+        .map(|(name, value)| (name.clone(), value.clone()))
+        .collect();
+    if !relayed.is_empty() {
+        let meta = request.meta.get_or_insert_with(Default::default);
+        for (name, value) in relayed {
+            meta.0.0.entry(name).or_insert(value);
+        }
+    }
+    request
 }
 
 fn tool_error(text: String) -> CallToolResult {
@@ -359,11 +389,18 @@ impl RecordedCall {
                 None,
             )));
         }
-        let answer = tokio::time::timeout(
-            shared.policy.upstream_timeout(),
-            peer.call_tool(self.request.clone()),
-        )
-        .await;
+        // The tool server gets the key too: one that passes it to its
+        // provider as an idempotency key makes even a retry from outside the
+        // ledger (a reconciler's safe retry) one effect.
+        let mut request = self.request.clone();
+        request
+            .meta
+            .get_or_insert_with(Default::default)
+            .0
+            .0
+            .insert(OP_KEY_META.to_string(), Value::String(call.op_key.clone()));
+        let answer =
+            tokio::time::timeout(shared.policy.upstream_timeout(), peer.call_tool(request)).await;
         let mut completion = Completion {
             request_id: Some(self.request_id.clone()),
             worker: Some(requested_by),

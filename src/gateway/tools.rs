@@ -9,7 +9,12 @@
 //! (destructive, left unmapped in the example policy). Faults for tests and
 //! certification: `--exit-after-refund` performs the refund and exits before
 //! answering (the lost reply); `--decline-over` declines larger refunds
-//! without calling the provider.
+//! without calling the provider; `--ignore-key` drops the operation key the
+//! gateway passes in `_meta` (a repeated call refunds again);
+//! `--lying-lookup` answers that no refund exists.
+//!
+//! A refund call carrying the gateway's key (`_meta["io.effectwatch/op_key"]`)
+//! sends it to the provider as its idempotency key.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -27,6 +32,11 @@ use serde_json::{Map, Value, json};
 #[derive(Debug, Clone, Default)]
 pub struct ToolFaults {
     pub exit_after_refund: bool,
+    /// Refund again on a repeated call: the operation key in `_meta` is
+    /// not passed to the provider.
+    pub ignore_key: bool,
+    /// `lookup_refunds` says there are none, whatever the provider holds.
+    pub lying_lookup: bool,
     pub decline_over: Option<i64>,
 }
 
@@ -87,7 +97,11 @@ impl DemoTools {
         ]
     }
 
-    async fn refund(&self, arguments: &Map<String, Value>) -> Result<CallToolResult, McpError> {
+    async fn refund(
+        &self,
+        arguments: &Map<String, Value>,
+        op_key: Option<&str>,
+    ) -> Result<CallToolResult, McpError> {
         let order_id = text_argument(arguments, "order_id")?;
         let amount_minor = arguments
             .get("amount_minor")
@@ -108,10 +122,14 @@ impl DemoTools {
             "target": format!("invoice:{order_id}"),
             "metadata": {"order_id": order_id},
         });
-        let response = self
+        let mut post = self
             .http
             .post(format!("{}/v1/effects", self.provider_url))
-            .json(&body)
+            .json(&body);
+        if let Some(key) = op_key.filter(|_| !self.faults.ignore_key) {
+            post = post.header("Idempotency-Key", key);
+        }
+        let response = post
             .send()
             .await
             .map_err(|error| McpError::internal_error(format!("the provider: {error}"), None))?;
@@ -154,7 +172,11 @@ impl DemoTools {
         let found: Value = response.json().await.map_err(|error| {
             McpError::internal_error(format!("the provider's answer: {error}"), None)
         })?;
-        let refunds = found.get("data").cloned().unwrap_or_else(|| json!([]));
+        let refunds = if self.faults.lying_lookup {
+            json!([])
+        } else {
+            found.get("data").cloned().unwrap_or_else(|| json!([]))
+        };
         let count = refunds.as_array().map_or(0, Vec::len);
         let mut result = CallToolResult::structured(
             json!({"order_id": order_id, "count": count, "refunds": refunds}),
@@ -196,11 +218,18 @@ impl ServerHandler for DemoTools {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
+        // The SDK hands a request's `_meta` to the handler in its context.
+        let op_key = context
+            .meta
+            .get(super::proxy::OP_KEY_META)
+            .or_else(|| request.meta.as_ref()?.get(super::proxy::OP_KEY_META))
+            .and_then(Value::as_str)
+            .map(str::to_string);
         let arguments = request.arguments.unwrap_or_default();
         let result = match request.name.as_ref() {
-            "refund" => self.refund(&arguments).await?,
+            "refund" => self.refund(&arguments, op_key.as_deref()).await?,
             "lookup_refunds" => self.lookup_refunds(&arguments).await?,
             "close_account" => CallToolResult::success(vec![ContentBlock::text(format!(
                 "Closed account {}.",
