@@ -39,8 +39,8 @@ fn said(result: &CallToolResult) -> String {
     result
         .content
         .iter()
-        .filter_map(|block| block.as_text().map(|text| text.text.clone()))
-        .last()
+        .rev()
+        .find_map(|block| block.as_text().map(|text| text.text.clone()))
         .unwrap_or_default()
 }
 
