@@ -52,6 +52,14 @@ async fn run(cli: Cli, explicit_url: bool, explicit_operator: bool) -> Result<()
         }
         _ => {}
     }
+    // A version must print whatever the config holds.
+    if cli.version {
+        let config = Config::load(cli.config.as_deref())
+            .map(|(config, _)| config)
+            .unwrap_or_default();
+        let url = cli.database_url.clone().or(config.database_url.clone());
+        return cli::version::run(url, &config).await;
+    }
     // Every provider and sink is checked now: no command runs on a config
     // that would fail later, when a provider or sink is first used.
     let (mut config, source) = Config::load(cli.config.as_deref()).map_err(|error| {

@@ -266,7 +266,7 @@ fn summary_line(
                     _ => "",
                 };
                 match b.unit {
-                    "durability" => format!("{}{mark}", b.what),
+                    "durability" | "schema" => format!("{}{mark}", b.what),
                     "ms" => format!(
                         "{} {} > {}{mark}",
                         b.what,

@@ -17,6 +17,7 @@ pub mod report;
 pub mod settle;
 pub mod shell;
 pub mod show;
+pub mod version;
 pub mod watch;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -27,9 +28,15 @@ use crate::ledger::panes::Pane;
 #[command(
     name = "effectwatch",
     version,
+    disable_version_flag = true,
     about = "Watch and settle the side effects automated workers perform"
 )]
 pub struct Cli {
+    /// Print the version and the ledger schema this binary makes, and the schema of the
+    /// configured ledger when one is reachable.
+    #[arg(short = 'V', long)]
+    pub version: bool,
+
     /// PostgreSQL URL of the effect ledger (postgres://user@host/db?sslmode=require).
     #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
     pub database_url: Option<String>,

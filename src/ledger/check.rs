@@ -89,6 +89,9 @@ pub struct Health {
     /// (`ledger.actions_without_policy`), `action (N effects)` each: the
     /// defaults apply to them, or a misspelt name escapes a policy.
     pub actions_without_policy: Vec<String>,
+    /// The ledger's schema, when this login may read it: a binary older or
+    /// newer than its ledger is a warning.
+    pub ledger_schema: Option<super::migrate::SchemaVersion>,
 }
 
 /// How many items of unowned work a check names.
@@ -152,7 +155,11 @@ pub async fn measure(
         false => None,
     };
     tx.commit().await?;
+    // A login that may not read the bookkeeping cannot tell; that is no
+    // reason for the whole check to fail.
+    let ledger_schema = super::migrate::ledger_schema(pool).await.ok().flatten();
     Ok(Health {
+        ledger_schema,
         panes: counts,
         suspected,
         durability,
@@ -240,6 +247,18 @@ pub fn evaluate(health: &Health, thresholds: &Thresholds) -> Vec<Breach> {
             level: Level::Warning,
         });
     }
+    if let Some(ledger) = &health.ledger_schema {
+        let binary = super::migrate::SchemaVersion::of_binary();
+        if let Some(what) = schema_difference(ledger, &binary) {
+            breaches.push(Breach {
+                what,
+                value: 1,
+                limit: 0,
+                unit: "schema",
+                level: Level::Warning,
+            });
+        }
+    }
     if let Some(durability) = &health.durability {
         let verdict = durability.verdict();
         let level = verdict.risk.map(|risk| match risk {
@@ -296,6 +315,35 @@ pub fn worst(breaches: &[Breach]) -> Option<Level> {
     breaches.iter().map(|breach| breach.level).max()
 }
 
+/// What to do when the ledger's schema is not this binary's.
+pub fn schema_difference(
+    ledger: &super::migrate::SchemaVersion,
+    binary: &super::migrate::SchemaVersion,
+) -> Option<String> {
+    let last = |schema: &super::migrate::SchemaVersion| {
+        schema
+            .unreleased
+            .last()
+            .copied()
+            .or_else(|| {
+                super::migrate::RELEASED
+                    .iter()
+                    .find(|(version, _)| *version == schema.released)
+                    .map(|(_, through)| *through)
+            })
+            .unwrap_or(0)
+    };
+    match last(ledger).cmp(&last(binary)) {
+        std::cmp::Ordering::Equal => None,
+        std::cmp::Ordering::Less => Some(format!(
+            "ledger schema {ledger} is older than this effectwatch's {binary}: run `effectwatch migrate`"
+        )),
+        std::cmp::Ordering::Greater => Some(format!(
+            "ledger schema {ledger} is newer than this effectwatch's {binary}: upgrade effectwatch"
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -316,6 +364,7 @@ mod tests {
             ],
             suspected: Some(1),
             durability: None,
+            ledger_schema: None,
             weak_triggers: Vec::new(),
             steps_owed: 0,
             unowned_work: Vec::new(),

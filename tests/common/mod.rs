@@ -94,6 +94,17 @@ pub struct TestDb {
 
 /// Creates a uniquely named database, applies the migrations in `./sql` and returns a pool on it.
 pub async fn test_db() -> TestDb {
+    let db = empty_db().await;
+    sqlx::migrate!("./sql")
+        .run(&db.pool.session_pool())
+        .await
+        .unwrap_or_else(|e| panic!("applying migrations to test database {}: {e}", db.name));
+    db
+}
+
+/// A uniquely named database with no ledger in it yet.
+#[allow(dead_code)]
+pub async fn empty_db() -> TestDb {
     let server = server();
     let name = unique_name();
 
@@ -107,7 +118,7 @@ pub async fn test_db() -> TestDb {
     let _ = admin.close().await;
 
     let url = url_with_database(&server.admin_url, &name);
-    let db = TestDb {
+    TestDb {
         pool: PgPoolOptions::new()
             .max_connections(10)
             .connect_with(options(&url))
@@ -117,12 +128,7 @@ pub async fn test_db() -> TestDb {
         url,
         admin_url: server.admin_url.clone(),
         name,
-    };
-    sqlx::migrate!("./sql")
-        .run(&db.pool.session_pool())
-        .await
-        .unwrap_or_else(|e| panic!("applying migrations to test database {}: {e}", db.name));
-    db
+    }
 }
 
 impl TestDb {

@@ -1,0 +1,291 @@
+//! A ledger upgrades in place: a released migration is never edited, a
+//! ledger of an earlier release holding data upgrades to this one with the
+//! real binary, whole or not at all, and ends with the same schema as a
+//! fresh install.
+
+mod common;
+
+use effectwatch::ledger::migrate::{self, MIGRATOR, RELEASED, SchemaVersion};
+use effectwatch::ledger::writer::{self, Completion, ErrorClass, Outcome};
+use effectwatch::ledger::{Decision, LedgerPool};
+use serde_json::json;
+
+/// The text of every released migration, pinned: the first 16 hex digits
+/// of its SHA-384, as the ledger's bookkeeping records it. A released
+/// migration edited in place would leave every installed ledger refusing
+/// this binary; a change is a new migration.
+const RELEASED_CHECKSUMS: &[(i64, &str)] = &[
+    (1, "cd66f5cf5e4ee975"),
+    (2, "ef0a7470fed1387a"),
+    (3, "645a01f8c45e40f2"),
+    (4, "5944fd9fa7149be1"),
+    (5, "362417da705eb851"),
+    (6, "adb7f51b1b0d9c51"),
+    (7, "a82df1be372817ca"),
+    (8, "b5d282de0beb3107"),
+    (9, "bc722d134b23833d"),
+    (10, "0d0bd5b2e792eda5"),
+    (11, "1c27061ff776c800"),
+    (12, "270f083d3669d582"),
+    (13, "a04a39ead5005ba5"),
+    (14, "3524b97f8775638d"),
+    (15, "67b888aa486d9925"),
+    (16, "d113cf7ba300eaa3"),
+    (17, "ebfaa39e3283f767"),
+    (18, "64985d9b5c270065"),
+];
+
+fn hex_prefix(bytes: &[u8]) -> String {
+    bytes
+        .iter()
+        .take(8)
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}
+
+#[test]
+fn released_migrations_are_never_edited() {
+    let last_released = RELEASED.last().map(|(_, through)| *through).unwrap();
+    let pinned: Vec<i64> = RELEASED_CHECKSUMS
+        .iter()
+        .map(|(version, _)| *version)
+        .collect();
+    assert_eq!(
+        pinned,
+        (1..=last_released).collect::<Vec<_>>(),
+        "every released migration is pinned here"
+    );
+    for (version, expected) in RELEASED_CHECKSUMS {
+        let migration = MIGRATOR
+            .iter()
+            .find(|migration| migration.version == *version)
+            .unwrap_or_else(|| panic!("released migration {version:04} is gone"));
+        assert_eq!(
+            hex_prefix(&migration.checksum),
+            *expected,
+            "migration {version:04} ({}) was released and has been edited: put the change in a new migration",
+            migration.description
+        );
+    }
+}
+
+#[test]
+fn the_schema_version_counts_released_and_unreleased_migrations() {
+    assert_eq!(
+        SchemaVersion::of(&(1..=18).collect::<Vec<_>>()).to_string(),
+        "1"
+    );
+    assert_eq!(
+        SchemaVersion::of(&(1..=20).collect::<Vec<_>>()).to_string(),
+        "1 + 2 unreleased migrations (0019, 0020)"
+    );
+    assert_eq!(SchemaVersion::of(&[]).to_string(), "none");
+}
+
+/// Functions, views, tables and columns of the `ledger` schema, with a
+/// digest of each body: two ledgers with the same catalog behave alike.
+async fn catalog(pool: &LedgerPool) -> Vec<String> {
+    sqlx::query_scalar(
+        "select 'function ' || p.oid::regprocedure::text || ' ' || md5(p.prosrc) || ' ' || p.provolatile::text || p.prosecdef::text
+           from pg_proc p join pg_namespace n on n.oid = p.pronamespace where n.nspname = 'ledger'
+         union all
+         select 'relation ' || c.relname || ' ' || c.relkind::text || ' ' || coalesce(md5(pg_get_viewdef(c.oid)), '')
+           from pg_class c join pg_namespace n on n.oid = c.relnamespace
+          where n.nspname = 'ledger' and c.relkind in ('r', 'v', 'p', 'm')
+            and c.relname !~ '_[0-9]{4}_[0-9]{2}$'
+         union all
+         select 'column ' || c.relname || '.' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod)
+                || ' ' || a.attnotnull::text
+           from pg_attribute a join pg_class c on c.oid = a.attrelid
+           join pg_namespace n on n.oid = c.relnamespace
+          where n.nspname = 'ledger' and a.attnum > 0 and not a.attisdropped and c.relkind in ('r', 'v', 'p')
+            and c.relname !~ '_[0-9]{4}_[0-9]{2}$'
+         union all
+         select 'trigger ' || c.relname || '.' || t.tgname || ' ' || t.tgenabled::text
+           from pg_trigger t join pg_class c on c.oid = t.tgrelid join pg_namespace n on n.oid = c.relnamespace
+          where n.nspname = 'ledger' and not t.tgisinternal and c.relname !~ '_[0-9]{4}_[0-9]{2}$'
+         order by 1",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+async fn record(pool: &LedgerPool, key: &str, target: &str, outcome: Option<Outcome>) {
+    let mut intent = common::intent(key, target);
+    intent.amount_minor = Some(1500);
+    intent.currency = Some("EUR".into());
+    intent.params = json!({"order": target, "amount": "15.00"});
+    let begun = writer::begin_effect(pool, &intent).await.unwrap();
+    if !begun.decision.may_dispatch() {
+        return;
+    }
+    writer::mark_dispatched(pool, key, None, "agent-v1")
+        .await
+        .unwrap();
+    let Some(outcome) = outcome else { return };
+    let completion = Completion {
+        external_ref: (outcome == Outcome::Succeeded).then(|| format!("re_{key}")),
+        result: Some(json!({"refund": key, "at": "2026-12-05T10:00:00Z", "amount": "15.00"})),
+        error_class: (outcome == Outcome::Unknown).then_some(ErrorClass::Timeout),
+        ..Completion::default()
+    };
+    writer::complete_effect(pool, key, outcome, &completion)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_released_ledger_holding_data_upgrades_in_place_to_this_schema() {
+    let (release, through) = *RELEASED.last().unwrap();
+    let db = common::empty_db().await;
+    migrate::run_through(&db.pool, through).await.unwrap();
+    let installed = migrate::ledger_schema(&db.pool).await.unwrap().unwrap();
+    assert_eq!(installed.released, release);
+    assert!(installed.unreleased.is_empty());
+
+    // Agents written against the release fill it.
+    record(
+        &db.pool,
+        "refund:V1:done",
+        "invoice:V1-A",
+        Some(Outcome::Succeeded),
+    )
+    .await;
+    record(
+        &db.pool,
+        "refund:V1:lost",
+        "invoice:V1-B",
+        Some(Outcome::Unknown),
+    )
+    .await;
+    record(
+        &db.pool,
+        "refund:V1:failed",
+        "invoice:V1-C",
+        Some(Outcome::Failed { retryable: true }),
+    )
+    .await;
+    record(&db.pool, "refund:V1:open", "invoice:V1-D", None).await;
+    record(&db.pool, "refund:V1:second", "invoice:V1-D", None).await;
+    let before: Vec<(String, String, i64)> =
+        sqlx::query_as("select op_key, state, version from ledger.effects order by op_key")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(before.len(), 5);
+
+    let upgraded = common::effectwatch_cli(&["--database-url", &db.url, "migrate"]);
+    assert!(upgraded.status.success(), "{upgraded:?}");
+    let after: Vec<(String, String, i64)> =
+        sqlx::query_as("select op_key, state, version from ledger.effects order by op_key")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(after, before, "the upgrade keeps every effect as it was");
+    assert_eq!(
+        migrate::ledger_schema(&db.pool).await.unwrap().unwrap(),
+        SchemaVersion::of_binary()
+    );
+
+    // The same schema as a ledger installed fresh by this binary.
+    let fresh = common::empty_db().await;
+    migrate::run(&fresh.pool).await.unwrap();
+    assert_eq!(catalog(&db.pool).await, catalog(&fresh.pool).await);
+
+    // An agent of the release keeps its answers on the upgraded ledger.
+    let replay = writer::begin_effect(&db.pool, &{
+        let mut intent = common::intent("refund:V1:done", "invoice:V1-A");
+        intent.amount_minor = Some(1500);
+        intent.currency = Some("EUR".into());
+        intent.params = json!({"order": "invoice:V1-A", "amount": "15.00"});
+        intent
+    })
+    .await
+    .unwrap();
+    assert_eq!(replay.decision, Decision::Replay);
+    assert_eq!(replay.result.unwrap()["amount"], "15.00");
+    let held = sqlx::query_scalar::<_, String>(
+        "select state from ledger.effects where op_key = 'refund:V1:second'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(held, "held");
+
+    let again = common::effectwatch_cli(&["--database-url", &db.url, "migrate"]);
+    assert!(
+        String::from_utf8_lossy(&again.stdout).contains("nothing changed"),
+        "{again:?}"
+    );
+    let version = common::effectwatch_cli(&["--database-url", &db.url, "--version"]);
+    let said = String::from_utf8_lossy(&version.stdout);
+    assert!(
+        said.contains(&format!("ledger schema {}", SchemaVersion::of_binary())),
+        "{said}"
+    );
+    assert!(said.contains("the same"), "{said}");
+}
+
+#[tokio::test]
+async fn a_migrate_that_fails_leaves_nothing_half_installed() {
+    let db = common::empty_db().await;
+    // Something in the way of a late migration: the whole install must stop.
+    sqlx::raw_sql("create schema ledger; create table ledger.history_months (nothing int)")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let failed = common::effectwatch_cli(&["--database-url", &db.url, "migrate"]);
+    assert!(!failed.status.success(), "{failed:?}");
+    let stderr = String::from_utf8_lossy(&failed.stderr);
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    let tables: i64 = sqlx::query_scalar(
+        "select count(*) from pg_class c join pg_namespace n on n.oid = c.relnamespace
+          where n.nspname = 'ledger' and c.relkind in ('r', 'p')",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(tables, 1, "only what was there before");
+    let bookkept: bool =
+        sqlx::query_scalar("select to_regclass('public._sqlx_migrations') is not null")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert!(!bookkept, "no migration recorded as applied");
+}
+
+#[tokio::test]
+async fn check_warns_when_the_ledger_and_this_binary_differ() {
+    let db = common::test_db().await;
+    let same = common::effectwatch_cli(&["--database-url", &db.url, "check"]);
+    assert!(
+        !String::from_utf8_lossy(&same.stdout).contains("schema"),
+        "{same:?}"
+    );
+    // A ledger a newer effectwatch upgraded.
+    sqlx::query(
+        "insert into public._sqlx_migrations (version, description, success, checksum, execution_time)
+         values (9999, 'from a newer release', true, '\\x00', 0)",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let check = common::effectwatch_cli(&["--database-url", &db.url, "check"]);
+    let said = String::from_utf8_lossy(&check.stdout);
+    assert_eq!(check.status.code(), Some(1), "{said}");
+    assert!(said.contains("is newer than this effectwatch's"), "{said}");
+    assert!(said.contains("upgrade effectwatch"), "{said}");
+
+    // A ledger of the last release, behind a binary with migrations since.
+    let (_, through) = *RELEASED.last().unwrap();
+    if SchemaVersion::of_binary().unreleased.is_empty() {
+        return;
+    }
+    let behind = common::empty_db().await;
+    migrate::run_through(&behind.pool, through).await.unwrap();
+    let check = common::effectwatch_cli(&["--database-url", &behind.url, "check"]);
+    let said = String::from_utf8_lossy(&check.stdout);
+    assert_eq!(check.status.code(), Some(1), "{said}");
+    assert!(said.contains("run `effectwatch migrate`"), "{said}");
+}
