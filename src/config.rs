@@ -9,6 +9,7 @@ use serde::Deserialize;
 use thiserror::Error;
 
 use crate::adapters::{ProviderConfig, SinkConfig};
+use crate::text::one_line_toml_error;
 
 #[derive(Debug, Error)]
 pub enum ConfigError {
@@ -454,21 +455,6 @@ fn adapter_problems(
             .map(move |problem| format!("sink {name}: {problem}"))
     });
     providers.chain(sinks).collect()
-}
-
-/// toml's errors span several lines with a caret drawing; an operator
-/// needs `line N, column M: message`.
-pub fn one_line_toml_error(text: &str, error: &toml::de::Error) -> String {
-    let message = error.message().trim().replace('\n', " ");
-    match error.span() {
-        Some(span) => {
-            let before = &text[..span.start.min(text.len())];
-            let line = before.matches('\n').count() + 1;
-            let column = before.len() - before.rfind('\n').map(|i| i + 1).unwrap_or(0) + 1;
-            format!("line {line}, column {column}: {message}")
-        }
-        None => message,
-    }
 }
 
 /// `effectwatch:<operator>:<part>` in printable ASCII (the server replaces anything

@@ -3,6 +3,7 @@
 pub mod adapters;
 pub mod cli;
 pub mod config;
+pub mod connection;
 pub mod console;
 pub mod crash_point;
 pub mod demo;

@@ -129,6 +129,21 @@ pub fn truncate_middle(text: &str, width: usize) -> String {
     out
 }
 
+/// toml's errors span several lines with a caret drawing; an operator
+/// needs `line N, column M: message`.
+pub fn one_line_toml_error(text: &str, error: &toml::de::Error) -> String {
+    let message = error.message().trim().replace('\n', " ");
+    match error.span() {
+        Some(span) => {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let column = before.len() - before.rfind('\n').map(|i| i + 1).unwrap_or(0) + 1;
+            format!("line {line}, column {column}: {message}")
+        }
+        None => message,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

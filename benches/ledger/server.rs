@@ -1,9 +1,9 @@
 //! The server and the benchmark's databases.
 
 use super::*;
+use effectwatch::connection::url_with_database;
 #[allow(unused_imports)]
 use effectwatch::ledger::LedgerPool;
-use effectwatch::ledger::connect::url_with_database;
 
 pub(crate) struct Server {
     /// URL of a maintenance database on the server, to create and drop ours.

@@ -93,7 +93,7 @@ impl Theme {
         let file: ThemeFile = toml::from_str(text).map_err(|error| {
             format!(
                 "theme {origin}: {}",
-                crate::config::one_line_toml_error(text, &error)
+                crate::text::one_line_toml_error(text, &error)
             )
         })?;
         let mut theme = if origin == "dark" {

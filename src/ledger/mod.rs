@@ -1,5 +1,6 @@
-//! The effect ledger as seen from Rust: connection, model, writer API,
-//! panes, operator actions and audit. No terminal code lives here.
+//! The effect ledger as seen from Rust: its model, writer API, panes,
+//! operator actions and audit, over the connection `crate::connection`
+//! makes. No terminal code lives here.
 
 pub mod actions;
 pub mod approvals;
@@ -7,7 +8,6 @@ pub mod audit;
 pub mod channel;
 pub mod check;
 pub mod compensation;
-pub mod connect;
 pub mod durability;
 pub mod error;
 pub mod escalations;
@@ -18,7 +18,6 @@ pub mod migrate;
 pub mod model;
 pub mod panes;
 pub mod policies;
-pub mod pool;
 pub mod reconciler;
 pub mod report;
 pub mod retention;
@@ -26,9 +25,10 @@ pub mod snapshot;
 pub mod timetravel;
 pub mod writer;
 
-pub use connect::{ConnectSettings, connect, connect_lazy};
+pub use crate::connection::{
+    ConnectSettings, LedgerPool, LedgerTransaction, Pooler, connect, connect_lazy,
+};
 pub use error::LedgerError;
 pub use model::{Decision, Effect, State};
-pub use pool::{LedgerPool, LedgerTransaction, Pooler};
 
 pub use channel::NOTIFY_CHANNEL;

@@ -73,8 +73,8 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+pub use effectwatch::connection::url_with_database;
 use effectwatch::ledger::LedgerPool;
-pub use effectwatch::ledger::connect::url_with_database;
 use effectwatch::localpg::{ClusterOptions, LocalCluster};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{AssertSqlSafe, Connection, PgConnection};

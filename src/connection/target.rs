@@ -4,8 +4,26 @@ use std::time::Duration;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Connection, Executor, PgConnection, Row};
 
-use super::LedgerError;
-use super::pool::{LedgerPool, Pooler};
+use crate::ledger::LedgerError;
+
+/// What stands between effectwatch and the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pooler {
+    /// The server itself, or a pooler that keeps a client's server for the
+    /// whole session.
+    None,
+    /// A pooler that hands the server to another client after each transaction.
+    Transaction,
+}
+
+impl Pooler {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Pooler::None => "none",
+            Pooler::Transaction => "transaction",
+        }
+    }
+}
 
 /// How a process connects to the ledger. Every connection names itself and
 /// bounds its statements, so a stuck query shows up in pg_stat_activity
@@ -185,26 +203,6 @@ pub(crate) fn server_name(url: &str) -> String {
     }
 }
 
-/// Opens a pool and proves it works with one round trip, so a wrong URL or
-/// a down server is reported here, once, rather than at the first query.
-/// Unless told, it finds out whether a transaction pooler stands in front:
-/// such a pooler refuses the startup options a server takes. Of several
-/// hosts it takes the primary, and the pool follows the primary when it
-/// moves (see [`LedgerPool`]).
-pub async fn connect(settings: &ConnectSettings) -> Result<LedgerPool, LedgerError> {
-    let hosts = Hosts::parse(&settings.url)?;
-    let found = find_server(settings, &hosts).await?;
-    let pool = settings.pool(&found.url, found.pooler)?;
-    let following = (hosts.urls.len() > 1).then(|| (settings.clone(), hosts));
-    Ok(LedgerPool::new(
-        pool,
-        found.pooler,
-        settings.statement_timeout.as_millis(),
-        server_name(&found.url),
-        following,
-    ))
-}
-
 /// The server a pool should use now.
 pub(crate) struct Found {
     pub url: String,
@@ -336,31 +334,6 @@ fn has_postgres_scheme(url: &str) -> bool {
 
 fn first_line(text: &str) -> String {
     text.lines().next().unwrap_or_default().to_string()
-}
-
-/// A pool that connects on first use: for a console that must open (and
-/// show the database as unreachable) even when the server is down. It
-/// cannot look first, so unless told it takes the way that works both
-/// straight to the server and through a transaction pooler.
-/// Of several hosts it starts on the first and finds the primary at the
-/// first failure.
-pub fn connect_lazy(settings: &ConnectSettings) -> Result<LedgerPool, LedgerError> {
-    let pooler = settings.pooler.unwrap_or(Pooler::Transaction);
-    let hosts = Hosts::parse(&settings.url)?;
-    let first = hosts.urls[0].clone();
-    let pool = settings.pool(&first, pooler)?;
-    let following = (hosts.urls.len() > 1).then(|| (settings.clone(), hosts));
-    let pool = LedgerPool::new(
-        pool,
-        pooler,
-        settings.statement_timeout.as_millis(),
-        server_name(&first),
-        following,
-    );
-    if pool.follows() {
-        pool.suspect();
-    }
-    Ok(pool)
 }
 
 /// `url` with its database (path) replaced, keeping credentials, host and

@@ -21,26 +21,7 @@ use sqlx::{
     Transaction, error::BoxDynError,
 };
 
-use super::connect::{ConnectSettings, Hosts};
-
-/// What stands between effectwatch and the server.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Pooler {
-    /// The server itself, or a pooler that keeps a client's server for the
-    /// whole session.
-    None,
-    /// A pooler that hands the server to another client after each transaction.
-    Transaction,
-}
-
-impl Pooler {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Pooler::None => "none",
-            Pooler::Transaction => "transaction",
-        }
-    }
-}
+use super::target::{ConnectSettings, Hosts, Pooler, find_server, server_name};
 
 /// A pool on the ledger. Cloning it shares it. Made from several hosts, it
 /// follows the primary: an error that says the server went away (or stopped
@@ -183,7 +164,7 @@ impl LedgerPool {
         {
             return Err(no_primary(why));
         }
-        let found = match super::connect::find_server(&following.settings, &following.hosts).await {
+        let found = match find_server(&following.settings, &following.hosts).await {
             Ok(found) => found,
             Err(error) => {
                 let why = error.to_string();
@@ -192,7 +173,7 @@ impl LedgerPool {
             }
         };
         *last_failure = None;
-        let server = super::connect::server_name(&found.url);
+        let server = server_name(&found.url);
         let before = self.current();
         if server != before.server || found.pooler != before.pooler {
             let pool = following
