@@ -201,14 +201,7 @@ pub async fn verify(
     // The chain, its checkpoint and the anchored entry as of one instant: a
     // prune or a new entry between two reads would pair a walk with another
     // checkpoint or head.
-    let mut tx = pool
-        .begin()
-        .await
-        .map_err(crate::ledger::LedgerError::from)?;
-    sqlx::query("set transaction isolation level repeatable read, read only")
-        .execute(&mut tx)
-        .await
-        .map_err(crate::ledger::LedgerError::from)?;
+    let mut tx = crate::ledger::snapshot::begin(pool).await?;
     let chain = audit::verify(&mut tx).await?;
     let checkpoint = match chain.checkpoint_seq {
         Some(_) => audit::newest_checkpoint(&mut tx)
