@@ -122,19 +122,30 @@ impl Gateway {
     }
 }
 
+/// A request the gateway passes to the upstream as it came, on the
+/// caller's connection, with the upstream's answer or error as it came.
+macro_rules! relay {
+    ($method:ident($params:ty) -> $answer:ty) => {
+        relay!($method($params) -> $answer, via $method);
+    };
+    ($method:ident($params:ty) -> $answer:ty, via $peer_method:ident) => {
+        async fn $method(
+            &self,
+            request: $params,
+            context: RequestContext<RoleServer>,
+        ) -> Result<$answer, McpError> {
+            let peer = self.peer(&context).await?;
+            peer.$peer_method(request).await.map_err(upstream_error)
+        }
+    };
+}
+
 impl ServerHandler for Gateway {
     fn get_info(&self) -> ServerConfig {
         self.shared.info.clone()
     }
 
-    async fn list_tools(
-        &self,
-        request: Option<PaginatedRequestParams>,
-        context: RequestContext<RoleServer>,
-    ) -> Result<ListToolsResult, McpError> {
-        let peer = self.peer(&context).await?;
-        peer.list_tools(request).await.map_err(upstream_error)
-    }
+    relay!(list_tools(Option<PaginatedRequestParams>) -> ListToolsResult);
 
     async fn call_tool(
         &self,
@@ -182,63 +193,12 @@ impl ServerHandler for Gateway {
         }
     }
 
-    async fn list_resources(
-        &self,
-        request: Option<PaginatedRequestParams>,
-        context: RequestContext<RoleServer>,
-    ) -> Result<ListResourcesResult, McpError> {
-        let peer = self.peer(&context).await?;
-        peer.list_resources(request).await.map_err(upstream_error)
-    }
-
-    async fn list_resource_templates(
-        &self,
-        request: Option<PaginatedRequestParams>,
-        context: RequestContext<RoleServer>,
-    ) -> Result<ListResourceTemplatesResult, McpError> {
-        let peer = self.peer(&context).await?;
-        peer.list_resource_templates(request)
-            .await
-            .map_err(upstream_error)
-    }
-
-    async fn read_resource(
-        &self,
-        request: ReadResourceRequestParams,
-        context: RequestContext<RoleServer>,
-    ) -> Result<ReadResourceResponse, McpError> {
-        let peer = self.peer(&context).await?;
-        peer.read_resource_once(request)
-            .await
-            .map_err(upstream_error)
-    }
-
-    async fn list_prompts(
-        &self,
-        request: Option<PaginatedRequestParams>,
-        context: RequestContext<RoleServer>,
-    ) -> Result<ListPromptsResult, McpError> {
-        let peer = self.peer(&context).await?;
-        peer.list_prompts(request).await.map_err(upstream_error)
-    }
-
-    async fn get_prompt(
-        &self,
-        request: GetPromptRequestParams,
-        context: RequestContext<RoleServer>,
-    ) -> Result<GetPromptResponse, McpError> {
-        let peer = self.peer(&context).await?;
-        peer.get_prompt_once(request).await.map_err(upstream_error)
-    }
-
-    async fn complete(
-        &self,
-        request: CompleteRequestParams,
-        context: RequestContext<RoleServer>,
-    ) -> Result<CompleteResult, McpError> {
-        let peer = self.peer(&context).await?;
-        peer.complete(request).await.map_err(upstream_error)
-    }
+    relay!(list_resources(Option<PaginatedRequestParams>) -> ListResourcesResult);
+    relay!(list_resource_templates(Option<PaginatedRequestParams>) -> ListResourceTemplatesResult);
+    relay!(read_resource(ReadResourceRequestParams) -> ReadResourceResponse, via read_resource_once);
+    relay!(list_prompts(Option<PaginatedRequestParams>) -> ListPromptsResult);
+    relay!(get_prompt(GetPromptRequestParams) -> GetPromptResponse, via get_prompt_once);
+    relay!(complete(CompleteRequestParams) -> CompleteResult);
 }
 
 /// The call with the client's own `_meta` (which the SDK hands over in the
