@@ -273,6 +273,13 @@ async fn the_models_retries_make_one_refund_and_get_one_result() {
     .await
     .unwrap();
     assert_eq!(attempts, 4, "each repeat is in the ledger as a replay");
+    let dispatched_by: String = sqlx::query_scalar(
+        "select dispatched_by from ledger.effects where op_key = 'refund:INV-RETRY:1500'",
+    )
+    .fetch_one(&rig.db.pool)
+    .await
+    .unwrap();
+    assert_eq!(dispatched_by, "gateway:billing (test-agent, tool refund)");
     client.cancel().await.unwrap();
 }
 
@@ -548,5 +555,37 @@ async fn the_tool_server_is_given_the_operation_key_for_its_provider() {
         .map(|effect| effect.idempotency_key)
         .collect();
     assert_eq!(keys, vec![Some("refund:INV-KEY:300".to_string())]);
+    let _ = client.cancel().await;
+}
+
+#[tokio::test]
+async fn behind_pgbouncer_in_transaction_mode_every_call_is_recorded() {
+    let Some(mut rig) = Rig::new().await else {
+        return;
+    };
+    let Some(bouncer) = common::pgbouncer::PgBouncer::start(&rig.db.url) else {
+        return;
+    };
+    let database = reqwest::Url::parse(&rig.db.url)
+        .unwrap()
+        .path()
+        .trim_start_matches('/')
+        .to_string();
+    rig.agent_url = bouncer.url(&database);
+    let (client, _) = rig.stdio_client(&[], &[]).await;
+    for n in 0..40 {
+        let order = format!("INV-PGB-{}", n % 20);
+        let answer = client.call_tool(refund(&order, 100, "EUR")).await.unwrap();
+        assert_ne!(answer.is_error, Some(true), "{}", text(&answer));
+    }
+    for n in 0..20 {
+        assert_eq!(rig.refunds_of(&format!("INV-PGB-{n}")), 1);
+    }
+    let succeeded: i64 =
+        sqlx::query_scalar("select count(*) from ledger.effects where state = 'succeeded'")
+            .fetch_one(&rig.db.pool)
+            .await
+            .unwrap();
+    assert_eq!(succeeded, 20);
     let _ = client.cancel().await;
 }

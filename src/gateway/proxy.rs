@@ -174,6 +174,7 @@ impl ServerHandler for Gateway {
                 let call = RecordedCall {
                     tool: name,
                     request_id: format!("mcp:{}:{}", client_name(&context), context.id),
+                    client: client_name(&context),
                     request,
                     rule,
                 };
@@ -243,6 +244,8 @@ fn text_of(result: &CallToolResult) -> String {
 /// A mapped call, from its ledger record to the upstream and back.
 struct RecordedCall {
     tool: String,
+    /// The MCP client's own name for itself, shown beside the gateway's.
+    client: String,
     request_id: String,
     request: CallToolRequestParams,
     rule: ToolRule,
@@ -265,6 +268,9 @@ impl RecordedCall {
             }
         };
         let requested_by = shared.policy.requested_by();
+        // Who made the call, as the console shows the dispatch: the gateway,
+        // for which client, through which tool.
+        let worker = format!("{requested_by} ({}, tool {})", self.client, self.tool);
         let intent = Intent {
             op_key: call.op_key.clone(),
             action: call.action.clone(),
@@ -317,7 +323,7 @@ impl RecordedCall {
                         error.message
                     )),
                     request_id: Some(self.request_id.clone()),
-                    worker: Some(requested_by.clone()),
+                    worker: Some(worker.clone()),
                     target: Some(call.target.clone()),
                     ..Completion::default()
                 };
@@ -337,7 +343,7 @@ impl RecordedCall {
             &call.op_key,
             &call.target,
             Some(&self.request_id),
-            &requested_by,
+            &worker,
         )
         .await
         .map_err(ledger_trouble)?;
@@ -363,7 +369,7 @@ impl RecordedCall {
             tokio::time::timeout(shared.policy.upstream_timeout(), peer.call_tool(request)).await;
         let mut completion = Completion {
             request_id: Some(self.request_id.clone()),
-            worker: Some(requested_by),
+            worker: Some(worker),
             target: Some(call.target.clone()),
             ..Completion::default()
         };
