@@ -275,7 +275,7 @@ async fn action_names_are_normalised_and_a_ledger_may_refuse_unknown_ones() {
         .await;
     assert_eq!(audited, 1);
     // check names the action in use with no policy.
-    let health = effectwatch::ledger::check::measure(&rig.db.pool, false, false)
+    let health = effectwatch::cli::check::health::measure(&rig.db.pool, false, false)
         .await
         .unwrap();
     assert_eq!(health.actions_without_policy, ["refund2 (1 effects)"]);

@@ -7,9 +7,9 @@
 mod common;
 
 use common::roles::LoginRole;
+use effectwatch::cli::check::health::{self as check, Thresholds};
 use effectwatch::cli::show;
 use effectwatch::ledger::LedgerPool;
-use effectwatch::ledger::check::{self, Thresholds};
 use effectwatch::ledger::history;
 use effectwatch::ledger::writer::{
     Completion, Intent, Outcome, begin_effect, complete_effect, mark_dispatched,

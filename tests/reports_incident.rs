@@ -11,12 +11,12 @@ use std::process::Command;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use effectwatch::cli::report::assembly::{self as report, ReportScope};
 use effectwatch::format::duration_ms;
 use effectwatch::ledger::actions::{self, Finding, SeenVersion};
 use effectwatch::ledger::finance::{self, Exposure};
 use effectwatch::ledger::history::find_effect;
 use effectwatch::ledger::panes::{self, Filter, Pane, PaneRows};
-use effectwatch::ledger::report::{self, ReportScope};
 use effectwatch::ledger::timetravel;
 use effectwatch::ledger::writer::{
     Completion, Intent, Outcome, begin_effect, complete_effect, mark_dispatched,

@@ -6,9 +6,9 @@
 mod fixtures;
 
 use chrono::{TimeZone, Utc};
+use effectwatch::cli::report::assembly::{PaneEntry, Report, ReportScope};
 use effectwatch::cli::report::{csv_text, markdown};
 use effectwatch::ledger::panes::{Pane, PaneRows};
-use effectwatch::ledger::report::{PaneEntry, Report, ReportScope};
 
 /// U+200B zero width space, U+200D zero width joiner, U+FEFF byte order mark.
 const KEY: &str = "hu-\u{200b}zero\u{200d}width\u{feff}-e";

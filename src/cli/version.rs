@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
+use super::check::health::schema_difference;
 use super::exit::Failure;
 use crate::config::Config;
-use crate::ledger::check::schema_difference;
 use crate::ledger::migrate::{SchemaVersion, ledger_schema};
 
 /// How long `--version` waits for the ledger before saying it cannot tell.

@@ -13,10 +13,12 @@ use serde::Serialize;
 use super::exit::Failure;
 use super::report::write_output;
 use crate::format::duration_ms;
-use crate::ledger::check::{self, AGED_PANES, Breach, Health, Level, Limits, Thresholds};
+pub mod health;
+
 use crate::ledger::{self, ConnectSettings, LedgerError};
 use crate::text::{safe_json, sanitize_line};
 use crate::time_args::parse_duration;
+use health::{self as check, AGED_PANES, Breach, Health, Level, Limits, Thresholds};
 
 pub const WARNING: u8 = 1;
 pub const CRITICAL: u8 = 2;

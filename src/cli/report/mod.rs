@@ -14,9 +14,11 @@ use clap::{Args, ValueEnum};
 use super::exit::{FAILURE, Failure};
 use crate::format::{duration_ms, optional_money};
 use crate::ledger::panes::{Pane, PaneRows};
-use crate::ledger::report::{self, PaneEntry, Progress, Report, ReportScope};
+pub mod assembly;
+
 use crate::text::{safe_json, sanitize_line, truncate};
 use crate::time_args::parse_instant;
+use assembly::{self as report, PaneEntry, Progress, Report, ReportScope};
 
 #[derive(Debug, Clone, Args)]
 pub struct ReportArgs {

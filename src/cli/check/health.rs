@@ -2,11 +2,11 @@
 //! open escalations and (on request) suspected double effects, judged
 //! against thresholds.
 
-use super::LedgerPool;
+use crate::ledger::LedgerPool;
 use serde::Serialize;
 
-use super::LedgerError;
-use super::panes::{self, PaneCount};
+use crate::ledger::LedgerError;
+use crate::ledger::panes::{self, PaneCount};
 
 /// The two limits of one figure, in the monitoring-plugin convention:
 /// above `warning` is WARNING, above `critical` is CRITICAL; None: not judged.
@@ -74,7 +74,7 @@ pub struct Health {
     /// Effects in suspected double effects, when asked for.
     pub suspected: Option<i64>,
     /// Whether acknowledged writes survive a failover, when asked.
-    pub durability: Option<super::durability::Durability>,
+    pub durability: Option<crate::ledger::durability::Durability>,
     /// The ledger's triggers that do not fire in every session mode
     /// (disabled, or enabled for origin sessions only): the state machine,
     /// history and append-only guarantees then have a hole.
@@ -91,7 +91,7 @@ pub struct Health {
     pub actions_without_policy: Vec<String>,
     /// The ledger's schema, when this login may read it: a binary older or
     /// newer than its ledger is a warning.
-    pub ledger_schema: Option<super::migrate::SchemaVersion>,
+    pub ledger_schema: Option<crate::ledger::migrate::SchemaVersion>,
 }
 
 /// How many items of unowned work a check names.
@@ -117,7 +117,7 @@ pub async fn measure(
     with_suspected: bool,
     with_durability: bool,
 ) -> Result<Health, LedgerError> {
-    let mut tx = super::snapshot::begin(pool).await?;
+    let mut tx = crate::ledger::snapshot::begin(pool).await?;
     // The audit trail is a record, not something waiting for anyone.
     let counts: Vec<PaneCount> = panes::counts(&mut tx)
         .await?
@@ -151,13 +151,16 @@ pub async fn measure(
         None
     };
     let durability = match with_durability {
-        true => Some(super::durability::measure(&mut tx).await?),
+        true => Some(crate::ledger::durability::measure(&mut tx).await?),
         false => None,
     };
     tx.commit().await?;
     // A login that may not read the bookkeeping cannot tell; that is no
     // reason for the whole check to fail.
-    let ledger_schema = super::migrate::ledger_schema(pool).await.ok().flatten();
+    let ledger_schema = crate::ledger::migrate::ledger_schema(pool)
+        .await
+        .ok()
+        .flatten();
     Ok(Health {
         ledger_schema,
         panes: counts,
@@ -172,7 +175,9 @@ pub async fn measure(
 
 /// Triggers on the ledger's tables not set to ENABLE ALWAYS ('A'); what
 /// `alter table … disable trigger`, or a plain `enable trigger`, leaves.
-async fn weak_triggers(tx: &mut super::LedgerTransaction<'_>) -> Result<Vec<String>, LedgerError> {
+async fn weak_triggers(
+    tx: &mut crate::ledger::LedgerTransaction<'_>,
+) -> Result<Vec<String>, LedgerError> {
     Ok(sqlx::query_scalar(
         // A month of a history table is named by its table: its triggers
         // are the table's, cloned.
@@ -248,7 +253,7 @@ pub fn evaluate(health: &Health, thresholds: &Thresholds) -> Vec<Breach> {
         });
     }
     if let Some(ledger) = &health.ledger_schema {
-        let binary = super::migrate::SchemaVersion::of_binary();
+        let binary = crate::ledger::migrate::SchemaVersion::of_binary();
         if let Some(what) = schema_difference(ledger, &binary) {
             breaches.push(Breach {
                 what,
@@ -262,8 +267,8 @@ pub fn evaluate(health: &Health, thresholds: &Thresholds) -> Vec<Breach> {
     if let Some(durability) = &health.durability {
         let verdict = durability.verdict();
         let level = verdict.risk.map(|risk| match risk {
-            super::durability::Risk::Failover => Level::Warning,
-            super::durability::Risk::Severe => Level::Critical,
+            crate::ledger::durability::Risk::Failover => Level::Warning,
+            crate::ledger::durability::Risk::Severe => Level::Critical,
         });
         if let Some(level) = level {
             breaches.push(Breach {
@@ -317,16 +322,16 @@ pub fn worst(breaches: &[Breach]) -> Option<Level> {
 
 /// What to do when the ledger's schema is not this binary's.
 pub fn schema_difference(
-    ledger: &super::migrate::SchemaVersion,
-    binary: &super::migrate::SchemaVersion,
+    ledger: &crate::ledger::migrate::SchemaVersion,
+    binary: &crate::ledger::migrate::SchemaVersion,
 ) -> Option<String> {
-    let last = |schema: &super::migrate::SchemaVersion| {
+    let last = |schema: &crate::ledger::migrate::SchemaVersion| {
         schema
             .unreleased
             .last()
             .copied()
             .or_else(|| {
-                super::migrate::RELEASED
+                crate::ledger::migrate::RELEASED
                     .iter()
                     .find(|(version, _)| *version == schema.released)
                     .map(|(_, through)| *through)

@@ -3,16 +3,16 @@
 //! was still open at the end, and the timelines of the worst items. The
 //! range is read in slices so a caller can show progress.
 
-use super::LedgerPool;
+use crate::ledger::LedgerPool;
 use chrono::{DateTime, Duration, Utc};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::LedgerError;
-use super::history::{self, TimelineEntry};
-use super::panes::escape_like;
-use super::panes::{Filter, Pane, PaneCount, PaneRows};
-use super::timetravel;
+use crate::ledger::LedgerError;
+use crate::ledger::history::{self, TimelineEntry};
+use crate::ledger::panes::escape_like;
+use crate::ledger::panes::{Filter, Pane, PaneCount, PaneRows};
+use crate::ledger::timetravel;
 
 /// What to report on. Target and action match as the console's filter
 /// does: case-insensitive substrings.
