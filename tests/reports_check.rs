@@ -12,7 +12,21 @@ use effectwatch::ledger::writer::{
 };
 use serde_json::{Value, json};
 
+/// A check judged by the thresholds given alone, so what it prints is
+/// exactly what the flags say.
 fn check(url: &str, args: &[&str]) -> Output {
+    common::effectwatch_cli(
+        &[
+            &["check", "--no-default-thresholds"],
+            args,
+            &["--database-url", url],
+        ]
+        .concat(),
+    )
+}
+
+/// A check as a monitoring system runs it out of the box.
+fn check_with_defaults(url: &str, args: &[&str]) -> Output {
     common::effectwatch_cli(&[&["check"], args, &["--database-url", url]].concat())
 }
 
@@ -213,4 +227,45 @@ fn an_unreachable_database_is_unknown_never_ok_or_critical() {
         .output()
         .unwrap();
     assert_eq!(no_url.status.code(), Some(3));
+}
+
+/// Without a flag a check still judges: an unknown-outcome pane of eleven
+/// is a warning by default, and a figure given replaces its default.
+#[tokio::test]
+async fn a_check_with_no_thresholds_given_judges_by_the_defaults() {
+    let db = common::test_db().await;
+    let quiet = check_with_defaults(&db.url, &[]);
+    assert_eq!(quiet.status.code(), Some(0), "{}", stdout(&quiet));
+    assert!(
+        stdout(&quiet).contains("unknown=0;10;50"),
+        "{}",
+        stdout(&quiet)
+    );
+    for n in 0..11 {
+        let key = format!("refund:DEF-{n}");
+        let intent = Intent {
+            op_key: key.clone(),
+            action: "refund".into(),
+            target: format!("invoice:DEF-{n}"),
+            params: json!({}),
+            requested_by: "agent-1".into(),
+            ..Intent::default()
+        };
+        begin_effect(&db.pool, &intent).await.unwrap();
+        mark_dispatched(&db.pool, &key, None, "w").await.unwrap();
+        complete_effect(&db.pool, &key, Outcome::Unknown, &Completion::default())
+            .await
+            .unwrap();
+    }
+    let warned = check_with_defaults(&db.url, &[]);
+    assert_eq!(warned.status.code(), Some(1), "{}", stdout(&warned));
+    assert!(
+        stdout(&warned).contains("unknown 11 > 10"),
+        "{}",
+        stdout(&warned)
+    );
+    let given = check_with_defaults(&db.url, &["--warn-unknown", "20"]);
+    assert_eq!(given.status.code(), Some(0), "{}", stdout(&given));
+    let none = check_with_defaults(&db.url, &["--no-default-thresholds"]);
+    assert_eq!(none.status.code(), Some(0), "{}", stdout(&none));
 }

@@ -100,6 +100,11 @@ pub struct CheckArgs {
     /// CRITICAL when the oldest overdue, unknown, held or escalated item is older than this.
     #[arg(long, value_name = "AGE", value_parser = parse_duration, alias = "max-age", help_heading = "Thresholds")]
     pub crit_age: Option<Duration>,
+    /// Judge only by the thresholds given here: without it, each figure not
+    /// given has its default (overdue 20/100, unknown 10/50, held 50/200,
+    /// escalations 10/50, oldest item 30m/2h; duplicates and suspected none).
+    #[arg(long, help_heading = "Thresholds")]
+    pub no_default_thresholds: bool,
     /// Also judge whether acknowledged ledger writes survive a failover
     /// (synchronous_commit, synchronous standbys named and connected):
     /// WARNING when a failover can lose them, CRITICAL when a crash can.
@@ -121,18 +126,34 @@ pub enum CheckFormat {
 
 impl CheckArgs {
     fn thresholds(&self) -> Thresholds {
-        let limits = |warning, critical| Limits { warning, critical };
+        // A check with no flags still says when the ledger needs people.
+        let defaults = !self.no_default_thresholds;
+        // A figure with either limit given is judged by what was given alone.
+        let limits = |warning: Option<i64>, critical: Option<i64>, default: Option<(i64, i64)>| {
+            match default.filter(|_| defaults && warning.is_none() && critical.is_none()) {
+                Some((warning, critical)) => Limits {
+                    warning: Some(warning),
+                    critical: Some(critical),
+                },
+                None => Limits { warning, critical },
+            }
+        };
         let millis = |age: Option<Duration>| {
             age.map(|age| i64::try_from(age.as_millis()).unwrap_or(i64::MAX))
         };
+        const MINUTE: i64 = 60_000;
         Thresholds {
-            overdue: limits(self.warn_overdue, self.crit_overdue),
-            unknown: limits(self.warn_unknown, self.crit_unknown),
-            duplicates: limits(self.warn_duplicates, self.crit_duplicates),
-            held: limits(self.warn_held, self.crit_held),
-            escalations: limits(self.warn_escalations, self.crit_escalations),
-            suspected: limits(self.warn_suspected, self.crit_suspected),
-            age_ms: limits(millis(self.warn_age), millis(self.crit_age)),
+            overdue: limits(self.warn_overdue, self.crit_overdue, Some((20, 100))),
+            unknown: limits(self.warn_unknown, self.crit_unknown, Some((10, 50))),
+            duplicates: limits(self.warn_duplicates, self.crit_duplicates, None),
+            held: limits(self.warn_held, self.crit_held, Some((50, 200))),
+            escalations: limits(self.warn_escalations, self.crit_escalations, Some((10, 50))),
+            suspected: limits(self.warn_suspected, self.crit_suspected, None),
+            age_ms: limits(
+                millis(self.warn_age),
+                millis(self.crit_age),
+                Some((30 * MINUTE, 120 * MINUTE)),
+            ),
         }
     }
 }
