@@ -49,6 +49,11 @@ pub fn duration_ms(ms: i64) -> String {
     format!("{sign}{text}")
 }
 
+/// `1 effect`, `3 effects`: a count with its noun, singular for one.
+pub fn count_of(count: usize, one: &str, many: &str) -> String {
+    format!("{count} {}", if count == 1 { one } else { many })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -33,7 +33,7 @@ pub async fn run(
     );
     println!("operator:         {}", config.operator);
     println!("poll interval:    {} s", config.poll_interval_secs);
-    println!("statement timeout:{} s", config.statement_timeout_secs);
+    println!("statement timeout: {} s", config.statement_timeout_secs);
     println!("theme:            {}", config.theme);
     println!("read_only:        {}", config.read_only);
     println!(

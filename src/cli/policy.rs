@@ -124,7 +124,13 @@ pub async fn run(
                                 .compensation_approval_limit_minor
                                 .map(|n| n.to_string())
                                 .unwrap_or_else(|| "none".into()),
-                            policy.retry_when_absent.to_string(),
+                            // Only an action that may be retried is retried when absent.
+                            match policy.retry_semantics.as_str() {
+                                "never_retry" | "escalate" => {
+                                    format!("no ({})", policy.retry_semantics)
+                                }
+                                _ => policy.retry_when_absent.to_string(),
+                            },
                             policy
                                 .escalation_sink
                                 .as_deref()

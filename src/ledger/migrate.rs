@@ -60,9 +60,12 @@ impl std::fmt::Display for SchemaVersion {
             (version, []) => write!(f, "{version}"),
             (version, more) => write!(
                 f,
-                "{version} + {} unreleased migration{} ({})",
-                more.len(),
-                if more.len() == 1 { "" } else { "s" },
+                "{version} + {} ({})",
+                crate::format::count_of(
+                    more.len(),
+                    "unreleased migration",
+                    "unreleased migrations"
+                ),
                 more.iter()
                     .map(|v| format!("{v:04}"))
                     .collect::<Vec<_>>()

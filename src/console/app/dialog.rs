@@ -52,8 +52,8 @@ impl App {
                     format!(" matching {:?}", self.filter_text)
                 };
                 let summary = format!(
-                    "Ask the provider about {} effects of {}{filtered}, one after the other.",
-                    targets.len(),
+                    "Ask the provider about {} of {}{filtered}, one after the other.",
+                    crate::format::count_of(targets.len(), "effect", "effects"),
                     self.current_view().title()
                 );
                 (Subject::Pane { targets }, summary)
