@@ -73,6 +73,7 @@ async fn the_python_client_passes_mypy_strict_and_its_suite() {
             "tests",
         ])
         .env("EFFECTWATCH_TEST_DATABASE_URL", &db.url)
+        .env("EFFECTWATCH_BIN", env!("CARGO_BIN_EXE_effectwatch"))
         .current_dir(&package);
     // Says on stderr that the pooler tests are left out where PgBouncer is
     // not installed (and fails instead where CI requires it).

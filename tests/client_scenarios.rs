@@ -197,12 +197,14 @@ async fn set_policy(
 ) {
     sqlx::query(
         "select * from ledger.op_set_policy(action => $1, operator => $2, reason => 'scenario',
-            retry_semantics => $3, exclusive_per_target => $4)",
+            retry_semantics => $3, exclusive_per_target => $4,
+            pending_window => make_interval(secs => $5))",
     )
     .bind(text(args, "action"))
     .bind(operator)
     .bind(text(args, "retry_semantics"))
     .bind(args.get("exclusive_per_target").and_then(Value::as_bool))
+    .bind(args.get("pending_window_secs").and_then(Value::as_f64))
     .execute(pool)
     .await
     .unwrap_or_else(|e| place.fail(format!("op_set_policy failed: {e}")));

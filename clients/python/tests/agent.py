@@ -29,9 +29,11 @@ def post_refund(provider_url: str, key: str, body: dict[str, Any]) -> dict[str, 
         raise ProviderError(error.code) from error
 
 
-def refund_tool(ledger: Ledger, provider_url: str, behave: str | None = None, delay: float = 0) -> Any:
+def refund_tool(
+    ledger: Ledger, provider_url: str, behave: str | None = None, delay: float = 0, action: str = "refund"
+) -> Any:
     @ledger.tool(
-        action="refund",
+        action=action,
         op_key="refund:{order_id}:{approval}",
         target="invoice:{order_id}",
         params=lambda order_id, approval, amount_minor, currency: {
@@ -63,7 +65,8 @@ def until_settled(call: Any, *args: Any) -> tuple[Any, int]:
 
 if __name__ == "__main__":
     database_url, provider_url, order_id, behave, delay = sys.argv[1:6]
+    action = sys.argv[6] if len(sys.argv) > 6 else "refund"
     ledger = Ledger(database_url, requested_by="agent-process")
-    refund = refund_tool(ledger, provider_url, behave or None, float(delay))
+    refund = refund_tool(ledger, provider_url, behave or None, float(delay), action)
     result, in_flight = until_settled(refund, order_id, "AP-1", 1500, "EUR")
     print(json.dumps({"result": result, "in_flight": in_flight}), flush=True)

@@ -67,13 +67,36 @@ def test_twenty_threads_and_four_processes_call_the_provider_once(
     assert effect_row(database_url, key)["state"] == "succeeded"
 
 
+def unknown_pane_lists(database_url: str, key: str) -> bool:
+    """Whether `effectwatch list unknown` shows the key: the real binary when
+    the test command names it, else the view the command reads."""
+    binary = os.environ.get("EFFECTWATCH_BIN")
+    if binary:
+        listed = subprocess.run(
+            [binary, "--database-url", database_url, "list", "unknown", "--format", "json"],
+            capture_output=True, text=True, check=True,
+        )
+        return any(row.get("op_key") == key for row in json.loads(listed.stdout))
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        found = connection.execute("select 1 from ledger.unknown_outcomes where op_key = %s", (key,)).fetchone()
+    return found is not None
+
+
 def test_a_caller_killed_after_dispatch_is_never_repeated(
     database_url: str, provider_url: str, unique: str
 ) -> None:
+    # An action whose window is one second, so the rerun comes after it.
+    action = "refund_killed"
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        connection.execute(
+            "select * from ledger.op_set_policy(action => %s, operator => 'ops', reason => 'a short window',"
+            " pending_window => interval '1 second')",
+            (action,),
+        )
     order_id = f"KILL-{unique}"
     key = f"refund:{order_id}:AP-1"
     process = subprocess.Popen(
-        [sys.executable, AGENT, database_url, provider_url, order_id, "slow", "30"], stdout=subprocess.PIPE
+        [sys.executable, AGENT, database_url, provider_url, order_id, "slow", "30", action], stdout=subprocess.PIPE
     )
     deadline = time.monotonic() + 30
     while provider_calls(provider_url, key) == 0:
@@ -84,11 +107,16 @@ def test_a_caller_killed_after_dispatch_is_never_repeated(
 
     row = effect_row(database_url, key)
     assert row["state"] == "pending" and row["dispatched_at"] is not None
-    refund = refund_tool(Ledger(database_url, requested_by="agent-process"), provider_url)
+    time.sleep(1.2)
+    refund = refund_tool(Ledger(database_url, requested_by="agent-process"), provider_url, action=action)
     with pytest.raises(InFlight) as in_flight:
         refund(order_id, "AP-1", 1500, "EUR")
     assert "Do not call it again" in str(in_flight.value)
     assert provider_calls(provider_url, key) == 1
+    # Asked again after its window with no answer: an unknown outcome, shown
+    # where an operator settles outcomes nobody can prove.
+    assert effect_row(database_url, key)["state"] == "unknown"
+    assert unknown_pane_lists(database_url, key)
 
     # An operator who saw the refund at the provider settles it; the next
     # call replays what was stored (nothing: the operator gave a reference).
@@ -100,3 +128,4 @@ def test_a_caller_killed_after_dispatch_is_never_repeated(
         )
     assert refund(order_id, "AP-1", 1500, "EUR") is None
     assert provider_calls(provider_url, key) == 1
+    assert not unknown_pane_lists(database_url, key)

@@ -127,9 +127,10 @@ class Runner:
             self.sql(
                 "select * from ledger.op_set_policy(action => %(action)s, operator => %(operator)s,"
                 " reason => 'scenario', retry_semantics => %(retry_semantics)s,"
-                " exclusive_per_target => %(exclusive)s)",
+                " exclusive_per_target => %(exclusive)s,"
+                " pending_window => make_interval(secs => %(window)s::float8))",
                 {"action": args["action"], "operator": operator, "retry_semantics": args.get("retry_semantics"),
-                 "exclusive": args.get("exclusive_per_target")},
+                 "exclusive": args.get("exclusive_per_target"), "window": args.get("pending_window_secs")},
             )
         elif verb == "resolve":
             rows = self.sql(

@@ -146,8 +146,15 @@ class Runner {
       case "set_policy":
         await sql(
           `select * from ledger.op_set_policy(action => $1, operator => $2, reason => 'scenario',
-             retry_semantics => $3, exclusive_per_target => $4)`,
-          [args["action"], operator, args["retry_semantics"] ?? null, args["exclusive_per_target"] ?? null],
+             retry_semantics => $3, exclusive_per_target => $4,
+             pending_window => make_interval(secs => $5::float8))`,
+          [
+            args["action"],
+            operator,
+            args["retry_semantics"] ?? null,
+            args["exclusive_per_target"] ?? null,
+            args["pending_window_secs"] ?? null,
+          ],
         );
         return;
       case "resolve": {
