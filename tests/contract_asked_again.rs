@@ -96,5 +96,9 @@ async fn an_effect_never_dispatched_stays_pending_when_asked_again() {
     writer::begin_effect(&db.pool, &intent).await.unwrap();
     past_the_window().await;
     writer::begin_effect(&db.pool, &intent).await.unwrap();
-    assert_eq!(state_of(&db.pool, key).await.0, "pending", "nothing was sent");
+    assert_eq!(
+        state_of(&db.pool, key).await.0,
+        "pending",
+        "nothing was sent"
+    );
 }
