@@ -44,6 +44,8 @@ class Ledger:
         self._idle: list[psycopg.Connection[dict[str, Any]]] = []
         self._lock = threading.Lock()
         self._pid = os.getpid()
+        # What each tool this ledger decorated makes of its arguments.
+        self._intents: dict[Callable[..., Any], Callable[[Mapping[str, Any]], Intent]] = {}
 
     def _options(self) -> str | None:
         # PgBouncer refuses the `options` startup parameter: behind it, set
@@ -157,26 +159,46 @@ class Ledger:
             target_template = _core.KeyTemplate("target", target, function)
             _core.named_arguments(function, amount_minor=amount_minor, currency=currency)
 
+            def intent_for(arguments: Mapping[str, Any]) -> Intent:
+                return Intent(
+                    key_template.render(arguments),
+                    action,
+                    target_template.render(arguments),
+                    params(**arguments) if params else dict(arguments),
+                    arguments[amount_minor] if amount_minor else None,
+                    arguments[currency] if currency else None,
+                    provider,
+                )
+
             @functools.wraps(function)
             def run(*args: P.args, **kwargs: P.kwargs) -> R:
-                arguments = _core.bound_arguments(function, args, kwargs)
+                intent = intent_for(_core.bound_arguments(function, args, kwargs))
                 with self.effect(
-                    key_template.render(arguments),
-                    action=action,
-                    target=target_template.render(arguments),
-                    params=params(**arguments) if params else arguments,
-                    amount_minor=arguments[amount_minor] if amount_minor else None,
-                    currency=arguments[currency] if currency else None,
-                    provider=provider,
+                    intent.op_key,
+                    action=intent.action,
+                    target=intent.target,
+                    params=intent.params,
+                    amount_minor=intent.amount_minor,
+                    currency=intent.currency,
+                    provider=intent.provider,
                 ) as effect:
                     effect.dispatched()
                     value = function(*args, **kwargs)
                     effect.succeeded(external_ref(value) if external_ref else None, value)
                 return cast(R, effect.result)
 
+            self._intents[run] = intent_for
             return run
 
         return decorate
+
+    def intent_of(self, tool: Callable[..., Any], **arguments: Any) -> Intent:
+        """The effect a call of `tool` (decorated by this ledger's `tool`)
+        with these keyword arguments is: its key, target and params."""
+        intent_for = self._intents.get(tool)
+        if intent_for is None:
+            raise ValueError(f"{getattr(tool, '__name__', tool)!r} is not a tool this ledger decorated")
+        return intent_for(arguments)
 
 
 class Effect:

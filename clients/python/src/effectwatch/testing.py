@@ -8,17 +8,22 @@ assert the provider's state, not only local logs.
                         provider_calls=lambda args: staging.count(args["order_id"]))
     assert report.all_held, report
 
-Each line says whether it held and what the provider showed. A lost reply
-and a crash after dispatch need your provider to fail on request; this
-module's lines cover what any wrapper can be driven through."""
+Each line says whether it held and what the provider showed. The failure
+list needs more than the wrapper: pass `ledger` (the `Ledger` that decorated
+the tool) and `crashed` for a crash after dispatch and a late message;
+`lost` and `lose_reply` (a context manager under which your staging provider
+acts and then drops its reply) for a lost reply. A line that was not given
+what it needs says "not checked", and `all_held` is false until every line
+was checked and held."""
 
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, ContextManager, Mapping, Sequence
 
 from .errors import EffectError, InFlight, Rejected
+from .ledger import Ledger
 
 
 @dataclass(frozen=True)
@@ -27,6 +32,7 @@ class Line:
     held: bool
     provider_state: Any
     detail: str = ""
+    checked: bool = True
 
 
 @dataclass
@@ -35,14 +41,27 @@ class Report:
 
     @property
     def all_held(self) -> bool:
-        return all(line.held for line in self.lines)
+        return all(line.held and line.checked for line in self.lines)
+
+    @property
+    def not_checked(self) -> list[str]:
+        return [line.check for line in self.lines if not line.checked]
 
     def __str__(self) -> str:
+        def mark(line: Line) -> str:
+            return "not checked" if not line.checked else "held" if line.held else "NOT HELD"
+
         return "\n".join(
-            f"[{'held' if line.held else 'NOT HELD'}] {line.check}: provider {line.provider_state!r}"
+            f"[{mark(line)}] {line.check}: provider {line.provider_state!r}"
             + (f" ({line.detail})" if line.detail else "")
             for line in self.lines
         )
+
+
+CRASH = "a crash after dispatch is never repeated"
+LOST = "a reply lost after the effect is not retried"
+LATE = "a late success settles it and the next call replays"
+REOPEN = "a late message cannot reopen settled work"
 
 
 def replay_set(
@@ -54,12 +73,19 @@ def replay_set(
     provider_calls: Callable[[Mapping[str, Any]], int],
     concurrent: Mapping[str, Any] | None = None,
     deliveries: int = 8,
+    ledger: Ledger | None = None,
+    crashed: Mapping[str, Any] | None = None,
+    lost: Mapping[str, Any] | None = None,
+    lose_reply: Callable[[], ContextManager[object]] | None = None,
 ) -> Report:
     """Drives `tool` (a `Ledger.tool`-decorated function) with keyword
     arguments: `same` twice, `changed` (same key, a material parameter
-    changed), each of `distinct` (two genuinely different actions), and
-    `concurrent` delivered `deliveries` times at once. `provider_calls`
-    answers how many times the provider acted for a set of arguments."""
+    changed), each of `distinct` (two genuinely different actions),
+    `concurrent` delivered `deliveries` times at once, `crashed` after a
+    caller that died once it had dispatched it, and `lost` with its reply
+    dropped, then answered late. `provider_calls` answers how many times the
+    provider acted for a set of arguments: each argument set is the test's
+    own, never called before."""
     report = Report()
 
     first = tool(**same)
@@ -106,4 +132,92 @@ def replay_set(
         calls = provider_calls(concurrent)
         report.lines.append(Line(f"{deliveries} deliveries at once act once", calls == 1 and not errors, calls,
                                  "; ".join(map(str, errors))))
+
+    report.lines.append(_crash_after_dispatch(tool, ledger, crashed, provider_calls))
+    report.lines.extend(_lost_reply_then_late(tool, ledger, lost, lose_reply, provider_calls))
     return report
+
+
+def _not_checked(check: str, needs: str) -> Line:
+    return Line(check, False, None, f"not checked: pass {needs}", checked=False)
+
+
+def _crash_after_dispatch(
+    tool: Callable[..., Any],
+    ledger: Ledger | None,
+    crashed: Mapping[str, Any] | None,
+    provider_calls: Callable[[Mapping[str, Any]], int],
+) -> Line:
+    """A caller that claimed the effect and died before any answer, as a
+    killed process leaves it: recorded and dispatched, nothing more. The
+    rerun must be told it is in flight and must not call."""
+    if ledger is None or crashed is None:
+        return _not_checked(CRASH, "ledger= and crashed=")
+    intent = ledger.intent_of(tool, **crashed)
+    ledger.begin(intent)
+    ledger.mark_dispatched(intent.op_key, target=intent.target)
+    try:
+        tool(**crashed)
+    except InFlight:
+        calls = provider_calls(crashed)
+        return Line(CRASH, calls == 0, calls, "the rerun was told it is in flight")
+    except EffectError as error:
+        return Line(CRASH, False, provider_calls(crashed), f"the rerun was refused otherwise: {error}")
+    return Line(CRASH, False, provider_calls(crashed), "the rerun ran the call again")
+
+
+def _lost_reply_then_late(
+    tool: Callable[..., Any],
+    ledger: Ledger | None,
+    lost: Mapping[str, Any] | None,
+    lose_reply: Callable[[], ContextManager[object]] | None,
+    provider_calls: Callable[[Mapping[str, Any]], int],
+) -> list[Line]:
+    if lost is None or lose_reply is None:
+        return [_not_checked(LOST, "lost= and lose_reply="), _not_checked(LATE, "lost=, lose_reply= and ledger="),
+                _not_checked(REOPEN, "lost=, lose_reply= and ledger=")]
+    lines: list[Line] = []
+    try:
+        with lose_reply():
+            tool(**lost)
+        raised = "the call answered although its reply was to be lost"
+    except Exception as error:  # whatever the wrapper raises for a dropped reply
+        raised = f"{type(error).__name__}"
+    try:
+        tool(**lost)
+        repeat = "ran again"
+    except InFlight:
+        repeat = "in flight"
+    except Exception as error:
+        repeat = f"{type(error).__name__}: {error}"
+    calls = provider_calls(lost)
+    lines.append(Line(LOST, repeat == "in flight" and calls == 1, calls, f"first call: {raised}; repeat: {repeat}"))
+    if ledger is None:
+        return lines + [_not_checked(LATE, "ledger="), _not_checked(REOPEN, "ledger=")]
+
+    # The provider's answer arrives after all (a webhook, a reconciliation).
+    intent = ledger.intent_of(tool, **lost)
+    late = ledger.complete(intent.op_key, target=intent.target, outcome="succeeded",
+                           external_ref="late-answer", result={"late": True})
+    try:
+        replayed = tool(**lost)
+        after = f"replayed {replayed!r}"
+        settled = late.applied and replayed == {"late": True}
+    except Exception as error:
+        after = f"{type(error).__name__}: {error}"
+        settled = False
+    calls = provider_calls(lost)
+    lines.append(Line(LATE, settled and calls == 1, calls, after))
+
+    # A second, contrary message for the same key must not change it.
+    contrary = ledger.complete(intent.op_key, target=intent.target, outcome="failed", retryable=False,
+                               reason="a contrary message, late")
+    try:
+        still = tool(**lost)
+        reopened = still != {"late": True}
+    except Exception:
+        reopened = True
+    calls = provider_calls(lost)
+    lines.append(Line(REOPEN, not contrary.applied and not reopened and calls == 1, calls,
+                      f"late message applied: {contrary.applied}, flagged late: {contrary.late}"))
+    return lines
