@@ -3,7 +3,8 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use super::exit::{BAD_CONFIG, FAILURE, Failure, UNREACHABLE};
+use super::exit::{BAD_CONFIG, FAILURE, Failure, UNREACHABLE, USAGE};
+use crate::gateway::certify::{Certification, Verdict};
 use crate::gateway::policy::Policy;
 use crate::gateway::tools::{DemoTools, ToolFaults};
 use crate::gateway::upstream::UpstreamSpec;
@@ -11,10 +12,13 @@ use crate::gateway::{self, serve_http, serve_stdio};
 use crate::ledger::LedgerPool;
 
 #[derive(Debug, clap::Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct GatewayArgs {
+    #[command(subcommand)]
+    pub command: Option<GatewayCommand>,
     /// The policy file: which tools change the world, and the key, target and params of each.
-    #[arg(long, value_name = "FILE")]
-    pub policy: PathBuf,
+    #[arg(long, value_name = "FILE", required = true)]
+    pub policy: Option<PathBuf>,
     /// Serve MCP over streamable HTTP at http://ADDR/mcp instead of stdio (e.g. 127.0.0.1:8931).
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<SocketAddr>,
@@ -23,6 +27,34 @@ pub struct GatewayArgs {
     pub allow_unmapped: bool,
     /// The tool server: a URL (http://…/mcp), or a command and its arguments, spoken to over
     /// stdio. Put it last: every word after it belongs to the command.
+    #[arg(long, required = true, num_args = 1.., allow_hyphen_values = true, value_name = "COMMAND…|URL")]
+    pub upstream: Vec<String>,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum GatewayCommand {
+    /// The release checklist, run against a staging tool server and ledger: each failure made on
+    /// purpose, each judged by the tool server's own lookup. Exit 0 only when every line holds.
+    Certify(CertifyArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct CertifyArgs {
+    /// The policy file; the tool's rule names its lookup (lookup, lookup_count).
+    #[arg(long, value_name = "FILE")]
+    pub policy: PathBuf,
+    /// The side-effecting tool to certify.
+    #[arg(long)]
+    pub tool: String,
+    /// A call's arguments, as JSON; each case makes them its own business action.
+    #[arg(long, value_name = "JSON")]
+    pub args: String,
+    /// The ledger and the tool server are staging: certification makes real effects on purpose.
+    #[arg(long)]
+    pub staging: bool,
+    #[arg(long, value_enum, default_value_t = super::Format::Table)]
+    pub format: super::Format,
+    /// The staging tool server: a URL, or a command and its arguments. Put it last.
     #[arg(long, required = true, num_args = 1.., allow_hyphen_values = true, value_name = "COMMAND…|URL")]
     pub upstream: Vec<String>,
 }
@@ -50,7 +82,13 @@ pub struct McpToolsArgs {
 }
 
 pub async fn run(pool: LedgerPool, args: GatewayArgs) -> Result<(), Failure> {
-    let policy = Policy::load(&args.policy).map_err(|error| Failure::new(BAD_CONFIG, error))?;
+    if let Some(GatewayCommand::Certify(certify)) = args.command {
+        return run_certify(pool, certify).await;
+    }
+    let Some(policy_path) = args.policy.clone() else {
+        return Err(Failure::new(USAGE, "gateway needs --policy FILE"));
+    };
+    let policy = Policy::load(&policy_path).map_err(|error| Failure::new(BAD_CONFIG, error))?;
     let spec =
         UpstreamSpec::parse(&args.upstream).map_err(|error| Failure::new(BAD_CONFIG, error))?;
     let described = spec.describe();
@@ -59,7 +97,7 @@ pub async fn run(pool: LedgerPool, args: GatewayArgs) -> Result<(), Failure> {
         .await
         .map_err(|error| Failure::new(UNREACHABLE.max(BAD_CONFIG), error))?;
     if let Some(line) =
-        report.unmapped_line(&args.policy.display().to_string(), args.allow_unmapped)
+        report.unmapped_line(&policy_path.display().to_string(), args.allow_unmapped)
     {
         eprintln!("effectwatch gateway: {line}");
     }
@@ -96,4 +134,57 @@ pub async fn run_tools(args: McpToolsArgs) -> Result<(), Failure> {
     gateway::tools::serve(tools, args.listen)
         .await
         .map_err(|error| Failure::new(FAILURE, error))
+}
+
+async fn run_certify(pool: LedgerPool, args: CertifyArgs) -> Result<(), Failure> {
+    if !args.staging {
+        return Err(Failure::new(
+            USAGE,
+            "certify makes real effects on purpose (refunds twice, dropped replies): pass --staging to say the ledger and the tool server are staging",
+        ));
+    }
+    let arguments = match serde_json::from_str::<serde_json::Value>(&args.args) {
+        Ok(serde_json::Value::Object(arguments)) => arguments,
+        Ok(_) => return Err(Failure::new(USAGE, "--args must be a JSON object")),
+        Err(error) => return Err(Failure::new(USAGE, format!("--args is not JSON: {error}"))),
+    };
+    let policy = Policy::load(&args.policy).map_err(|error| Failure::new(BAD_CONFIG, error))?;
+    let spec =
+        UpstreamSpec::parse(&args.upstream).map_err(|error| Failure::new(BAD_CONFIG, error))?;
+    let (gateway, _) = gateway::start(spec, policy, pool, false)
+        .await
+        .map_err(|error| Failure::new(BAD_CONFIG, error))?;
+    let certification = Certification::new(gateway.clone(), &args.tool, arguments)
+        .map_err(|error| Failure::new(BAD_CONFIG, error))?;
+    let lines = certification.run().await;
+    gateway.close().await;
+    match args.format {
+        super::Format::Json => println!("{}", crate::text::safe_json(&lines)),
+        super::Format::Table => {
+            for line in &lines {
+                let mark = match line.verdict {
+                    Verdict::Held => "held",
+                    Verdict::NotHeld => "NOT HELD",
+                    Verdict::NotChecked => "not checked",
+                };
+                println!(
+                    "[{mark}] {}: {}",
+                    line.check,
+                    crate::text::message_line(&line.saw)
+                );
+            }
+        }
+    }
+    let failed = lines
+        .iter()
+        .filter(|line| line.verdict == Verdict::NotHeld)
+        .count();
+    if failed == 0 {
+        Ok(())
+    } else {
+        Err(Failure::new(
+            FAILURE,
+            format!("{failed} line(s) of the release checklist do not hold"),
+        ))
+    }
 }

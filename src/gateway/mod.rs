@@ -4,6 +4,7 @@
 //! action and an unknown outcome — never a blind retry — when a reply is
 //! lost. See `policy` for the file that says which tools change the world.
 
+pub mod certify;
 pub mod policy;
 pub mod proxy;
 pub mod tools;

@@ -18,6 +18,8 @@
 //! provider = "fakepay"
 //! external_ref = "id"               # the field of the structured result naming the provider's record
 //! refused_when = ["declined"]       # words in a tool error that mean nothing was done
+//! lookup = "lookup_refunds"         # certification: the read-only tool that shows the provider's state
+//! lookup_count = "count"            # … and the field of its result that counts the effects
 //!
 //! [tools.lookup_refunds]
 //! read_only = true
@@ -67,6 +69,11 @@ pub struct ToolRule {
     pub external_ref: Option<String>,
     #[serde(default)]
     pub refused_when: Vec<String>,
+    /// For certification: a read-only tool of the same server that looks up
+    /// what the provider holds for a call's arguments …
+    pub lookup: Option<String>,
+    /// … and the field of its structured result that counts it.
+    pub lookup_count: Option<String>,
 }
 
 /// A tool call mapped to an effect, ready for `begin_effect`.
@@ -214,6 +221,17 @@ impl ToolRule {
             }
         }
         Ok(())
+    }
+
+    /// The arguments the key and the target are made of: what makes one
+    /// business action another.
+    pub fn key_arguments(&self) -> BTreeSet<String> {
+        [&self.op_key, &self.target]
+            .into_iter()
+            .flatten()
+            .flat_map(|template| placeholders(template).unwrap_or_default())
+            .map(|placeholder| root_of(&placeholder).to_string())
+            .collect()
     }
 
     fn arguments_used(&self) -> BTreeSet<String> {

@@ -40,6 +40,8 @@ struct Shared {
     tools: Vec<Tool>,
     info: ServerConfig,
     allow_unmapped: bool,
+    /// How long a repeat waits for the same call in progress to answer.
+    in_flight_wait: std::time::Duration,
 }
 
 impl Gateway {
@@ -54,17 +56,82 @@ impl Gateway {
         Gateway {
             shared: Arc::new(Shared {
                 upstream,
-                policy,
                 pool,
+                in_flight_wait: policy.upstream_timeout(),
                 tools,
                 info,
                 allow_unmapped,
+                policy,
             }),
         }
     }
 
     pub async fn close(&self) {
         self.shared.upstream.close().await;
+    }
+
+    /// A repeat of a call in progress waits this long for its answer
+    /// (default: the upstream's timeout). Set it before the gateway is
+    /// shared: a clone keeps the wait it was made with.
+    pub fn with_in_flight_wait(mut self, wait: std::time::Duration) -> Gateway {
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            shared.in_flight_wait = wait;
+        }
+        self
+    }
+
+    pub fn policy(&self) -> &Policy {
+        &self.shared.policy
+    }
+
+    pub fn pool(&self) -> &LedgerPool {
+        &self.shared.pool
+    }
+
+    /// The upstream, for a caller (certification) that must reach it
+    /// around the ledger.
+    pub async fn upstream_peer(
+        &self,
+    ) -> Result<rmcp::service::Peer<rmcp::service::RoleClient>, McpError> {
+        self.shared
+            .upstream
+            .peer(None)
+            .await
+            .map_err(unreachable_upstream)
+    }
+
+    /// A call to a mapped tool, through the ledger, as the gateway makes it
+    /// for the MCP client named `client`. The record is finished even when
+    /// the caller goes away: the provider call may already have been made.
+    pub async fn record(
+        &self,
+        request: CallToolRequestParams,
+        client: &str,
+        request_id: String,
+        peer: Result<rmcp::service::Peer<rmcp::service::RoleClient>, McpError>,
+    ) -> Result<CallToolResult, McpError> {
+        let name = request.name.to_string();
+        let Some(rule) = self.shared.policy.tools.get(&name).cloned() else {
+            return Err(McpError::invalid_params(
+                format!("the gateway's policy has no rule for {name:?}"),
+                None,
+            ));
+        };
+        let call = RecordedCall {
+            tool: name,
+            request_id,
+            client: client.to_string(),
+            request,
+            rule,
+        };
+        let shared = self.shared.clone();
+        match tokio::spawn(async move { call.run(&shared, peer).await }).await {
+            Ok(result) => result,
+            Err(error) => Err(McpError::internal_error(
+                format!("the gateway's recording task failed: {error}"),
+                None,
+            )),
+        }
     }
 }
 
@@ -169,27 +236,11 @@ impl ServerHandler for Gateway {
                  so a retry could do it twice. Nothing was sent. Do not retry it; ask an operator to map it."
             )))),
             Route::Recorded => {
-                let rule = self.shared.policy.tools[&name].clone();
                 let peer = self.peer(&context).await;
-                let call = RecordedCall {
-                    tool: name,
-                    request_id: format!("mcp:{}:{}", client_name(&context), context.id),
-                    client: client_name(&context),
-                    request,
-                    rule,
-                };
-                // The ledger's record must be finished even when the agent
-                // cancels the request or goes away: the provider call may
-                // already have been made.
-                let shared = self.shared.clone();
-                let recorded = tokio::spawn(async move { call.run(&shared, peer).await });
-                match recorded.await {
-                    Ok(result) => result.map(CallToolResponse::Complete),
-                    Err(error) => Err(McpError::internal_error(
-                        format!("the gateway's recording task failed: {error}"),
-                        None,
-                    )),
-                }
+                let request_id = format!("mcp:{}:{}", client_name(&context), context.id);
+                self.record(request, &client_name(&context), request_id, peer)
+                    .await
+                    .map(CallToolResponse::Complete)
             }
         }
     }
@@ -290,7 +341,7 @@ impl RecordedCall {
             // Another caller is making this very call now (the model asked
             // twice, or eight agents at once): wait for its answer and give
             // the same one, rather than an error the model may work around.
-            settle_wait(&shared.pool, &call.op_key, shared.policy.upstream_timeout()).await;
+            settle_wait(&shared.pool, &call.op_key, shared.in_flight_wait).await;
             writer::begin_effect(&shared.pool, &intent)
                 .await
                 .map_err(ledger_trouble)?
