@@ -13,10 +13,16 @@ use crate::text::sanitize_line;
 
 /// What a column sorts by: a number, or the cell's text (compared without
 /// case, computed when sorting rather than stored twice per cell).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub enum SortValue {
     Number(i64),
     Text,
+    /// An amount: compared only within its currency, so every sort on
+    /// money orders by currency first.
+    Money {
+        currency: String,
+        minor: i64,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -102,9 +108,10 @@ impl TableModel {
         }
         self.rows.sort_by_cached_key(|row| {
             let cell = &row.cells[column];
-            let key = match cell.sort {
-                SortValue::Number(value) => (value, String::new()),
-                SortValue::Text => (0, cell.text.to_lowercase()),
+            let key = match &cell.sort {
+                SortValue::Number(value) => (String::new(), *value, String::new()),
+                SortValue::Text => (String::new(), 0, cell.text.to_lowercase()),
+                SortValue::Money { currency, minor } => (currency.clone(), *minor, String::new()),
             };
             (key, row.id.clone())
         });
@@ -117,7 +124,10 @@ impl TableModel {
 fn money_cell(amount: Option<i64>, currency: Option<&str>) -> Cell {
     let text = sanitize_line(&optional_money(amount, currency));
     Cell {
-        sort: SortValue::Number(amount.unwrap_or(i64::MIN)),
+        sort: SortValue::Money {
+            currency: currency.unwrap_or_default().to_uppercase(),
+            minor: amount.unwrap_or(i64::MIN),
+        },
         text,
         role: Role::Text,
     }
@@ -498,5 +508,42 @@ pub fn finance_model(rows: &[SuspectedEffect]) -> TableModel {
                 }
             })
             .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn money_row(id: &str, minor: i64, currency: &str) -> Row {
+        Row {
+            id: id.to_string(),
+            op_key: Some(id.to_string()),
+            version: Some(1),
+            cells: vec![money_cell(Some(minor), Some(currency))],
+            flag: None,
+        }
+    }
+
+    /// `332.77 EUR`, `33845 JPY`, `369.38 EUR` under "amount ↑" compared
+    /// yen with cents; money now sorts by currency first, then amount.
+    #[test]
+    fn money_is_sorted_within_its_currency() {
+        let mut model = TableModel {
+            columns: vec![col("amount", 12, false)],
+            rows: vec![
+                money_row("a", 33_277, "EUR"),
+                money_row("b", 33_845, "JPY"),
+                money_row("c", 36_938, "EUR"),
+                money_row("d", 89_341, "JPY"),
+                money_row("e", 78_162, "eur"),
+            ],
+        };
+        model.sort(0, false);
+        let order: Vec<&str> = model.rows.iter().map(|row| row.id.as_str()).collect();
+        assert_eq!(order, ["a", "c", "e", "b", "d"]);
+        model.sort(0, true);
+        let order: Vec<&str> = model.rows.iter().map(|row| row.id.as_str()).collect();
+        assert_eq!(order, ["d", "b", "e", "c", "a"]);
     }
 }
