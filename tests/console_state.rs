@@ -1093,3 +1093,38 @@ fn a_console_whose_ledger_moved_to_another_server_says_where_it_reads_now() {
     );
     assert_eq!(status.role, Role::Warn);
 }
+
+/// A pane first visited after rows arrived above its first one starts at
+/// the top (it started mid-list, and `g` then `d` acted on row 3); once
+/// visited, the selection follows its item as rows come and go.
+#[test]
+fn a_first_visit_starts_at_the_top_and_the_selection_follows_its_item_after() {
+    let mut app = App::new("ops".to_string(), false, Duration::from_secs(2));
+    key(&mut app, KeyCode::Char('2'));
+    app.update(Message::Snapshot(Box::new(snapshot(
+        rows(&["c", "d", "e"]),
+        3,
+        0,
+    ))));
+    app.update(Message::Snapshot(Box::new(snapshot(
+        rows(&["a", "b", "c", "d", "e"]),
+        5,
+        0,
+    ))));
+    key(&mut app, KeyCode::Char('1'));
+    assert_eq!(app.current_view(), OVERDUE);
+    assert_eq!(app.lists[OVERDUE].selected, 0);
+    assert_eq!(app.selected_row().unwrap().id, "a");
+
+    app.update(Message::Snapshot(Box::new(snapshot(
+        rows(&["z", "a", "b", "c", "d", "e"]),
+        6,
+        0,
+    ))));
+    assert_eq!(
+        app.selected_row().unwrap().id,
+        "a",
+        "it follows its item now"
+    );
+    assert_eq!(app.lists[OVERDUE].selected, 1);
+}

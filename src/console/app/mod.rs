@@ -76,6 +76,10 @@ pub struct ListState {
     /// The id the selection follows across refreshes.
     pub selected_id: Option<String>,
     pub sort: Option<(usize, bool)>,
+    /// The operator has looked at the view: from then on the selection
+    /// follows its item; before, it stays on the first row, so a first
+    /// visit starts at the top however many rows arrived above.
+    pub visited: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -491,6 +495,10 @@ impl App {
     /// it changes what the poller reads.
     fn go_to_view(&mut self, view: View) -> Vec<Task> {
         let finance_before = self.current_view() == View::Finance;
+        if !self.lists[view].visited {
+            self.lists[view].visited = true;
+            self.select(view, 0);
+        }
         self.view = view;
         self.detail = None;
         if finance_before != (self.current_view() == View::Finance) {

@@ -8,6 +8,12 @@ use crate::console::theme::Role;
 
 impl App {
     pub(super) fn reselect(&mut self, view: View) {
+        if view == self.view {
+            self.lists[view].visited = true;
+        } else if !self.lists[view].visited {
+            self.select(view, 0);
+            return;
+        }
         let list = &self.lists[view];
         let model = &self.models[view];
         let index = list
