@@ -851,6 +851,11 @@ fn resolving_as_failed_offers_retryable() {
         if retry {
             char(&mut app, ' ');
         }
+        // A resolution of an effect with an amount moves money: the end of
+        // the key is typed too.
+        key(&mut app, KeyCode::Tab);
+        assert_eq!(app.dialog().unwrap().focus, DialogField::KeySuffix);
+        type_text(&mut app, "a");
         // Enter on the last field submits the valid form.
         settles(&key(&mut app, KeyCode::Enter))
             .into_iter()
@@ -1127,4 +1132,41 @@ fn a_first_visit_starts_at_the_top_and_the_selection_follows_its_item_after() {
         "it follows its item now"
     );
     assert_eq!(app.lists[OVERDUE].selected, 1);
+}
+
+/// One rule for what a confirmation asks: moving money asks for the end of
+/// the key; nothing else does. A refund resolved failed asks; a message
+/// with no amount resolved succeeded does not.
+#[test]
+fn only_what_moves_money_asks_for_the_end_of_the_key() {
+    let mut money = row("refund:jpy-10560", 1);
+    money.amount_minor = Some(10_560);
+    money.currency = Some("JPY".to_string());
+    let mut message = row("notify:msg-7", 2);
+    message.amount_minor = None;
+    message.currency = None;
+    let mut app = App::new("ops".to_string(), false, Duration::from_secs(2));
+    app.update(Message::Snapshot(Box::new(snapshot(
+        vec![money, message],
+        2,
+        0,
+    ))));
+
+    char(&mut app, 'f');
+    let dialog = app.dialog().expect("resolve failed opens a dialog");
+    assert_eq!(dialog.required_suffix.as_deref(), Some("py-10560"));
+    key(&mut app, KeyCode::Esc);
+
+    char(&mut app, 'j');
+    char(&mut app, 'o');
+    let dialog = app.dialog().expect("resolve succeeded opens a dialog");
+    assert_eq!(dialog.required_suffix, None, "a message moves no money");
+    key(&mut app, KeyCode::Esc);
+
+    char(&mut app, 'e');
+    assert_eq!(
+        app.dialog().unwrap().required_suffix,
+        None,
+        "escalating moves no money"
+    );
 }

@@ -87,13 +87,19 @@ impl App {
                 (Subject::Effect { op_key, seen }, summary)
             }
         };
-        let required_suffix = match (&subject, info.confirmation) {
-            (Subject::Effect { op_key, .. }, Confirmation::ReasonAndKey) => {
-                Some(key_suffix(op_key))
-            }
+        // One rule: what moves money asks for the key's last characters,
+        // nothing else does. Resolving moves money only when the effect has
+        // an amount; a compensation and its approval always do.
+        let moves_money = match action {
+            Action::Compensate | Action::Approve => true,
+            Action::ResolveSucceeded | Action::ResolveFailed => self.selected_amount().is_some(),
+            _ => info.confirmation == Confirmation::ReasonAndKey,
+        };
+        let required_suffix = match &subject {
+            Subject::Effect { op_key, .. } if moves_money => Some(key_suffix(op_key)),
             _ => None,
         };
-        let fields = action.dialog_fields();
+        let fields = fields_of(action, required_suffix.is_some());
         let note = match action {
             Action::Compensate => self.selected_applicability().map(approval_note),
             _ => None,
@@ -120,7 +126,7 @@ impl App {
         let Mode::Dialog(dialog) = &mut self.mode else {
             return Vec::new();
         };
-        let fields = dialog.action.dialog_fields();
+        let fields = fields_of(dialog.action, dialog.required_suffix.is_some());
         match key.code {
             KeyCode::Esc => {
                 self.mode = Mode::Browse;
@@ -212,6 +218,21 @@ impl App {
         }
         Vec::new()
     }
+}
+
+/// The dialog's fields: the action's, with the key's last characters asked
+/// exactly when the action moves money.
+fn fields_of(action: Action, asks_key: bool) -> Vec<DialogField> {
+    let mut fields: Vec<DialogField> = action
+        .dialog_fields()
+        .into_iter()
+        .filter(|field| *field != DialogField::KeySuffix)
+        .collect();
+    if asks_key {
+        let buttons = fields.len().saturating_sub(1);
+        fields.insert(buttons, DialogField::KeySuffix);
+    }
+    fields
 }
 
 /// The dialog's title and the status line's word: the description up to its colon.

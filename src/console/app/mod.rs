@@ -293,6 +293,26 @@ impl App {
             .map(String::as_str)
     }
 
+    /// The selected effect's amount, in minor units, when it has one.
+    fn selected_amount(&self) -> Option<i64> {
+        if let Some(effect) = self
+            .detail
+            .as_ref()
+            .and_then(|d| d.history.as_ref())
+            .map(|h| &h.effect)
+        {
+            return effect.amount_minor;
+        }
+        let model = self.model();
+        let column = model.columns.iter().position(|c| c.title == "amount")?;
+        match &self.selected_row()?.cells.get(column)?.sort {
+            crate::console::model::SortValue::Money { minor, .. } if *minor != i64::MIN => {
+                Some(*minor)
+            }
+            _ => None,
+        }
+    }
+
     /// The target and amount of the selected effect, for a confirmation
     /// that says what will move: " (invoice:INV-402, 150.00 EUR)".
     fn selected_context(&self) -> String {
