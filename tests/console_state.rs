@@ -1170,3 +1170,26 @@ fn only_what_moves_money_asks_for_the_end_of_the_key() {
         "escalating moves no money"
     );
 }
+
+/// Resolving as succeeded an effect never dispatched says, before anything
+/// is written, that the ledger has no record of a provider call.
+#[test]
+fn resolving_a_prepared_effect_as_succeeded_says_it_was_never_dispatched() {
+    let mut prepared = row("refund:prep-1", 1);
+    prepared.dispatched = false;
+    let sent = row("refund:sent-2", 2);
+    let mut app = App::new("ops".to_string(), false, Duration::from_secs(2));
+    app.update(Message::Snapshot(Box::new(snapshot(
+        vec![prepared, sent],
+        2,
+        0,
+    ))));
+    char(&mut app, 'o');
+    let note = app.dialog().unwrap().note.clone().expect("a note");
+    assert!(note.0.contains("never dispatched"), "{}", note.0);
+    assert_eq!(note.1, Role::Warn);
+    key(&mut app, KeyCode::Esc);
+    char(&mut app, 'j');
+    char(&mut app, 'o');
+    assert_eq!(app.dialog().unwrap().note, None);
+}

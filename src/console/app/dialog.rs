@@ -102,6 +102,12 @@ impl App {
         let fields = fields_of(action, required_suffix.is_some());
         let note = match action {
             Action::Compensate => self.selected_applicability().map(approval_note),
+            Action::ResolveSucceeded if self.selected_never_dispatched() => Some((
+                "never dispatched (○ prepared): the ledger has no record that the provider was called. \
+                 Resolve it as succeeded only with the provider's evidence, in the reason and the reference."
+                    .to_string(),
+                Role::Warn,
+            )),
             _ => None,
         };
         self.mode = Mode::Dialog(Box::new(Dialog {

@@ -293,6 +293,21 @@ impl App {
             .map(String::as_str)
     }
 
+    /// Whether the selected effect was recorded but never claimed for a
+    /// provider call (`○ prepared`).
+    fn selected_never_dispatched(&self) -> bool {
+        if let Some(effect) = self
+            .detail
+            .as_ref()
+            .and_then(|d| d.history.as_ref())
+            .map(|h| &h.effect)
+        {
+            return effect.dispatched_at.is_none() && effect.state == crate::ledger::State::Pending;
+        }
+        self.selected_row()
+            .is_some_and(|row| row.cells.iter().any(|cell| cell.text == "○ prepared"))
+    }
+
     /// The selected effect's amount, in minor units, when it has one.
     fn selected_amount(&self) -> Option<i64> {
         if let Some(effect) = self
