@@ -654,7 +654,7 @@ fn the_header_under_time_travel_says_history_not_live() {
     )));
     let prompt = screen(&app);
     assert!(
-        prompt.contains("⏲ 2026-11-30T13:00:00Z▏  Enter travel"),
+        prompt.contains("⏲ ▏  now 2026-11-30T13:00:00Z · Enter travel"),
         "{prompt}"
     );
 }
@@ -944,4 +944,30 @@ fn a_console_on_a_replica_says_how_far_behind_it_is_and_when_that_is_stale() {
     assert!(!caught_up.contains("not listening"), "{caught_up}");
     let late = header_of(45.0);
     assert!(late.contains("· replica 45.0 s behind: stale"), "{late}");
+}
+
+/// Under `--at`, `t` opens an empty line that names the instant shown, and
+/// an instant that cannot be read says why on that line at once.
+#[test]
+fn a_refused_instant_says_why_on_the_line_being_typed() {
+    let mut app = app_with(fixtures::snapshot(3), false);
+    app.at = Some(chrono::Utc::now() - chrono::Duration::hours(1));
+    press(&mut app, KeyCode::Char('t'));
+    let prompt = screen(&app);
+    let line = line_with(&prompt, "Enter travel");
+    assert!(line.contains("now 20"), "{line}");
+    type_text(&mut app, "yesterday-ish");
+    press(&mut app, KeyCode::Enter);
+    let refused = screen(&app);
+    let line = line_with(&refused, "yesterday-ish");
+    assert!(
+        line.contains("✗") && line.contains("invalid time"),
+        "{line}"
+    );
+    press(&mut app, KeyCode::Backspace);
+    let mending = screen(&app);
+    assert!(
+        !line_with(&mending, "yesterday-is").contains("✗"),
+        "typing again clears it"
+    );
 }

@@ -245,13 +245,13 @@ impl App {
     }
 
     pub(super) fn type_instant(&mut self) -> Vec<Task> {
-        let Some(at) = self.at else {
+        if self.at.is_none() {
             self.set_status(NOT_IN_HISTORY, Role::Muted);
             return Vec::new();
-        };
-        self.mode = Mode::Prompt(Prompt::Instant(
-            at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-        ));
+        }
+        // An empty line to type into; the instant shown now is in the hint.
+        self.status = None;
+        self.mode = Mode::Prompt(Prompt::Instant(String::new()));
         Vec::new()
     }
 

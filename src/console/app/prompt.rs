@@ -88,6 +88,8 @@ impl App {
             }
             _ => {
                 edit_line(text, key, 64);
+                // A new attempt: the last refusal no longer applies.
+                self.status = None;
                 Vec::new()
             }
         }

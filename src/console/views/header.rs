@@ -202,15 +202,28 @@ pub fn draw_tabs(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
 
 pub fn draw_status(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     let line = if let Some(Prompt::Instant(text)) = app.prompt() {
-        Line::from(vec![
+        let mut spans = vec![
             Span::styled("⏲ ", theme.role(Role::Accent)),
             Span::styled(sanitize_line(text), theme.base()),
             Span::styled("▏", theme.role(Role::Accent)),
-            Span::styled(
-                "  Enter travel · Esc keep · C-u clear · 2026-11-30T13:00:00Z, 2026-11-30, 2h, now",
+        ];
+        // A refused instant says why at once, on the line being typed.
+        match app.status.as_ref().filter(|status| status.role == Role::Critical) {
+            Some(problem) => spans.push(Span::styled(
+                format!("  ✗ {}", sanitize_line(&problem.text)),
+                theme.role(Role::Critical),
+            )),
+            None => spans.push(Span::styled(
+                format!(
+                    "  now {} · Enter travel · Esc keep · 2026-11-30T13:00:00Z, 2026-11-30, 2h, now",
+                    app.at
+                        .map(|at| at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+                        .unwrap_or_default()
+                ),
                 theme.role(Role::Muted),
-            ),
-        ])
+            )),
+        }
+        Line::from(spans)
     } else if let Some(Prompt::OpenKey(text)) = app.prompt() {
         Line::from(vec![
             Span::styled(":", theme.role(Role::Accent)),
