@@ -971,3 +971,21 @@ fn a_refused_instant_says_why_on_the_line_being_typed() {
         "typing again clears it"
     );
 }
+
+/// At 80 columns the key bar cannot hold every key: it shows what applies
+/// to the selection first and ends with `? more`; wide, it holds them all.
+#[test]
+fn a_narrow_key_bar_shows_what_applies_first_and_says_more_exist() {
+    let app = app_with(full_snapshot(), false);
+    let narrow = text(&render_sized(&app, &Theme::default(), 80, 24));
+    let bar = narrow.lines().last().unwrap();
+    assert!(bar.trim_end().ends_with("?  more"), "{bar}");
+    assert!(bar.chars().count() <= 80, "{bar}");
+    let wide = text(&render_sized(&app, &Theme::default(), 240, 45));
+    let bar = wide.lines().last().unwrap();
+    assert!(!bar.contains("more"), "{bar}");
+    assert!(
+        bar.contains("compensate") && bar.contains("escalate"),
+        "{bar}"
+    );
+}

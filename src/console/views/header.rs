@@ -276,31 +276,88 @@ pub fn draw_status(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
 
 /// The one-line key bar, generated from the action table.
 pub fn draw_key_bar(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
-    let mut spans = Vec::new();
     let view = app.current_view();
-    let entries = TABLE
+    let entries: Vec<KeyBarEntry> = TABLE
         .iter()
-        .filter(|entry| entry.in_key_bar || entry.featured_in.contains(&view));
-    for entry in entries {
-        if !entry.action.allowed(app.read_only) {
-            continue;
-        }
-        if !entry.offered(view, app.at.is_some()) {
-            continue;
-        }
-        // Greyed and struck through, not hidden: the key bar keeps its
-        // shape as the selection moves, and says the action exists.
-        let key_style = match app.why_not(entry.action) {
-            Some(_) => theme
-                .role(Role::Muted)
-                .add_modifier(Modifier::CROSSED_OUT | Modifier::DIM),
-            None => theme.selection(),
-        };
-        spans.push(Span::styled(format!(" {} ", entry.keys), key_style));
-        spans.push(Span::styled(
-            format!(" {} ", entry.label),
-            theme.role(Role::Muted),
-        ));
-    }
+        .filter(|entry| entry.in_key_bar || entry.featured_in.contains(&view))
+        .filter(|entry| entry.action.allowed(app.read_only))
+        .filter(|entry| entry.offered(view, app.at.is_some()))
+        .map(|entry| KeyBarEntry {
+            keys: entry.keys,
+            label: entry.label,
+            applies: app.why_not(entry.action).is_none(),
+            writes: entry.writes,
+        })
+        .collect();
+    let spans = key_bar_spans(&entries, area.width as usize, theme);
     frame.render_widget(Paragraph::new(Line::from(spans)).style(theme.base()), area);
+}
+
+struct KeyBarEntry {
+    keys: &'static str,
+    label: &'static str,
+    /// Nothing in the ledger's rules refuses it for the selection.
+    applies: bool,
+    writes: bool,
+}
+
+/// The key bar's entries as spans within `width`. When they all fit they
+/// keep their order, so the bar keeps its shape as the selection moves;
+/// when not, the verbs that apply to the selection come first, then the
+/// keys that move and show, then what does not apply, and the bar ends
+/// with `? more`, since help lists every key.
+fn key_bar_spans(entries: &[KeyBarEntry], width: usize, theme: &Theme) -> Vec<Span<'static>> {
+    let cells = |keys: &str, label: &str| keys.chars().count() + label.chars().count() + 4;
+    let total: usize = entries
+        .iter()
+        .map(|entry| cells(entry.keys, entry.label))
+        .sum();
+    let mut shown: Vec<&KeyBarEntry> = entries.iter().collect();
+    let mut more = false;
+    if total > width {
+        more = true;
+        // `? more` stands for help.
+        shown.retain(|entry| entry.keys != "?");
+        shown.sort_by_key(|entry| match (entry.writes, entry.applies) {
+            (true, true) => 0,
+            (false, _) => 1,
+            (true, false) => 2,
+        });
+        let room = width.saturating_sub(cells("?", "more"));
+        let mut used = 0;
+        shown.retain(|entry| {
+            let needed = cells(entry.keys, entry.label);
+            if used + needed <= room {
+                used += needed;
+                true
+            } else {
+                false
+            }
+        });
+    }
+    let mut spans = Vec::new();
+    for KeyBarEntry {
+        keys,
+        label,
+        applies,
+        ..
+    } in shown
+    {
+        // Greyed and struck through, not hidden: the bar says the action
+        // exists, and that it does not apply to this selection.
+        let key_style = if *applies {
+            theme.selection()
+        } else {
+            theme
+                .role(Role::Muted)
+                .add_modifier(Modifier::CROSSED_OUT | Modifier::DIM)
+        };
+        spans.push(Span::styled(format!(" {keys} "), key_style));
+        spans.push(Span::styled(format!(" {label} "), theme.role(Role::Muted)));
+    }
+    if more {
+        spans.push(Span::styled(" ? ", theme.selection()));
+        spans.push(Span::styled(" more ", theme.role(Role::Muted)));
+    }
+    spans
 }
