@@ -129,6 +129,59 @@ pub fn truncate_middle(text: &str, width: usize) -> String {
     out
 }
 
+/// Cuts each of `texts` to `width` as [`truncate_middle`] does, except
+/// that two different texts never read alike: a cut that would match
+/// another text's shows, between the two ends, the part where they differ
+/// (`refund:INV-0001-A:v1` and `refund:INV-0002-A:v1` read `ref…-0001-…:v1`
+/// and `ref…-0002-…:v1`).
+pub fn truncate_distinct(texts: &[&str], width: usize) -> Vec<String> {
+    let plain: Vec<String> = texts
+        .iter()
+        .map(|text| truncate_middle(text, width))
+        .collect();
+    let mut cuts = plain.clone();
+    for index in 0..texts.len() {
+        let clash = (0..texts.len()).find(|&other| {
+            other != index && plain[other] == plain[index] && texts[other] != texts[index]
+        });
+        if let Some(other) = clash {
+            let differs_at = texts[index]
+                .chars()
+                .zip(texts[other].chars())
+                .position(|(a, b)| a != b)
+                .unwrap_or_else(|| {
+                    texts[index]
+                        .chars()
+                        .count()
+                        .min(texts[other].chars().count())
+                });
+            cuts[index] = cut_around(texts[index], width, differs_at);
+        }
+    }
+    cuts
+}
+
+/// `text` in `width` characters: its first and last few, and the part
+/// around character `focus`, with an ellipsis for each cut.
+fn cut_around(text: &str, width: usize, focus: usize) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    let count = chars.len();
+    if count <= width || width < 9 {
+        return truncate_middle(text, width);
+    }
+    let (head, tail) = (3, 3);
+    let window = width - head - tail - 2;
+    let start = focus
+        .saturating_sub(window / 2)
+        .clamp(head, count - tail - window);
+    let mut out: String = chars[..head].iter().collect();
+    out.push('…');
+    out.extend(&chars[start..start + window]);
+    out.push('…');
+    out.extend(&chars[count - tail..]);
+    out
+}
+
 /// toml's errors span several lines with a caret drawing; an operator
 /// needs `line N, column M: message`.
 pub fn one_line_toml_error(text: &str, error: &toml::de::Error) -> String {
@@ -141,6 +194,38 @@ pub fn one_line_toml_error(text: &str, error: &toml::de::Error) -> String {
             format!("line {line}, column {column}: {message}")
         }
         None => message,
+    }
+}
+
+#[cfg(test)]
+mod distinct_tests {
+    use super::*;
+
+    #[test]
+    fn keys_that_differ_in_the_middle_or_at_the_end_never_read_alike() {
+        for keys in [
+            ["refund:INV-0001-A:attempt-1", "refund:INV-0002-A:attempt-1"],
+            ["refund:INV-DBL:approval-1", "refund:INV-DBL:approval-2"],
+        ] {
+            for width in [9, 12, 14, 18] {
+                let cuts = truncate_distinct(&keys, width);
+                assert_ne!(cuts[0], cuts[1], "{keys:?} at {width}: {cuts:?}");
+                for (cut, key) in cuts.iter().zip(keys) {
+                    assert!(cut.chars().count() <= width, "{cut}");
+                    assert_eq!(
+                        cut.chars().next(),
+                        key.chars().next(),
+                        "keeps the head: {cut}"
+                    );
+                    assert_eq!(
+                        cut.chars().last(),
+                        key.chars().last(),
+                        "keeps the tail: {cut}"
+                    );
+                }
+            }
+        }
+        assert_eq!(truncate_distinct(&["a:1", "a:2"], 10), ["a:1", "a:2"]);
     }
 }
 

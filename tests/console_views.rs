@@ -989,3 +989,46 @@ fn a_narrow_key_bar_shows_what_applies_first_and_says_more_exist() {
         "{bar}"
     );
 }
+
+/// Two keys that differ only at the end, and two that differ only in the
+/// middle, never read alike at 80 columns, where every column is at its
+/// narrowest; each cut keeps both ends.
+#[test]
+fn distinct_keys_never_read_alike_in_a_narrow_table() {
+    let keys = [
+        "refund:INV-DBL:approval-request-1",
+        "refund:INV-DBL:approval-request-2",
+        "refund:INV-0001-A:approval-request",
+        "refund:INV-0002-A:approval-request",
+    ];
+    let rows: Vec<_> = keys
+        .iter()
+        .enumerate()
+        .map(|(n, key)| {
+            let mut row = fixtures::overdue_rows(1).remove(0);
+            row.op_key = key.to_string();
+            row.version = n as i64 + 1;
+            row
+        })
+        .collect();
+    let app = app_with(fixtures::snapshot_with(rows, 4), false);
+    let screen = text(&render_sized(&app, &Theme::default(), 80, 24));
+    let shown: Vec<String> = screen
+        .lines()
+        .filter(|line| line.contains(" refund "))
+        .map(|line| {
+            line.trim_start_matches(['▶', ' '])
+                .split_whitespace()
+                .next()
+                .unwrap_or("")
+                .to_string()
+        })
+        .collect();
+    assert_eq!(shown.len(), 4, "{screen}");
+    for (index, cut) in shown.iter().enumerate() {
+        for other in &shown[index + 1..] {
+            assert_ne!(cut, other, "two keys read alike:\n{screen}");
+        }
+        assert!(cut.starts_with("ref"), "{cut}");
+    }
+}

@@ -7,7 +7,7 @@ use ratatui::widgets::{Block, Borders, Cell, Paragraph, Row, Table, TableState};
 use crate::console::app::{App, View};
 use crate::console::model::TableModel;
 use crate::console::theme::{Role, Theme};
-use crate::text::{truncate, truncate_middle};
+use crate::text::{truncate, truncate_distinct, truncate_middle};
 
 pub fn draw(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     draw_titled(frame, area, app, theme, app.current_view().title());
@@ -77,17 +77,33 @@ pub fn draw_titled(frame: &mut Frame, area: Rect, app: &App, theme: &Theme, titl
     // the terminal's height, not the number of items loaded.
     let first = first_visible(list.selected, inner_height, model.rows.len());
     let last = (first + inner_height).min(model.rows.len());
-    let rows = model.rows[first..last].iter().map(|row| {
+    // Identifiers are cut so that two different ones on screen never read
+    // alike; the rest keep their head.
+    let shown = &model.rows[first..last];
+    let distinct: Vec<Option<Vec<String>>> = model
+        .columns
+        .iter()
+        .enumerate()
+        .map(|(index, column)| {
+            keeps_its_end(column.title).then(|| {
+                let texts: Vec<&str> = shown
+                    .iter()
+                    .map(|row| row.cells.get(index).map_or("", |cell| cell.text.as_str()))
+                    .collect();
+                truncate_distinct(&texts, widths[index] as usize)
+            })
+        })
+        .collect();
+    let rows = shown.iter().enumerate().map(|(position, row)| {
         let cells =
             row.cells
                 .iter()
                 .zip(&widths)
-                .zip(&model.columns)
-                .map(|((cell, width), column)| {
-                    let text = if keeps_its_end(column.title) {
-                        truncate_middle(&cell.text, *width as usize)
-                    } else {
-                        truncate(&cell.text, *width as usize)
+                .zip(&distinct)
+                .map(|((cell, width), distinct)| {
+                    let text = match distinct {
+                        Some(cuts) => cuts[position].clone(),
+                        None => truncate(&cell.text, *width as usize),
                     };
                     Cell::from(text).style(theme.role(cell.role))
                 });
@@ -176,6 +192,20 @@ pub(crate) fn column_widths(model: &TableModel, total_width: u16) -> Vec<u16> {
             }
             if !shrunk {
                 break;
+            }
+        }
+    }
+    // Still too wide with every column at its floor: whole columns go,
+    // context first, from the right, so that no cut is left to the layout
+    // (which cuts without an ellipsis, and can make two keys read alike).
+    for giving in [Gives::Flexibly, Gives::Some, Gives::Never] {
+        for index in (0..widths.len()).rev() {
+            if deficit == 0 {
+                break;
+            }
+            if gives_way(&model.columns[index]) == giving && widths[index] > 0 {
+                deficit = deficit.saturating_sub(widths[index]);
+                widths[index] = 0;
             }
         }
     }
