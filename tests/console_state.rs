@@ -1193,3 +1193,34 @@ fn resolving_a_prepared_effect_as_succeeded_says_it_was_never_dispatched() {
     char(&mut app, 'o');
     assert_eq!(app.dialog().unwrap().note, None);
 }
+
+/// Every result and refusal of the session is kept whole in a log that `M`
+/// opens; a message about another item fades once the selection moves.
+#[test]
+fn results_are_kept_in_a_log_and_a_message_about_another_item_fades() {
+    let mut app = app_with(&["a", "b"]);
+    let long = format!(
+        "compensate:refund:INV-177:{}:1 of 399.60 EUR sent",
+        "x".repeat(120)
+    );
+    app.update(Message::Settled(Ok(long.clone())));
+    app.update(Message::Settled(Err(
+        "cannot compensate a: not succeeded".into()
+    )));
+    assert_eq!(app.messages.len(), 2);
+    assert_eq!(app.messages[0].text, format!("✓ {long}"), "kept whole");
+    assert_eq!(app.messages[1].about.as_deref(), Some("a"));
+    assert_eq!(app.status_now().unwrap().role, Role::Critical);
+
+    char(&mut app, 'j');
+    assert_eq!(
+        app.status_now().unwrap().role,
+        Role::Muted,
+        "about a, while b is selected"
+    );
+    char(&mut app, 'k');
+    assert_eq!(app.status_now().unwrap().role, Role::Critical);
+
+    char(&mut app, 'M');
+    assert_eq!(app.overlay(), Some(Overlay::Messages));
+}

@@ -1032,3 +1032,30 @@ fn distinct_keys_never_read_alike_in_a_narrow_table() {
         assert!(cut.starts_with("ref"), "{cut}");
     }
 }
+
+/// A result too long for the status line is cut with a hint, and the log
+/// shows it whole, newest first.
+#[test]
+fn a_long_result_is_cut_on_the_status_line_and_whole_in_the_log() {
+    let mut app = app_with(full_snapshot(), false);
+    let long = format!(
+        "escalated refund:INV-177 (unknown_outcome): delivered to {}",
+        "sink-".repeat(20)
+    );
+    app.update(Message::Settled(Ok(long.clone())));
+    app.update(Message::Settled(Ok("annotated refund:INV-178".into())));
+    app.update(Message::Settled(Ok(long.clone())));
+    let screen = text(&render_sized(&app, &Theme::default(), 80, 24));
+    let status = line_with(&screen, "escalated refund:INV-177");
+    assert!(status.ends_with("(M: whole)"), "{status}");
+    press(&mut app, KeyCode::Char('M'));
+    let log = text(&render_sized(&app, &Theme::default(), 160, 45));
+    assert!(log.contains("Messages, newest first"), "{log}");
+    assert!(
+        log.contains("sink-sink-sink-sink-sink-sink-sink-sink-sink-sink-"),
+        "{log}"
+    );
+    let newest = log.find("escalated refund:INV-177").unwrap();
+    let older = log.find("annotated refund:INV-178").unwrap();
+    assert!(newest < older, "newest first:\n{log}");
+}

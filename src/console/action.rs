@@ -16,6 +16,8 @@ pub enum Action {
     Quit,
     Help,
     About,
+    /// The session's results and refusals, newest first, whole.
+    Messages,
     NextView,
     PrevView,
     GoToView(usize),
@@ -245,6 +247,14 @@ pub const TABLE: &[ActionInfo] = &[
         bindings: &[key('i')],
         label: "about",
         description: "about this console: server, operator, how another operator joins",
+        ..SHOWS
+    },
+    ActionInfo {
+        action: Action::Messages,
+        keys: "M",
+        bindings: &[key('M')],
+        label: "messages",
+        description: "messages: every result and refusal of this session, newest first, whole",
         ..SHOWS
     },
     ActionInfo {

@@ -101,6 +101,8 @@ pub enum Overlay {
     Help,
     /// What this console is connected to, as whom.
     About,
+    /// The session's messages, newest first.
+    Messages,
     /// One audit entry, by its number: who, why, and what it changed.
     AuditEntry(i64),
 }
@@ -147,7 +149,23 @@ impl<T> IndexMut<View> for PerView<T> {
 pub struct Status {
     pub text: String,
     pub role: Role,
+    /// The selection the message is about, when it is: it fades once the
+    /// selection moves to another item.
+    pub about: Option<String>,
 }
+
+/// One message of the session's log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Logged {
+    pub at: chrono::DateTime<chrono::Utc>,
+    pub text: String,
+    pub role: Role,
+    /// The key or item it was about.
+    pub about: Option<String>,
+}
+
+/// How many messages the log keeps: a long shift's worth.
+pub const MESSAGE_LOG: usize = 1_000;
 
 pub struct App {
     pub view: View,
@@ -174,6 +192,8 @@ pub struct App {
     /// (server, operator, mode; the demo adds how a second operator joins).
     pub about: Vec<(String, String)>,
     pub status: Option<Status>,
+    /// Every result and refusal of the session, oldest first.
+    pub messages: std::collections::VecDeque<Logged>,
     /// When set, the console shows panes as they were at this instant.
     pub at: Option<DateTime<Utc>>,
     pub page_size: usize,
@@ -208,6 +228,7 @@ impl App {
             operator,
             about: Vec::new(),
             status: None,
+            messages: std::collections::VecDeque::new(),
             at: None,
             page_size: 20,
             background: None,
@@ -362,10 +383,44 @@ impl App {
     }
 
     pub fn set_status(&mut self, text: impl Into<String>, role: Role) {
-        self.status = Some(Status {
-            text: text.into(),
-            role,
-        });
+        let text = text.into();
+        let about = self
+            .detail
+            .as_ref()
+            .map(|detail| detail.op_key.clone())
+            .or_else(|| self.lists[self.view].selected_id.clone());
+        // Results and refusals are kept whole; what only says where the
+        // operator is (sorted, paused, backed out) is not.
+        if role != Role::Muted {
+            if self.messages.len() == MESSAGE_LOG {
+                self.messages.pop_front();
+            }
+            self.messages.push_back(Logged {
+                at: chrono::Utc::now(),
+                text: text.clone(),
+                role,
+                about: about.clone(),
+            });
+        }
+        self.status = Some(Status { text, role, about });
+    }
+
+    /// The status as it should read now: a message about another item
+    /// than the one selected is faded.
+    pub fn status_now(&self) -> Option<Status> {
+        let status = self.status.clone()?;
+        let selected = self
+            .detail
+            .as_ref()
+            .map(|detail| detail.op_key.clone())
+            .or_else(|| self.lists[self.view].selected_id.clone());
+        match (&status.about, selected) {
+            (Some(about), Some(selected)) if *about != selected => Some(Status {
+                role: Role::Muted,
+                ..status
+            }),
+            _ => Some(status),
+        }
     }
 
     pub fn update(&mut self, message: Message) -> Vec<Task> {
@@ -475,6 +530,7 @@ impl App {
             Action::Quit => vec![Task::Quit],
             Action::Help => self.show(Overlay::Help),
             Action::About => self.show(Overlay::About),
+            Action::Messages => self.show(Overlay::Messages),
             Action::NextView => self.go_to_view(VIEWS[(view.index() + 1) % VIEW_COUNT]),
             Action::PrevView => {
                 self.go_to_view(VIEWS[(view.index() + VIEW_COUNT - 1) % VIEW_COUNT])

@@ -208,7 +208,7 @@ pub fn draw_status(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             Span::styled("▏", theme.role(Role::Accent)),
         ];
         // A refused instant says why at once, on the line being typed.
-        match app.status.as_ref().filter(|status| status.role == Role::Critical) {
+        match app.status_now().filter(|status| status.role == Role::Critical) {
             Some(problem) => spans.push(Span::styled(
                 format!("  ✗ {}", sanitize_line(&problem.text)),
                 theme.role(Role::Critical),
@@ -253,11 +253,21 @@ pub fn draw_status(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
                 theme.role(Role::Accent),
             ));
         }
-        if let Some(status) = &app.status {
-            spans.push(Span::styled(
-                sanitize_line(&status.text),
-                theme.role(status.role),
-            ));
+        if let Some(status) = app.status_now() {
+            // The newest message, cut to the line; the log has it whole.
+            let used: usize = spans.iter().map(|span| span.content.chars().count()).sum();
+            let room = (area.width as usize).saturating_sub(used);
+            let text = sanitize_line(&status.text);
+            let shown = if text.chars().count() > room {
+                let hint = " (M: whole)";
+                format!(
+                    "{}{hint}",
+                    crate::text::truncate(&text, room.saturating_sub(hint.chars().count()))
+                )
+            } else {
+                text
+            };
+            spans.push(Span::styled(shown, theme.role(status.role)));
         } else if let Connection::Stale { error, .. } = &app.connection {
             spans.push(Span::styled(
                 format!("last poll failed: {}", sanitize_line(error)),

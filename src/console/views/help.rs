@@ -119,6 +119,39 @@ pub fn draw_about(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     draw_popup(frame, area, width, " About this console ", lines, theme);
 }
 
+/// The session's messages, newest first, each whole: its time, what it
+/// was about, and its text wrapped to the box.
+pub fn draw_messages(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
+    let width = area.width.saturating_sub(4).clamp(20, 120);
+    let room = (width as usize).saturating_sub(4).max(10);
+    let mut lines = Vec::new();
+    if app.messages.is_empty() {
+        lines.push(Line::from(Span::styled(
+            " no results or refusals yet this session",
+            theme.role(Role::Muted),
+        )));
+    }
+    for message in app.messages.iter().rev() {
+        let about = message
+            .about
+            .as_deref()
+            .map(|about| format!("  {}", crate::text::sanitize_line(about)))
+            .unwrap_or_default();
+        lines.push(Line::from(Span::styled(
+            format!(" {}{about}", message.at.format("%H:%M:%S")),
+            theme.role(Role::Accent),
+        )));
+        let text: Vec<char> = crate::text::sanitize_line(&message.text).chars().collect();
+        for piece in text.chunks(room) {
+            lines.push(Line::from(Span::styled(
+                format!("   {}", piece.iter().collect::<String>()),
+                theme.role(message.role),
+            )));
+        }
+    }
+    draw_popup(frame, area, width, " Messages, newest first ", lines, theme);
+}
+
 /// A bordered box over the view, centred, sized to its lines, which the
 /// next key closes (and says so).
 fn draw_popup(

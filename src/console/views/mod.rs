@@ -38,6 +38,7 @@ pub fn draw(frame: &mut Frame, app: &App, theme: &Theme) {
     match app.overlay() {
         Some(Overlay::Help) => help::draw(frame, area, app, theme),
         Some(Overlay::About) => help::draw_about(frame, area, app, theme),
+        Some(Overlay::Messages) => help::draw_messages(frame, area, app, theme),
         Some(Overlay::AuditEntry(seq)) => help::draw_audit_entry(frame, area, app, seq, theme),
         None => {}
     }
