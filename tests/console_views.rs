@@ -1059,3 +1059,33 @@ fn a_long_result_is_cut_on_the_status_line_and_whole_in_the_log() {
     let older = log.find("annotated refund:INV-178").unwrap();
     assert!(newest < older, "newest first:\n{log}");
 }
+
+/// The approve dialog says what the second operator approves: the amount
+/// and currency, the original effect, who asked and why, the limit.
+#[test]
+fn the_approve_dialog_says_what_is_approved() {
+    let mut app = app_with(fixtures::snapshot(3), false);
+    press(&mut app, KeyCode::Char('5'));
+    for _ in 0..10 {
+        if app
+            .selected_row()
+            .is_some_and(|row| row.id.starts_with("approval:"))
+        {
+            break;
+        }
+        press(&mut app, KeyCode::Char('j'));
+    }
+    press(&mut app, KeyCode::Char('A'));
+    let dialog = app.dialog().expect("approve opens a dialog");
+    let (note, _) = dialog.note.clone().expect("a note saying what is approved");
+    for part in [
+        "325.00 GBP",
+        "refund:INV-448:AP-77:v1",
+        "invoice:INV-448",
+        "alice",
+        "provider shows the refund twice",
+        "approval limit",
+    ] {
+        assert!(note.contains(part), "{part} missing from: {note}");
+    }
+}

@@ -102,6 +102,7 @@ impl App {
         let fields = fields_of(action, required_suffix.is_some());
         let note = match action {
             Action::Compensate => self.selected_applicability().map(approval_note),
+            Action::Approve => self.approval_summary(),
             Action::ResolveSucceeded if self.selected_never_dispatched() => Some((
                 "never dispatched (○ prepared): the ledger has no record that the provider was called. \
                  Resolve it as succeeded only with the provider's evidence, in the reason and the reference."
@@ -223,6 +224,42 @@ impl App {
             _ => {}
         }
         Vec::new()
+    }
+}
+
+impl App {
+    /// What a second operator approves, said in the dialog: the amount and
+    /// currency, the original effect, who asked and why, the approval limit.
+    fn approval_summary(&self) -> Option<(String, Role)> {
+        let id = &self.selected_row()?.id;
+        let request_id = id.strip_prefix(crate::console::model::APPROVAL_ROW)?;
+        let row = self
+            .snapshot
+            .as_ref()?
+            .approvals
+            .iter()
+            .find(|row| row.request_id.to_string() == request_id)?;
+        let money = crate::format::optional_money(row.amount_minor, row.currency.as_deref());
+        let limit = self
+            .snapshot
+            .as_ref()
+            .and_then(|snapshot| snapshot.applicability.get(&row.op_key))
+            .and_then(|applicability| applicability.approval_limit_minor)
+            .map(|minor| match row.currency.as_deref() {
+                Some(currency) => crate::format::money(minor, currency),
+                None => format!("{minor} (minor units)"),
+            })
+            .unwrap_or_else(|| "none".into());
+        Some((
+            format!(
+                "approves a compensation of {money} reversing {} on {}, asked by {} because \u{201c}{}\u{201d}; approval limit {limit}. It is sent at once.",
+                crate::text::sanitize_line(&row.op_key),
+                crate::text::sanitize_line(&row.target),
+                crate::text::sanitize_line(&row.requested_by),
+                crate::text::sanitize_line(&row.reason),
+            ),
+            Role::Warn,
+        ))
     }
 }
 
