@@ -1089,3 +1089,20 @@ fn the_approve_dialog_says_what_is_approved() {
         assert!(note.contains(part), "{part} missing from: {note}");
     }
 }
+
+/// At 160 columns a long key is shown whole: it gets the room before the
+/// target column, which had sat half empty beside a middle-cut key.
+#[test]
+fn a_wide_table_gives_the_key_its_room_first() {
+    let key = "booking:room-18:2026-12-23:7.000541-3-2";
+    let mut row = fixtures::overdue_rows(1).remove(0);
+    row.op_key = key.to_string();
+    let app = app_with(fixtures::snapshot_with(vec![row], 1), false);
+    let screen = text(&render_sized(&app, &Theme::default(), 160, 45));
+    assert!(
+        screen
+            .lines()
+            .any(|line| line.contains(key) && line.contains("▶")),
+        "{screen}"
+    );
+}

@@ -162,11 +162,27 @@ pub(crate) fn column_widths(model: &TableModel, total_width: u16) -> Vec<u16> {
     let mut widths: Vec<u16> = model.columns.iter().map(|c| c.width).collect();
     let wanted: u16 = widths.iter().sum();
     if wanted <= available {
+        let mut spare = available - wanted;
+        // The key is what an operator reads and types back: it gets the
+        // room it needs first, before the context columns share the rest.
+        for (index, column) in model.columns.iter().enumerate() {
+            if matches!(column.title, "key" | "held key") {
+                let longest = model
+                    .rows
+                    .iter()
+                    .filter_map(|row| row.cells.get(index))
+                    .map(|cell| cell.text.chars().count())
+                    .max()
+                    .unwrap_or(0) as u16;
+                let extra = longest.saturating_sub(widths[index]).min(spare);
+                widths[index] += extra;
+                spare -= extra;
+            }
+        }
         let flexible: Vec<usize> = (0..widths.len())
             .filter(|&i| model.columns[i].flexible)
             .collect();
         if let Some(&first) = flexible.first() {
-            let spare = available - wanted;
             for &index in &flexible {
                 widths[index] += spare / flexible.len() as u16;
             }
