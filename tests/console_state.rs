@@ -1224,3 +1224,39 @@ fn results_are_kept_in_a_log_and_a_message_about_another_item_fades() {
     char(&mut app, 'M');
     assert_eq!(app.overlay(), Some(Overlay::Messages));
 }
+
+/// `C` in the duplicates pane acknowledges every item of the (filtered)
+/// pane: the dialog first says how many and how they split, asks one
+/// reason, and sends one request with every item and the version seen.
+#[test]
+fn clear_all_acknowledges_every_item_of_the_duplicates_pane() {
+    let mut app = App::new("ops".to_string(), false, Duration::from_secs(2));
+    app.update(Message::Snapshot(Box::new(fixtures::snapshot(3))));
+    char(&mut app, '3');
+    assert!(char(&mut app, 'C').is_empty());
+    let dialog = app.dialog().expect("a dialog first");
+    assert!(
+        dialog.summary.contains("acknowledge-duplicates 4 items of")
+            && dialog.summary.contains("with a mismatch")
+            && dialog.summary.contains("repeats only"),
+        "{}",
+        dialog.summary
+    );
+    type_text(&mut app, "replays of a known retry storm");
+    let commands = key(&mut app, KeyCode::Enter);
+    let requests = settles(&commands);
+    match requests.as_slice() {
+        [
+            Request::OperatorMany {
+                call,
+                targets,
+                reason,
+            },
+        ] => {
+            assert_eq!(call.name, "acknowledge-duplicates");
+            assert_eq!(targets.len(), 4);
+            assert_eq!(reason, "replays of a known retry storm");
+        }
+        other => panic!("{other:?}"),
+    }
+}

@@ -56,6 +56,8 @@ pub enum Action {
     /// An operator call of the common shape (release, cancel, annotate, …):
     /// its row below is all the console needs to offer it.
     Operator(&'static OperatorCall),
+    /// The same call for every item of the (filtered) pane.
+    OperatorAll(&'static OperatorCall),
     Approve,
     Reject,
     Acknowledge,
@@ -229,6 +231,22 @@ fn operator_call(action: Action, subject: Subject, answers: Answers) -> Option<R
         seen,
         reason: answers.reason,
     })
+}
+
+/// The request of an [`Action::OperatorAll`] row: its call, for every item
+/// of the pane.
+fn operator_call_all(action: Action, subject: Subject, answers: Answers) -> Option<Request> {
+    let Action::OperatorAll(call) = action else {
+        return None;
+    };
+    match subject {
+        Subject::Pane { targets } => Some(Request::OperatorMany {
+            call,
+            targets,
+            reason: answers.reason,
+        }),
+        _ => None,
+    }
 }
 
 pub const TABLE: &[ActionInfo] = &[
@@ -507,6 +525,39 @@ pub const TABLE: &[ActionInfo] = &[
         request: Some(|_, subject, _| {
             on_effect(subject, |op_key, seen| Request::Reconcile { op_key, seen })
         }),
+        ..WRITES
+    },
+    ActionInfo {
+        action: Action::OperatorAll(&actions::ACKNOWLEDGE_DUPLICATES),
+        keys: "C",
+        bindings: &[key('C')],
+        label: "clear all",
+        description: "acknowledge the repeats of every item of this (filtered) pane",
+        scope: Scope::Pane,
+        featured_in: &[View::Pane(Pane::Duplicates)],
+        request: Some(operator_call_all),
+        ..WRITES
+    },
+    ActionInfo {
+        action: Action::OperatorAll(&actions::RELEASE),
+        keys: "L",
+        bindings: &[key('L')],
+        label: "release all",
+        description: "release every held item of this (filtered) pane",
+        scope: Scope::Pane,
+        featured_in: &[View::Pane(Pane::Held)],
+        request: Some(operator_call_all),
+        ..WRITES
+    },
+    ActionInfo {
+        action: Action::OperatorAll(&actions::CANCEL),
+        keys: "X",
+        bindings: &[key('X')],
+        label: "cancel all",
+        description: "cancel every item of this (filtered) pane that was never sent",
+        scope: Scope::Pane,
+        featured_in: &[View::Pane(Pane::Held)],
+        request: Some(operator_call_all),
         ..WRITES
     },
     ActionInfo {

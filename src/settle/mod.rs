@@ -42,6 +42,14 @@ pub enum Request {
     ReconcileMany {
         targets: Vec<(String, i64)>,
     },
+    /// One operator call for every `(op_key, version seen)` of a (filtered)
+    /// pane, one transaction and one audit entry each; an effect changed
+    /// since, or to which the call no longer applies, is skipped.
+    OperatorMany {
+        call: &'static OperatorCall,
+        targets: Vec<(String, i64)>,
+        reason: String,
+    },
     Compensate {
         op_key: String,
         seen: Option<i64>,
@@ -109,7 +117,7 @@ impl Request {
             Request::SendCompensation { .. } => "send a compensation",
             Request::Escalate { .. } => "escalate",
             Request::Resolve { .. } => "resolve",
-            Request::Operator { call, .. } => call.name,
+            Request::Operator { call, .. } | Request::OperatorMany { call, .. } => call.name,
             Request::Approve { .. } => "approve",
             Request::Reject { .. } => "reject",
             Request::Acknowledge { .. } => "acknowledge",
@@ -128,7 +136,7 @@ impl Request {
             | Request::Operator { op_key, .. }
             | Request::Approve { op_key, .. }
             | Request::Reject { op_key, .. } => op_key,
-            Request::ReconcileMany { targets } => targets
+            Request::ReconcileMany { targets } | Request::OperatorMany { targets, .. } => targets
                 .first()
                 .map(|(op_key, _)| op_key.as_str())
                 .unwrap_or(""),
@@ -278,6 +286,11 @@ impl Settler {
             Request::ReconcileMany { targets } => {
                 Ok(bulk_settled(&self.reconcile_many(targets).await?))
             }
+            Request::OperatorMany {
+                call,
+                targets,
+                reason,
+            } => Ok(self.operate_many(call, targets, &reason).await),
             Request::Compensate {
                 op_key,
                 seen,
@@ -339,6 +352,54 @@ impl Settler {
                 reason,
             } => self.close_escalation(&escalation_key, &reason, true).await,
         }
+    }
+
+    /// `call` on every `(op_key, version seen)`, one after the other, each
+    /// in its own transaction: a failure stops nothing else. Says how many
+    /// were done, skipped (changed since, or no longer applicable) and
+    /// failed.
+    pub async fn operate_many(
+        &self,
+        call: &'static OperatorCall,
+        targets: Vec<(String, i64)>,
+        reason: &str,
+    ) -> Settled {
+        let (mut done, mut skipped, mut failed) = (0usize, 0usize, 0usize);
+        let mut first_failure = None;
+        for (op_key, seen) in &targets {
+            match call
+                .call(
+                    &self.pool,
+                    op_key,
+                    SeenVersion(*seen),
+                    &self.operator,
+                    reason,
+                )
+                .await
+            {
+                Ok(_) => done += 1,
+                Err(
+                    LedgerError::Changed(_)
+                    | LedgerError::NotApplicable(_)
+                    | LedgerError::NotFound(_),
+                ) => skipped += 1,
+                Err(error) => {
+                    failed += 1;
+                    first_failure.get_or_insert_with(|| format!("{op_key}: {error}"));
+                }
+            }
+        }
+        let failure = first_failure
+            .map(|first| format!(" (first: {})", sanitize_line(&first)))
+            .unwrap_or_default();
+        Settled::new(
+            format!(
+                "{}: {done} of {} done, {skipped} skipped (changed since or no longer applicable), {failed} failed{failure}",
+                call.name,
+                targets.len()
+            ),
+            json!({ "action": call.name, "done": done, "skipped": skipped, "failed": failed }),
+        )
     }
 
     /// Reconciles every `(op_key, version seen)`, a few at a time; each

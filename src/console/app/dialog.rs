@@ -3,6 +3,7 @@
 //! request.
 
 use crossterm::event::{KeyCode, KeyEvent};
+use std::collections::BTreeMap;
 
 use super::{App, Mode, Task, View, model::APPROVAL_ROW, prompt::edit_line};
 use crate::console::action::{Action, Answers, Confirmation, DialogField, Scope, Subject};
@@ -43,7 +44,7 @@ impl App {
                     .filter_map(|row| Some((row.op_key.clone()?, row.version?)))
                     .collect();
                 if targets.is_empty() || self.detail.is_some() {
-                    self.set_status("nothing to reconcile in this view", Role::Muted);
+                    self.set_status("nothing to act on in this view", Role::Muted);
                     return Vec::new();
                 }
                 let filtered = if self.filter.is_empty() {
@@ -51,11 +52,20 @@ impl App {
                 } else {
                     format!(" matching {:?}", self.filter_text)
                 };
-                let summary = format!(
-                    "Ask the provider about {} of {}{filtered}, one after the other.",
-                    crate::format::count_of(targets.len(), "effect", "effects"),
-                    self.current_view().title()
-                );
+                let summary = match action {
+                    Action::OperatorAll(call) => format!(
+                        "{} {} of {}{filtered}{}. One transaction and one audit entry each; an item changed since, or to which it no longer applies, is skipped.",
+                        call.name,
+                        crate::format::count_of(targets.len(), "item", "items"),
+                        self.current_view().title(),
+                        self.pane_split()
+                    ),
+                    _ => format!(
+                        "Ask the provider about {} of {}{filtered}, one after the other.",
+                        crate::format::count_of(targets.len(), "effect", "effects"),
+                        self.current_view().title()
+                    ),
+                };
                 (Subject::Pane { targets }, summary)
             }
             Scope::Escalation => {
@@ -228,6 +238,41 @@ impl App {
 }
 
 impl App {
+    /// How the items of the pane split, for a bulk dialog: by mismatch in
+    /// the duplicates pane, by the holder's state in the held pane.
+    fn pane_split(&self) -> String {
+        let model = &self.models[self.view];
+        let column = |title: &str| model.columns.iter().position(|c| c.title == title);
+        let mut groups = BTreeMap::<String, usize>::new();
+        if let Some(index) = column("mismatch") {
+            for row in &model.rows {
+                let clean = row
+                    .cells
+                    .get(index)
+                    .is_some_and(|cell| cell.text.starts_with('✓'));
+                let group = if clean {
+                    "repeats only"
+                } else {
+                    "with a mismatch"
+                };
+                *groups.entry(group.to_string()).or_default() += 1;
+            }
+        } else if let Some(index) = column("holder") {
+            for row in &model.rows {
+                let state = row.cells.get(index).map_or("?", |cell| cell.text.as_str());
+                *groups.entry(format!("holder {state}")).or_default() += 1;
+            }
+        }
+        if groups.is_empty() {
+            return String::new();
+        }
+        let parts: Vec<String> = groups
+            .iter()
+            .map(|(group, n)| format!("{n} {group}"))
+            .collect();
+        format!(": {}", parts.join(", "))
+    }
+
     /// What a second operator approves, said in the dialog: the amount and
     /// currency, the original effect, who asked and why, the approval limit.
     fn approval_summary(&self) -> Option<(String, Role)> {

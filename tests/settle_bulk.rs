@@ -1,0 +1,74 @@
+//! An operator call for every item of a pane: one transaction and one audit
+//! entry per effect, an item changed since skipped, a failure stopping
+//! nothing else, and the count of each said.
+
+mod common;
+
+use std::sync::Arc;
+
+use effectwatch::config::Config;
+use effectwatch::ledger::actions::RELEASE;
+use effectwatch::ledger::writer;
+use effectwatch::settle::{Request, Settler};
+
+#[tokio::test]
+async fn releasing_a_pane_releases_each_item_on_its_own_and_skips_what_changed() {
+    let db = common::test_db().await;
+    let mut held = Vec::new();
+    for n in 0..3 {
+        let target = format!("invoice:BULK-{n}");
+        writer::begin_effect(
+            &db.pool,
+            &common::intent(&format!("refund:BULK-{n}:1"), &target),
+        )
+        .await
+        .unwrap();
+        let second = format!("refund:BULK-{n}:2");
+        let begun = writer::begin_effect(&db.pool, &common::intent(&second, &target))
+            .await
+            .unwrap();
+        assert_eq!(begun.state.as_str(), "held");
+        let version: i64 =
+            sqlx::query_scalar("select version from ledger.effects where op_key = $1")
+                .bind(&second)
+                .fetch_one(&db.pool)
+                .await
+                .unwrap();
+        held.push((second, version));
+    }
+    // The operator decided on a version the third effect no longer has.
+    held[2].1 -= 1;
+    let settler = Settler::new(
+        db.pool.clone(),
+        Arc::new(Config::default()),
+        "ops".to_string(),
+        false,
+    );
+    let settled = settler
+        .settle(Request::OperatorMany {
+            call: &RELEASE,
+            targets: held.clone(),
+            reason: "the holders are settled".to_string(),
+        })
+        .await
+        .unwrap();
+    assert!(
+        settled.summary.contains("2 of 3 done, 1 skipped"),
+        "{}",
+        settled.summary
+    );
+    let states: Vec<String> = sqlx::query_scalar(
+        "select state from ledger.effects where op_key like 'refund:BULK-%:2' order by op_key",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(states, ["pending", "pending", "held"]);
+    let audited: i64 = sqlx::query_scalar(
+        "select count(*) from ledger.audit_log where action = 'release' and reason = 'the holders are settled'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(audited, 2, "one audit entry per effect released");
+}
