@@ -72,3 +72,66 @@ async fn releasing_a_pane_releases_each_item_on_its_own_and_skips_what_changed()
     .unwrap();
     assert_eq!(audited, 2, "one audit entry per effect released");
 }
+
+/// The same from the command line: `release --pane held --filter … --yes`.
+#[tokio::test]
+async fn the_cli_releases_a_filtered_pane_and_asks_first() {
+    let db = common::test_db().await;
+    for n in 0..2 {
+        let target = format!("invoice:CLIBULK-{n}");
+        writer::begin_effect(
+            &db.pool,
+            &common::intent(&format!("refund:CLIBULK-{n}:1"), &target),
+        )
+        .await
+        .unwrap();
+        writer::begin_effect(
+            &db.pool,
+            &common::intent(&format!("refund:CLIBULK-{n}:2"), &target),
+        )
+        .await
+        .unwrap();
+    }
+    let asked = common::effectwatch_cli(&[
+        "--database-url",
+        &db.url,
+        "--operator",
+        "ops",
+        "release",
+        "--pane",
+        "held",
+        "--filter",
+        "CLIBULK",
+        "--reason",
+        "holders settled",
+    ]);
+    assert_eq!(asked.status.code(), Some(2), "{asked:?}");
+    let said = String::from_utf8_lossy(&asked.stderr);
+    assert!(
+        said.contains("2 items of pane held match: pass --yes"),
+        "{said}"
+    );
+
+    let done = common::effectwatch_cli(&[
+        "--database-url",
+        &db.url,
+        "--operator",
+        "ops",
+        "release",
+        "--pane",
+        "held",
+        "--filter",
+        "CLIBULK",
+        "--reason",
+        "holders settled",
+        "--yes",
+    ]);
+    assert!(done.status.success(), "{done:?}");
+    let said = String::from_utf8_lossy(&done.stdout);
+    assert!(said.contains("2 of 2 done, 0 skipped"), "{said}");
+    let held: i64 = sqlx::query_scalar("select count(*) from ledger.effects where state = 'held'")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(held, 0);
+}

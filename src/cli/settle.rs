@@ -191,7 +191,35 @@ pub struct EscalationArgs {
 #[derive(Debug)]
 pub struct OperatorCommand {
     call: &'static OperatorCall,
-    args: ActionArgs,
+    args: OperatorArgs,
+}
+
+/// One effect by its key, or every item of a (filtered) pane.
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("which").required(true).args(["op_key", "pane"])))]
+pub struct OperatorArgs {
+    /// The effect's operation key.
+    pub op_key: Option<String>,
+    /// Every item of this pane instead (overdue, unknown, duplicates, held), one transaction each.
+    #[arg(long, value_parser = parse_pane)]
+    pub pane: Option<Pane>,
+    /// With --pane: words that must match, as in `list --filter`.
+    #[arg(long, requires = "pane")]
+    pub filter: Option<String>,
+    /// With --pane: no question asked (required when stdin is not a terminal).
+    #[arg(long, requires = "pane")]
+    pub yes: bool,
+    /// With --pane: at most this many items.
+    #[arg(long, default_value_t = 500, requires = "pane")]
+    pub limit: i64,
+    /// Why: required, written in the audit trail.
+    #[arg(long, visible_alias = "note")]
+    pub reason: String,
+    /// The version you decided on; refused if the effect changed since (default: the current one).
+    #[arg(long, value_name = "N", conflicts_with = "pane")]
+    pub expect_version: Option<i64>,
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
 }
 
 impl FromArgMatches for OperatorCommand {
@@ -207,7 +235,7 @@ impl FromArgMatches for OperatorCommand {
         })?;
         Ok(OperatorCommand {
             call,
-            args: ActionArgs::from_arg_matches(arguments)?,
+            args: OperatorArgs::from_arg_matches(arguments)?,
         })
     }
 
@@ -220,7 +248,7 @@ impl FromArgMatches for OperatorCommand {
 impl Subcommand for OperatorCommand {
     fn augment_subcommands(command: clap::Command) -> clap::Command {
         OPERATOR_CALLS.iter().fold(command, |command, call| {
-            command.subcommand(ActionArgs::augment_args(
+            command.subcommand(OperatorArgs::augment_args(
                 clap::Command::new(call.name).about(call.about),
             ))
         })
@@ -327,14 +355,22 @@ pub async fn run(
             settle_and_print(&settler, request, args.format).await
         }
         SettleCommand::Operator(OperatorCommand { call, args }) => {
-            let (format, op_key, seen, reason) = args.parts();
-            let request = Request::Operator {
-                call,
-                op_key,
-                seen,
-                reason,
-            };
-            settle_and_print(&settler, request, format).await
+            match (args.pane, args.op_key.clone()) {
+                (Some(pane), _) => {
+                    let filter = args.filter.clone();
+                    operate_on_pane(&settler, pool, call, pane, filter.as_deref(), &args).await
+                }
+                (None, Some(op_key)) => {
+                    let request = Request::Operator {
+                        call,
+                        op_key,
+                        seen: args.expect_version,
+                        reason: args.reason,
+                    };
+                    settle_and_print(&settler, request, args.format).await
+                }
+                (None, None) => Err(Failure::new(USAGE, "name a key or --pane")),
+            }
         }
         SettleCommand::Approve(args) => {
             let (format, op_key, seen, reason) = args.parts();
@@ -420,6 +456,60 @@ fn versions(rows: &PaneRows) -> Vec<(String, i64)> {
         PaneRows::Duplicates(rows) => rows.iter().map(|r| (r.op_key.clone(), r.version)).collect(),
         PaneRows::Held(rows) => rows.iter().map(|r| (r.op_key.clone(), r.version)).collect(),
     }
+}
+
+/// An operator call for every item of a (filtered) pane: the count and the
+/// question first, then one transaction per effect.
+async fn operate_on_pane(
+    settler: &Settler,
+    pool: &LedgerPool,
+    call: &'static OperatorCall,
+    pane: Pane,
+    filter: Option<&str>,
+    args: &OperatorArgs,
+) -> Result<(), Failure> {
+    if settler.is_read_only() {
+        return Err(SettleError::ReadOnly(call.name).into());
+    }
+    let filter =
+        Filter::parse(filter.unwrap_or_default()).map_err(|error| Failure::new(USAGE, error))?;
+    let rows = panes::fetch(pool, pane, &filter, args.limit.max(1), 0).await?;
+    let items = versions(&rows);
+    if items.is_empty() {
+        println!("{}: nothing to {}", pane.title(), call.name);
+        return Ok(());
+    }
+    if !args.yes {
+        if !std::io::stdin().is_terminal() {
+            return Err(Failure::new(
+                USAGE,
+                format!(
+                    "{} items of pane {pane} match: pass --yes to {} them all",
+                    items.len(),
+                    call.name
+                ),
+            ));
+        }
+        eprint!("{} {} items of pane {pane}? [y/N] ", call.name, items.len());
+        let _ = std::io::stderr().flush();
+        let mut answer = String::new();
+        let _ = std::io::stdin().lock().read_line(&mut answer);
+        if !matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes") {
+            println!("nothing done");
+            return Ok(());
+        }
+    }
+    let settled = settler.operate_many(call, items, &args.reason).await;
+    print_settled(&settled, args.format);
+    let failed = settled
+        .detail
+        .get("failed")
+        .and_then(serde_json::Value::as_u64)
+        .unwrap_or(0);
+    if failed > 0 {
+        return Err(Failure::new(FAILURE, format!("{failed} could not be done")));
+    }
+    Ok(())
 }
 
 /// Bulk: the count is shown before anything is asked of a provider.
