@@ -95,7 +95,9 @@ pub async fn run(pool: LedgerPool, args: GatewayArgs) -> Result<(), Failure> {
     let requested_by = policy.requested_by();
     let (gateway, report) = gateway::start(spec, policy, pool, args.allow_unmapped)
         .await
-        .map_err(|error| Failure::new(UNREACHABLE.max(BAD_CONFIG), error))?;
+        // A policy the tools contradict, or an upstream that cannot be started,
+        // is a mistake in what the gateway was told.
+        .map_err(|error| Failure::new(BAD_CONFIG, error))?;
     if let Some(line) =
         report.unmapped_line(&policy_path.display().to_string(), args.allow_unmapped)
     {
