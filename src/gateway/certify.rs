@@ -16,7 +16,7 @@ use serde_json::{Map, Value};
 
 use super::policy::{MappedCall, ToolRule};
 use super::proxy::{Gateway, OP_KEY_META};
-use crate::ledger::writer::{self, Completion, ErrorClass, Intent, Outcome};
+use crate::ledger::writer::{self, Completion, ErrorClass, Outcome};
 
 /// How long a repeat waits for a call abandoned on purpose.
 const ABANDONED_WAIT: Duration = Duration::from_secs(2);
@@ -277,18 +277,7 @@ impl Certification {
     /// then breaks the call on purpose.
     async fn claimed(&self, call: &MappedCall, tag: &str) -> Result<(), String> {
         let requested_by = self.gateway.policy().requested_by();
-        let intent = Intent {
-            op_key: call.op_key.clone(),
-            action: call.action.clone(),
-            target: call.target.clone(),
-            params: call.params.clone(),
-            requested_by: requested_by.clone(),
-            amount_minor: call.amount_minor,
-            currency: call.currency.clone(),
-            provider: call.provider.clone(),
-            request_id: Some(format!("certify:{}:{tag}", self.run)),
-            ..Intent::default()
-        };
+        let intent = call.intent(&requested_by, format!("certify:{}:{tag}", self.run));
         let begun = writer::begin_effect(self.gateway.pool(), &intent)
             .await
             .map_err(|error| error.to_string())?;

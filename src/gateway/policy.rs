@@ -88,6 +88,25 @@ pub struct MappedCall {
     pub provider: Option<String>,
 }
 
+impl MappedCall {
+    /// The intent `begin_effect` records for this call, made by
+    /// `requested_by` in the request `request_id`.
+    pub fn intent(&self, requested_by: &str, request_id: String) -> crate::ledger::writer::Intent {
+        crate::ledger::writer::Intent {
+            op_key: self.op_key.clone(),
+            action: self.action.clone(),
+            target: self.target.clone(),
+            params: self.params.clone(),
+            requested_by: requested_by.to_string(),
+            amount_minor: self.amount_minor,
+            currency: self.currency.clone(),
+            provider: self.provider.clone(),
+            request_id: Some(request_id),
+            ..Default::default()
+        }
+    }
+}
+
 /// What the gateway does with a call to one tool.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Route {

@@ -18,7 +18,7 @@ use sqlx::types::Json;
 
 use super::policy::{MappedCall, Policy, Route, ToolRule};
 use super::upstream::Upstream;
-use crate::ledger::writer::{self, Completion, ErrorClass, Intent, Outcome};
+use crate::ledger::writer::{self, Completion, ErrorClass, Outcome};
 use crate::ledger::{Decision, LedgerPool, State};
 
 /// The `_meta` field of a forwarded call that carries its operation key.
@@ -322,18 +322,7 @@ impl RecordedCall {
         // Who made the call, as the console shows the dispatch: the gateway,
         // for which client, through which tool.
         let worker = format!("{requested_by} ({}, tool {})", self.client, self.tool);
-        let intent = Intent {
-            op_key: call.op_key.clone(),
-            action: call.action.clone(),
-            target: call.target.clone(),
-            params: call.params.clone(),
-            requested_by: requested_by.clone(),
-            amount_minor: call.amount_minor,
-            currency: call.currency.clone(),
-            provider: call.provider.clone(),
-            request_id: Some(self.request_id.clone()),
-            ..Intent::default()
-        };
+        let intent = call.intent(&requested_by, self.request_id.clone());
         let begun = writer::begin_effect(&shared.pool, &intent)
             .await
             .map_err(ledger_trouble)?;
