@@ -2,7 +2,8 @@
 //! connections and a provider over real HTTP, with the faults production
 //! sees — lost responses, crashes between dispatch and record, retries,
 //! reused keys, duplicate webhook deliveries, conflicting actions, late
-//! results — so every pane fills within a minute.
+//! results — so the panes fill within a minute (escalations, which wait
+//! for the reconciler's tries, within two).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
