@@ -246,3 +246,15 @@ async fn verify_prints_no_success_line_when_the_checkpoint_is_not_trusted() {
     );
     assert!(!out.contains("intact"), "{out}");
 }
+
+/// `audit list --help` says what `--operator` does there: it filters.
+#[test]
+fn audit_list_help_says_the_operator_flag_filters() {
+    let help = common::effectwatch_cli(&["audit", "list", "--help"]);
+    assert!(help.status.success());
+    let text = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        text.contains("--operator NAME lists only the entries NAME made"),
+        "{text}"
+    );
+}

@@ -233,6 +233,9 @@ pub enum AuditCommand {
         format: Format,
     },
     /// The entries of a range, oldest first, with what each changed; --operator NAME: only theirs.
+    #[command(
+        after_help = "Filter by operator: --operator NAME lists only the entries NAME made. Here it is a filter, not the name written for your own actions; the config's operator never filters."
+    )]
     List(audit::AuditListArgs),
     /// Make the Ed25519 key that signs the chain's checkpoints when retention drops months of it.
     Keygen {
