@@ -43,7 +43,7 @@ fn run() -> Result<(), String> {
     let shots: Vec<(&str, Vec<Vec<KeyEvent>>)> = vec![
         ("overdue", vec![]),
         ("unknown", vec![key('2')]),
-        ("duplicates", vec![key('3')]),
+        ("duplicates", vec![key('3'), key('v')]),
         ("held", vec![key('4')]),
         ("escalations", vec![key('5')]),
         ("audit", vec![key('6')]),

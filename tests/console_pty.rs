@@ -490,3 +490,151 @@ async fn the_theme_switches_live_and_the_console_says_which() {
     );
     console.quit_and_check_restored().await;
 }
+
+/// A long shift, measured: the demo's traffic of fifteen minutes at its
+/// default rate (1,800 effects: 20 a second for 90 s), then an operator in
+/// a real terminal clears the duplicates pane and the held pane with bulk
+/// actions. Prints the keys pressed and the seconds it took; asserts only
+/// that both panes end empty and every item was handled (timing is a
+/// figure for the record, not a test).
+#[tokio::test]
+async fn a_long_shift_of_demo_traffic_is_cleared_with_bulk_actions() {
+    let db = common::test_db().await;
+    let demo = std::process::Command::new(env!("CARGO_BIN_EXE_effectwatch"))
+        .args([
+            "--database-url",
+            &db.url,
+            "demo",
+            "--headless",
+            "--no-notify",
+        ])
+        .args(["--rate", "20", "--duration", "90s", "--seed", "11"])
+        .env_remove("DATABASE_URL")
+        .output()
+        .expect("running the demo");
+    assert!(
+        demo.status.success(),
+        "{}",
+        String::from_utf8_lossy(&demo.stderr)
+    );
+    let count = |pane: &'static str| {
+        let pool = db.pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>("select items from ledger.pane_counts where pane = $1")
+                .bind(pane)
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+        }
+    };
+    let effects: i64 = sqlx::query_scalar("select count(*) from ledger.effects")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let (duplicates, replays, held) = (
+        count("duplicates").await,
+        count("replays").await,
+        count("held").await,
+    );
+    assert!(duplicates > 0 && held > 0, "the demo made no work to clear");
+
+    let mut console = Console::start(&db.url, &[]);
+    console
+        .wait_for("the console", STARTUP, |screen| {
+            screen.contains("Overdue pending")
+        })
+        .await;
+    let mut keys = 0usize;
+    let mut press = |console: &mut Console, text: &str| {
+        keys += text.chars().count();
+        console.press(text);
+    };
+    let started = Instant::now();
+    let reason = "shift handover: reviewed\r";
+
+    press(&mut console, "3");
+    console
+        .wait_for(
+            "the duplicates pane, read",
+            Duration::from_secs(10),
+            |screen| screen.contains("Duplicate attempts") && screen.contains(" 1 of "),
+        )
+        .await;
+    press(&mut console, "C");
+    console
+        .wait_for("the clear-all dialog", Duration::from_secs(5), |screen| {
+            screen.contains("acknowledge-duplicates")
+        })
+        .await;
+    press(&mut console, reason);
+    console
+        .wait_for(
+            "the duplicates pane cleared",
+            Duration::from_secs(60),
+            |screen| screen.contains("nothing in duplicate attempts"),
+        )
+        .await;
+
+    // Held behind a holder that settled: release; the rest: cancel.
+    press(&mut console, "4");
+    press(&mut console, "/holder:settled\r");
+    console
+        .wait_for("the filtered held pane", Duration::from_secs(5), |screen| {
+            screen.contains("filter: holder:settled")
+        })
+        .await;
+    let released_some = !console.screen_text().contains("nothing matches the filter");
+    if released_some {
+        press(&mut console, "L");
+        console
+            .wait_for("the release-all dialog", Duration::from_secs(5), |screen| {
+                screen.contains("release ")
+            })
+            .await;
+        press(&mut console, reason);
+        console
+            .wait_for("the releases", Duration::from_secs(60), |screen| {
+                screen.contains("nothing matches the filter")
+            })
+            .await;
+    }
+    press(&mut console, "/\x15\r");
+    console
+        .wait_for("the whole held pane", Duration::from_secs(5), |screen| {
+            !screen.contains("filter: holder:settled")
+        })
+        .await;
+    if !console.screen_text().contains("nothing in held conflicts") {
+        press(&mut console, "X");
+        console
+            .wait_for("the cancel-all dialog", Duration::from_secs(5), |screen| {
+                screen.contains("cancel ")
+            })
+            .await;
+        press(&mut console, reason);
+    }
+    console
+        .wait_for("the held pane cleared", Duration::from_secs(60), |screen| {
+            screen.contains("nothing in held conflicts")
+        })
+        .await;
+    let seconds = started.elapsed().as_secs_f64();
+    println!(
+        "long shift: {effects} effects; cleared {duplicates} duplicates (and {replays} keys only \
+         replayed, counted) and {held} held in {seconds:.1} s with {keys} keys pressed"
+    );
+    assert_eq!(count("duplicates").await, 0);
+    assert_eq!(count("held").await, 0);
+    let audited: i64 = sqlx::query_scalar(
+        "select count(*) from ledger.audit_log
+          where action in ('acknowledge_duplicates', 'release', 'cancel')",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert!(
+        audited >= duplicates + held,
+        "one audit entry per item: {audited} for {duplicates} + {held}"
+    );
+    console.quit_and_check_restored().await;
+}

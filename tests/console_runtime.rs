@@ -35,6 +35,7 @@ use settle_support::{PROVIDER_TIMEOUT_MS, Rig};
 
 fn settings(interval: Duration) -> PollSettings {
     PollSettings {
+        settled_actions: 0,
         filter: Filter::default(),
         interval,
         paused: false,

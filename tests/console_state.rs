@@ -15,7 +15,7 @@ use effectwatch::console::app::{
 use effectwatch::console::theme::Role;
 use effectwatch::ledger::actions::Applicability;
 use effectwatch::ledger::escalations::EscalationRow;
-use effectwatch::ledger::panes::{Filter, OverdueRow, Pane, PaneRows};
+use effectwatch::ledger::panes::{Filter, OverdueRow, Pane, PaneRows, Scope as FilterScope};
 use effectwatch::settle::Request;
 
 const OVERDUE: View = View::Pane(Pane::Overdue);
@@ -51,6 +51,7 @@ fn snapshot(overdue: Vec<OverdueRow>, total: i64, offset: usize) -> Snapshot {
     Snapshot {
         panes: vec![(Pane::Overdue, PaneRows::Overdue(overdue))],
         counts: vec![(Pane::Overdue, total)],
+        replays_only: None,
         escalations: vec![EscalationRow {
             escalation_key: "esc:1".to_string(),
             op_key: "b".to_string(),
@@ -208,7 +209,8 @@ fn filter_editing_parses_on_enter_and_repolls() {
             terms: vec![
                 (Some("target".to_string()), "acct".to_string()),
                 (None, "refund".to_string()),
-            ]
+            ],
+            scopes: vec![],
         }
     );
     assert_eq!(app.offsets, [0; 4]);
@@ -1238,7 +1240,7 @@ fn clear_all_acknowledges_every_item_of_the_duplicates_pane() {
     assert!(
         dialog.summary.contains("acknowledge-duplicates 4 items of")
             && dialog.summary.contains("with a mismatch")
-            && dialog.summary.contains("repeats only"),
+            && dialog.summary.contains("replays only"),
         "{}",
         dialog.summary
     );
@@ -1256,6 +1258,76 @@ fn clear_all_acknowledges_every_item_of_the_duplicates_pane() {
             assert_eq!(call.name, "acknowledge-duplicates");
             assert_eq!(targets.len(), 4);
             assert_eq!(reason, "replays of a known retry storm");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// `v` in the duplicates pane lists the keys only replayed too, through
+/// the filter (so the filter line says so and `list --filter` asks the
+/// same), and hides them again; elsewhere it says where it works.
+#[test]
+fn v_lists_the_replays_too_and_hides_them_again() {
+    let mut app = App::new("ops".to_string(), false, Duration::from_secs(2));
+    app.update(Message::Snapshot(Box::new(fixtures::snapshot(3))));
+    assert!(char(&mut app, 'v').is_empty(), "not in the overdue pane");
+    assert_eq!(app.filter_text, "");
+    assert!(app.status_now().unwrap().text.contains("duplicates pane"));
+
+    char(&mut app, '3');
+    let tasks = char(&mut app, 'v');
+    assert!(tasks.iter().any(|task| matches!(task, Task::Repoll)));
+    assert_eq!(app.filter_text, "with-replays");
+    assert_eq!(app.filter.scopes, [FilterScope::WithReplays]);
+
+    // A text filter stays as it was.
+    char(&mut app, '/');
+    for _ in 0.."with-replays".len() {
+        key(&mut app, KeyCode::Backspace);
+    }
+    type_text(&mut app, "INV-402 replays-only");
+    key(&mut app, KeyCode::Enter);
+    assert_eq!(app.filter.scopes, [FilterScope::ReplaysOnly]);
+    char(&mut app, 'v');
+    assert_eq!(app.filter_text, "INV-402");
+    char(&mut app, 'v');
+    assert_eq!(app.filter_text, "INV-402 with-replays");
+}
+
+/// `E` escalates every item of the (filtered) pane: the dialog says how
+/// many, asks one reason, and sends one request naming each item and the
+/// version seen.
+#[test]
+fn escalate_all_sends_every_item_of_the_pane_to_a_person() {
+    let mut app = App::new("ops".to_string(), false, Duration::from_secs(2));
+    app.update(Message::Snapshot(Box::new(fixtures::snapshot(3))));
+    assert!(char(&mut app, 'E').is_empty());
+    let dialog = app.dialog().expect("a dialog first");
+    assert!(
+        dialog
+            .summary
+            .starts_with("Escalate 3 items of Overdue pending"),
+        "{}",
+        dialog.summary
+    );
+    assert!(
+        key(&mut app, KeyCode::Enter).is_empty(),
+        "a reason is required"
+    );
+    type_text(&mut app, "provider outage, finance decides");
+    let commands = key(&mut app, KeyCode::Enter);
+    match settles(&commands).as_slice() {
+        [
+            Request::EscalateMany {
+                targets,
+                sink,
+                reason,
+            },
+        ] => {
+            assert_eq!(targets.len(), 3);
+            assert!(targets.iter().all(|(_, seen)| *seen > 0));
+            assert_eq!(*sink, None);
+            assert_eq!(reason, "provider outage, finance decides");
         }
         other => panic!("{other:?}"),
     }

@@ -15,7 +15,7 @@ use ratatui::style::Modifier;
 use serde_json::json;
 
 use effectwatch::console::app::{App, Connection, Message, Snapshot};
-use effectwatch::console::theme::Theme;
+use effectwatch::console::theme::{Role, Theme};
 use effectwatch::console::views;
 use effectwatch::ledger::actions::Applicability;
 use effectwatch::ledger::panes::{Pane, PaneRows};
@@ -49,6 +49,7 @@ fn empty_snapshot() -> Snapshot {
             })
             .collect(),
         counts: Pane::ALL.iter().map(|pane| (*pane, 0)).collect(),
+        replays_only: None,
         escalations: Vec::new(),
         approvals: Vec::new(),
         audit: Vec::new(),
@@ -175,6 +176,26 @@ fn duplicates_pane() {
     assert!(line_with(&screen, "webhook:evt_1Q8xK2L").contains("✓ 0"));
 }
 
+/// Keys only replayed are counted in the pane's title, not listed: the
+/// pane lists what needs a person, and says why for each.
+#[test]
+fn the_duplicates_pane_counts_the_keys_only_replayed() {
+    let snapshot = Snapshot {
+        replays_only: Some(431),
+        ..full_snapshot()
+    };
+    let mut app = app_with(snapshot, false);
+    press(&mut app, KeyCode::Char('3'));
+    let screen = screen(&app);
+    assert!(
+        line_with(&screen, "Duplicate attempts")
+            .contains("431 keys only replayed not listed (v lists them)"),
+        "{screen}"
+    );
+    assert!(line_with(&screen, "refund:INV-402:AP-91:v1").contains("mismatch"));
+    assert!(line_with(&screen, "webhook:evt_1Q8xK2L").contains("replays only"));
+}
+
 #[test]
 fn held_pane() {
     let mut app = app_with(full_snapshot(), false);
@@ -223,12 +244,17 @@ fn detail_view() {
     let app = app_with_detail();
     let screen = screen(&app);
     insta::assert_snapshot!("detail", screen);
-    // The mismatch names the field that differs (wrapped onto the next row).
+    // The mismatch names the field that differs (wrapped onto the next
+    // row, under its value).
     let lines: Vec<&str> = screen.lines().collect();
     let at = lines.iter().position(|l| l.contains("mismatch ⚑")).unwrap();
+    let timeline = lines[at].find("11-30").unwrap();
     assert!(
-        lines[at..=at + 1]
-            .concat()
+        lines[at..=at + 2]
+            .iter()
+            .map(|line| line.get(timeline..).unwrap_or("").trim())
+            .collect::<Vec<_>>()
+            .join(" ")
             .contains("/amount_minor: 15000 → 16000"),
         "{screen}"
     );
@@ -561,13 +587,14 @@ fn hostile_text_in_the_detail_view_is_safe_and_whole() {
     let buffer = render(&app, &Theme::default());
     assert_terminal_safe(&buffer);
     insta::assert_snapshot!("hostile_detail", text(&buffer));
-    // Wrapped, not cut: the record's rows, joined, hold the whole value.
-    let record: String = columns(&buffer, 0, 62).lines().collect();
+    // Wrapped, not cut: the record's rows, joined, hold the whole value
+    // (its lines hang under the value, so each is trimmed first).
+    let record: String = columns(&buffer, 0, 62).lines().map(str::trim).collect();
     assert!(record.contains(&long_value()), "{record}");
     // Narrow: one column, same guarantee.
     let narrow = render_sized(&app, &Theme::default(), 100, 50);
     assert_terminal_safe(&narrow);
-    let joined: String = text(&narrow).lines().collect();
+    let joined: String = text(&narrow).lines().map(str::trim).collect();
     assert!(joined.contains(&long_value()), "{joined}");
 }
 
@@ -1105,4 +1132,68 @@ fn a_wide_table_gives_the_key_its_room_first() {
             .any(|line| line.contains(key) && line.contains("▶")),
         "{screen}"
     );
+}
+
+/// The first-run hint and a later warning are both on the status line at
+/// 80 columns: the warning cut with a pointer to the log, the hint's tail
+/// at the right; opening what the hint points to retires it.
+#[test]
+fn the_first_run_hint_stays_beside_a_newer_warning() {
+    let welcome = "demo: agents are at work · i: how a second operator joins · ?: every key";
+    let mut app = app_with(full_snapshot(), false);
+    app.set_status(welcome, Role::Accent);
+    app.hint = Some("i: how a second operator joins · ?: every key".to_string());
+    app.update(Message::Notice(
+        "desktop notifications unavailable (no session bus at /run/user/0/bus); carrying on without them (said once; --no-notify turns them off)".into(),
+    ));
+    let screen = text(&render_sized(&app, &Theme::default(), 80, 24));
+    let status = line_with(&screen, "desktop notifications");
+    assert!(status.contains("(M: whole)"), "{status}");
+    assert!(
+        status.contains("i: how a second operator joins"),
+        "{status}"
+    );
+
+    press(&mut app, KeyCode::Char('i'));
+    press(&mut app, KeyCode::Esc);
+    let screen = text(&render_sized(&app, &Theme::default(), 80, 24));
+    assert!(!screen.contains("second operator joins"), "{screen}");
+}
+
+/// A value too long for its line wraps under itself, never back at column
+/// 0, and words are kept whole where they fit.
+#[test]
+fn wrapped_values_in_the_detail_and_the_about_box_hang_under_their_value() {
+    let mut app = app_with_detail();
+    let long_key =
+        "refund:INV-402:AP-91:v1:with-a-suffix-long-enough-to-wrap-twice-at-eighty-columns";
+    if let Some(history) = app.detail.as_mut().and_then(|d| d.history.as_mut()) {
+        history.effect.target = format!("invoice:{long_key}");
+    }
+    let screen = text(&render_sized(&app, &Theme::default(), 80, 24));
+    let lines: Vec<&str> = screen.lines().collect();
+    let at = lines
+        .iter()
+        .position(|line| line.contains("target  invoice:"))
+        .unwrap_or_else(|| panic!("no target line in\n{screen}"));
+    let value_column = lines[at].find("invoice:").unwrap();
+    let next = lines[at + 1];
+    assert!(
+        next[..value_column].trim().is_empty() && !next[value_column..].trim().is_empty(),
+        "the rest of the target is not under its value:\n{screen}"
+    );
+
+    let mut app = app_with(full_snapshot(), false);
+    app.about = vec![(
+        "second operator".to_string(),
+        "run effectwatch --database-url postgres://operator@127.0.0.1:5433/ledger on the primary and press ? for every key".to_string(),
+    )];
+    press(&mut app, KeyCode::Char('i'));
+    let screen = text(&render_sized(&app, &Theme::default(), 80, 24));
+    for word in ["primary", "effectwatch", "every"] {
+        assert!(
+            screen.contains(word),
+            "{word} broken across lines:\n{screen}"
+        );
+    }
 }

@@ -384,6 +384,7 @@ async fn the_console_at_an_instant_shows_every_view_as_it_stood_with_matching_ta
     .await;
 
     let settings = |at| PollSettings {
+        settled_actions: 0,
         filter: Filter::default(),
         interval: Duration::from_secs(2),
         paused: false,

@@ -236,8 +236,17 @@ async fn each_pane_lists_exactly_its_items() {
     ];
     for (pane, view, keys) in &expected {
         assert_eq!(&view_keys(pool, view).await, keys, "{view}");
-        assert_eq!(&fetched(pool, *pane, "").await, keys, "{pane}");
+        assert_eq!(&fetched(pool, *pane, "with-replays").await, keys, "{pane}");
     }
+    // The duplicates pane lists what needs a look; a plain replay is counted.
+    assert_eq!(
+        fetched(pool, Pane::Duplicates, "").await,
+        set(&["v:again", "v:mismatch"])
+    );
+    assert_eq!(
+        fetched(pool, Pane::Duplicates, "replays-only").await,
+        set(&["v:dup"])
+    );
 
     // What the panes say about their items.
     let PaneRows::Overdue(overdue) = panes::fetch(pool, Pane::Overdue, &Filter::default(), 10, 0)
@@ -277,11 +286,15 @@ async fn each_pane_lists_exactly_its_items() {
         ]
     );
 
-    let PaneRows::Duplicates(duplicates) =
-        panes::fetch(pool, Pane::Duplicates, &Filter::default(), 10, 0)
-            .await
-            .unwrap()
-    else {
+    let PaneRows::Duplicates(duplicates) = panes::fetch(
+        pool,
+        Pane::Duplicates,
+        &Filter::parse("with-replays").unwrap(),
+        10,
+        0,
+    )
+    .await
+    .unwrap() else {
         panic!("duplicate rows")
     };
     // Mismatches come first.
@@ -304,7 +317,8 @@ async fn each_pane_lists_exactly_its_items() {
         [
             ("overdue", 2),
             ("unknown", 2),
-            ("duplicates", 3),
+            ("duplicates", 2),
+            ("replays", 1),
             ("held", 2),
             ("escalations", 0),
             ("approvals", 0),

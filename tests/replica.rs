@@ -65,6 +65,7 @@ async fn reads_go_to_the_replica_actions_to_the_primary_and_the_console_says_how
 
     // The console's poll, on the replica: the pane, and how far behind it is.
     let settings = PollSettings {
+        settled_actions: 0,
         filter: Filter::default(),
         paused: false,
         interval: Duration::from_secs(2),
@@ -154,6 +155,7 @@ async fn reads_go_to_the_replica_actions_to_the_primary_and_the_console_says_how
 /// The lag a console polling `read` is shown.
 async fn lag_shown(read: &ledger::LedgerPool) -> f64 {
     let settings = PollSettings {
+        settled_actions: 0,
         filter: Filter::default(),
         paused: false,
         interval: Duration::from_secs(2),

@@ -47,8 +47,8 @@ async fn exit_codes_and_the_status_line_follow_the_monitoring_plugin_convention(
     );
     assert_eq!(
         stdout(&ok),
-        "EFFECTWATCH OK - overdue 0, unknown 0, duplicates 0, held 0, escalations 0, approvals 0 \
-         | overdue=0;0; unknown=0;;0 duplicates=0 held=0 escalations=0 approvals=0 \
+        "EFFECTWATCH OK - overdue 0, unknown 0, duplicates 0, replays 0, held 0, escalations 0, approvals 0 \
+         | overdue=0;0; unknown=0;;0 duplicates=0 replays=0 held=0 escalations=0 approvals=0 \
          oldest_overdue=0s oldest_unknown=0s oldest_held=0s oldest_escalations=0s weak_triggers=0;;0 \
          steps_owed=0 unowned_work=0;0\n"
     );
@@ -158,6 +158,7 @@ async fn exit_codes_and_the_status_line_follow_the_monitoring_plugin_convention(
             ("overdue", 0),
             ("unknown", 1),
             ("duplicates", 0),
+            ("replays", 0),
             ("held", 0),
             ("escalations", 0),
             ("approvals", 0)

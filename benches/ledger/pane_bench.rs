@@ -139,6 +139,7 @@ async fn console_poll_ms(pool: &LedgerPool, config: &Config, keep_finance: bool)
         paused: false,
         offsets: [0; 4],
         at: None,
+        settled_actions: 0,
     };
     let kept = match keep_finance {
         true => poll(pool, &settings).await?.finance,

@@ -4,7 +4,7 @@ use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 use super::Format;
 use super::exit::{Failure, USAGE};
 use crate::format::{duration_ms, optional_money};
-use crate::ledger::panes::{self, Filter, Pane, PaneRows};
+use crate::ledger::panes::{self, Filter, Pane, PaneRows, Scope};
 use crate::ledger::timetravel;
 use crate::text::{safe_json, sanitize_line, truncate};
 
@@ -35,9 +35,33 @@ pub async fn run(
             } else {
                 println!("{}", render_table(&rows));
             }
+            if pane == Pane::Duplicates && !replays_listed(&filter) {
+                let replays = filter.toggled(Scope::ReplaysOnly);
+                let count = match at {
+                    Some(at) => timetravel::count_at(pool, pane, at, &replays).await?,
+                    None => panes::count(pool, pane, &replays).await?,
+                };
+                if count > 0 {
+                    eprintln!(
+                        "{} not listed: the ledger answered their repeats itself (--filter with-replays lists them)",
+                        crate::format::count_of(
+                            count as usize,
+                            "key only replayed",
+                            "keys only replayed"
+                        )
+                    );
+                }
+            }
         }
     }
     Ok(())
+}
+
+fn replays_listed(filter: &Filter) -> bool {
+    filter
+        .scopes
+        .iter()
+        .any(|scope| matches!(scope, Scope::WithReplays | Scope::ReplaysOnly))
 }
 
 fn cell(text: &str) -> String {
@@ -118,6 +142,7 @@ pub fn render_table(rows: &PaneRows) -> Table {
                 "key",
                 "version",
                 "state",
+                "needs",
                 "attempts",
                 "replays",
                 "in flight",
@@ -136,6 +161,11 @@ pub fn render_table(rows: &PaneRows) -> Table {
                     cell(&row.op_key),
                     row.version.to_string(),
                     row.state.clone(),
+                    if row.needs_look {
+                        cell(&row.look_reasons.join(", "))
+                    } else {
+                        "replays only".to_string()
+                    },
                     row.attempts.to_string(),
                     row.replays.to_string(),
                     row.in_flight.to_string(),

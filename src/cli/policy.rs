@@ -56,6 +56,10 @@ pub struct SetArgs {
     /// (When it fails or is cancelled, the oldest it held is always released.)
     #[arg(long, value_parser = ["leave", "cancel"])]
     pub on_holder_success: Option<String>,
+    /// More replays of one key than this within an hour put it in the duplicates pane as a
+    /// burst (default 20).
+    #[arg(long, value_name = "PER_HOUR", value_parser = clap::value_parser!(i32).range(1..))]
+    pub replay_burst: Option<i32>,
     /// Refuse approval refs the approving system never registered.
     #[arg(long)]
     pub approvals_registered: Option<bool>,
@@ -113,6 +117,7 @@ pub async fn run(
                         "approval limit",
                         "retry when absent",
                         "sink",
+                        "replay burst",
                     ]);
                     for policy in &list {
                         table.add_row([
@@ -136,6 +141,7 @@ pub async fn run(
                                 .as_deref()
                                 .map(sanitize_line)
                                 .unwrap_or_else(|| "default".into()),
+                            format!("> {}/h", policy.replay_burst_per_hour),
                         ]);
                     }
                     println!("{table}");
@@ -170,6 +176,7 @@ pub async fn run(
                 approvals_must_be_registered: args.approvals_registered,
                 conflicts_by_time_range: args.by_time_range,
                 on_holder_success: args.on_holder_success,
+                replay_burst_per_hour: args.replay_burst,
             };
             let (policy, seq) =
                 policies::set(pool, &action, &change, &config.operator, &args.reason).await?;

@@ -36,6 +36,8 @@ pub enum Action {
     /// The next built-in theme, live.
     NextTheme,
     Filter,
+    /// Duplicates: list the keys the ledger answered by itself too, or not.
+    ShowReplays,
     SortNext,
     SortReverse,
     Pause,
@@ -51,6 +53,8 @@ pub enum Action {
     ReconcileAll,
     Compensate,
     Escalate,
+    /// Escalate every item of the (filtered) pane.
+    EscalateAll,
     ResolveSucceeded,
     ResolveFailed,
     /// An operator call of the common shape (release, cancel, annotate, …):
@@ -408,6 +412,15 @@ pub const TABLE: &[ActionInfo] = &[
         ..SHOWS
     },
     ActionInfo {
+        action: Action::ShowReplays,
+        keys: "v",
+        bindings: &[key('v')],
+        label: "replays",
+        description: "duplicates: list the keys only replayed too, or hide them",
+        featured_in: &[View::Pane(Pane::Duplicates)],
+        ..SHOWS
+    },
+    ActionInfo {
         action: Action::SortNext,
         keys: "s",
         bindings: &[key('s')],
@@ -605,6 +618,23 @@ pub const TABLE: &[ActionInfo] = &[
                 sink: None,
                 reason: answers.reason,
             })
+        }),
+        ..WRITES
+    },
+    ActionInfo {
+        action: Action::EscalateAll,
+        keys: "E",
+        bindings: &[key('E')],
+        label: "escalate all",
+        description: "escalate every item of this (filtered) pane to a person",
+        scope: Scope::Pane,
+        request: Some(|_, subject, answers| match subject {
+            Subject::Pane { targets } => Some(Request::EscalateMany {
+                targets,
+                sink: None,
+                reason: answers.reason,
+            }),
+            _ => None,
         }),
         ..WRITES
     },

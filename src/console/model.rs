@@ -81,13 +81,29 @@ pub struct Column {
     /// Minimum width; columns marked flexible share what is left.
     pub width: u16,
     pub flexible: bool,
+    /// See [`Column::kept`].
+    pub kept: bool,
 }
+
+/// What the duplicates pane's "needs" column says of a key whose repeats the
+/// ledger answered by itself (replayed, told to wait, held, safe retries).
+pub const REPLAYS_ONLY: &str = "replays only";
 
 const fn col(title: &'static str, width: u16, flexible: bool) -> Column {
     Column {
         title,
         width,
         flexible,
+        kept: false,
+    }
+}
+
+impl Column {
+    /// The column is what the table is about (finance's target): it keeps
+    /// its ends at narrow widths as a key does, instead of giving way.
+    const fn kept(mut self) -> Column {
+        self.kept = true;
+        self
     }
 }
 
@@ -238,6 +254,7 @@ pub fn pane_model(rows: &PaneRows) -> TableModel {
         PaneRows::Duplicates(rows) => TableModel {
             columns: vec![
                 col("key", 24, true),
+                col("needs", 16, true),
                 col("state", 11, false),
                 col("tries", 5, false),
                 col("replays", 7, false),
@@ -255,6 +272,11 @@ pub fn pane_model(rows: &PaneRows) -> TableModel {
                     version: Some(row.version),
                     cells: vec![
                         Cell::text(&row.op_key),
+                        if row.needs_look {
+                            Cell::text(&row.look_reasons.join(", ")).with_role(Role::Warn)
+                        } else {
+                            Cell::muted(REPLAYS_ONLY)
+                        },
                         Cell::text(&row.state),
                         Cell::number(row.attempts, row.attempts.to_string(), Role::Text),
                         Cell::number(row.replays, row.replays.to_string(), Role::Text),
@@ -465,7 +487,7 @@ pub fn state_role(state: &str) -> Role {
 pub fn finance_model(rows: &[SuspectedEffect]) -> TableModel {
     TableModel {
         columns: vec![
-            col("target", 16, true),
+            col("target", 16, true).kept(),
             col("key", 24, true),
             col("amount", 12, false),
             col("group total", 13, false),

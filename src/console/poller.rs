@@ -13,7 +13,7 @@ use tokio::task::JoinHandle;
 use super::app::{Message, Notifications, Snapshot, WINDOW};
 use crate::ledger::escalations::{ApprovalRow, EscalationRow};
 use crate::ledger::finance::{self, FinanceReview};
-use crate::ledger::panes::{self, Filter, Pane, PaneRows};
+use crate::ledger::panes::{self, Filter, Pane, PaneRows, Scope};
 use crate::ledger::{
     self, ConnectSettings, LedgerError, NOTIFY_CHANNEL, audit, channel, escalations, snapshot,
     timetravel,
@@ -27,6 +27,9 @@ pub struct PollSettings {
     pub offsets: [usize; 4],
     /// Time travel: read the panes as they were at this instant.
     pub at: Option<DateTime<Utc>>,
+    /// Actions the console settled: a new one reads the finance review
+    /// again at once (a compensation changes what is at risk).
+    pub settled_actions: u64,
 }
 
 const AUDIT_ROWS: i64 = 300;
@@ -150,6 +153,7 @@ pub fn spawn(
                         current.at.is_none()
                             && read.elapsed() < FINANCE_EVERY
                             && read_for.filter == current.filter
+                            && read_for.settled_actions == current.settled_actions
                     })
                     .map(|(_, _, reading)| reading);
                 let reading = poll_with(connected, &current, keep);
@@ -395,6 +399,26 @@ async fn poll_with(
         };
         counts.push((pane, count));
     }
+    // The duplicates pane lists what needs a look and counts the rest.
+    let replays_shown = settings
+        .filter
+        .scopes
+        .iter()
+        .any(|scope| matches!(scope, Scope::WithReplays | Scope::ReplaysOnly));
+    let replays_only = match (replays_shown, settings.filter.is_empty(), settings.at) {
+        (true, _, _) => None,
+        (false, true, _) => all_counts
+            .iter()
+            .find(|count| count.pane == "replays")
+            .map(|count| count.items),
+        (false, false, at) => {
+            let replays = settings.filter.toggled(Scope::ReplaysOnly);
+            Some(match at {
+                None => panes::count(&mut tx, Pane::Duplicates, &replays).await?,
+                Some(at) => timetravel::count_at(&mut tx, Pane::Duplicates, at, &replays).await?,
+            })
+        }
+    };
     let escalations = escalations::open(&mut tx, settings.at, ESCALATION_ROWS).await?;
     let approvals = escalations::awaiting_approval(&mut tx, settings.at, ESCALATION_ROWS).await?;
     // Unfiltered, the tabs of the other views count from the same snapshot.
@@ -448,6 +472,7 @@ async fn poll_with(
     Ok(Snapshot {
         panes: rows,
         counts,
+        replays_only,
         escalations,
         approvals,
         audit,

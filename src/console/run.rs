@@ -142,6 +142,12 @@ async fn event_loop(
     app.about = options.about.clone();
     if let Some(welcome) = &options.welcome {
         app.set_status(welcome.clone(), super::theme::Role::Accent);
+        // What it says of keys (`i: …`, `?: …`) stays as the hint.
+        let keys: Vec<&str> = welcome
+            .split(" · ")
+            .filter(|part| part.chars().nth(1) == Some(':'))
+            .collect();
+        app.hint = (!keys.is_empty()).then(|| keys.join(" · "));
     }
     let (settings_sender, settings) = watch::channel(poll_settings(&app));
     running.tasks.push(poller::spawn(
@@ -310,6 +316,7 @@ fn poll_settings(app: &App) -> PollSettings {
         paused: app.paused,
         offsets: app.offsets,
         at: app.at,
+        settled_actions: app.settled_actions,
     }
 }
 

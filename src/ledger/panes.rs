@@ -79,43 +79,161 @@ pub const FILTER_FIELDS: [&str; 7] = [
     "operator",
 ];
 
+/// Words of a filter that pick items by what they are, not by their text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub enum Scope {
+    /// Duplicates: only the keys the ledger answered by itself (replayed,
+    /// told to wait, held, stopped, re-run under a safe-retry policy).
+    ReplaysOnly,
+    /// Duplicates: those keys too, beside the ones that need a look.
+    WithReplays,
+    /// Duplicates: keys asked again with other parameters.
+    Mismatch,
+    /// Held: items whose holder has settled, so a person can release or
+    /// cancel them now.
+    HolderSettled,
+}
+
+/// Each scope as a filter spells it.
+pub const SCOPE_WORDS: [(&str, Scope); 4] = [
+    ("replays-only", Scope::ReplaysOnly),
+    ("with-replays", Scope::WithReplays),
+    ("mismatch", Scope::Mismatch),
+    ("holder:settled", Scope::HolderSettled),
+];
+
+impl Scope {
+    pub fn word(self) -> &'static str {
+        SCOPE_WORDS
+            .iter()
+            .find(|(_, scope)| *scope == self)
+            .map(|(word, _)| *word)
+            .unwrap_or("?")
+    }
+
+    /// Whether it only widens what a pane shows: a view it means nothing to
+    /// ignores it rather than showing nothing.
+    pub fn widens(self) -> bool {
+        self == Scope::WithReplays
+    }
+
+    /// The condition on `pane`'s view (aliased `v`); None: the pane has no
+    /// such items.
+    fn condition(self, pane: Pane) -> Option<&'static str> {
+        match (self, pane) {
+            (Scope::ReplaysOnly, Pane::Duplicates) => Some("not v.needs_look"),
+            (Scope::Mismatch, Pane::Duplicates) => Some("v.has_mismatch"),
+            (Scope::HolderSettled, Pane::Held) => {
+                Some("v.holder_state not in ('pending', 'unknown', 'held')")
+            }
+            (Scope::WithReplays, _) => Some("true"),
+            _ => None,
+        }
+    }
+}
+
 /// An operator's filter: words, each plain (matches key, target, action,
-/// provider or requester) or `field:value`; all words must match.
+/// provider or requester), `field:value`, or a scope word (`replays-only`,
+/// `with-replays`, `mismatch`, `holder:settled`); all words must match.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Filter {
     pub terms: Vec<(Option<String>, String)>,
+    pub scopes: Vec<Scope>,
 }
 
 impl Filter {
     /// A word whose prefix is not a field name (`invoice:INV-402`) is plain
     /// text: keys and targets are full of colons.
     pub fn parse(text: &str) -> Result<Self, String> {
-        let mut terms = Vec::new();
+        let mut filter = Filter::default();
         for word in text.split_whitespace() {
+            if let Some((_, scope)) = SCOPE_WORDS
+                .iter()
+                .find(|(spelled, _)| spelled.eq_ignore_ascii_case(word))
+            {
+                if !filter.scopes.contains(scope) {
+                    filter.scopes.push(*scope);
+                }
+                continue;
+            }
             match word.split_once(':') {
                 Some((field, value)) if FILTER_FIELDS.contains(&field) => {
                     if value.is_empty() {
                         return Err(format!("{field}: needs a value, e.g. {field}:INV-402"));
                     }
-                    terms.push((Some(field.to_string()), value.to_string()))
+                    filter
+                        .terms
+                        .push((Some(field.to_string()), value.to_string()))
                 }
-                _ => terms.push((None, word.to_string())),
+                _ => filter.terms.push((None, word.to_string())),
             }
         }
-        Ok(Filter { terms })
+        if filter.scopes.contains(&Scope::ReplaysOnly)
+            && filter.scopes.contains(&Scope::WithReplays)
+        {
+            return Err("replays-only and with-replays ask for different things: pick one".into());
+        }
+        Ok(filter)
     }
 
     pub fn is_empty(&self) -> bool {
-        self.terms.is_empty()
+        self.terms.is_empty() && self.scopes.is_empty()
     }
 
-    /// Appends ` and (...)` clauses for a view aliased `v`; `columns` maps
-    /// filter fields to that view's columns (None: the view lacks it).
-    pub(crate) fn push_sql(
-        &self,
-        query: &mut QueryBuilder<Postgres>,
-        columns: &[(&str, Option<&str>)],
-    ) {
+    /// Whether it picks items only by text (no scope narrows what a view shows).
+    pub fn only_text(&self) -> bool {
+        self.scopes.iter().all(|scope| scope.widens())
+    }
+
+    /// The filter with `scope` added, or taken away when it is there.
+    pub fn toggled(&self, scope: Scope) -> Filter {
+        let mut toggled = self.clone();
+        if let Some(at) = toggled.scopes.iter().position(|s| *s == scope) {
+            toggled.scopes.remove(at);
+        } else {
+            toggled.scopes.retain(|s| {
+                !matches!(
+                    (s, scope),
+                    (Scope::ReplaysOnly, Scope::WithReplays)
+                        | (Scope::WithReplays, Scope::ReplaysOnly)
+                )
+            });
+            toggled.scopes.push(scope);
+        }
+        toggled
+    }
+
+    /// The filter as an operator would type it.
+    pub fn text(&self) -> String {
+        let mut words: Vec<String> = self
+            .terms
+            .iter()
+            .map(|(field, value)| match field {
+                Some(field) => format!("{field}:{value}"),
+                None => value.clone(),
+            })
+            .collect();
+        words.extend(self.scopes.iter().map(|scope| scope.word().to_string()));
+        words.join(" ")
+    }
+
+    /// Appends ` and (...)` clauses for `pane`'s view aliased `v`: its
+    /// default scope (the duplicates pane lists the keys that need a look
+    /// unless told otherwise), the scopes, and the text terms over the
+    /// columns each filter field searches (a field the view lacks matches
+    /// nothing).
+    pub(crate) fn push_sql(&self, query: &mut QueryBuilder<Postgres>, pane: Pane) {
+        let (_, columns, _) = pane_sql(pane);
+        let widened = self
+            .scopes
+            .iter()
+            .any(|scope| matches!(scope, Scope::WithReplays | Scope::ReplaysOnly));
+        if pane == Pane::Duplicates && !widened {
+            query.push(" and v.needs_look");
+        }
+        for scope in &self.scopes {
+            query.push(format!(" and {}", scope.condition(pane).unwrap_or("false")));
+        }
         for (field, value) in &self.terms {
             let pattern = format!("%{}%", escape_like(value));
             let matching: Vec<&str> = columns
@@ -206,6 +324,16 @@ pub struct DuplicateRow {
     pub requesters: Vec<String>,
     pub has_mismatch: bool,
     pub version: i64,
+    /// Writer calls on the key the ledger refused.
+    pub refused: i64,
+    /// Replays within the hour before the instant, for the burst rule.
+    pub replays_last_hour: i64,
+    /// Whether a person must look: a mismatch, a late result, a refused
+    /// call, a repeat while in flight, or a burst of replays. The rest the
+    /// ledger answered by itself.
+    pub needs_look: bool,
+    /// Why, in the ledger's words (empty when it needs no look).
+    pub look_reasons: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
@@ -292,8 +420,8 @@ pub(crate) async fn fetch_window<'c>(
     limit: i64,
     offset: i64,
 ) -> Result<PaneRows, LedgerError> {
-    let (_, columns, order) = pane_sql(pane);
-    filter.push_sql(&mut query, columns);
+    let (_, _, order) = pane_sql(pane);
+    filter.push_sql(&mut query, pane);
     query.push(order);
     query.push(" limit ");
     query.push_bind(limit.max(0));
@@ -351,7 +479,8 @@ pub(crate) fn pane_sql(pane: Pane) -> (&'static str, FilterColumns, &'static str
         Pane::Duplicates => (
             "select v.op_key, v.effect_id, v.action, v.target, v.state, v.attempts, v.replays,
                     v.in_flight, v.mismatches, v.late_results, v.first_seen, v.last_seen,
-                    coalesce(v.requesters, '{}') as requesters, v.has_mismatch, v.version",
+                    coalesce(v.requesters, '{}') as requesters, v.has_mismatch, v.version,
+                    v.refused, v.replays_last_hour, v.needs_look, v.look_reasons",
             &[
                 ("key", Some("v.op_key")),
                 ("target", Some("v.target")),
@@ -361,7 +490,7 @@ pub(crate) fn pane_sql(pane: Pane) -> (&'static str, FilterColumns, &'static str
                 ("state", Some("v.state")),
                 ("operator", None),
             ],
-            " order by v.has_mismatch desc, v.last_seen desc, v.effect_id",
+            " order by v.needs_look desc, v.has_mismatch desc, v.last_seen desc, v.effect_id",
         ),
         Pane::Held => (
             "select v.op_key, v.effect_id, v.target, v.action, v.amount_minor, v.currency,
@@ -407,9 +536,8 @@ pub async fn count<'c>(
     pane: Pane,
     filter: &Filter,
 ) -> Result<i64, LedgerError> {
-    let (_, columns, _) = pane_sql(pane);
     let mut query =
         QueryBuilder::<Postgres>::new(format!("select count(*) from {} v where true", pane.view()));
-    filter.push_sql(&mut query, columns);
+    filter.push_sql(&mut query, pane);
     Ok(query.build_query_scalar().fetch_one(executor).await?)
 }

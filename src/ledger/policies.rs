@@ -25,6 +25,9 @@ pub struct Policy {
     /// What becomes of the effects a holder held when it succeeds:
     /// `leave` (a person decides) or `cancel`.
     pub on_holder_success: String,
+    /// More replays of one key than this within an hour put it in the
+    /// duplicates pane as a burst (an agent in a loop).
+    pub replay_burst_per_hour: i32,
     /// Whether the action has a policy of its own, or the defaults apply.
     pub configured: bool,
 }
@@ -73,7 +76,7 @@ const POLICY_COLUMNS: &str =
     "p.action, extract(epoch from p.pending_window)::float8 as pending_window_secs,
     p.exclusive_per_target, p.compensation_approval_limit_minor, p.retry_when_absent,
     p.retry_semantics, p.escalation_sink, p.approvals_must_be_registered, p.conflicts_by_time_range,
-    p.on_holder_success";
+    p.on_holder_success, p.replay_burst_per_hour";
 
 pub async fn list<'c>(executor: impl PgExecutor<'c>) -> Result<Vec<Policy>, LedgerError> {
     Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(
@@ -113,6 +116,8 @@ pub struct PolicyChange {
     pub conflicts_by_time_range: Option<bool>,
     /// `leave` or `cancel`: see [`Policy::on_holder_success`].
     pub on_holder_success: Option<String>,
+    /// See [`Policy::replay_burst_per_hour`].
+    pub replay_burst_per_hour: Option<i32>,
 }
 
 /// Changes `action`'s policy; returns it as recorded, and the audit entry.
@@ -130,7 +135,7 @@ pub async fn set<'c>(
             clear_approval_limit => $7, retry_when_absent => $8, retry_semantics => $9,
             escalation_sink => $10, clear_escalation_sink => $11,
             approvals_must_be_registered => $12, conflicts_by_time_range => $13,
-            on_holder_success => $14)",
+            on_holder_success => $14, replay_burst_per_hour => $15)",
     )
     .bind(action)
     .bind(operator)
@@ -149,6 +154,7 @@ pub async fn set<'c>(
     .bind(change.approvals_must_be_registered)
     .bind(change.conflicts_by_time_range)
     .bind(change.on_holder_success.as_deref())
+    .bind(change.replay_burst_per_hour)
     .fetch_one(executor)
     .await?)
 }

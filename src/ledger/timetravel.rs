@@ -48,11 +48,10 @@ pub async fn count_at<'c>(
     at: DateTime<Utc>,
     filter: &Filter,
 ) -> Result<i64, LedgerError> {
-    let (_, columns, _) = pane_sql(pane);
     let mut query =
         QueryBuilder::<Postgres>::new(format!("select count(*) from {}_at(", pane.view()));
     query.push_bind(at);
     query.push(") v where true");
-    filter.push_sql(&mut query, columns);
+    filter.push_sql(&mut query, pane);
     Ok(query.build_query_scalar().fetch_one(executor).await?)
 }

@@ -137,6 +137,63 @@ impl Settler {
         slowest * 2 + Duration::from_secs(30)
     }
 
+    /// Escalates every `(op_key, version seen)`, each in its own
+    /// transaction with its audit entry, then delivers what was opened in
+    /// passes; what a pass cannot deliver the background loop retries.
+    pub(super) async fn escalate_many(
+        &self,
+        targets: Vec<(String, i64)>,
+        sink: Option<&str>,
+        reason: &str,
+    ) -> Result<Settled, SettleError> {
+        require_reason(reason, "escalate")?;
+        let sink = self.choose_sink(sink)?;
+        let (mut done, mut already, mut skipped, mut failed) = (0usize, 0usize, 0usize, 0usize);
+        let mut first_failure = None;
+        let mut opened = Vec::new();
+        for (op_key, seen) in &targets {
+            match escalations::escalate(&self.pool, op_key, *seen, &self.operator, reason, &sink)
+                .await
+            {
+                Ok(started) if started.status == "existing" => already += 1,
+                Ok(started) => {
+                    done += 1;
+                    opened.push(started.escalation_key);
+                }
+                Err(
+                    crate::ledger::LedgerError::Changed(_)
+                    | crate::ledger::LedgerError::NotApplicable(_)
+                    | crate::ledger::LedgerError::NotFound(_),
+                ) => skipped += 1,
+                Err(error) => {
+                    failed += 1;
+                    first_failure.get_or_insert_with(|| format!("{op_key}: {error}"));
+                }
+            }
+        }
+        let mut delivered = 0usize;
+        for escalation_key in &opened {
+            let outcome = self.deliver_pass(Some(escalation_key)).await?;
+            delivered += outcome.iter().filter(|o| o.delivered).count();
+        }
+        let failure = first_failure
+            .map(|first| format!(" (first: {})", sanitize_line(&first)))
+            .unwrap_or_default();
+        Ok(Settled::new(
+            format!(
+                "escalate to {}: {done} of {} escalated ({delivered} delivered, the rest retried in \
+                 the background), {already} already escalated, {skipped} skipped (changed since or \
+                 no longer applicable), {failed} failed{failure}",
+                sanitize_line(&sink),
+                targets.len()
+            ),
+            json!({
+                "action": "escalate", "sink": sink, "done": done, "delivered": delivered,
+                "already": already, "skipped": skipped, "failed": failed,
+            }),
+        ))
+    }
+
     async fn deliver_pass(
         &self,
         only_key: Option<&str>,

@@ -75,6 +75,14 @@ pub enum Request {
         sink: Option<String>,
         reason: String,
     },
+    /// Escalate every `(op_key, version seen)` of a (filtered) pane to one
+    /// sink: one escalation (and audit entry) each, delivered in the
+    /// background's way; an effect changed since is skipped.
+    EscalateMany {
+        targets: Vec<(String, i64)>,
+        sink: Option<String>,
+        reason: String,
+    },
     Resolve {
         op_key: String,
         seen: Option<i64>,
@@ -115,7 +123,7 @@ impl Request {
             Request::Compensate { .. } => "compensate",
             Request::ReverseDuplicate { .. } => "reverse a duplicate",
             Request::SendCompensation { .. } => "send a compensation",
-            Request::Escalate { .. } => "escalate",
+            Request::Escalate { .. } | Request::EscalateMany { .. } => "escalate",
             Request::Resolve { .. } => "resolve",
             Request::Operator { call, .. } | Request::OperatorMany { call, .. } => call.name,
             Request::Approve { .. } => "approve",
@@ -136,7 +144,9 @@ impl Request {
             | Request::Operator { op_key, .. }
             | Request::Approve { op_key, .. }
             | Request::Reject { op_key, .. } => op_key,
-            Request::ReconcileMany { targets } | Request::OperatorMany { targets, .. } => targets
+            Request::ReconcileMany { targets }
+            | Request::OperatorMany { targets, .. }
+            | Request::EscalateMany { targets, .. } => targets
                 .first()
                 .map(|(op_key, _)| op_key.as_str())
                 .unwrap_or(""),
@@ -315,6 +325,11 @@ impl Settler {
                 sink,
                 reason,
             } => self.escalate(&op_key, seen, sink.as_deref(), &reason).await,
+            Request::EscalateMany {
+                targets,
+                sink,
+                reason,
+            } => self.escalate_many(targets, sink.as_deref(), &reason).await,
             Request::Resolve {
                 op_key,
                 seen,

@@ -22,6 +22,7 @@ pub fn live_poll_settings(
     interval: std::time::Duration,
 ) -> effectwatch::console::poller::PollSettings {
     effectwatch::console::poller::PollSettings {
+        settled_actions: 0,
         filter: Default::default(),
         interval,
         paused: false,

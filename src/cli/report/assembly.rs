@@ -34,7 +34,11 @@ impl ReportScope {
         if let Some(action) = &self.action {
             terms.push((Some("action".to_string()), action.clone()));
         }
-        Filter { terms }
+        // A report accounts for every repeat, replays included.
+        Filter {
+            terms,
+            scopes: vec![crate::ledger::panes::Scope::WithReplays],
+        }
     }
 }
 

@@ -60,6 +60,12 @@ impl App {
                         self.current_view().title(),
                         self.pane_split()
                     ),
+                    Action::EscalateAll => format!(
+                        "Escalate {} of {}{filtered}{} to a person, through the configured sink. One escalation and one audit entry each; an item already escalated is not sent twice, one changed since is skipped.",
+                        crate::format::count_of(targets.len(), "item", "items"),
+                        self.current_view().title(),
+                        self.pane_split()
+                    ),
                     _ => format!(
                         "Ask the provider about {} of {}{filtered}, one after the other.",
                         crate::format::count_of(targets.len(), "effect", "effects"),
@@ -244,18 +250,18 @@ impl App {
         let model = &self.models[self.view];
         let column = |title: &str| model.columns.iter().position(|c| c.title == title);
         let mut groups = BTreeMap::<String, usize>::new();
-        if let Some(index) = column("mismatch") {
+        if let Some(index) = column("needs") {
             for row in &model.rows {
-                let clean = row
-                    .cells
-                    .get(index)
-                    .is_some_and(|cell| cell.text.starts_with('✓'));
-                let group = if clean {
-                    "repeats only"
+                let why = row.cells.get(index).map_or("", |cell| cell.text.as_str());
+                let group = if why == crate::console::model::REPLAYS_ONLY {
+                    why.to_string()
+                } else if why.contains("mismatch") {
+                    "with a mismatch".to_string()
                 } else {
-                    "with a mismatch"
+                    // The first reason says which kind of look it needs.
+                    why.split(", ").next().unwrap_or(why).to_string()
                 };
-                *groups.entry(group.to_string()).or_default() += 1;
+                *groups.entry(group).or_default() += 1;
             }
         } else if let Some(index) = column("holder") {
             for row in &model.rows {

@@ -185,6 +185,9 @@ pub struct App {
     pub filter: Filter,
     pub mode: Mode,
     pub paused: bool,
+    /// Actions settled this session: the finance review is read again
+    /// after each, not only every half minute.
+    pub(crate) settled_actions: u64,
     pub poll_interval: Duration,
     pub read_only: bool,
     pub operator: String,
@@ -203,6 +206,10 @@ pub struct App {
     pub theme: String,
     /// Replay lag above which data read from a standby is called stale.
     pub replica_lag_stale_secs: f64,
+    /// A first-run hint (the demo: how a second operator joins), kept at
+    /// the right of the status line beside any message until the operator
+    /// opens what it points to (`i`).
+    pub hint: Option<String>,
     pending_jump_to_end: bool,
 }
 
@@ -223,6 +230,7 @@ impl App {
             filter: Filter::default(),
             mode: Mode::Browse,
             paused: false,
+            settled_actions: 0,
             poll_interval,
             read_only,
             operator,
@@ -234,6 +242,7 @@ impl App {
             background: None,
             theme: "dark".to_string(),
             replica_lag_stale_secs: 30.0,
+            hint: None,
             pending_jump_to_end: false,
         }
     }
@@ -467,7 +476,11 @@ impl App {
             }
             Message::Settled(result) => {
                 match result {
-                    Ok(summary) => self.set_status(format!("✓ {summary}"), Role::Ok),
+                    Ok(summary) => {
+                        // What was settled may change the money at risk.
+                        self.settled_actions += 1;
+                        self.set_status(format!("✓ {summary}"), Role::Ok)
+                    }
                     Err(error) => self.set_status(format!("✗ {error}"), Role::Critical),
                 }
                 let mut commands = vec![Task::Repoll];
@@ -529,7 +542,10 @@ impl App {
         match action {
             Action::Quit => vec![Task::Quit],
             Action::Help => self.show(Overlay::Help),
-            Action::About => self.show(Overlay::About),
+            Action::About => {
+                self.hint = None;
+                self.show(Overlay::About)
+            }
             Action::Messages => self.show(Overlay::Messages),
             Action::NextView => self.go_to_view(VIEWS[(view.index() + 1) % VIEW_COUNT]),
             Action::PrevView => {
@@ -554,6 +570,7 @@ impl App {
                 self.mode = Mode::Prompt(Prompt::OpenKey(String::new()));
                 Vec::new()
             }
+            Action::ShowReplays => self.show_replays(),
             Action::NextLink => self.next_link(),
             Action::NextTheme => self.next_theme(),
             Action::Step(minutes) => self.step_instant(minutes),

@@ -3,9 +3,9 @@
 use chrono::{DateTime, Utc};
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
-use super::{App, Mode, Task};
+use super::{App, Mode, Task, View};
 use crate::console::theme::Role;
-use crate::ledger::panes::Filter;
+use crate::ledger::panes::{Filter, Pane, Scope};
 
 /// A one-line prompt at the bottom of the screen.
 #[derive(Debug, Clone, PartialEq)]
@@ -118,6 +118,26 @@ impl App {
                 Vec::new()
             }
         }
+    }
+
+    /// The duplicates pane lists the keys that need a look; `v` adds the
+    /// ones the ledger answered by itself, through the filter, so the
+    /// filter line says what is shown and the command line can ask the same.
+    pub(super) fn show_replays(&mut self) -> Vec<Task> {
+        if self.current_view() != View::Pane(Pane::Duplicates) || self.detail.is_some() {
+            self.set_status(
+                "v: lists the replays in the duplicates pane (3)",
+                Role::Muted,
+            );
+            return Vec::new();
+        }
+        let filter = if self.filter.scopes.contains(&Scope::ReplaysOnly) {
+            self.filter.toggled(Scope::ReplaysOnly)
+        } else {
+            self.filter.toggled(Scope::WithReplays)
+        };
+        self.filter_text = filter.text();
+        self.apply_filter()
     }
 
     pub(super) fn apply_filter(&mut self) -> Vec<Task> {

@@ -19,6 +19,9 @@ pub struct Snapshot {
     pub panes: Vec<(Pane, PaneRows)>,
     /// Items per pane in the whole ledger (not only the fetched window).
     pub counts: Vec<(Pane, i64)>,
+    /// Keys of the duplicates pane the ledger answered by itself (replays
+    /// only), not listed under the current filter; None when they are.
+    pub replays_only: Option<i64>,
     pub escalations: Vec<EscalationRow>,
     pub approvals: Vec<ApprovalRow>,
     pub audit: Vec<AuditEntry>,
@@ -163,13 +166,15 @@ impl App {
     /// match; `field:value` searches that field only (a view without it
     /// shows nothing), a plain word any field the view has.
     fn matches_filter(&self, fields: &[(&str, &str)]) -> bool {
-        self.filter.terms.iter().all(|(field, value)| {
-            let value = value.to_lowercase();
-            fields
-                .iter()
-                .filter(|(name, _)| field.as_deref().is_none_or(|wanted| wanted == *name))
-                .any(|(_, text)| text.to_lowercase().contains(&value))
-        })
+        // A scope (`mismatch`, `holder:settled`…) names items of the panes.
+        self.filter.only_text()
+            && self.filter.terms.iter().all(|(field, value)| {
+                let value = value.to_lowercase();
+                fields
+                    .iter()
+                    .filter(|(name, _)| field.as_deref().is_none_or(|wanted| wanted == *name))
+                    .any(|(_, text)| text.to_lowercase().contains(&value))
+            })
     }
 }
 

@@ -62,7 +62,7 @@ pub fn draw(frame: &mut Frame, area: Rect, detail: &Detail, theme: &Theme) {
         vec![(inner, lines)]
     };
     for (column, text) in columns {
-        let paragraph = Paragraph::new(text)
+        let paragraph = Paragraph::new(super::hanging_all(text, column.width as usize))
             .style(theme.base())
             .wrap(Wrap { trim: false })
             .scroll((detail.scroll, 0));

@@ -23,13 +23,17 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     let height = (exposure.len() as u16 + 4).min(area.height / 2).max(3);
     let [top, bottom] =
         Layout::vertical([Constraint::Length(height), Constraint::Min(3)]).areas(area);
-    // Read less often than the panes: say when.
-    let reviewed = app
-        .snapshot
-        .as_ref()
-        .and_then(|s| s.finance.as_ref())
-        .map(|f| format!(", reviewed {} UTC", f.read_at.format("%H:%M:%S")))
-        .unwrap_or_default();
+    // Read less often than the panes: say when. Under time travel the
+    // review is of the instant, whenever it was read.
+    let reviewed = match app.at {
+        Some(at) => format!(", as of {} UTC", at.format("%Y-%m-%d %H:%M:%S")),
+        None => app
+            .snapshot
+            .as_ref()
+            .and_then(|s| s.finance.as_ref())
+            .map(|f| format!(", reviewed {} UTC", f.read_at.format("%H:%M:%S")))
+            .unwrap_or_default(),
+    };
     let block = Block::default()
         .borders(Borders::TOP)
         .border_style(theme.border())
@@ -39,10 +43,25 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             ),
             theme.role(Role::Accent).add_modifier(Modifier::BOLD),
         ));
+    // Four figures a row, as wide as the terminal allows: at 80 columns
+    // the awaiting-approval figure and the risk flag still fit.
+    let figure = ((area.width as usize).saturating_sub(12) / 4).clamp(17, 26);
     let mut lines = vec![Line::from(Span::styled(
         format!(
-            "  {:<5} {:>22} {:>26} {:>22} {:>24}",
-            "cur", "unknown", "suspected excess", "compensated", "awaiting approval"
+            "  {:<5} {:>figure$} {:>figure$} {:>figure$} {:>figure$}",
+            "cur",
+            "unknown",
+            if figure >= 18 {
+                "suspected excess"
+            } else {
+                "excess"
+            },
+            "compensated",
+            if figure >= 18 {
+                "awaiting approval"
+            } else {
+                "to approve"
+            }
         ),
         theme.role(Role::Muted).add_modifier(Modifier::BOLD),
     ))];
@@ -71,7 +90,7 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         lines.push(Line::from(vec![
             Span::styled(format!("  {cur:<5} "), theme.role(Role::Accent)),
             Span::styled(
-                format!("{:>22} ", cell(row.unknown_effects, row.unknown_minor)),
+                format!("{:>figure$} ", cell(row.unknown_effects, row.unknown_minor)),
                 theme.role(if row.unknown_minor > 0 {
                     Role::Warn
                 } else {
@@ -80,7 +99,7 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             ),
             Span::styled(
                 format!(
-                    "{:>26} ",
+                    "{:>figure$} ",
                     cell(row.suspected_effects, row.suspected_excess_minor)
                 ),
                 theme.role(if row.suspected_excess_minor > 0 {
@@ -91,19 +110,19 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             ),
             Span::styled(
                 format!(
-                    "{:>22} ",
+                    "{:>figure$} ",
                     cell(row.compensated_effects, row.compensated_minor)
                 ),
                 theme.role(Role::Ok),
             ),
             Span::styled(
                 format!(
-                    "{:>24}",
+                    "{:>figure$}",
                     cell(row.awaiting_approval, row.awaiting_approval_minor)
                 ),
                 theme.base(),
             ),
-            Span::styled(if risky { "  ⚑" } else { "" }, theme.role(Role::Critical)),
+            Span::styled(if risky { " ⚑" } else { "" }, theme.role(Role::Critical)),
         ]));
     }
     lines.push(Line::from(Span::styled(

@@ -253,10 +253,22 @@ pub fn draw_status(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
                 theme.role(Role::Accent),
             ));
         }
-        if let Some(status) = app.status_now() {
+        // The first-run hint stays at the right beside a newer message, as
+        // many of its parts as leave the message room to be read.
+        let status = app.status_now();
+        let hint = match (&app.hint, &status) {
+            (Some(hint), Some(status)) if status.text != *hint => {
+                let used: usize = spans.iter().map(|span| span.content.chars().count()).sum();
+                let room = (area.width as usize).saturating_sub(used + 40);
+                hint_that_fits(hint, room)
+            }
+            _ => None,
+        };
+        let hint_width = hint.as_ref().map_or(0, |hint| hint.chars().count() + 3);
+        if let Some(status) = status {
             // The newest message, cut to the line; the log has it whole.
             let used: usize = spans.iter().map(|span| span.content.chars().count()).sum();
-            let room = (area.width as usize).saturating_sub(used);
+            let room = (area.width as usize).saturating_sub(used + hint_width);
             let text = sanitize_line(&status.text);
             let shown = if text.chars().count() > room {
                 let hint = " (M: whole)";
@@ -279,9 +291,25 @@ pub fn draw_status(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
                 theme.role(Role::Muted),
             ));
         }
+        if let Some(hint) = hint {
+            let used: usize = spans.iter().map(|span| span.content.chars().count()).sum();
+            let gap = (area.width as usize).saturating_sub(used + hint.chars().count());
+            spans.push(Span::raw(" ".repeat(gap.max(3))));
+            spans.push(Span::styled(sanitize_line(&hint), theme.role(Role::Accent)));
+        }
         Line::from(spans)
     };
     frame.render_widget(Paragraph::new(line).style(theme.base()), area);
+}
+
+/// The hint, or its first parts (it is written `part · part`, most
+/// important first), in `room` columns; None when not even the first fits.
+fn hint_that_fits(hint: &str, room: usize) -> Option<String> {
+    let parts: Vec<&str> = hint.split(" · ").collect();
+    (1..=parts.len())
+        .rev()
+        .map(|count| parts[..count].join(" · "))
+        .find(|head| head.chars().count() <= room)
 }
 
 /// The one-line key bar, generated from the action table.

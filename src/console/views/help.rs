@@ -102,19 +102,14 @@ pub fn draw_about(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         .min(24);
     let mut lines = Vec::new();
     for (label, value) in &about {
-        let value = crate::text::sanitize_line(value);
-        let room = (width as usize).saturating_sub(label_width + 6).max(10);
-        let chars: Vec<char> = value.chars().collect();
-        for (index, piece) in chars.chunks(room).enumerate() {
-            let shown_label = if index == 0 { label.as_str() } else { "" };
-            lines.push(Line::from(vec![
-                Span::styled(
-                    format!(" {shown_label:>label_width$}  "),
-                    theme.role(Role::Accent),
-                ),
-                Span::styled(piece.iter().collect::<String>(), theme.base()),
-            ]));
-        }
+        let line = Line::from(vec![
+            Span::styled(
+                format!(" {label:>label_width$}  "),
+                theme.role(Role::Accent),
+            ),
+            Span::styled(crate::text::sanitize_line(value), theme.base()),
+        ]);
+        lines.extend(super::hanging(line, width as usize));
     }
     draw_popup(frame, area, width, " About this console ", lines, theme);
 }
@@ -141,13 +136,14 @@ pub fn draw_messages(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             format!(" {}{about}", message.at.format("%H:%M:%S")),
             theme.role(Role::Accent),
         )));
-        let text: Vec<char> = crate::text::sanitize_line(&message.text).chars().collect();
-        for piece in text.chunks(room) {
-            lines.push(Line::from(Span::styled(
-                format!("   {}", piece.iter().collect::<String>()),
+        let line = Line::from(vec![
+            Span::raw("   "),
+            Span::styled(
+                crate::text::sanitize_line(&message.text),
                 theme.role(message.role),
-            )));
-        }
+            ),
+        ]);
+        lines.extend(super::hanging(line, room + 3));
     }
     draw_popup(frame, area, width, " Messages, newest first ", lines, theme);
 }
@@ -243,6 +239,7 @@ pub fn draw_audit_entry(frame: &mut Frame, area: Rect, app: &App, seq: i64, them
         let label = if index == 0 { "changed" } else { "" };
         lines.push(field(label, change.clone(), Role::Warn));
     }
+    let lines = super::hanging_all(lines, width as usize);
     draw_popup(
         frame,
         area,

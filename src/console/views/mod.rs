@@ -10,6 +10,7 @@ mod table;
 
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::text::{Line, Span};
 use ratatui::widgets::Block;
 
 use super::app::{App, Overlay, View};
@@ -57,4 +58,42 @@ pub fn centered(area: Rect, width: u16, height: u16) -> Rect {
         width,
         height,
     }
+}
+
+/// A line of a label (every span but the last) and a value, laid out in
+/// `width` columns: the value is wrapped at word boundaries (a word longer
+/// than the room is broken) and every line after the first starts under
+/// the value, not at column 0, so a wrapped key still reads as one value.
+/// A line whose label leaves too little room is left to the paragraph.
+pub fn hanging(line: Line<'static>, width: usize) -> Vec<Line<'static>> {
+    let Some((value, label)) = line.spans.split_last() else {
+        return vec![line];
+    };
+    let indent: usize = label.iter().map(|span| span.width()).sum();
+    let room = width.saturating_sub(indent);
+    if label.is_empty() || room < 12 || value.width() <= room {
+        return vec![line];
+    }
+    let options = textwrap::Options::new(room).break_words(true);
+    textwrap::wrap(&value.content, options)
+        .into_iter()
+        .enumerate()
+        .map(|(index, piece)| {
+            let mut spans = if index == 0 {
+                label.to_vec()
+            } else {
+                vec![Span::raw(" ".repeat(indent))]
+            };
+            spans.push(Span::styled(piece.into_owned(), value.style));
+            Line::from(spans).style(line.style)
+        })
+        .collect()
+}
+
+/// [`hanging`] for every line.
+pub fn hanging_all(lines: Vec<Line<'static>>, width: usize) -> Vec<Line<'static>> {
+    lines
+        .into_iter()
+        .flat_map(|line| hanging(line, width))
+        .collect()
 }

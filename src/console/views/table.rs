@@ -7,10 +7,24 @@ use ratatui::widgets::{Block, Borders, Cell, Paragraph, Row, Table, TableState};
 use crate::console::app::{App, View};
 use crate::console::model::TableModel;
 use crate::console::theme::{Role, Theme};
+use crate::ledger::panes::Pane;
 use crate::text::{truncate, truncate_distinct, truncate_middle};
 
 pub fn draw(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
-    draw_titled(frame, area, app, theme, app.current_view().title());
+    let view = app.current_view();
+    // The duplicates pane lists what needs a look; the rest is counted.
+    let title = match (view, app.snapshot.as_ref().map(|s| s.replays_only)) {
+        (View::Pane(Pane::Duplicates), Some(Some(replays))) if replays > 0 => format!(
+            "{} · {} not listed (v lists them)",
+            view.title(),
+            crate::format::count_of(replays as usize, "key only replayed", "keys only replayed")
+        ),
+        (View::Pane(Pane::Duplicates), Some(None)) if !app.filter.is_empty() => {
+            format!("{} · {}", view.title(), app.filter.text())
+        }
+        _ => view.title().to_string(),
+    };
+    draw_titled(frame, area, app, theme, &title);
 }
 
 pub fn draw_titled(frame: &mut Frame, area: Rect, app: &App, theme: &Theme, title: &str) {
@@ -94,19 +108,21 @@ pub fn draw_titled(frame: &mut Frame, area: Rect, app: &App, theme: &Theme, titl
             })
         })
         .collect();
+    // A column given no room is left out, gap and all.
     let rows = shown.iter().enumerate().map(|(position, row)| {
-        let cells =
-            row.cells
-                .iter()
-                .zip(&widths)
-                .zip(&distinct)
-                .map(|((cell, width), distinct)| {
-                    let text = match distinct {
-                        Some(cuts) => cuts[position].clone(),
-                        None => truncate(&cell.text, *width as usize),
-                    };
-                    Cell::from(text).style(theme.role(cell.role))
-                });
+        let cells = row
+            .cells
+            .iter()
+            .zip(&widths)
+            .zip(&distinct)
+            .filter(|((_, width), _)| **width > 0)
+            .map(|((cell, width), distinct)| {
+                let text = match distinct {
+                    Some(cuts) => cuts[position].clone(),
+                    None => truncate(&cell.text, *width as usize),
+                };
+                Cell::from(text).style(theme.role(cell.role))
+            });
         let mut table_row = Row::new(cells);
         if let Some(role) = row.flag {
             table_row = table_row.style(theme.role(role));
@@ -114,16 +130,27 @@ pub fn draw_titled(frame: &mut Frame, area: Rect, app: &App, theme: &Theme, titl
         table_row
     });
     let sort = list.sort;
-    let header = Row::new(model.columns.iter().enumerate().map(|(index, column)| {
-        let arrow = match sort {
-            Some((sorted, false)) if sorted == index => " ↑",
-            Some((sorted, true)) if sorted == index => " ↓",
-            _ => "",
-        };
-        Cell::from(format!("{}{arrow}", column.title))
-    }))
+    let header = Row::new(
+        model
+            .columns
+            .iter()
+            .enumerate()
+            .filter(|(index, _)| widths[*index] > 0)
+            .map(|(index, column)| {
+                let arrow = match sort {
+                    Some((sorted, false)) if sorted == index => " ↑",
+                    Some((sorted, true)) if sorted == index => " ↓",
+                    _ => "",
+                };
+                Cell::from(format!("{}{arrow}", column.title))
+            }),
+    )
     .style(theme.role(Role::Muted).add_modifier(Modifier::BOLD));
-    let table = Table::new(rows, widths.iter().map(|w| Constraint::Length(*w)))
+    let shown_widths = widths
+        .iter()
+        .filter(|w| **w > 0)
+        .map(|w| Constraint::Length(*w));
+    let table = Table::new(rows, shown_widths)
         .header(header)
         .block(block)
         .column_spacing(1)
@@ -195,11 +222,29 @@ pub(crate) fn column_widths(model: &TableModel, total_width: u16) -> Vec<u16> {
     // columns; the key last, keeping its head and tail; money never drops
     // its currency.
     let mut deficit = wanted - available;
-    for giving in [Gives::First, Gives::Flexibly, Gives::Some, Gives::Last] {
+    for giving in [
+        Gives::First,
+        Gives::Whole,
+        Gives::Flexibly,
+        Gives::Some,
+        Gives::Last,
+    ] {
+        // Columns that repeat what the detail says go whole, from the
+        // right, once the context is gone and before anything else is cut.
+        if giving == Gives::Whole {
+            for index in (0..widths.len()).rev() {
+                if deficit > 0 && gives_way(model, index) == Gives::Whole {
+                    // A column with no room is left out, and its gap with it.
+                    deficit = deficit.saturating_sub(widths[index] + 1);
+                    widths[index] = 0;
+                }
+            }
+            continue;
+        }
         while deficit > 0 {
             let mut shrunk = false;
             for (index, column) in model.columns.iter().enumerate() {
-                let gives = gives_way(column);
+                let gives = gives_way(model, index);
                 if deficit > 0 && gives == giving && widths[index] > gives.floor(column.width) {
                     widths[index] -= 1;
                     deficit -= 1;
@@ -219,8 +264,8 @@ pub(crate) fn column_widths(model: &TableModel, total_width: u16) -> Vec<u16> {
             if deficit == 0 {
                 break;
             }
-            if gives_way(&model.columns[index]) == giving && widths[index] > 0 {
-                deficit = deficit.saturating_sub(widths[index]);
+            if gives_way(model, index) == giving && widths[index] > 0 {
+                deficit = deficit.saturating_sub(widths[index] + 1);
                 widths[index] = 0;
             }
         }
@@ -232,6 +277,8 @@ pub(crate) fn column_widths(model: &TableModel, total_width: u16) -> Vec<u16> {
 /// the variants are listed; money does not.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Gives {
+    /// Goes whole when short of room: it repeats what the detail says.
+    Whole,
     First,
     Flexibly,
     Some,
@@ -243,7 +290,7 @@ impl Gives {
     /// The narrowest a column of this kind becomes.
     fn floor(self, width: u16) -> u16 {
         match self {
-            Gives::First => 0,
+            Gives::Whole | Gives::First => 0,
             Gives::Flexibly | Gives::Some => 4.min(width),
             Gives::Last => 14.min(width),
             Gives::Never => width,
@@ -251,11 +298,18 @@ impl Gives {
     }
 }
 
-fn gives_way(column: &crate::console::model::Column) -> Gives {
+fn gives_way(model: &TableModel, index: usize) -> Gives {
+    let column = &model.columns[index];
     match column.title {
+        // The finance review's context: the group's sum, what was approved
+        // and why it is suspected are in the detail.
+        "group total" | "approved" | "why" => Gives::Whole,
+        _ if column.kept => Gives::Last,
         "target" | "requester" | "requesters" | "by" | "role" | "sink" | "provider ref"
-        | "holder" | "holder age" | "last error" | "first seen" => Gives::First,
-        "amount" | "holder amount" | "group total" | "approved" | "excess" => Gives::Never,
+        | "holder" | "holder age" | "last error" | "first seen" | "tries" | "replays"
+        | "in flight" => Gives::First,
+        "amount" | "holder amount" | "excess" => Gives::Never,
+        "needs" => Gives::Last,
         title if keeps_its_end(title) => Gives::Last,
         _ if column.flexible => Gives::Flexibly,
         _ => Gives::Some,
