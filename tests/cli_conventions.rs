@@ -101,3 +101,20 @@ fn the_manual_page_comes_from_the_command_line_and_needs_no_config() {
     assert!(dir.path().join("effectwatch-list.1").exists());
     assert!(dir.path().join("effectwatch.1").exists());
 }
+
+/// Every subcommand says what it does in its own words: the operator
+/// calls generated from one table each keep their own line in the help.
+#[test]
+fn each_subcommand_has_its_own_line_in_the_help() {
+    let help = stdout(&effectwatch(&["--help"]));
+    for call in effectwatch::ledger::actions::OPERATOR_CALLS {
+        let line = help
+            .lines()
+            .find(|line| line.trim_start().starts_with(&format!("{} ", call.name)))
+            .unwrap_or_else(|| panic!("no line for {} in\n{help}", call.name));
+        let opening: String = call.about.chars().take(30).collect();
+        assert!(line.contains(&opening), "{}: {line}", call.name);
+    }
+    let release = stdout(&effectwatch(&["release", "--help"]));
+    assert!(!release.starts_with("One effect by its key"), "{release}");
+}

@@ -158,7 +158,7 @@ async fn a_pane_is_reconciled_in_bulk_after_its_count_is_confirmed() {
         .await;
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
     assert!(
-        text(&out.stderr).contains("3 effects of pane unknown match: pass --yes"),
+        text(&out.stderr).contains("3 items of pane unknown match: pass --yes"),
         "{}",
         text(&out.stderr)
     );
@@ -448,4 +448,65 @@ async fn a_duplicate_record_is_reversed_from_the_command_line_and_the_effect_sta
         text(&refused.stderr)
     );
     assert!(rig.fake.reversals_of(&first).is_empty());
+}
+
+/// `escalate --pane` sends every item of a filtered pane to a person: the
+/// count first (no terminal, no --yes: nothing is sent), then one
+/// escalation and audit entry each, delivered; an item already escalated
+/// is not sent twice.
+#[tokio::test]
+async fn a_filtered_pane_is_escalated_item_by_item_after_its_count() {
+    let rig = Rig::new().await;
+    let cli = Cli::new(&rig);
+    for n in 0..3 {
+        rig.unknown_effect(&format!("refund:ESC{n}:v1"), 100).await;
+    }
+    rig.unknown_effect("refund:QUIET:v1", 100).await;
+    let escalated = |pool: effectwatch::ledger::LedgerPool| async move {
+        sqlx::query_scalar::<_, i64>("select count(*) from ledger.escalations")
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+    };
+
+    let args = [
+        "escalate",
+        "--pane",
+        "unknown",
+        "--filter",
+        "key:ESC",
+        "--reason",
+        "provider outage",
+    ];
+    let out = cli.run(&args).await;
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("3 items of pane unknown match: pass --yes"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(escalated(rig.db.pool.clone()).await, 0);
+
+    let out = cli.run(&[&args[..], &["--yes"]].concat()).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let said = text(&out.stdout);
+    assert!(said.contains("3 of 3 escalated (3 delivered"), "{said}");
+    assert_eq!(escalated(rig.db.pool.clone()).await, 3);
+    let audited: i64 = sqlx::query_scalar(
+        "select count(*) from ledger.audit_log where action = 'escalate' and operator = 'carol'",
+    )
+    .fetch_one(&rig.db.pool)
+    .await
+    .unwrap();
+    assert_eq!(audited, 3);
+
+    // Again: nothing new is opened or sent.
+    let out = cli.run(&[&args[..], &["--yes"]].concat()).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("0 of 3 escalated (0 delivered, the rest retried in the background), 3 already escalated"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert_eq!(escalated(rig.db.pool.clone()).await, 3);
 }

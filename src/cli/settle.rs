@@ -111,9 +111,22 @@ pub struct ReconcileArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(group(ArgGroup::new("which").required(true).args(["op_key", "pane"])))]
 pub struct EscalateArgs {
     /// The effect's operation key.
-    pub op_key: String,
+    pub op_key: Option<String>,
+    /// Every item of this pane instead (overdue, unknown, duplicates, held), one escalation each.
+    #[arg(long, value_parser = parse_pane)]
+    pub pane: Option<Pane>,
+    /// With --pane: words that must match, as in `list --filter`.
+    #[arg(long, requires = "pane")]
+    pub filter: Option<String>,
+    /// With --pane: no question asked (required when stdin is not a terminal).
+    #[arg(long, requires = "pane")]
+    pub yes: bool,
+    /// With --pane: at most this many items.
+    #[arg(long, default_value_t = 500, requires = "pane")]
+    pub limit: i64,
     /// The sink (a [sinks.NAME] of the config); default: the only one configured.
     #[arg(long, value_name = "NAME")]
     pub to: Option<String>,
@@ -248,9 +261,11 @@ impl FromArgMatches for OperatorCommand {
 impl Subcommand for OperatorCommand {
     fn augment_subcommands(command: clap::Command) -> clap::Command {
         OPERATOR_CALLS.iter().fold(command, |command, call| {
-            command.subcommand(OperatorArgs::augment_args(
-                clap::Command::new(call.name).about(call.about),
-            ))
+            // The verb's own words, after the arguments: their struct's
+            // doc comment would otherwise be every verb's about.
+            command.subcommand(
+                OperatorArgs::augment_args(clap::Command::new(call.name)).about(call.about),
+            )
         })
     }
 
@@ -330,15 +345,38 @@ pub async fn run(
             };
             settle_and_print(&settler, request, format).await
         }
-        SettleCommand::Escalate(args) => {
-            let request = Request::Escalate {
-                op_key: args.op_key,
-                seen: args.expect_version,
-                sink: args.to,
-                reason: args.reason,
-            };
-            settle_and_print(&settler, request, args.format).await
-        }
+        SettleCommand::Escalate(args) => match (args.op_key, args.pane) {
+            (Some(op_key), _) => {
+                let request = Request::Escalate {
+                    op_key,
+                    seen: args.expect_version,
+                    sink: args.to,
+                    reason: args.reason,
+                };
+                settle_and_print(&settler, request, args.format).await
+            }
+            (None, Some(pane)) => {
+                let bulk = Bulk {
+                    verb: "escalate",
+                    pane,
+                    filter: args.filter.as_deref(),
+                    limit: args.limit,
+                    yes: args.yes,
+                };
+                let Some(items) = bulk.items(&settler, pool).await? else {
+                    return Ok(());
+                };
+                let request = Request::EscalateMany {
+                    targets: items,
+                    sink: args.to,
+                    reason: args.reason,
+                };
+                let settled = settler.settle(request).await?;
+                print_settled(&settled, args.format);
+                failed_items(&settled)
+            }
+            (None, None) => Err(Failure::new(USAGE, "escalate: a key or --pane")),
+        },
         SettleCommand::Resolve(args) => {
             let resolution = match args.succeeded {
                 Some(external_ref) => Resolution::Succeeded { external_ref },
@@ -458,49 +496,67 @@ fn versions(rows: &PaneRows) -> Vec<(String, i64)> {
     }
 }
 
-/// An operator call for every item of a (filtered) pane: the count and the
-/// question first, then one transaction per effect.
-async fn operate_on_pane(
-    settler: &Settler,
-    pool: &LedgerPool,
-    call: &'static OperatorCall,
+/// What a bulk action over a (filtered) pane acts on, once the operator
+/// has seen how many items and said yes.
+struct Bulk<'a> {
+    verb: &'static str,
     pane: Pane,
-    filter: Option<&str>,
-    args: &OperatorArgs,
-) -> Result<(), Failure> {
-    if settler.is_read_only() {
-        return Err(SettleError::ReadOnly(call.name).into());
-    }
-    let filter =
-        Filter::parse(filter.unwrap_or_default()).map_err(|error| Failure::new(USAGE, error))?;
-    let rows = panes::fetch(pool, pane, &filter, args.limit.max(1), 0).await?;
-    let items = versions(&rows);
-    if items.is_empty() {
-        println!("{}: nothing to {}", pane.title(), call.name);
-        return Ok(());
-    }
-    if !args.yes {
-        if !std::io::stdin().is_terminal() {
-            return Err(Failure::new(
-                USAGE,
-                format!(
-                    "{} items of pane {pane} match: pass --yes to {} them all",
-                    items.len(),
-                    call.name
-                ),
-            ));
+    filter: Option<&'a str>,
+    limit: i64,
+    yes: bool,
+}
+
+impl Bulk<'_> {
+    /// Every `(key, version seen)` to act on, or None when there is
+    /// nothing to do or the operator said no (both said on stdout).
+    async fn items(
+        &self,
+        settler: &Settler,
+        pool: &LedgerPool,
+    ) -> Result<Option<Vec<(String, i64)>>, Failure> {
+        let (verb, pane) = (self.verb, self.pane);
+        if settler.is_read_only() {
+            return Err(SettleError::ReadOnly(verb).into());
         }
-        eprint!("{} {} items of pane {pane}? [y/N] ", call.name, items.len());
-        let _ = std::io::stderr().flush();
-        let mut answer = String::new();
-        let _ = std::io::stdin().lock().read_line(&mut answer);
-        if !matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes") {
-            println!("nothing done");
-            return Ok(());
+        let filter = Filter::parse(self.filter.unwrap_or_default())
+            .map_err(|error| Failure::new(USAGE, error))?;
+        let limit = self.limit.max(1);
+        let rows = panes::fetch(pool, pane, &filter, limit, 0).await?;
+        let items = versions(&rows);
+        if items.is_empty() {
+            println!("{}: nothing to {verb}", pane.title());
+            return Ok(None);
         }
+        let count = if items.len() as i64 == limit {
+            format!(
+                "{} (the first {limit}; raise --limit for more)",
+                items.len()
+            )
+        } else {
+            items.len().to_string()
+        };
+        if !self.yes {
+            if !std::io::stdin().is_terminal() {
+                return Err(Failure::new(
+                    USAGE,
+                    format!("{count} items of pane {pane} match: pass --yes to {verb} them all"),
+                ));
+            }
+            eprint!("{verb} {count} items of pane {pane}? [y/N] ");
+            let _ = std::io::stderr().flush();
+            let mut answer = String::new();
+            let _ = std::io::stdin().lock().read_line(&mut answer);
+            if !matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes") {
+                println!("nothing done");
+                return Ok(None);
+            }
+        }
+        Ok(Some(items))
     }
-    let settled = settler.operate_many(call, items, &args.reason).await;
-    print_settled(&settled, args.format);
+}
+
+/// A bulk result's exit: a failure when any item failed.
+fn failed_items(settled: &Settled) -> Result<(), Failure> {
     let failed = settled
         .detail
         .get("failed")
@@ -512,6 +568,31 @@ async fn operate_on_pane(
     Ok(())
 }
 
+/// An operator call for every item of a (filtered) pane: the count and the
+/// question first, then one transaction per effect.
+async fn operate_on_pane(
+    settler: &Settler,
+    pool: &LedgerPool,
+    call: &'static OperatorCall,
+    pane: Pane,
+    filter: Option<&str>,
+    args: &OperatorArgs,
+) -> Result<(), Failure> {
+    let bulk = Bulk {
+        verb: call.name,
+        pane,
+        filter,
+        limit: args.limit,
+        yes: args.yes,
+    };
+    let Some(items) = bulk.items(settler, pool).await? else {
+        return Ok(());
+    };
+    let settled = settler.operate_many(call, items, &args.reason).await;
+    print_settled(&settled, args.format);
+    failed_items(&settled)
+}
+
 /// Bulk: the count is shown before anything is asked of a provider.
 async fn reconcile_pane(
     settler: &Settler,
@@ -519,42 +600,16 @@ async fn reconcile_pane(
     pane: Pane,
     args: &ReconcileArgs,
 ) -> Result<(), Failure> {
-    if settler.is_read_only() {
-        return Err(SettleError::ReadOnly("reconcile").into());
-    }
-    let filter = Filter::parse(args.filter.as_deref().unwrap_or_default())
-        .map_err(|error| Failure::new(USAGE, error))?;
-    let limit = args.limit.max(1);
-    let rows = panes::fetch(pool, pane, &filter, limit, 0).await?;
-    let items = versions(&rows);
-    if items.is_empty() {
-        println!("{}: nothing to reconcile", pane.title());
-        return Ok(());
-    }
-    let count = if items.len() as i64 == limit {
-        format!(
-            "{} (the first {limit}; raise --limit for more)",
-            items.len()
-        )
-    } else {
-        items.len().to_string()
+    let bulk = Bulk {
+        verb: "reconcile",
+        pane,
+        filter: args.filter.as_deref(),
+        limit: args.limit,
+        yes: args.yes,
     };
-    if !args.yes {
-        if !std::io::stdin().is_terminal() {
-            return Err(Failure::new(
-                USAGE,
-                format!("{count} effects of pane {pane} match: pass --yes to reconcile them all"),
-            ));
-        }
-        eprint!("Reconcile {count} effects of pane {pane} with their providers? [y/N] ");
-        let _ = std::io::stderr().flush();
-        let mut answer = String::new();
-        let _ = std::io::stdin().lock().read_line(&mut answer);
-        if !matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes") {
-            println!("nothing done");
-            return Ok(());
-        }
-    }
+    let Some(items) = bulk.items(settler, pool).await? else {
+        return Ok(());
+    };
     let done = settler.reconcile_many(items).await?;
     print_bulk(&done, args.format);
     let failed = done.iter().filter(|item| item.result.is_err()).count();
