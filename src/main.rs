@@ -1,7 +1,7 @@
 use std::process::ExitCode;
 
 use effectwatch::cli::exit::{BAD_CONFIG, Failure, USAGE};
-use effectwatch::cli::{self, AuditCommand, Cli, Command, ConsoleFlags};
+use effectwatch::cli::{self, AuditCommand, Cli, Command, ConsoleFlags, LedgerCommand};
 use effectwatch::config::Config;
 use effectwatch::ledger;
 
@@ -92,107 +92,107 @@ async fn run(cli: Cli, explicit_url: bool, explicit_operator: bool) -> Result<()
             ),
         ));
     }
-    if let Command::Demo(args) = command {
-        return cli::demo::run(&config, args).await;
-    }
-    if let Command::McpTools(args) = command {
-        return cli::gateway::run_tools(args).await;
-    }
-    if let Command::Config = command {
-        return cli::config::run(&config, &source, cli.database_url.as_deref()).await;
-    }
-    if let Command::Audit {
+    let configured_url = cli
+        .database_url
+        .clone()
+        .or_else(|| config.database_url.clone());
+    let command = match command {
+        Command::Demo(args) => return cli::demo::run(&config, args).await,
+        Command::McpTools(args) => return cli::gateway::run_tools(args).await,
+        Command::Config => {
+            return cli::config::run(&config, &source, cli.database_url.as_deref()).await;
+        }
+        // Every failure of a check, a missing URL included, is "cannot tell".
+        Command::Check(args) => return cli::check::run(configured_url, args).await,
+        // Also answered above, before the config is read.
+        Command::Completions { shell } => return cli::shell::completions(shell),
+        Command::Man { dir } => return cli::shell::man(dir),
+        Command::Watch(flags) => {
+            let url = required(configured_url)?;
+            return run_console(&config, flags, url, at).await;
+        }
+        Command::Ledger(command) => command,
+    };
+    // Keygen writes a file of its own: no ledger, no URL.
+    if let LedgerCommand::Audit {
         command: AuditCommand::Keygen { out },
     } = &command
     {
         return cli::audit::keygen(out);
     }
-    if let Command::Check(args) = command {
-        // Every failure of a check, a missing URL included, is "cannot tell".
-        let url = cli
-            .database_url
-            .clone()
-            .or_else(|| config.database_url.clone());
-        return cli::check::run(url, args).await;
-    }
-    let url = cli.database_url.clone().or_else(|| config.database_url.clone()).ok_or_else(|| {
-        Failure::new(BAD_CONFIG, "no database given: pass --database-url, set DATABASE_URL, or set database_url in the config file")
-    })?;
+    let url = required(configured_url)?;
     let read_url = config.read_url.clone();
-    if let Command::Watch(flags) = command {
-        let operator = cli::watch::OperatorWiring::for_console(&config, &url)?;
-        let args = cli::watch::WatchArgs {
-            database_url: url,
-            read_url,
-            theme: flags.theme,
-            poll_interval: flags.poll_interval,
-            no_notify: flags.no_notify,
-            operator,
-            background_status: None,
-            about: Vec::new(),
-            welcome: None,
-            at,
-        };
-        return cli::watch::run(&config, args).await;
-    }
-    let reads_only = matches!(
-        command,
-        Command::List { .. }
-            | Command::Show { .. }
-            | Command::Finance(_)
-            | Command::Report(_)
-            | Command::Audit {
-                command: AuditCommand::List(_)
-            }
-    );
     // What only reads goes to the replica when there is one; nothing that
     // writes ever does.
     let url = match read_url {
-        Some(read_url) if reads_only => read_url,
+        Some(read_url) if command.only_reads() => read_url,
         _ => url,
     };
     let pool = ledger::connect(&config.connect_settings(url, command.name())).await?;
     match command {
-        Command::Watch(_)
-        | Command::Config
-        | Command::Demo(_)
-        | Command::Completions { .. }
-        | Command::Man { .. }
-        | Command::Audit {
-            command: AuditCommand::Keygen { .. },
-        } => unreachable!("handled above"),
-        Command::Migrate => cli::migrate::run(&pool).await,
-        Command::List {
+        LedgerCommand::Migrate => cli::migrate::run(&pool).await,
+        LedgerCommand::List {
             pane,
             format,
             limit,
             filter,
             ..
         } => cli::list::run(&pool, at, pane, format, limit, filter.as_deref()).await,
-        Command::Show { op_key, format } => cli::show::run(&pool, &op_key, format).await,
-        Command::Audit {
-            command: AuditCommand::Verify { format, expect },
-        } => cli::audit::verify(&pool, &config, format, expect.as_ref()).await,
-        Command::Audit {
-            command: AuditCommand::Anchor { format },
-        } => cli::audit::anchor(&pool, format).await,
-        Command::Audit {
-            command: AuditCommand::List(mut args),
-        } => {
-            // Whose entries to list: only a name given here, never the
-            // config's own operator, which would hide everyone else's.
-            args.operator = cli.operator.clone().filter(|_| explicit_operator);
-            cli::audit::list(&pool, args).await
-        }
-        Command::Finance(args) => cli::finance::run(&pool, args).await,
-        Command::Report(args) => cli::report::run(&pool, args).await,
-        Command::Check(_) | Command::McpTools(_) => unreachable!("handled above"),
-        Command::Gateway(args) => cli::gateway::run(pool, args).await,
-        Command::Prune(args) => cli::prune::run(&pool, &config, args).await,
-        Command::Policy { command } => cli::policy::run(&pool, &config, command).await,
-        Command::Approval { command } => cli::approval::run(&pool, &config, command).await,
-        Command::Settle(command) => cli::settle::run(&pool, &config, command).await,
+        LedgerCommand::Show { op_key, format } => cli::show::run(&pool, &op_key, format).await,
+        LedgerCommand::Audit { command } => match command {
+            AuditCommand::Verify { format, expect } => {
+                cli::audit::verify(&pool, &config, format, expect.as_ref()).await
+            }
+            AuditCommand::Anchor { format } => cli::audit::anchor(&pool, format).await,
+            AuditCommand::List(mut args) => {
+                // Whose entries to list: only a name given here, never the
+                // config's own operator, which would hide everyone else's.
+                args.operator = cli.operator.clone().filter(|_| explicit_operator);
+                cli::audit::list(&pool, args).await
+            }
+            AuditCommand::Keygen { out } => cli::audit::keygen(&out),
+        },
+        LedgerCommand::Finance(args) => cli::finance::run(&pool, args).await,
+        LedgerCommand::Report(args) => cli::report::run(&pool, args).await,
+        LedgerCommand::Gateway(args) => cli::gateway::run(pool, args).await,
+        LedgerCommand::Prune(args) => cli::prune::run(&pool, &config, args).await,
+        LedgerCommand::Policy { command } => cli::policy::run(&pool, &config, command).await,
+        LedgerCommand::Approval { command } => cli::approval::run(&pool, &config, command).await,
+        LedgerCommand::Settle(command) => cli::settle::run(&pool, &config, command).await,
     }
+}
+
+fn required(url: Option<String>) -> Result<String, Failure> {
+    url.ok_or_else(|| {
+        Failure::new(
+            BAD_CONFIG,
+            "no database given: pass --database-url, set DATABASE_URL, or set database_url in the config file",
+        )
+    })
+}
+
+/// The live console on the configured ledger, its reads on the replica
+/// when there is one.
+async fn run_console(
+    config: &Config,
+    flags: ConsoleFlags,
+    url: String,
+    at: Option<chrono::DateTime<chrono::Utc>>,
+) -> Result<(), Failure> {
+    let operator = cli::watch::OperatorWiring::for_console(config, &url)?;
+    let args = cli::watch::WatchArgs {
+        database_url: url,
+        read_url: config.read_url.clone(),
+        theme: flags.theme,
+        poll_interval: flags.poll_interval,
+        no_notify: flags.no_notify,
+        operator,
+        background_status: None,
+        about: Vec::new(),
+        welcome: None,
+        at,
+    };
+    cli::watch::run(config, args).await
 }
 
 /// The subcommand with the console's flags given before it (`effectwatch
@@ -205,22 +205,22 @@ fn with_console_flags(
 ) -> Result<(Command, Option<chrono::DateTime<chrono::Utc>>), Failure> {
     let command = match command.unwrap_or(Command::Watch(ConsoleFlags::default())) {
         Command::Watch(flags) => Command::Watch(flags.or(outer.clone())),
-        Command::List {
+        Command::Ledger(LedgerCommand::List {
             pane,
             format,
             limit,
             filter,
             time_travel,
-        } => Command::List {
+        }) => Command::Ledger(LedgerCommand::List {
             pane,
             format,
             limit,
             filter,
             time_travel: time_travel.or(outer.time_travel),
-        },
-        Command::Finance(mut args) => {
+        }),
+        Command::Ledger(LedgerCommand::Finance(mut args)) => {
             args.time_travel = args.time_travel.or(outer.time_travel);
-            Command::Finance(args)
+            Command::Ledger(LedgerCommand::Finance(args))
         }
         Command::Demo(mut args) => {
             args.database_url = demo_url;
@@ -240,8 +240,8 @@ fn with_console_flags(
     };
     let at = match &command {
         Command::Watch(flags) => flags.time_travel.at,
-        Command::List { time_travel, .. } => time_travel.at,
-        Command::Finance(args) => args.time_travel.at,
+        Command::Ledger(LedgerCommand::List { time_travel, .. }) => time_travel.at,
+        Command::Ledger(LedgerCommand::Finance(args)) => args.time_travel.at,
         _ => None,
     };
     Ok((command, at))

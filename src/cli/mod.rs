@@ -119,6 +119,8 @@ impl TimeTravel {
     }
 }
 
+/// Every subcommand. Those that run on a ledger connection are
+/// [`LedgerCommand`]s; the others need none (or make their own).
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// The whole product on a private ledger: its own PostgreSQL, a fake provider, simulated agents, the console.
@@ -127,6 +129,28 @@ pub enum Command {
     Watch(ConsoleFlags),
     /// Print the config file read, the resolved settings (secrets masked) and the log file.
     Config,
+    #[command(flatten)]
+    Ledger(LedgerCommand),
+    /// A monitoring plugin (Nagios, Icinga, Sensu): exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN.
+    Check(check::CheckArgs),
+    /// A completion script for your shell, generated from this command line.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// The manual page (roff) on stdout; with --dir, one page per subcommand written there.
+    Man {
+        #[arg(long, value_name = "DIR")]
+        dir: Option<std::path::PathBuf>,
+    },
+    /// An MCP tool server over the demo's fake provider (refund, lookup_refunds), to try the gateway on.
+    McpTools(gateway::McpToolsArgs),
+}
+
+/// The subcommands that run on a connection to the ledger (to its replica
+/// when they only read and one is configured).
+#[derive(Debug, Subcommand)]
+pub enum LedgerCommand {
     /// Install or upgrade the ledger schema (idempotent).
     Migrate,
     /// List the items of one pane.
@@ -137,7 +161,7 @@ pub enum Command {
         format: Format,
         #[arg(long, default_value_t = 100)]
         limit: i64,
-        /// Words that must match: plain text, or field:value with key, target, action, state, provider, requester.
+        /// Words that must match: plain text, field:value with key, target, action, state, provider, requester, or mismatch, replays-only, with-replays, holder:settled.
         #[arg(long)]
         filter: Option<String>,
         #[command(flatten)]
@@ -158,8 +182,6 @@ pub enum Command {
     Finance(finance::FinanceArgs),
     /// A post-mortem of a time range: pane entries, reconciliations, operator actions, resolution times.
     Report(report::ReportArgs),
-    /// A monitoring plugin (Nagios, Icinga, Sensu): exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN.
-    Check(check::CheckArgs),
     /// Approvals an approving system granted: what they authorise, until when; grant and revoke.
     Approval {
         #[command(subcommand)]
@@ -172,47 +194,42 @@ pub enum Command {
     },
     /// Remove old settled effects nothing protects, exporting them first (ledger owner only).
     Prune(prune::PruneArgs),
-    /// A completion script for your shell, generated from this command line.
-    Completions {
-        #[arg(value_enum)]
-        shell: clap_complete::Shell,
-    },
-    /// The manual page (roff) on stdout; with --dir, one page per subcommand written there.
-    Man {
-        #[arg(long, value_name = "DIR")]
-        dir: Option<std::path::PathBuf>,
-    },
     /// An MCP proxy between an agent and its tool server: each side-effecting tool call recorded in the ledger.
     Gateway(gateway::GatewayArgs),
-    /// An MCP tool server over the demo's fake provider (refund, lookup_refunds), to try the gateway on.
-    McpTools(gateway::McpToolsArgs),
     #[command(flatten)]
     Settle(settle::SettleCommand),
 }
 
-impl Command {
+impl LedgerCommand {
     /// The subcommand's name, for the connection's application_name.
     pub fn name(&self) -> &'static str {
         match self {
-            Command::Demo(_) => "demo",
-            Command::Watch(_) => "console",
-            Command::Config => "config",
-            Command::Migrate => "migrate",
-            Command::List { .. } => "list",
-            Command::Show { .. } => "show",
-            Command::Audit { .. } => "audit",
-            Command::Finance(_) => "finance",
-            Command::Report(_) => "report",
-            Command::Check(_) => "check",
-            Command::Prune(_) => "prune",
-            Command::Policy { .. } => "policy",
-            Command::Approval { .. } => "approval",
-            Command::Completions { .. } => "completions",
-            Command::Man { .. } => "man",
-            Command::Gateway(_) => "gateway",
-            Command::McpTools(_) => "mcp-tools",
-            Command::Settle(_) => "settle",
+            LedgerCommand::Migrate => "migrate",
+            LedgerCommand::List { .. } => "list",
+            LedgerCommand::Show { .. } => "show",
+            LedgerCommand::Audit { .. } => "audit",
+            LedgerCommand::Finance(_) => "finance",
+            LedgerCommand::Report(_) => "report",
+            LedgerCommand::Prune(_) => "prune",
+            LedgerCommand::Policy { .. } => "policy",
+            LedgerCommand::Approval { .. } => "approval",
+            LedgerCommand::Gateway(_) => "gateway",
+            LedgerCommand::Settle(_) => "settle",
         }
+    }
+
+    /// Whether it only reads: it goes to the replica when there is one.
+    pub fn only_reads(&self) -> bool {
+        matches!(
+            self,
+            LedgerCommand::List { .. }
+                | LedgerCommand::Show { .. }
+                | LedgerCommand::Finance(_)
+                | LedgerCommand::Report(_)
+                | LedgerCommand::Audit {
+                    command: AuditCommand::List(_)
+                }
+        )
     }
 }
 

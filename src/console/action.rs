@@ -20,7 +20,7 @@ pub enum Action {
     Messages,
     NextView,
     PrevView,
-    GoToView(usize),
+    GoToView(View),
     Up,
     Down,
     PageUp,
@@ -305,7 +305,7 @@ pub const TABLE: &[ActionInfo] = &[
         ..SHOWS
     },
     ActionInfo {
-        action: Action::GoToView(0),
+        action: Action::GoToView(View::Pane(Pane::Overdue)),
         keys: "1-7",
         bindings: &[],
         label: "views",
@@ -800,7 +800,7 @@ impl ActionInfo {
 impl Action {
     pub fn info(self) -> &'static ActionInfo {
         let lookup = match self {
-            Action::GoToView(_) => Action::GoToView(0),
+            Action::GoToView(_) => Action::GoToView(View::Pane(Pane::Overdue)),
             other => other,
         };
         TABLE
@@ -836,7 +836,10 @@ impl Action {
         if let KeyCode::Char(digit @ '1'..='7') = key.code
             && !ctrl
         {
-            return Some(Action::GoToView(digit as usize - '1' as usize));
+            return super::view::VIEWS
+                .get(digit as usize - '1' as usize)
+                .copied()
+                .map(Action::GoToView);
         }
         TABLE
             .iter()

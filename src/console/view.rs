@@ -2,7 +2,7 @@
 
 use crate::ledger::panes::Pane;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum View {
     Pane(Pane),
     Escalations,

@@ -551,7 +551,7 @@ impl App {
             Action::PrevView => {
                 self.go_to_view(VIEWS[(view.index() + VIEW_COUNT - 1) % VIEW_COUNT])
             }
-            Action::GoToView(index) => self.go_to_view(VIEWS[index.min(VIEW_COUNT - 1)]),
+            Action::GoToView(view) => self.go_to_view(view),
             Action::Up
             | Action::Down
             | Action::PageUp
