@@ -858,6 +858,59 @@ async fn a_live_console_keeps_its_finance_review_between_readings_and_says_when_
     poller.abort();
 }
 
+/// An action the console settled may move money (a compensation): the
+/// review is read again at the next poll, not up to half a minute later.
+#[tokio::test]
+async fn a_settled_action_reads_the_finance_review_again_at_once() {
+    let db = common::test_db().await;
+    let (settings_sender, mut messages, poller) =
+        start_poller(&db.url, settings(Duration::from_millis(100)));
+    let reviewed = next_snapshot(&mut messages)
+        .await
+        .finance
+        .expect("the first poll reads finance");
+    let intent = common::intent("refund:SETTLED:v1", "invoice:SETTLED");
+    effectwatch::ledger::writer::begin_effect(&db.pool, &intent)
+        .await
+        .unwrap();
+    effectwatch::ledger::writer::mark_dispatched(&db.pool, &intent.op_key, None, "agent-1")
+        .await
+        .unwrap();
+    effectwatch::ledger::writer::complete_effect(
+        &db.pool,
+        &intent.op_key,
+        effectwatch::ledger::writer::Outcome::Unknown,
+        &effectwatch::ledger::writer::Completion::default(),
+    )
+    .await
+    .unwrap();
+    // The console settled something: its settings say so.
+    settings_sender
+        .send(PollSettings {
+            settled_actions: 1,
+            ..settings(Duration::from_millis(100))
+        })
+        .unwrap();
+    let fresh = loop {
+        let snapshot = next_snapshot(&mut messages).await;
+        let finance = snapshot.finance.expect("a review is carried");
+        if finance.read_at > reviewed.read_at {
+            break finance;
+        }
+    };
+    assert_eq!(fresh.exposure.len(), 1, "{:?}", fresh.exposure);
+    poller.abort();
+
+    // The console counts what it settled, and only what succeeded.
+    let mut app = App::new("ops".to_string(), false, Duration::from_secs(2));
+    app.update(Message::Settled(Err("refused".into())));
+    app.update(Message::Settled(Ok("released".into())));
+    assert_eq!(
+        effectwatch::console::run::poll_settings(&app).settled_actions,
+        1
+    );
+}
+
 #[tokio::test]
 async fn a_failed_finance_review_is_not_tried_again_at_every_poll() {
     let db = common::test_db().await;

@@ -619,6 +619,15 @@ fn finance_view() {
     insta::assert_snapshot!("finance", screen);
     assert!(screen.contains("Exposure per currency"));
     assert!(screen.contains("Suspected double effects"));
+    assert!(screen.contains("reviewed 14:04:48 UTC"), "{screen}");
+
+    // Under time travel the review is of the instant, whenever it was read.
+    app.at =
+        Some(chrono::TimeZone::with_ymd_and_hms(&chrono::Utc, 2026, 11, 30, 13, 0, 0).unwrap());
+    let past = self::screen(&app);
+    let title = line_with(&past, "Exposure per currency");
+    assert!(title.contains("as of 2026-11-30 13:00:00 UTC"), "{title}");
+    assert!(!title.contains("reviewed"), "{title}");
 }
 
 /// A value cut to fit is marked with '…': two keys that differ only at

@@ -309,7 +309,8 @@ async fn finish(actions: Vec<JoinHandle<()>>, messages: &mut mpsc::Receiver<Mess
     .await;
 }
 
-fn poll_settings(app: &App) -> PollSettings {
+/// What the poller reads, as the console's state asks for it.
+pub fn poll_settings(app: &App) -> PollSettings {
     PollSettings {
         filter: app.filter.clone(),
         interval: app.poll_interval,
