@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use effectwatch::ledger::panes::{self, Filter, Pane};
-use effectwatch::ledger::timetravel;
 use effectwatch::ledger::writer::{
     Completion, Intent, Outcome, begin_effect, complete_effect, mark_dispatched,
 };
@@ -82,15 +81,15 @@ async fn read(
     for pane in Pane::ALL {
         let none = Filter::default();
         let rows = match at {
-            None => panes::fetch(&mut *conn, pane, &none, 500, 0).await,
-            Some(at) => timetravel::fetch_at(&mut *conn, pane, at, &none, 500, 0).await,
+            None => panes::fetch(&mut *conn, pane, None, &none, 500, 0).await,
+            Some(at) => panes::fetch(&mut *conn, pane, Some(at), &none, 500, 0).await,
         };
         let rows = serde_json::to_value(rows.unwrap()).unwrap();
         pane_rows.push((pane.name().to_string(), rows));
     }
     let counts = match at {
-        None => panes::counts(&mut *conn).await,
-        Some(at) => timetravel::counts_at(&mut *conn, at).await,
+        None => panes::counts(&mut *conn, None).await,
+        Some(at) => panes::counts(&mut *conn, Some(at)).await,
     };
     let counts = serde_json::to_value(counts.unwrap()).unwrap();
     let audit = serde_json::to_value(audit::recent(&mut *conn, at, 300).await.unwrap()).unwrap();

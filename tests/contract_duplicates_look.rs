@@ -58,8 +58,10 @@ async fn succeed(pool: &LedgerPool, op_key: &str) {
 
 async fn listed(pool: &LedgerPool, pane: Pane, filter: &str) -> BTreeSet<String> {
     let filter = Filter::parse(filter).unwrap();
-    let rows = panes::fetch(pool, pane, &filter, 100, 0).await.unwrap();
-    let counted = panes::count(pool, pane, &filter).await.unwrap();
+    let rows = panes::fetch(pool, pane, None, &filter, 100, 0)
+        .await
+        .unwrap();
+    let counted = panes::count(pool, pane, None, &filter).await.unwrap();
     assert_eq!(
         counted as usize,
         rows.len(),
@@ -174,7 +176,7 @@ async fn plain_replays_are_counted_and_what_needs_a_person_is_listed() {
         "the two ask for different things"
     );
     let PaneRows::Duplicates(rows) =
-        panes::fetch(pool, Pane::Duplicates, &Filter::default(), 10, 0)
+        panes::fetch(pool, Pane::Duplicates, None, &Filter::default(), 10, 0)
             .await
             .unwrap()
     else {

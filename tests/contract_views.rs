@@ -77,7 +77,7 @@ fn set(keys: &[&str]) -> BTreeSet<String> {
 
 async fn fetched(pool: &LedgerPool, pane: Pane, filter: &str) -> BTreeSet<String> {
     let filter = Filter::parse(filter).unwrap();
-    panes::fetch(pool, pane, &filter, 100, 0)
+    panes::fetch(pool, pane, None, &filter, 100, 0)
         .await
         .unwrap()
         .op_keys()
@@ -249,9 +249,10 @@ async fn each_pane_lists_exactly_its_items() {
     );
 
     // What the panes say about their items.
-    let PaneRows::Overdue(overdue) = panes::fetch(pool, Pane::Overdue, &Filter::default(), 10, 0)
-        .await
-        .unwrap()
+    let PaneRows::Overdue(overdue) =
+        panes::fetch(pool, Pane::Overdue, None, &Filter::default(), 10, 0)
+            .await
+            .unwrap()
     else {
         panic!("overdue rows")
     };
@@ -262,7 +263,7 @@ async fn each_pane_lists_exactly_its_items() {
     assert_eq!(dispatched, [("v:overdue-a", false), ("v:overdue-b", true)]);
     assert!(overdue.iter().all(|r| r.overdue_ms > 0));
 
-    let PaneRows::Held(held) = panes::fetch(pool, Pane::Held, &Filter::default(), 10, 0)
+    let PaneRows::Held(held) = panes::fetch(pool, Pane::Held, None, &Filter::default(), 10, 0)
         .await
         .unwrap()
     else {
@@ -289,6 +290,7 @@ async fn each_pane_lists_exactly_its_items() {
     let PaneRows::Duplicates(duplicates) = panes::fetch(
         pool,
         Pane::Duplicates,
+        None,
         &Filter::parse("with-replays").unwrap(),
         10,
         0,
@@ -310,7 +312,7 @@ async fn each_pane_lists_exactly_its_items() {
     let again = duplicates.iter().find(|r| r.op_key == "v:again").unwrap();
     assert_eq!((again.replays, again.in_flight), (0, 1));
 
-    let counts = panes::counts(pool).await.unwrap();
+    let counts = panes::counts(pool, None).await.unwrap();
     let items: Vec<(&str, i64)> = counts.iter().map(|c| (c.pane.as_str(), c.items)).collect();
     assert_eq!(
         items,
@@ -693,7 +695,7 @@ async fn acknowledged_repeats_leave_the_duplicates_pane_and_stay_on_record() {
     // A repeat after the acknowledgement shows again, counted from there.
     begin(pool, &changed, Decision::Rejected).await;
     let PaneRows::Duplicates(rows) =
-        panes::fetch(pool, Pane::Duplicates, &Filter::default(), 10, 0)
+        panes::fetch(pool, Pane::Duplicates, None, &Filter::default(), 10, 0)
             .await
             .unwrap()
     else {

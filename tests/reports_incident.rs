@@ -17,7 +17,6 @@ use effectwatch::ledger::actions::{self, Finding, SeenVersion};
 use effectwatch::ledger::finance::{self, Exposure};
 use effectwatch::ledger::history::find_effect;
 use effectwatch::ledger::panes::{self, Filter, Pane, PaneRows};
-use effectwatch::ledger::timetravel;
 use effectwatch::ledger::writer::{
     Completion, Intent, Outcome, begin_effect, complete_effect, mark_dispatched,
 };
@@ -326,7 +325,7 @@ async fn time_travel_shows_each_instant_as_it_was() {
     let none = Filter::default();
     for pane in Pane::ALL {
         assert!(
-            timetravel::fetch_at(pool, pane, t0, &none, 100, 0)
+            panes::fetch(pool, pane, Some(t0), &none, 100, 0)
                 .await
                 .unwrap()
                 .is_empty()
@@ -335,7 +334,7 @@ async fn time_travel_shows_each_instant_as_it_was() {
     // The four panes, and the keys only replayed that the duplicates pane
     // counts without listing; the other views' counts are held to the
     // live ones in contract_as_of.
-    let at_t1: Vec<(String, i64)> = timetravel::counts_at(pool, t1)
+    let at_t1: Vec<(String, i64)> = panes::counts(pool, Some(t1))
         .await
         .unwrap()
         .into_iter()
@@ -354,7 +353,7 @@ async fn time_travel_shows_each_instant_as_it_was() {
         .map(|(p, n)| (p.to_string(), n))
     );
 
-    let PaneRows::Overdue(overdue) = timetravel::fetch_at(pool, Pane::Overdue, t1, &none, 100, 0)
+    let PaneRows::Overdue(overdue) = panes::fetch(pool, Pane::Overdue, Some(t1), &none, 100, 0)
         .await
         .unwrap()
     else {
@@ -385,7 +384,7 @@ async fn time_travel_shows_each_instant_as_it_was() {
     assert_eq!(e.version, version_then);
     assert!(e.version < effect(pool, "refund:INV-4:v1").await.version);
 
-    let PaneRows::Unknown(unknown) = timetravel::fetch_at(pool, Pane::Unknown, t1, &none, 100, 0)
+    let PaneRows::Unknown(unknown) = panes::fetch(pool, Pane::Unknown, Some(t1), &none, 100, 0)
         .await
         .unwrap()
     else {
@@ -412,7 +411,7 @@ async fn time_travel_shows_each_instant_as_it_was() {
         ]
     );
 
-    let PaneRows::Held(held) = timetravel::fetch_at(pool, Pane::Held, t1, &none, 100, 0)
+    let PaneRows::Held(held) = panes::fetch(pool, Pane::Held, Some(t1), &none, 100, 0)
         .await
         .unwrap()
     else {
@@ -432,14 +431,14 @@ async fn time_travel_shows_each_instant_as_it_was() {
 
     // A plain replay is counted, not listed, unless asked for.
     assert!(
-        timetravel::fetch_at(pool, Pane::Duplicates, t1, &none, 100, 0)
+        panes::fetch(pool, Pane::Duplicates, Some(t1), &none, 100, 0)
             .await
             .unwrap()
             .is_empty()
     );
     let with_replays = Filter::parse("with-replays").unwrap();
     let PaneRows::Duplicates(duplicates) =
-        timetravel::fetch_at(pool, Pane::Duplicates, t1, &with_replays, 100, 0)
+        panes::fetch(pool, Pane::Duplicates, Some(t1), &with_replays, 100, 0)
             .await
             .unwrap()
     else {
@@ -462,14 +461,14 @@ async fn time_travel_shows_each_instant_as_it_was() {
     let only_inv7 = Filter::parse("target:INV-7").unwrap();
     assert_eq!(
         keys(
-            &timetravel::fetch_at(pool, Pane::Unknown, t1, &only_inv7, 100, 0)
+            &panes::fetch(pool, Pane::Unknown, Some(t1), &only_inv7, 100, 0)
                 .await
                 .unwrap()
         ),
         ["refund:INV-7:v1"]
     );
     assert_eq!(
-        timetravel::count_at(pool, Pane::Unknown, t1, &only_inv7)
+        panes::count(pool, Pane::Unknown, Some(t1), &only_inv7)
             .await
             .unwrap(),
         1
@@ -477,7 +476,7 @@ async fn time_travel_shows_each_instant_as_it_was() {
 
     // At t2: D resolved, F2 cancelled, E still overdue (found absent only later).
     // The four panes; the other views' counts are held to the live ones in contract_as_of.
-    let at_t2: Vec<(String, i64)> = timetravel::counts_at(pool, t2)
+    let at_t2: Vec<(String, i64)> = panes::counts(pool, Some(t2))
         .await
         .unwrap()
         .into_iter()
@@ -499,10 +498,10 @@ async fn time_travel_shows_each_instant_as_it_was() {
     // Now, the past and the present agree.
     let now = checkpoint(pool).await;
     for pane in Pane::ALL {
-        let past = timetravel::fetch_at(pool, pane, now, &none, 100, 0)
+        let past = panes::fetch(pool, pane, Some(now), &none, 100, 0)
             .await
             .unwrap();
-        let live = panes::fetch(pool, pane, &none, 100, 0).await.unwrap();
+        let live = panes::fetch(pool, pane, None, &none, 100, 0).await.unwrap();
         assert_eq!(keys(&past), keys(&live), "{pane} at now vs live");
     }
 }

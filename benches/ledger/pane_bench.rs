@@ -49,7 +49,7 @@ pub(crate) async fn measure(
         let mut fetch_rows = 0;
         for run in 0..config.warmups + config.runs {
             let t0 = Instant::now();
-            let rows = panes::fetch(pool, pane, &Filter::default(), config.limit, 0).await?;
+            let rows = panes::fetch(pool, pane, None, &Filter::default(), config.limit, 0).await?;
             let took = ms(t0.elapsed());
             if run >= config.warmups {
                 fetch_times.push(took);
@@ -88,7 +88,7 @@ pub(crate) async fn measure(
     let mut counts_times = Vec::new();
     for run in 0..config.warmups + config.runs {
         let t0 = Instant::now();
-        panes::counts(pool).await?;
+        panes::counts(pool, None).await?;
         if run >= config.warmups {
             counts_times.push(ms(t0.elapsed()));
         }
@@ -276,7 +276,7 @@ pub(crate) async fn explain(db: &BenchDb, limit: i64) -> Result<Plans> {
         let mut fetch_plan = String::from("(auto_explain unavailable)");
         if auto_explain.is_ok() {
             take_notices();
-            panes::fetch(&mut conn, pane, &Filter::default(), limit, 0).await?;
+            panes::fetch(&mut conn, pane, None, &Filter::default(), limit, 0).await?;
             // The plan is logged when the portal closes; one more round trip makes sure it is in.
             sqlx::query("select 1").execute(&mut conn).await?;
             fetch_plan = take_notices()

@@ -5,7 +5,6 @@ use super::Format;
 use super::exit::{Failure, USAGE};
 use crate::format::{duration_ms, optional_money};
 use crate::ledger::panes::{self, Filter, Pane, PaneRows, Scope};
-use crate::ledger::timetravel;
 use crate::text::{safe_json, sanitize_line, truncate};
 
 const CELL_WIDTH: usize = 48;
@@ -20,10 +19,7 @@ pub async fn run(
 ) -> Result<(), Failure> {
     let filter =
         Filter::parse(filter.unwrap_or_default()).map_err(|error| Failure::new(USAGE, error))?;
-    let rows = match at {
-        Some(at) => timetravel::fetch_at(pool, pane, at, &filter, limit, 0).await?,
-        None => panes::fetch(pool, pane, &filter, limit, 0).await?,
-    };
+    let rows = panes::fetch(pool, pane, at, &filter, limit, 0).await?;
     match format {
         Format::Json => println!("{}", safe_json(&rows)),
         Format::Table => {
@@ -37,10 +33,7 @@ pub async fn run(
             }
             if pane == Pane::Duplicates && !replays_listed(&filter) {
                 let replays = filter.toggled(Scope::ReplaysOnly);
-                let count = match at {
-                    Some(at) => timetravel::count_at(pool, pane, at, &replays).await?,
-                    None => panes::count(pool, pane, &replays).await?,
-                };
+                let count = panes::count(pool, pane, at, &replays).await?;
                 if count > 0 {
                     eprintln!(
                         "{} not listed: the ledger answered their repeats itself (--filter with-replays lists them)",

@@ -521,7 +521,7 @@ impl Bulk<'_> {
         let filter = Filter::parse(self.filter.unwrap_or_default())
             .map_err(|error| Failure::new(USAGE, error))?;
         let limit = self.limit.max(1);
-        let rows = panes::fetch(pool, pane, &filter, limit, 0).await?;
+        let rows = panes::fetch(pool, pane, None, &filter, limit, 0).await?;
         let items = versions(&rows);
         if items.is_empty() {
             println!("{}: nothing to {verb}", pane.title());

@@ -127,7 +127,7 @@ async fn refuse_what_waiting_cannot_fix(connect: &ConnectSettings) -> Result<(),
     probe.max_connections = 1;
     let looked = async {
         let pool = ledger::connect(&probe).await?;
-        let counted = crate::ledger::panes::counts(&pool).await.map(|_| ());
+        let counted = crate::ledger::panes::counts(&pool, None).await.map(|_| ());
         pool.close().await;
         counted
     };

@@ -16,7 +16,6 @@ use crate::ledger::finance::{self, FinanceReview};
 use crate::ledger::panes::{self, Filter, Pane, PaneRows, Scope};
 use crate::ledger::{
     self, ConnectSettings, LedgerError, NOTIFY_CHANNEL, audit, channel, escalations, snapshot,
-    timetravel,
 };
 
 #[derive(Debug, Clone, PartialEq)]
@@ -373,10 +372,9 @@ async fn poll_with(
     let mut tx = crate::ledger::snapshot::begin(pool).await?;
     let mut rows = Vec::with_capacity(4);
     let mut counts = Vec::with_capacity(4);
-    let all_counts = match (settings.filter.is_empty(), settings.at) {
-        (false, _) => Vec::new(),
-        (true, None) => panes::counts(&mut tx).await?,
-        (true, Some(at)) => timetravel::counts_at(&mut tx, at).await?,
+    let all_counts = match settings.filter.is_empty() {
+        false => Vec::new(),
+        true => panes::counts(&mut tx, settings.at).await?,
     };
     for (index, pane) in Pane::ALL.into_iter().enumerate() {
         let (filter, offset, limit) = (
@@ -384,18 +382,11 @@ async fn poll_with(
             settings.offsets[index] as i64,
             WINDOW as i64,
         );
-        let pane_rows = match settings.at {
-            None => panes::fetch(&mut tx, pane, filter, limit, offset).await?,
-            Some(at) => timetravel::fetch_at(&mut tx, pane, at, filter, limit, offset).await?,
-        };
+        let pane_rows = panes::fetch(&mut tx, pane, settings.at, filter, limit, offset).await?;
         rows.push((pane, pane_rows));
-        let count = match (
-            all_counts.iter().find(|c| c.pane == pane.name()),
-            settings.at,
-        ) {
-            (Some(count), _) => count.items,
-            (None, None) => panes::count(&mut tx, pane, filter).await?,
-            (None, Some(at)) => timetravel::count_at(&mut tx, pane, at, filter).await?,
+        let count = match all_counts.iter().find(|c| c.pane == pane.name()) {
+            Some(count) => count.items,
+            None => panes::count(&mut tx, pane, settings.at, filter).await?,
         };
         counts.push((pane, count));
     }
@@ -405,18 +396,15 @@ async fn poll_with(
         .scopes
         .iter()
         .any(|scope| matches!(scope, Scope::WithReplays | Scope::ReplaysOnly));
-    let replays_only = match (replays_shown, settings.filter.is_empty(), settings.at) {
-        (true, _, _) => None,
-        (false, true, _) => all_counts
+    let replays_only = match (replays_shown, settings.filter.is_empty()) {
+        (true, _) => None,
+        (false, true) => all_counts
             .iter()
             .find(|count| count.pane == "replays")
             .map(|count| count.items),
-        (false, false, at) => {
+        (false, false) => {
             let replays = settings.filter.toggled(Scope::ReplaysOnly);
-            Some(match at {
-                None => panes::count(&mut tx, Pane::Duplicates, &replays).await?,
-                Some(at) => timetravel::count_at(&mut tx, Pane::Duplicates, at, &replays).await?,
-            })
+            Some(panes::count(&mut tx, Pane::Duplicates, settings.at, &replays).await?)
         }
     };
     let escalations = escalations::open(&mut tx, settings.at, ESCALATION_ROWS).await?;

@@ -172,7 +172,7 @@ pub struct HeadlessSummary {
 /// The four panes' counts (the agents fill those; escalations and approvals
 /// wait for an operator).
 pub async fn pane_counts(pool: &LedgerPool) -> Result<Vec<PaneCount>, LedgerError> {
-    let mut counts = panes::counts(pool).await?;
+    let mut counts = panes::counts(pool, None).await?;
     counts.retain(|count| {
         panes::Pane::ALL
             .iter()

@@ -20,7 +20,6 @@ pub mod policies;
 pub mod reconciler;
 pub mod retention;
 pub mod snapshot;
-pub mod timetravel;
 pub mod writer;
 
 pub use crate::connection::{

@@ -395,32 +395,22 @@ impl PaneRows {
 
 /// Reads a window of up to `limit` rows of a pane, most urgent first,
 /// starting `offset` rows in: the console pages through a pane this way so
-/// memory and poll cost stay bounded however many items are open.
+/// memory and poll cost stay bounded however many items are open. At an
+/// instant (`effectwatch --at`), the pane as it stood then: the same rules
+/// over the ledger as it was (`ledger.*_at`, sql/0007_panes.sql), ages
+/// measured then, and each row's version the one it had then, so an action
+/// taken from the past passes only if nothing changed since.
 pub async fn fetch<'c>(
     executor: impl PgExecutor<'c>,
     pane: Pane,
+    at: Option<DateTime<Utc>>,
     filter: &Filter,
     limit: i64,
     offset: i64,
 ) -> Result<PaneRows, LedgerError> {
-    let (select, _, _) = pane_sql(pane);
-    let query =
-        QueryBuilder::<Postgres>::new(format!("{select} from {} v where true", pane.view()));
-    fetch_window(executor, pane, query, filter, limit, offset).await
-}
-
-/// Finishes a pane query whose `from` is written (live view or its
-/// time-travel function): the filter, the pane's order, the window, and
-/// the rows in the pane's own shape.
-pub(crate) async fn fetch_window<'c>(
-    executor: impl PgExecutor<'c>,
-    pane: Pane,
-    mut query: QueryBuilder<Postgres>,
-    filter: &Filter,
-    limit: i64,
-    offset: i64,
-) -> Result<PaneRows, LedgerError> {
-    let (_, _, order) = pane_sql(pane);
+    let (select, _, order) = pane_sql(pane);
+    let mut query = QueryBuilder::<Postgres>::new(select);
+    push_source(&mut query, pane, at);
     filter.push_sql(&mut query, pane);
     query.push(order);
     query.push(" limit ");
@@ -436,12 +426,27 @@ pub(crate) async fn fetch_window<'c>(
     Ok(rows)
 }
 
-pub(crate) type FilterColumns = &'static [(&'static str, Option<&'static str>)];
+/// ` from <the pane's view> v where true`, live or as it stood at `at`.
+/// Live reads the view itself, whose plan the partial indexes serve.
+fn push_source(query: &mut QueryBuilder<Postgres>, pane: Pane, at: Option<DateTime<Utc>>) {
+    match at {
+        None => {
+            query.push(format!(" from {} v where true", pane.view()));
+        }
+        Some(at) => {
+            query.push(format!(" from {}_at(", pane.view()));
+            query.push_bind(at);
+            query.push(") v where true");
+        }
+    }
+}
+
+type FilterColumns = &'static [(&'static str, Option<&'static str>)];
 
 /// A pane's select list (over its view aliased `v`), the columns each
-/// filter field searches, and its order: shared with time travel, whose
-/// functions return the same columns as the live views.
-pub(crate) fn pane_sql(pane: Pane) -> (&'static str, FilterColumns, &'static str) {
+/// filter field searches, and its order; the functions of an instant
+/// return the same columns as the live views.
+fn pane_sql(pane: Pane) -> (&'static str, FilterColumns, &'static str) {
     match pane {
         Pane::Overdue => (
             "select v.op_key, v.effect_id, v.action, v.target, v.amount_minor, v.currency, v.provider,
@@ -522,22 +527,35 @@ pub struct PaneCount {
     pub oldest_ms: Option<i64>,
 }
 
-pub async fn counts<'c>(executor: impl PgExecutor<'c>) -> Result<Vec<PaneCount>, LedgerError> {
-    Ok(sqlx::query_as::<_, PaneCount>(
-        "select pane, items, (extract(epoch from oldest) * 1000)::bigint as oldest_ms from ledger.pane_counts",
-    )
-    .fetch_all(executor)
-    .await?)
+/// Items per view, now or as they were at `at`.
+pub async fn counts<'c>(
+    executor: impl PgExecutor<'c>,
+    at: Option<DateTime<Utc>>,
+) -> Result<Vec<PaneCount>, LedgerError> {
+    let query = match at {
+        None => sqlx::query_as::<_, PaneCount>(
+            "select pane, items, (extract(epoch from oldest) * 1000)::bigint as oldest_ms
+               from ledger.pane_counts",
+        ),
+        Some(at) => sqlx::query_as::<_, PaneCount>(
+            "select pane, items, (extract(epoch from oldest) * 1000)::bigint as oldest_ms
+               from ledger.pane_counts_at($1)",
+        )
+        .bind(at),
+    };
+    Ok(query.fetch_all(executor).await?)
 }
 
-/// How many items of a pane match a filter (all of them when it is empty).
+/// How many items of a pane match a filter (all of them when it is
+/// empty), now or at `at`.
 pub async fn count<'c>(
     executor: impl PgExecutor<'c>,
     pane: Pane,
+    at: Option<DateTime<Utc>>,
     filter: &Filter,
 ) -> Result<i64, LedgerError> {
-    let mut query =
-        QueryBuilder::<Postgres>::new(format!("select count(*) from {} v where true", pane.view()));
+    let mut query = QueryBuilder::<Postgres>::new("select count(*)");
+    push_source(&mut query, pane, at);
     filter.push_sql(&mut query, pane);
     Ok(query.build_query_scalar().fetch_one(executor).await?)
 }

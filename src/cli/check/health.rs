@@ -119,7 +119,7 @@ pub async fn measure(
 ) -> Result<Health, LedgerError> {
     let mut tx = crate::ledger::snapshot::begin(pool).await?;
     // The audit trail is a record, not something waiting for anyone.
-    let counts: Vec<PaneCount> = panes::counts(&mut tx)
+    let counts: Vec<PaneCount> = panes::counts(&mut tx, None)
         .await?
         .into_iter()
         .filter(|count| count.pane != "audit")

@@ -11,8 +11,7 @@ use serde_json::Value;
 use crate::ledger::LedgerError;
 use crate::ledger::history::{self, TimelineEntry};
 use crate::ledger::panes::escape_like;
-use crate::ledger::panes::{Filter, Pane, PaneCount, PaneRows};
-use crate::ledger::timetravel;
+use crate::ledger::panes::{self, Filter, Pane, PaneCount, PaneRows};
 
 /// What to report on. Target and action match as the console's filter
 /// does: case-insensitive substrings.
@@ -277,11 +276,11 @@ pub async fn build(
     let filter = scope.filter();
     let mut open_at_end = Vec::new();
     for pane in Pane::ALL {
-        let count = timetravel::count_at(pool, pane, scope.until, &filter).await?;
-        let rows = timetravel::fetch_at(pool, pane, scope.until, &filter, OPEN_LIMIT, 0).await?;
+        let count = panes::count(pool, pane, Some(scope.until), &filter).await?;
+        let rows = panes::fetch(pool, pane, Some(scope.until), &filter, OPEN_LIMIT, 0).await?;
         open_at_end.push(OpenAtEnd { pane, count, rows });
     }
-    let counts_at_end = timetravel::counts_at(pool, scope.until).await?;
+    let counts_at_end = panes::counts(pool, Some(scope.until)).await?;
 
     let mut worst = Vec::new();
     for entry in worst_entries(&entries, WORST_ITEMS) {
