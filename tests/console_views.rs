@@ -1206,3 +1206,38 @@ fn wrapped_values_in_the_detail_and_the_about_box_hang_under_their_value() {
         );
     }
 }
+
+/// One spec per pane: `effectwatch list` prints the console's columns, in
+/// the console's order, with the version to pass to --expect-version after
+/// the key, and every row's cells as the console shows them.
+#[test]
+fn the_command_line_lists_a_pane_with_the_consoles_columns() {
+    for rows in [
+        PaneRows::Overdue(fixtures::overdue_rows(3)),
+        PaneRows::Unknown(fixtures::unknown_rows()),
+        PaneRows::Duplicates(fixtures::duplicate_rows()),
+        PaneRows::Held(fixtures::held_rows()),
+    ] {
+        let model = effectwatch::console::model::pane_model(&rows);
+        let table = effectwatch::cli::list::render_table(&rows).to_string();
+        let cells = |line: &str| -> Vec<String> {
+            line.trim_matches('│')
+                .split('┆')
+                .map(|cell| cell.trim().to_string())
+                .collect()
+        };
+        let lines: Vec<&str> = table.lines().collect();
+        let mut expected: Vec<String> = model.columns.iter().map(|c| c.title.to_string()).collect();
+        let key = expected
+            .iter()
+            .position(|title| title == "key" || title == "held key")
+            .unwrap();
+        expected.insert(key + 1, "version".to_string());
+        assert_eq!(cells(lines[1]), expected, "{table}");
+        for (row, line) in model.rows.iter().zip(lines.iter().skip(3)) {
+            let mut wanted: Vec<String> = row.cells.iter().map(|c| c.text.clone()).collect();
+            wanted.insert(key + 1, row.version.unwrap().to_string());
+            assert_eq!(cells(line), wanted, "{table}");
+        }
+    }
+}

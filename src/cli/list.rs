@@ -3,9 +3,9 @@ use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 
 use super::Format;
 use super::exit::{Failure, USAGE};
-use crate::format::{duration_ms, optional_money};
+use crate::console::model::pane_model;
 use crate::ledger::panes::{self, Filter, Pane, PaneRows, Scope};
-use crate::text::{safe_json, sanitize_line, truncate};
+use crate::text::{safe_json, truncate};
 
 const CELL_WIDTH: usize = 48;
 
@@ -57,142 +57,30 @@ fn replays_listed(filter: &Filter) -> bool {
         .any(|scope| matches!(scope, Scope::WithReplays | Scope::ReplaysOnly))
 }
 
-fn cell(text: &str) -> String {
-    truncate(&sanitize_line(text), CELL_WIDTH)
-}
-
-fn opt(text: Option<&str>) -> String {
-    text.map(cell).unwrap_or_else(|| "—".to_string())
-}
-
+/// A pane's table for the terminal, from the pane's one spec (the
+/// console's columns, `console::model::pane_model`), with the version an
+/// operator passes to `--expect-version` after the key. Cells are already
+/// safe to print; long ones are cut here, where no column gives way.
 pub fn render_table(rows: &PaneRows) -> Table {
+    let model = pane_model(rows);
+    let key = model
+        .columns
+        .iter()
+        .position(|column| matches!(column.title, "key" | "held key"))
+        .unwrap_or(0);
+    let mut header: Vec<&str> = model.columns.iter().map(|column| column.title).collect();
+    header.insert(key + 1, "version");
     let mut table = Table::new();
-    table.load_preset(UTF8_FULL_CONDENSED);
-    match rows {
-        PaneRows::Overdue(rows) => {
-            table.set_header([
-                "key",
-                "version",
-                "action",
-                "target",
-                "amount",
-                "age",
-                "past window",
-                "dispatched",
-                "requester",
-            ]);
-            for row in rows {
-                table.add_row([
-                    cell(&row.op_key),
-                    row.version.to_string(),
-                    cell(&row.action),
-                    cell(&row.target),
-                    optional_money(row.amount_minor, row.currency.as_deref()),
-                    duration_ms(row.age_ms),
-                    duration_ms(row.overdue_ms),
-                    if row.dispatched {
-                        "yes (no answer)".into()
-                    } else {
-                        "no (prepared)".into()
-                    },
-                    cell(&row.requested_by),
-                ]);
-            }
-        }
-        PaneRows::Unknown(rows) => {
-            table.set_header([
-                "key",
-                "version",
-                "action",
-                "target",
-                "amount",
-                "unknown for",
-                "attempts",
-                "last error",
-                "reconciliations",
-            ]);
-            for row in rows {
-                let findings = if row.findings.is_empty() {
-                    "none".to_string()
-                } else {
-                    row.findings.join(", ")
-                };
-                table.add_row([
-                    cell(&row.op_key),
-                    row.version.to_string(),
-                    cell(&row.action),
-                    cell(&row.target),
-                    optional_money(row.amount_minor, row.currency.as_deref()),
-                    duration_ms(row.unknown_ms),
-                    row.attempts.to_string(),
-                    opt(row.last_error.as_deref()),
-                    format!("{} ({})", row.reconciliations, cell(&findings)),
-                ]);
-            }
-        }
-        PaneRows::Duplicates(rows) => {
-            table.set_header([
-                "key",
-                "version",
-                "state",
-                "needs",
-                "attempts",
-                "replays",
-                "in flight",
-                "mismatches",
-                "first seen",
-                "last seen",
-                "requesters",
-            ]);
-            for row in rows {
-                let mismatches = if row.has_mismatch {
-                    format!("✗ {}", row.mismatches)
-                } else {
-                    "0".into()
-                };
-                table.add_row([
-                    cell(&row.op_key),
-                    row.version.to_string(),
-                    row.state.clone(),
-                    if row.needs_look {
-                        cell(&row.look_reasons.join(", "))
-                    } else {
-                        "replays only".to_string()
-                    },
-                    row.attempts.to_string(),
-                    row.replays.to_string(),
-                    row.in_flight.to_string(),
-                    mismatches,
-                    row.first_seen.format("%Y-%m-%d %H:%M:%S").to_string(),
-                    row.last_seen.format("%Y-%m-%d %H:%M:%S").to_string(),
-                    cell(&row.requesters.join(", ")),
-                ]);
-            }
-        }
-        PaneRows::Held(rows) => {
-            table.set_header([
-                "target",
-                "held key",
-                "version",
-                "amount",
-                "held for",
-                "held by",
-                "holder state",
-                "holder age",
-            ]);
-            for row in rows {
-                table.add_row([
-                    cell(&row.target),
-                    cell(&row.op_key),
-                    row.version.to_string(),
-                    optional_money(row.amount_minor, row.currency.as_deref()),
-                    duration_ms(row.held_ms),
-                    cell(&row.holder_op_key),
-                    row.holder_state.clone(),
-                    duration_ms(row.holder_age_ms),
-                ]);
-            }
-        }
+    table.load_preset(UTF8_FULL_CONDENSED).set_header(header);
+    for row in &model.rows {
+        let mut cells: Vec<String> = row
+            .cells
+            .iter()
+            .map(|cell| truncate(&cell.text, CELL_WIDTH))
+            .collect();
+        let version = row.version.map(|v| v.to_string()).unwrap_or_default();
+        cells.insert(key + 1, version);
+        table.add_row(cells);
     }
     table
 }
