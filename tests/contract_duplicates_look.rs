@@ -17,20 +17,6 @@ use effectwatch::ledger::writer::{
 use effectwatch::ledger::{Decision, LedgerPool};
 use serde_json::json;
 
-fn intent(op_key: &str, action: &str, target: &str) -> Intent {
-    Intent {
-        op_key: op_key.to_string(),
-        action: action.to_string(),
-        target: target.to_string(),
-        params: json!({"amount_minor": 700, "currency": "EUR"}),
-        requested_by: "agent-a".to_string(),
-        pending_window_secs: Some(300),
-        amount_minor: Some(700),
-        currency: Some("EUR".into()),
-        ..Intent::default()
-    }
-}
-
 async fn begin(pool: &LedgerPool, intent: &Intent, expected: Decision) {
     let begun = begin_effect(pool, intent).await.unwrap();
     assert_eq!(begun.decision, expected, "{}", intent.op_key);
@@ -110,14 +96,14 @@ async fn plain_replays_are_counted_and_what_needs_a_person_is_listed() {
     let pool = &db.pool;
 
     // Replayed twice: the ledger answered with the stored result.
-    let replayed = intent("refund:R-1", "refund", "invoice:R-1");
+    let replayed = common::intent("refund:R-1", "invoice:R-1");
     begin(pool, &replayed, Decision::Proceed).await;
     succeed(pool, &replayed.op_key).await;
     begin(pool, &replayed, Decision::Replay).await;
     begin(pool, &replayed, Decision::Replay).await;
 
     // Asked again with other parameters.
-    let mismatched = intent("refund:M-1", "refund", "invoice:M-1");
+    let mismatched = common::intent("refund:M-1", "invoice:M-1");
     begin(pool, &mismatched, Decision::Proceed).await;
     succeed(pool, &mismatched.op_key).await;
     let mut changed = mismatched.clone();
@@ -125,7 +111,7 @@ async fn plain_replays_are_counted_and_what_needs_a_person_is_listed() {
     begin(pool, &changed, Decision::Rejected).await;
 
     // Asked again while the first call had no answer yet.
-    let repeated = intent("refund:F-1", "refund", "invoice:F-1");
+    let repeated = common::intent("refund:F-1", "invoice:F-1");
     begin(pool, &repeated, Decision::Proceed).await;
     assert!(
         mark_dispatched(pool, &repeated.op_key, None, "w")
@@ -207,7 +193,7 @@ async fn a_burst_of_replays_needs_a_look_by_the_actions_policy_and_not_before() 
             .is_err()
     );
 
-    let looping = intent("refund:L-1", "refund", "invoice:L-1");
+    let looping = common::intent("refund:L-1", "invoice:L-1");
     begin(pool, &looping, Decision::Proceed).await;
     succeed(pool, &looping.op_key).await;
     begin(pool, &looping, Decision::Replay).await;
@@ -259,10 +245,10 @@ async fn a_burst_of_replays_needs_a_look_by_the_actions_policy_and_not_before() 
 async fn held_items_whose_holder_settled_are_picked_by_a_filter() {
     let db = common::test_db().await;
     let pool = &db.pool;
-    let holder = intent("refund:H-1", "refund", "invoice:H");
-    let waiting = intent("refund:H-2", "refund", "invoice:H");
-    let other_holder = intent("refund:G-1", "refund", "invoice:G");
-    let other_waiting = intent("refund:G-2", "refund", "invoice:G");
+    let holder = common::intent("refund:H-1", "invoice:H");
+    let waiting = common::intent("refund:H-2", "invoice:H");
+    let other_holder = common::intent("refund:G-1", "invoice:G");
+    let other_waiting = common::intent("refund:G-2", "invoice:G");
     begin(pool, &holder, Decision::Proceed).await;
     begin(pool, &waiting, Decision::Held).await;
     begin(pool, &other_holder, Decision::Proceed).await;

@@ -73,6 +73,38 @@ pub struct ReverseDuplicateArgs {
     pub duplicate_ref: String,
 }
 
+/// Every item of a (filtered) pane instead of one key: the same four
+/// arguments for every verb that acts in bulk.
+#[derive(Debug, Args)]
+pub struct PaneArgs {
+    /// Every item of this pane instead of one key (overdue, unknown, duplicates, held), one
+    /// transaction and audit entry each.
+    #[arg(long, value_parser = parse_pane)]
+    pub pane: Option<Pane>,
+    /// With --pane: words that must match, as in `list --filter`.
+    #[arg(long, requires = "pane")]
+    pub filter: Option<String>,
+    /// With --pane: no question asked (required when stdin is not a terminal).
+    #[arg(long, requires = "pane")]
+    pub yes: bool,
+    /// With --pane: at most this many items.
+    #[arg(long, default_value_t = 500, requires = "pane")]
+    pub limit: i64,
+}
+
+impl PaneArgs {
+    /// `verb` for every item of the pane, when one is named.
+    fn bulk(&self, verb: &'static str) -> Option<Bulk<'_>> {
+        Some(Bulk {
+            verb,
+            pane: self.pane?,
+            filter: self.filter.as_deref(),
+            limit: self.limit,
+            yes: self.yes,
+        })
+    }
+}
+
 #[derive(Debug, Args)]
 #[command(group(ArgGroup::new("what").required(true).args(["op_key", "pane", "watch", "once"])))]
 pub struct ReconcileArgs {
@@ -91,18 +123,8 @@ pub struct ReconcileArgs {
     /// With --watch or --once: the name in the audit trail (default reconciler@HOST).
     #[arg(long = "as", value_name = "NAME")]
     pub name: Option<String>,
-    /// Reconcile every item of this pane (overdue, unknown, duplicates, held).
-    #[arg(long, value_parser = parse_pane)]
-    pub pane: Option<Pane>,
-    /// With --pane: words that must match (as in `list --filter`).
-    #[arg(long, requires = "pane")]
-    pub filter: Option<String>,
-    /// With --pane: at most this many items.
-    #[arg(long, default_value_t = 500)]
-    pub limit: i64,
-    /// With --pane: do not ask for confirmation.
-    #[arg(long, requires = "pane")]
-    pub yes: bool,
+    #[command(flatten)]
+    pub each: PaneArgs,
     /// The version you decided on; refused if the effect changed since.
     #[arg(long, value_name = "N", conflicts_with = "pane")]
     pub expect_version: Option<i64>,
@@ -115,18 +137,8 @@ pub struct ReconcileArgs {
 pub struct EscalateArgs {
     /// The effect's operation key.
     pub op_key: Option<String>,
-    /// Every item of this pane instead (overdue, unknown, duplicates, held), one escalation each.
-    #[arg(long, value_parser = parse_pane)]
-    pub pane: Option<Pane>,
-    /// With --pane: words that must match, as in `list --filter`.
-    #[arg(long, requires = "pane")]
-    pub filter: Option<String>,
-    /// With --pane: no question asked (required when stdin is not a terminal).
-    #[arg(long, requires = "pane")]
-    pub yes: bool,
-    /// With --pane: at most this many items.
-    #[arg(long, default_value_t = 500, requires = "pane")]
-    pub limit: i64,
+    #[command(flatten)]
+    pub each: PaneArgs,
     /// The sink (a [sinks.NAME] of the config); default: the only one configured.
     #[arg(long, value_name = "NAME")]
     pub to: Option<String>,
@@ -213,18 +225,8 @@ pub struct OperatorCommand {
 pub struct OperatorArgs {
     /// The effect's operation key.
     pub op_key: Option<String>,
-    /// Every item of this pane instead (overdue, unknown, duplicates, held), one transaction each.
-    #[arg(long, value_parser = parse_pane)]
-    pub pane: Option<Pane>,
-    /// With --pane: words that must match, as in `list --filter`.
-    #[arg(long, requires = "pane")]
-    pub filter: Option<String>,
-    /// With --pane: no question asked (required when stdin is not a terminal).
-    #[arg(long, requires = "pane")]
-    pub yes: bool,
-    /// With --pane: at most this many items.
-    #[arg(long, default_value_t = 500, requires = "pane")]
-    pub limit: i64,
+    #[command(flatten)]
+    pub each: PaneArgs,
     /// Why: required, written in the audit trail.
     #[arg(long, visible_alias = "note")]
     pub reason: String,
@@ -315,8 +317,8 @@ pub async fn run(
             };
             super::reconciler::run(pool, config, service).await
         }
-        SettleCommand::Reconcile(args) => match args.pane {
-            Some(pane) => reconcile_pane(&settler, pool, pane, &args).await,
+        SettleCommand::Reconcile(args) => match args.each.bulk("reconcile") {
+            Some(bulk) => reconcile_pane(&settler, pool, bulk, args.format).await,
             None => {
                 let op_key = args.op_key.unwrap_or_default();
                 let request = Request::Reconcile {
@@ -345,7 +347,7 @@ pub async fn run(
             };
             settle_and_print(&settler, request, format).await
         }
-        SettleCommand::Escalate(args) => match (args.op_key, args.pane) {
+        SettleCommand::Escalate(args) => match (args.op_key, args.each.bulk("escalate")) {
             (Some(op_key), _) => {
                 let request = Request::Escalate {
                     op_key,
@@ -355,14 +357,7 @@ pub async fn run(
                 };
                 settle_and_print(&settler, request, args.format).await
             }
-            (None, Some(pane)) => {
-                let bulk = Bulk {
-                    verb: "escalate",
-                    pane,
-                    filter: args.filter.as_deref(),
-                    limit: args.limit,
-                    yes: args.yes,
-                };
+            (None, Some(bulk)) => {
                 let Some(items) = bulk.items(&settler, pool).await? else {
                     return Ok(());
                 };
@@ -393,11 +388,8 @@ pub async fn run(
             settle_and_print(&settler, request, args.format).await
         }
         SettleCommand::Operator(OperatorCommand { call, args }) => {
-            match (args.pane, args.op_key.clone()) {
-                (Some(pane), _) => {
-                    let filter = args.filter.clone();
-                    operate_on_pane(&settler, pool, call, pane, filter.as_deref(), &args).await
-                }
+            match (args.each.bulk(call.name), args.op_key.clone()) {
+                (Some(bulk), _) => operate_on_pane(&settler, pool, call, bulk, &args).await,
                 (None, Some(op_key)) => {
                     let request = Request::Operator {
                         call,
@@ -574,17 +566,9 @@ async fn operate_on_pane(
     settler: &Settler,
     pool: &LedgerPool,
     call: &'static OperatorCall,
-    pane: Pane,
-    filter: Option<&str>,
+    bulk: Bulk<'_>,
     args: &OperatorArgs,
 ) -> Result<(), Failure> {
-    let bulk = Bulk {
-        verb: call.name,
-        pane,
-        filter,
-        limit: args.limit,
-        yes: args.yes,
-    };
     let Some(items) = bulk.items(settler, pool).await? else {
         return Ok(());
     };
@@ -597,21 +581,14 @@ async fn operate_on_pane(
 async fn reconcile_pane(
     settler: &Settler,
     pool: &LedgerPool,
-    pane: Pane,
-    args: &ReconcileArgs,
+    bulk: Bulk<'_>,
+    format: Format,
 ) -> Result<(), Failure> {
-    let bulk = Bulk {
-        verb: "reconcile",
-        pane,
-        filter: args.filter.as_deref(),
-        limit: args.limit,
-        yes: args.yes,
-    };
     let Some(items) = bulk.items(settler, pool).await? else {
         return Ok(());
     };
     let done = settler.reconcile_many(items).await?;
-    print_bulk(&done, args.format);
+    print_bulk(&done, format);
     let failed = done.iter().filter(|item| item.result.is_err()).count();
     if failed > 0 {
         return Err(Failure::new(
