@@ -817,20 +817,7 @@ async fn a_live_console_keeps_its_finance_review_between_readings_and_says_when_
     // Money moves into an unknown effect: the panes show it at the next
     // poll, the finance review (read every half minute) does not yet.
     let intent = common::intent("refund:LATER:v1", "invoice:LATER");
-    effectwatch::ledger::writer::begin_effect(&db.pool, &intent)
-        .await
-        .unwrap();
-    effectwatch::ledger::writer::mark_dispatched(&db.pool, &intent.op_key, None, "agent-1")
-        .await
-        .unwrap();
-    effectwatch::ledger::writer::complete_effect(
-        &db.pool,
-        &intent.op_key,
-        effectwatch::ledger::writer::Outcome::Unknown,
-        &effectwatch::ledger::writer::Completion::default(),
-    )
-    .await
-    .unwrap();
+    common::settle(&db.pool, &intent, Outcome::Unknown).await;
     let later = loop {
         let snapshot = next_snapshot(&mut messages).await;
         if snapshot
@@ -870,20 +857,7 @@ async fn a_settled_action_reads_the_finance_review_again_at_once() {
         .finance
         .expect("the first poll reads finance");
     let intent = common::intent("refund:SETTLED:v1", "invoice:SETTLED");
-    effectwatch::ledger::writer::begin_effect(&db.pool, &intent)
-        .await
-        .unwrap();
-    effectwatch::ledger::writer::mark_dispatched(&db.pool, &intent.op_key, None, "agent-1")
-        .await
-        .unwrap();
-    effectwatch::ledger::writer::complete_effect(
-        &db.pool,
-        &intent.op_key,
-        effectwatch::ledger::writer::Outcome::Unknown,
-        &effectwatch::ledger::writer::Completion::default(),
-    )
-    .await
-    .unwrap();
+    common::settle(&db.pool, &intent, Outcome::Unknown).await;
     // The console settled something: its settings say so.
     settings_sender
         .send(PollSettings {
