@@ -23,6 +23,8 @@ pub(crate) struct Config {
     /// The size of the ledger the writer at size is compared with.
     pub(crate) writer_reference: u64,
     pub(crate) writer: bool,
+    /// The writer comparison again, driven by pgbench.
+    pub(crate) pgbench: bool,
     pub(crate) panes: bool,
     pub(crate) reconciler: bool,
     pub(crate) retention: bool,
@@ -46,14 +48,15 @@ impl Config {
     pub(crate) fn from_env() -> Result<Config> {
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
         let only = std::env::var("EW_BENCH_ONLY").unwrap_or_default();
-        let (writer, panes, reconciler, retention) = match only.trim() {
-            "" | "both" | "all" => (true, true, true, true),
-            "writer" => (true, false, false, false),
-            "panes" => (false, true, false, false),
-            "reconciler" => (false, false, true, false),
-            "retention" => (false, false, false, true),
+        let (writer, pgbench, panes, reconciler, retention) = match only.trim() {
+            "" | "both" | "all" => (true, true, true, true, true),
+            "writer" => (true, true, false, false, false),
+            "pgbench" => (false, true, false, false, false),
+            "panes" => (false, false, true, false, false),
+            "reconciler" => (false, false, false, true, false),
+            "retention" => (false, false, false, false, true),
             other => bail!(
-                "EW_BENCH_ONLY={other:?}: expected writer, panes, reconciler, retention or all"
+                "EW_BENCH_ONLY={other:?}: expected writer, pgbench, panes, reconciler, retention or all"
             ),
         };
         let config = Config {
@@ -73,6 +76,7 @@ impl Config {
             retain_recent: env_num("EW_BENCH_RETAIN_RECENT", 0)?,
             writer_reference: env_num("EW_BENCH_WRITER_REFERENCE", 20_000)?,
             writer,
+            pgbench,
             panes,
             reconciler,
             retention,

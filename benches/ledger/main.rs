@@ -4,6 +4,8 @@
 //!    new key each) over N concurrent connections, against a bare table of the same shape written
 //!    with `INSERT … ON CONFLICT DO NOTHING` + `UPDATE` (also two round trips). Baseline and
 //!    ledger rounds alternate (ABBA…), each round is reported, with begin latency percentiles.
+//!    The same comparison driven by pgbench (a minimal client: no client work beside the
+//!    calls), in the simple and the prepared protocol (`pgbench_bench`).
 //! 2. **Pane views vs ledger size**: a small ledger and a large one with the same open items,
 //!    built only through the writer API (server-side, `generate_series` batches), then each pane
 //!    is timed as the console reads it (`panes::fetch`, top rows) and with `count(*)`, and its
@@ -32,7 +34,7 @@
 //! `EW_BENCH_BUILD_JOBS` [cores] parallel build connections, `EW_BENCH_RUNS` [15] timed runs per
 //! query, `EW_BENCH_WARMUPS` [3], `EW_BENCH_LIMIT` [500] rows per pane fetch, `EW_BENCH_RECONCILE` [10000] unknown
 //! effects for the reconciler, `EW_BENCH_RETAIN` [200000] settled effects per retention ledger,
-//! `EW_BENCH_ONLY` [all] `writer`, `panes`, `reconciler` or `retention`,
+//! `EW_BENCH_ONLY` [all] `writer` (with pgbench), `pgbench`, `panes`, `reconciler` or `retention`,
 //! `EW_BENCH_KEEP` [unset] set to 1: keep the ledgers built (with `DATABASE_URL`) to inspect them.
 //!
 //! Results go to stdout; progress goes to stderr.
@@ -40,6 +42,7 @@
 mod build;
 mod config;
 mod pane_bench;
+mod pgbench_bench;
 mod reconciler_bench;
 mod retention_bench;
 mod server;
@@ -63,6 +66,7 @@ use std::time::{Duration, Instant};
 pub(crate) use build::*;
 pub(crate) use config::*;
 pub(crate) use pane_bench::*;
+pub(crate) use pgbench_bench::*;
 pub(crate) use reconciler_bench::*;
 pub(crate) use retention_bench::*;
 pub(crate) use server::*;
@@ -104,6 +108,12 @@ async fn run(config: &Config, server: &Server) -> Result<()> {
     if config.writer {
         let db = BenchDb::create(server, "writer").await?;
         let result = writer_bench(config, &db).await;
+        db.drop_db().await;
+        println!("{}", result?);
+    }
+    if config.pgbench {
+        let db = BenchDb::create(server, "pgbench").await?;
+        let result = pgbench_bench(config, &db).await;
         db.drop_db().await;
         println!("{}", result?);
     }
