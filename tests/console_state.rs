@@ -1332,3 +1332,34 @@ fn escalate_all_sends_every_item_of_the_pane_to_a_person() {
         other => panic!("{other:?}"),
     }
 }
+
+/// Reverse-duplicate, once reachable only from the command line, is a row
+/// of the action table: `u` asks for the extra record's reference, a
+/// reason and the key's end (it moves money), and sends the same request
+/// the command line does.
+#[test]
+fn a_duplicate_record_is_reversed_from_the_console() {
+    let mut app = app_with(&["refund:INV-9:v1"]);
+    assert!(char(&mut app, 'u').is_empty());
+    let dialog = app.dialog().expect("a dialog first");
+    assert_eq!(dialog.focus, DialogField::ExternalRef);
+    type_text(&mut app, "re_2");
+    key(&mut app, KeyCode::Tab);
+    type_text(&mut app, "paid twice, the bank shows both");
+    key(&mut app, KeyCode::Tab);
+    assert_eq!(app.dialog().unwrap().focus, DialogField::KeySuffix);
+    type_text(&mut app, "INV-9");
+    let sent: Vec<Request> = settles(&key(&mut app, KeyCode::Enter))
+        .into_iter()
+        .cloned()
+        .collect();
+    assert_eq!(
+        sent,
+        [Request::ReverseDuplicate {
+            op_key: "refund:INV-9:v1".to_string(),
+            seen: Some(1),
+            duplicate_ref: "re_2".to_string(),
+            reason: "paid twice, the bank shows both".to_string(),
+        }]
+    );
+}

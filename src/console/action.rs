@@ -52,6 +52,8 @@ pub enum Action {
     Reconcile,
     ReconcileAll,
     Compensate,
+    /// Reverse one extra provider record of the effect (the effect stands).
+    ReverseDuplicate,
     Escalate,
     /// Escalate every item of the (filtered) pane.
     EscalateAll,
@@ -599,6 +601,25 @@ pub const TABLE: &[ActionInfo] = &[
             on_effect(subject, |op_key, seen| Request::Compensate {
                 op_key,
                 seen,
+                reason: answers.reason,
+            })
+        }),
+        ..WRITES
+    },
+    ActionInfo {
+        action: Action::ReverseDuplicate,
+        keys: "u",
+        bindings: &[key('u')],
+        label: "reverse dup",
+        description: "reverse one extra provider record; the effect stands",
+        confirmation: Confirmation::ReasonAndKey,
+        asks_external_ref: true,
+        featured_in: &[View::Finance],
+        request: Some(|_, subject, answers| {
+            on_effect(subject, |op_key, seen| Request::ReverseDuplicate {
+                op_key,
+                seen,
+                duplicate_ref: answers.external_ref,
                 reason: answers.reason,
             })
         }),

@@ -107,7 +107,7 @@ impl App {
         // nothing else does. Resolving moves money only when the effect has
         // an amount; a compensation and its approval always do.
         let moves_money = match action {
-            Action::Compensate | Action::Approve => true,
+            Action::Compensate | Action::Approve | Action::ReverseDuplicate => true,
             Action::ResolveSucceeded | Action::ResolveFailed => self.selected_amount().is_some(),
             _ => info.confirmation == Confirmation::ReasonAndKey,
         };
