@@ -18,7 +18,7 @@ use super::exit::{BAD_CONFIG, FAILURE, Failure, REFUSED, USAGE, code_for};
 use crate::config::Config;
 use crate::ledger::actions::{OPERATOR_CALLS, OperatorCall, Resolution};
 use crate::ledger::escalations;
-use crate::ledger::panes::{self, Filter, Pane, PaneRows};
+use crate::ledger::panes::{self, Filter, Pane};
 use crate::settle::{BulkItem, Request, SettleError, Settled, Settler};
 use crate::text::{safe_json, sanitize_line, truncate};
 
@@ -479,15 +479,6 @@ fn print_settled(settled: &Settled, format: Format) {
     }
 }
 
-fn versions(rows: &PaneRows) -> Vec<(String, i64)> {
-    match rows {
-        PaneRows::Overdue(rows) => rows.iter().map(|r| (r.op_key.clone(), r.version)).collect(),
-        PaneRows::Unknown(rows) => rows.iter().map(|r| (r.op_key.clone(), r.version)).collect(),
-        PaneRows::Duplicates(rows) => rows.iter().map(|r| (r.op_key.clone(), r.version)).collect(),
-        PaneRows::Held(rows) => rows.iter().map(|r| (r.op_key.clone(), r.version)).collect(),
-    }
-}
-
 /// What a bulk action over a (filtered) pane acts on, once the operator
 /// has seen how many items and said yes.
 struct Bulk<'a> {
@@ -514,7 +505,7 @@ impl Bulk<'_> {
             .map_err(|error| Failure::new(USAGE, error))?;
         let limit = self.limit.max(1);
         let rows = panes::fetch(pool, pane, None, &filter, limit, 0).await?;
-        let items = versions(&rows);
+        let items = rows.versions();
         if items.is_empty() {
             println!("{}: nothing to {verb}", pane.title());
             return Ok(None);

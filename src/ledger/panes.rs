@@ -383,6 +383,19 @@ impl PaneRows {
         self.len() == 0
     }
 
+    /// Each row's key and the version it was read at: what a bulk action
+    /// acts on, so that an item changed since is skipped.
+    pub fn versions(&self) -> Vec<(String, i64)> {
+        match self {
+            PaneRows::Overdue(rows) => rows.iter().map(|r| (r.op_key.clone(), r.version)).collect(),
+            PaneRows::Unknown(rows) => rows.iter().map(|r| (r.op_key.clone(), r.version)).collect(),
+            PaneRows::Duplicates(rows) => {
+                rows.iter().map(|r| (r.op_key.clone(), r.version)).collect()
+            }
+            PaneRows::Held(rows) => rows.iter().map(|r| (r.op_key.clone(), r.version)).collect(),
+        }
+    }
+
     pub fn op_keys(&self) -> Vec<&str> {
         match self {
             PaneRows::Overdue(rows) => rows.iter().map(|r| r.op_key.as_str()).collect(),
