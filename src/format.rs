@@ -54,6 +54,19 @@ pub fn count_of(count: usize, one: &str, many: &str) -> String {
     format!("{count} {}", if count == 1 { one } else { many })
 }
 
+/// What the duplicates pane and `list duplicates` say of the keys they
+/// count without listing.
+pub fn replays_not_listed(count: i64) -> String {
+    format!(
+        "{} not listed",
+        count_of(
+            count.max(0) as usize,
+            "key only replayed",
+            "keys only replayed"
+        )
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

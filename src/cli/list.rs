@@ -4,7 +4,7 @@ use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 use super::Format;
 use super::exit::{Failure, USAGE};
 use crate::console::model::pane_model;
-use crate::ledger::panes::{self, Filter, Pane, PaneRows, Scope};
+use crate::ledger::panes::{self, Filter, Pane, PaneRows};
 use crate::text::{safe_json, truncate};
 
 const CELL_WIDTH: usize = 48;
@@ -31,30 +31,18 @@ pub async fn run(
             } else {
                 println!("{}", render_table(&rows));
             }
-            if pane == Pane::Duplicates && !replays_listed(&filter) {
-                let replays = filter.toggled(Scope::ReplaysOnly);
-                let count = panes::count(pool, pane, at, &replays).await?;
-                if count > 0 {
-                    eprintln!(
-                        "{} not listed: the ledger answered their repeats itself (--filter with-replays lists them)",
-                        crate::format::count_of(
-                            count as usize,
-                            "key only replayed",
-                            "keys only replayed"
-                        )
-                    );
-                }
+            if pane == Pane::Duplicates
+                && let Some(count) = panes::replays_not_listed(pool, at, &filter).await?
+                && count > 0
+            {
+                eprintln!(
+                    "{}: the ledger answered their repeats itself (--filter with-replays lists them)",
+                    crate::format::replays_not_listed(count)
+                );
             }
         }
     }
     Ok(())
-}
-
-fn replays_listed(filter: &Filter) -> bool {
-    filter
-        .scopes
-        .iter()
-        .any(|scope| matches!(scope, Scope::WithReplays | Scope::ReplaysOnly))
 }
 
 /// A pane's table for the terminal, from the pane's one spec (the

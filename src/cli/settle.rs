@@ -98,9 +98,7 @@ impl PaneArgs {
         Some(Bulk {
             verb,
             pane: self.pane?,
-            filter: self.filter.as_deref(),
-            limit: self.limit,
-            yes: self.yes,
+            each: self,
         })
     }
 }
@@ -484,9 +482,7 @@ fn print_settled(settled: &Settled, format: Format) {
 struct Bulk<'a> {
     verb: &'static str,
     pane: Pane,
-    filter: Option<&'a str>,
-    limit: i64,
-    yes: bool,
+    each: &'a PaneArgs,
 }
 
 impl Bulk<'_> {
@@ -501,9 +497,9 @@ impl Bulk<'_> {
         if settler.is_read_only() {
             return Err(SettleError::ReadOnly(verb).into());
         }
-        let filter = Filter::parse(self.filter.unwrap_or_default())
+        let filter = Filter::parse(self.each.filter.as_deref().unwrap_or_default())
             .map_err(|error| Failure::new(USAGE, error))?;
-        let limit = self.limit.max(1);
+        let limit = self.each.limit.max(1);
         let rows = panes::fetch(pool, pane, None, &filter, limit, 0).await?;
         let items = rows.versions();
         if items.is_empty() {
@@ -518,7 +514,7 @@ impl Bulk<'_> {
         } else {
             items.len().to_string()
         };
-        if !self.yes {
+        if !self.each.yes {
             if !std::io::stdin().is_terminal() {
                 return Err(Failure::new(
                     USAGE,

@@ -13,7 +13,7 @@ use tokio::task::JoinHandle;
 use super::app::{Message, Notifications, Snapshot, WINDOW};
 use crate::ledger::escalations::{ApprovalRow, EscalationRow};
 use crate::ledger::finance::{self, FinanceReview};
-use crate::ledger::panes::{self, Filter, Pane, PaneRows, Scope};
+use crate::ledger::panes::{self, Filter, Pane, PaneRows};
 use crate::ledger::{
     self, ConnectSettings, LedgerError, NOTIFY_CHANNEL, audit, channel, escalations, snapshot,
 };
@@ -390,22 +390,14 @@ async fn poll_with(
         };
         counts.push((pane, count));
     }
-    // The duplicates pane lists what needs a look and counts the rest.
-    let replays_shown = settings
-        .filter
-        .scopes
-        .iter()
-        .any(|scope| matches!(scope, Scope::WithReplays | Scope::ReplaysOnly));
-    let replays_only = match (replays_shown, settings.filter.is_empty()) {
-        (true, _) => None,
-        (false, true) => all_counts
+    // The duplicates pane lists what needs a look and counts the rest;
+    // unfiltered, from the same counts as the tabs.
+    let replays_only = match settings.filter.is_empty() {
+        true => all_counts
             .iter()
             .find(|count| count.pane == "replays")
             .map(|count| count.items),
-        (false, false) => {
-            let replays = settings.filter.toggled(Scope::ReplaysOnly);
-            Some(panes::count(&mut tx, Pane::Duplicates, settings.at, &replays).await?)
-        }
+        false => panes::replays_not_listed(&mut tx, settings.at, &settings.filter).await?,
     };
     let escalations = escalations::open(&mut tx, settings.at, ESCALATION_ROWS).await?;
     let approvals = escalations::awaiting_approval(&mut tx, settings.at, ESCALATION_ROWS).await?;

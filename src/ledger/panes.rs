@@ -180,6 +180,14 @@ impl Filter {
         self.terms.is_empty() && self.scopes.is_empty()
     }
 
+    /// Whether the duplicates pane lists the keys only replayed under it
+    /// (`with-replays`, `replays-only`); by default it counts them.
+    pub fn lists_replays(&self) -> bool {
+        self.scopes
+            .iter()
+            .any(|scope| matches!(scope, Scope::WithReplays | Scope::ReplaysOnly))
+    }
+
     /// Whether it picks items only by text (no scope narrows what a view shows).
     pub fn only_text(&self) -> bool {
         self.scopes.iter().all(|scope| scope.widens())
@@ -224,11 +232,7 @@ impl Filter {
     /// nothing).
     pub(crate) fn push_sql(&self, query: &mut QueryBuilder<Postgres>, pane: Pane) {
         let (_, columns, _) = pane_sql(pane);
-        let widened = self
-            .scopes
-            .iter()
-            .any(|scope| matches!(scope, Scope::WithReplays | Scope::ReplaysOnly));
-        if pane == Pane::Duplicates && !widened {
+        if pane == Pane::Duplicates && !self.lists_replays() {
             query.push(" and v.needs_look");
         }
         for scope in &self.scopes {
@@ -545,18 +549,33 @@ pub async fn counts<'c>(
     executor: impl PgExecutor<'c>,
     at: Option<DateTime<Utc>>,
 ) -> Result<Vec<PaneCount>, LedgerError> {
+    // Live reads the view, as the panes do.
+    let source = match at {
+        None => "ledger.pane_counts",
+        Some(_) => "ledger.pane_counts_at($1)",
+    };
+    let query = sqlx::query_as::<_, PaneCount>(sqlx::AssertSqlSafe(format!(
+        "select pane, items, (extract(epoch from oldest) * 1000)::bigint as oldest_ms from {source}"
+    )));
     let query = match at {
-        None => sqlx::query_as::<_, PaneCount>(
-            "select pane, items, (extract(epoch from oldest) * 1000)::bigint as oldest_ms
-               from ledger.pane_counts",
-        ),
-        Some(at) => sqlx::query_as::<_, PaneCount>(
-            "select pane, items, (extract(epoch from oldest) * 1000)::bigint as oldest_ms
-               from ledger.pane_counts_at($1)",
-        )
-        .bind(at),
+        None => query,
+        Some(at) => query.bind(at),
     };
     Ok(query.fetch_all(executor).await?)
+}
+
+/// How many keys only replayed the duplicates pane leaves out under
+/// `filter`, now or at `at`; None when the filter lists them.
+pub async fn replays_not_listed<'c>(
+    executor: impl PgExecutor<'c>,
+    at: Option<DateTime<Utc>>,
+    filter: &Filter,
+) -> Result<Option<i64>, LedgerError> {
+    if filter.lists_replays() {
+        return Ok(None);
+    }
+    let replays = filter.toggled(Scope::ReplaysOnly);
+    Ok(Some(count(executor, Pane::Duplicates, at, &replays).await?))
 }
 
 /// How many items of a pane match a filter (all of them when it is

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::json;
 
-use super::{SettleError, Settled, Settler, require_reason};
+use super::{SettleError, Settled, Settler, Tally, require_reason};
 use crate::adapters::RetryConfig;
 use crate::adapters::sink::Closing;
 use crate::crash_point::crash_point;
@@ -148,27 +148,19 @@ impl Settler {
     ) -> Result<Settled, SettleError> {
         require_reason(reason, "escalate")?;
         let sink = self.choose_sink(sink)?;
-        let (mut done, mut already, mut skipped, mut failed) = (0usize, 0usize, 0usize, 0usize);
-        let mut first_failure = None;
+        let (mut tally, mut already) = (Tally::default(), 0usize);
         let mut opened = Vec::new();
         for (op_key, seen) in &targets {
-            match escalations::escalate(&self.pool, op_key, *seen, &self.operator, reason, &sink)
-                .await
-            {
-                Ok(started) if started.status == "existing" => already += 1,
-                Ok(started) => {
-                    done += 1;
+            let started =
+                escalations::escalate(&self.pool, op_key, *seen, &self.operator, reason, &sink)
+                    .await;
+            match tally.counted(op_key, started) {
+                Some(started) if started.status == "existing" => already += 1,
+                Some(started) => {
+                    tally.done += 1;
                     opened.push(started.escalation_key);
                 }
-                Err(
-                    crate::ledger::LedgerError::Changed(_)
-                    | crate::ledger::LedgerError::NotApplicable(_)
-                    | crate::ledger::LedgerError::NotFound(_),
-                ) => skipped += 1,
-                Err(error) => {
-                    failed += 1;
-                    first_failure.get_or_insert_with(|| format!("{op_key}: {error}"));
-                }
+                None => {}
             }
         }
         let mut delivered = 0usize;
@@ -176,16 +168,20 @@ impl Settler {
             let outcome = self.deliver_pass(Some(escalation_key)).await?;
             delivered += outcome.iter().filter(|o| o.delivered).count();
         }
-        let failure = first_failure
-            .map(|first| format!(" (first: {})", sanitize_line(&first)))
-            .unwrap_or_default();
+        let Tally {
+            done,
+            skipped,
+            failed,
+            ..
+        } = tally;
         Ok(Settled::new(
             format!(
                 "escalate to {}: {done} of {} escalated ({delivered} delivered, the rest retried in \
                  the background), {already} already escalated, {skipped} skipped (changed since or \
-                 no longer applicable), {failed} failed{failure}",
+                 no longer applicable), {failed} failed{}",
                 sanitize_line(&sink),
-                targets.len()
+                targets.len(),
+                tally.first_failure()
             ),
             json!({
                 "action": "escalate", "sink": sink, "done": done, "delivered": delivered,

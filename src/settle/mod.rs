@@ -116,6 +116,47 @@ pub enum Request {
     },
 }
 
+/// How the items of a bulk action went, each in its own transaction: done,
+/// skipped (changed since, no longer applicable, gone) and failed, with the
+/// first failure kept to say.
+#[derive(Debug, Default)]
+pub(crate) struct Tally {
+    pub(crate) done: usize,
+    pub(crate) skipped: usize,
+    pub(crate) failed: usize,
+    first_failure: Option<String>,
+}
+
+impl Tally {
+    /// Counts a failed item as skipped or failed; the caller counts what a
+    /// successful one was.
+    pub(crate) fn counted<T>(&mut self, op_key: &str, result: Result<T, LedgerError>) -> Option<T> {
+        match result {
+            Ok(value) => Some(value),
+            Err(
+                LedgerError::Changed(_) | LedgerError::NotApplicable(_) | LedgerError::NotFound(_),
+            ) => {
+                self.skipped += 1;
+                None
+            }
+            Err(error) => {
+                self.failed += 1;
+                self.first_failure
+                    .get_or_insert_with(|| format!("{op_key}: {error}"));
+                None
+            }
+        }
+    }
+
+    /// ` (first: …)` when an item failed.
+    pub(crate) fn first_failure(&self) -> String {
+        self.first_failure
+            .as_ref()
+            .map(|first| format!(" (first: {})", sanitize_line(first)))
+            .unwrap_or_default()
+    }
+}
+
 impl Request {
     pub fn name(&self) -> &'static str {
         match self {
@@ -379,10 +420,9 @@ impl Settler {
         targets: Vec<(String, i64)>,
         reason: &str,
     ) -> Settled {
-        let (mut done, mut skipped, mut failed) = (0usize, 0usize, 0usize);
-        let mut first_failure = None;
+        let mut tally = Tally::default();
         for (op_key, seen) in &targets {
-            match call
+            let called = call
                 .call(
                     &self.pool,
                     op_key,
@@ -390,28 +430,23 @@ impl Settler {
                     &self.operator,
                     reason,
                 )
-                .await
-            {
-                Ok(_) => done += 1,
-                Err(
-                    LedgerError::Changed(_)
-                    | LedgerError::NotApplicable(_)
-                    | LedgerError::NotFound(_),
-                ) => skipped += 1,
-                Err(error) => {
-                    failed += 1;
-                    first_failure.get_or_insert_with(|| format!("{op_key}: {error}"));
-                }
+                .await;
+            if tally.counted(op_key, called).is_some() {
+                tally.done += 1;
             }
         }
-        let failure = first_failure
-            .map(|first| format!(" (first: {})", sanitize_line(&first)))
-            .unwrap_or_default();
+        let Tally {
+            done,
+            skipped,
+            failed,
+            ..
+        } = tally;
         Settled::new(
             format!(
-                "{}: {done} of {} done, {skipped} skipped (changed since or no longer applicable), {failed} failed{failure}",
+                "{}: {done} of {} done, {skipped} skipped (changed since or no longer applicable), {failed} failed{}",
                 call.name,
-                targets.len()
+                targets.len(),
+                tally.first_failure()
             ),
             json!({ "action": call.name, "done": done, "skipped": skipped, "failed": failed }),
         )

@@ -15,9 +15,9 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     // The duplicates pane lists what needs a look; the rest is counted.
     let title = match (view, app.snapshot.as_ref().map(|s| s.replays_only)) {
         (View::Pane(Pane::Duplicates), Some(Some(replays))) if replays > 0 => format!(
-            "{} · {} not listed (v lists them)",
+            "{} · {} (v lists them)",
             view.title(),
-            crate::format::count_of(replays as usize, "key only replayed", "keys only replayed")
+            crate::format::replays_not_listed(replays)
         ),
         (View::Pane(Pane::Duplicates), Some(None)) if !app.filter.is_empty() => {
             format!("{} · {}", view.title(), app.filter.text())
