@@ -102,19 +102,54 @@ fn the_manual_page_comes_from_the_command_line_and_needs_no_config() {
     assert!(dir.path().join("effectwatch.1").exists());
 }
 
-/// Every subcommand says what it does in its own words: the operator
-/// calls generated from one table each keep their own line in the help.
+/// Every subcommand says what it does in its own words: the verbs whose
+/// subcommands are made from one table each keep their own line in the
+/// help, at the top or under `escalation`.
 #[test]
 fn each_subcommand_has_its_own_line_in_the_help() {
-    let help = stdout(&effectwatch(&["--help"]));
-    for call in effectwatch::ledger::actions::OPERATOR_CALLS {
+    use effectwatch::settle::verbs::{On, VERBS};
+    let top = stdout(&effectwatch(&["--help"]));
+    let escalation = stdout(&effectwatch(&["escalation", "--help"]));
+    for verb in VERBS {
+        let help = match verb.on {
+            On::Effect => &top,
+            On::Escalation => &escalation,
+        };
         let line = help
             .lines()
-            .find(|line| line.trim_start().starts_with(&format!("{} ", call.name)))
-            .unwrap_or_else(|| panic!("no line for {} in\n{help}", call.name));
-        let opening: String = call.about.chars().take(30).collect();
-        assert!(line.contains(&opening), "{}: {line}", call.name);
+            .find(|line| line.trim_start().starts_with(&format!("{} ", verb.name)))
+            .unwrap_or_else(|| panic!("no line for {verb:?} in\n{help}"));
+        let opening: String = verb.about.chars().take(30).collect();
+        assert!(line.contains(&opening), "{verb:?}: {line}");
     }
     let release = stdout(&effectwatch(&["release", "--help"]));
-    assert!(!release.starts_with("One effect by its key"), "{release}");
+    assert!(!release.starts_with("Every item of"), "{release}");
+    assert!(
+        release.contains("--pane") && release.contains("--note"),
+        "{release}"
+    );
+    // A verb's fields are its arguments: resolve's outcome, escalate's sink,
+    // reverse-duplicate's record; one that acts on a key alone has no --pane.
+    let resolve = stdout(&effectwatch(&["resolve", "--help"]));
+    for argument in [
+        "--succeeded <EXTERNAL_REF>",
+        "--failed",
+        "--retryable",
+        "--expect-version",
+    ] {
+        assert!(resolve.contains(argument), "{argument}: {resolve}");
+    }
+    assert!(!resolve.contains("--pane"), "{resolve}");
+    assert!(stdout(&effectwatch(&["escalate", "--help"])).contains("--to <NAME>"));
+    assert!(stdout(&effectwatch(&["reverse-duplicate", "--help"])).contains("--ref <REF>"));
+    let close = stdout(&effectwatch(&["escalation", "resolve", "--help"]));
+    assert!(
+        close.contains("<ESCALATION_KEY>") && !close.contains("--expect-version"),
+        "{close}"
+    );
+    let neither = effectwatch(&["resolve", "k", "--reason", "r"]);
+    assert!(
+        !neither.status.success(),
+        "resolve without an outcome is refused"
+    );
 }

@@ -799,7 +799,15 @@ async fn each_poll_carries_what_the_ledger_refuses_for_every_effect_shown() {
         .expect("the held pane's effect has its refusals")
         .refused;
     let refused: Vec<&str> = held.keys().map(String::as_str).collect();
-    assert_eq!(refused, ["acknowledge_duplicates", "compensate", "resolve"]);
+    assert_eq!(
+        refused,
+        [
+            "acknowledge_duplicates",
+            "compensate",
+            "reopen_duplicates",
+            "resolve"
+        ]
+    );
     assert_eq!(held["compensate"], "only a succeeded effect is compensated");
     // An effect no view lists is not read.
     assert!(!snapshot.applicability.contains_key("refund:holder"));

@@ -475,7 +475,7 @@ fn compensate_needs_the_end_of_the_key_typed() {
         dialog.subject,
         Subject::Effect {
             op_key: "pay:inv-0042".to_string(),
-            seen: 2
+            seen: Some(2)
         }
     );
 
@@ -566,7 +566,7 @@ fn scopes_in_the_table_match_what_the_dispatcher_asks_for() {
             dialog.subject,
             Subject::Effect {
                 op_key: "a".to_string(),
-                seen: 1
+                seen: Some(1)
             }
         );
         assert!(!dialog.confirm_selected);
@@ -585,7 +585,7 @@ fn reconcile_all_targets_every_row_of_the_filtered_pane() {
     char(&mut app, 'R');
     let dialog = app.dialog().expect("dialog");
     assert!(
-        dialog.summary.contains("2 effects") && dialog.summary.contains("matching"),
+        dialog.summary.contains("2 items") && dialog.summary.contains("matching"),
         "{}",
         dialog.summary
     );
@@ -1360,6 +1360,32 @@ fn a_duplicate_record_is_reversed_from_the_console() {
             seen: Some(1),
             duplicate_ref: "re_2".to_string(),
             reason: "paid twice, the bank shows both".to_string(),
+        }]
+    );
+}
+
+/// A verb added as one row of the table is a console key with its dialog:
+/// `U` reopens the acknowledged repeats of the selection, with a reason and
+/// no key to type (it moves no money).
+#[test]
+fn acknowledged_repeats_are_reopened_from_the_console() {
+    let mut app = app_with(&["refund:INV-9:v1"]);
+    assert!(char(&mut app, 'U').is_empty());
+    let dialog = app.dialog().expect("a dialog first");
+    assert_eq!(dialog.focus, DialogField::Reason);
+    assert_eq!(dialog.required_suffix, None);
+    type_text(&mut app, "acknowledged by mistake");
+    let sent: Vec<Request> = settles(&key(&mut app, KeyCode::Enter))
+        .into_iter()
+        .cloned()
+        .collect();
+    assert_eq!(
+        sent,
+        [Request::Operator {
+            call: &effectwatch::ledger::actions::REOPEN_DUPLICATES,
+            op_key: "refund:INV-9:v1".to_string(),
+            seen: Some(1),
+            reason: "acknowledged by mistake".to_string(),
         }]
     );
 }

@@ -1,6 +1,7 @@
-//! One vocabulary from the ledger to the keyboard: every action whose
-//! applicability the ledger rules on (`ledger.refusals`) is a SQL function
-//! that asks that very rule, a CLI subcommand, and a console action — so a
+//! One vocabulary from the ledger to the keyboard: every verb of the
+//! settling table ends in a SQL function that exists and is a subcommand;
+//! every action whose applicability the ledger rules on (`ledger.refusals`)
+//! is a verb whose function asks that very rule, and a console key — so a
 //! renamed function or a misspelt rule fails here instead of quietly
 //! letting an operator try what the ledger will refuse, or hiding what it
 //! would allow.
@@ -9,8 +10,9 @@ mod common;
 
 use std::collections::BTreeSet;
 
-use effectwatch::console::action::TABLE;
+use effectwatch::console::action::{Action, TABLE};
 use effectwatch::ledger::writer;
+use effectwatch::settle::verbs::{On, VERBS};
 
 /// The actions `ledger.refusals` rules on, read from the ledger itself: an
 /// effect to which none applies is refused all of them, by name.
@@ -50,46 +52,66 @@ async fn every_rule_of_applicability_is_a_function_a_command_and_a_console_actio
         "{ruled:?}"
     );
 
-    let in_console: BTreeSet<String> = TABLE
+    let in_console: BTreeSet<&str> = TABLE
         .iter()
         .filter_map(|row| row.action.ledger_action())
-        .map(|name| name.replace('-', "_"))
         .collect();
-    assert!(
-        ruled.is_subset(&in_console),
-        "every action the ledger rules on is one the console offers: {:?} missing",
-        ruled.difference(&in_console).collect::<Vec<_>>()
-    );
+    let verb_rules: BTreeSet<&str> = VERBS.iter().filter_map(|verb| verb.rule()).collect();
+    for rule in &ruled {
+        assert!(
+            verb_rules.contains(rule.as_str()),
+            "the ledger rules on {rule}, which no verb ends in"
+        );
+        assert!(
+            in_console.contains(rule.as_str()),
+            "the ledger rules on {rule}, which no console key runs"
+        );
+    }
 
-    for action in &in_console {
+    for verb in VERBS {
+        let (schema, name) = verb.function.split_once('.').unwrap();
         let body: Option<String> = sqlx::query_scalar(
             "select p.prosrc from pg_proc p join pg_namespace n on n.oid = p.pronamespace
-              where n.nspname = 'ledger' and p.proname = 'op_' || $1",
+              where n.nspname = $1 and p.proname = $2",
         )
-        .bind(action)
+        .bind(schema)
+        .bind(name)
         .fetch_optional(&db.pool)
         .await
         .unwrap();
-        let body = body.unwrap_or_else(|| panic!("no function ledger.op_{action}"));
-        let asks_the_rule = body.contains(&format!("require_applicable(effect, '{action}')"));
-        if ruled.contains(action) {
+        let body = body.unwrap_or_else(|| panic!("{verb:?}: no function {}", verb.function));
+        if let Some(rule) = verb.rule().filter(|rule| ruled.contains(*rule)) {
+            let asks_the_rule = body.contains(&format!("require_applicable(effect, '{rule}')"))
+                || body.contains(&format!("operator_begin('{rule}'"));
             assert!(
                 asks_the_rule,
-                "ledger.op_{action} does not ask the rule it is shown by"
+                "{} does not ask the rule it is shown by",
+                verb.function
             );
         } else {
             // No rule: it applies to every effect, in the console as in the ledger.
             assert!(
                 !body.contains("require_applicable("),
-                "ledger.op_{action} refuses by a rule ledger.refusals does not show"
+                "{} refuses by a rule ledger.refusals does not show",
+                verb.function
             );
         }
-        let command = action.replace('_', "-");
-        let help = common::effectwatch_cli(&[&command, "--help"]);
+        let command: Vec<&str> = match verb.on {
+            On::Effect => vec![verb.name, "--help"],
+            On::Escalation => vec!["escalation", verb.name, "--help"],
+        };
+        let help = common::effectwatch_cli(&command);
         assert!(
             help.status.success(),
-            "no subcommand `effectwatch {command}`: {}",
+            "no subcommand `effectwatch {}`: {}",
+            command.join(" "),
             String::from_utf8_lossy(&help.stderr)
+        );
+        assert!(
+            TABLE
+                .iter()
+                .any(|row| matches!(row.action, Action::Verb(used, _) if used == *verb)),
+            "the console has no key for {verb:?}"
         );
     }
 }

@@ -510,3 +510,97 @@ async fn a_filtered_pane_is_escalated_item_by_item_after_its_count() {
     );
     assert_eq!(escalated(rig.db.pool.clone()).await, 3);
 }
+
+/// A verb made from one row of the table and one SQL function:
+/// reopen-duplicates undoes an acknowledgement from the command line, is
+/// refused with the ledger's sentence where there is nothing to undo, and
+/// leaves both steps in the audit trail.
+#[tokio::test]
+async fn an_acknowledgement_of_repeats_is_undone_by_reopening_them() {
+    let rig = Rig::new().await;
+    let cli = Cli::new(&rig);
+    let intent = common::intent("refund:REOPEN:v1", "acct:reopen");
+    effectwatch::ledger::writer::begin_effect(&rig.db.pool, &intent)
+        .await
+        .unwrap();
+    // The agent asks again with other parameters: a mismatch, on the pane for good.
+    let mut changed = intent.clone();
+    changed.params = serde_json::json!({"amount_minor": 999});
+    effectwatch::ledger::writer::begin_effect(&rig.db.pool, &changed)
+        .await
+        .unwrap();
+    let on_the_pane = |pool: effectwatch::ledger::LedgerPool| async move {
+        sqlx::query_scalar::<_, i64>(
+            "select count(*) from ledger.duplicate_attempts where op_key = 'refund:REOPEN:v1'",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+    };
+    assert!(on_the_pane(rig.db.pool.clone()).await > 0);
+
+    let never = cli
+        .run(&[
+            "reopen-duplicates",
+            "refund:REOPEN:v1",
+            "--reason",
+            "too soon",
+        ])
+        .await;
+    assert!(!never.status.success());
+    assert!(
+        text(&never.stderr).contains("never acknowledged: nothing to reopen"),
+        "{}",
+        text(&never.stderr)
+    );
+
+    let acknowledged = cli
+        .run(&[
+            "acknowledge-duplicates",
+            "refund:REOPEN:v1",
+            "--reason",
+            "retried",
+        ])
+        .await;
+    assert!(
+        acknowledged.status.success(),
+        "{}",
+        text(&acknowledged.stderr)
+    );
+    assert_eq!(on_the_pane(rig.db.pool.clone()).await, 0);
+
+    let reopened = cli
+        .run(&[
+            "reopen-duplicates",
+            "refund:REOPEN:v1",
+            "--reason",
+            "the clear reached too far",
+            "--format",
+            "json",
+        ])
+        .await;
+    assert!(reopened.status.success(), "{}", text(&reopened.stderr));
+    let said: Value = serde_json::from_slice(&reopened.stdout).unwrap();
+    assert!(
+        said["summary"]
+            .as_str()
+            .unwrap()
+            .starts_with("reopened the repeated calls of refund:REOPEN:v1"),
+        "{said}"
+    );
+    assert!(on_the_pane(rig.db.pool.clone()).await > 0);
+    let trail: Vec<(String, String)> = sqlx::query_as(
+        "select action, operator from ledger.audit_log
+          where op_key = 'refund:REOPEN:v1' and action like '%duplicates' order by seq",
+    )
+    .fetch_all(&rig.db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        trail,
+        [
+            ("acknowledge_duplicates".to_string(), "carol".to_string()),
+            ("reopen_duplicates".to_string(), "carol".to_string())
+        ]
+    );
+}

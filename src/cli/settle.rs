@@ -4,73 +4,37 @@
 //! code the console uses; `--read-only` is refused there.
 
 use std::io::{BufRead, IsTerminal, Write};
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::ledger::LedgerPool;
 use clap::error::ErrorKind;
-use clap::{ArgGroup, ArgMatches, Args, FromArgMatches, Subcommand};
+use clap::{Arg, ArgAction, ArgGroup, ArgMatches, Args, FromArgMatches, Subcommand};
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 use serde_json::json;
 
 use super::Format;
 use super::exit::{BAD_CONFIG, FAILURE, Failure, REFUSED, USAGE, code_for};
 use crate::config::Config;
-use crate::ledger::actions::{OPERATOR_CALLS, OperatorCall, Resolution};
 use crate::ledger::escalations;
 use crate::ledger::panes::{self, Filter, Pane};
+use crate::settle::verbs::{self, Answers, Cli, Field, On, Outcome, Subject, Verb};
 use crate::settle::{BulkItem, Request, SettleError, Settled, Settler};
 use crate::text::{safe_json, sanitize_line, truncate};
 
 #[derive(Debug, Subcommand)]
 pub enum SettleCommand {
-    /// Ask the provider what exists for an effect (or every item of a pane) and record the finding.
+    #[command(about = verbs::RECONCILE.about)]
     Reconcile(ReconcileArgs),
-    /// Reverse a succeeded effect with a compensation under its own key (above the action's limit,
-    /// a second operator must approve).
-    Compensate(ActionArgs),
-    /// Reverse one extra provider record of an effect the provider holds twice (the effect
-    /// stands; above the action's limit, a second operator must approve).
-    ReverseDuplicate(ReverseDuplicateArgs),
-    /// Hand an effect to a person through a sink: the decision needed, the key, the entry, the evidence.
-    Escalate(EscalateArgs),
-    /// Settle an effect by hand, with evidence: --succeeded REF, or --failed.
-    Resolve(ResolveArgs),
-    /// release, cancel, annotate, …: one subcommand per operator call of the ledger.
+    /// compensate, resolve, release, …: one subcommand per verb of the table.
     #[command(flatten)]
-    Operator(OperatorCommand),
-    /// Approve a compensation another operator requested; it is sent at once.
-    Approve(ActionArgs),
-    /// Turn down a compensation request (the requester may withdraw their own).
-    Reject(ActionArgs),
+    Verb(VerbCommand<OnEffects>),
     /// Escalations: list, acknowledge, resolve, deliver.
     Escalation {
         #[command(subcommand)]
         command: EscalationCommand,
     },
-}
-
-#[derive(Debug, Args)]
-pub struct ActionArgs {
-    /// The effect's operation key.
-    pub op_key: String,
-    /// Why: required, written in the audit trail.
-    #[arg(long, visible_alias = "note")]
-    pub reason: String,
-    /// The version you decided on; refused if the effect changed since (default: the current one).
-    #[arg(long, value_name = "N")]
-    pub expect_version: Option<i64>,
-    #[arg(long, value_enum, default_value_t = Format::Table)]
-    pub format: Format,
-}
-
-#[derive(Debug, Args)]
-pub struct ReverseDuplicateArgs {
-    #[command(flatten)]
-    pub action: ActionArgs,
-    /// The provider record to reverse: one a reconciliation found besides the effect's own.
-    #[arg(long = "ref", value_name = "REF")]
-    pub duplicate_ref: String,
 }
 
 /// Every item of a (filtered) pane instead of one key: the same four
@@ -130,50 +94,6 @@ pub struct ReconcileArgs {
     pub format: Format,
 }
 
-#[derive(Debug, Args)]
-#[command(group(ArgGroup::new("which").required(true).args(["op_key", "pane"])))]
-pub struct EscalateArgs {
-    /// The effect's operation key.
-    pub op_key: Option<String>,
-    #[command(flatten)]
-    pub each: PaneArgs,
-    /// The sink (a [sinks.NAME] of the config); default: the only one configured.
-    #[arg(long, value_name = "NAME")]
-    pub to: Option<String>,
-    /// Why: required, sent with the escalation and written in the audit trail.
-    #[arg(long)]
-    pub reason: String,
-    /// The version you decided on; refused if the effect changed since (default: the current one).
-    #[arg(long, value_name = "N")]
-    pub expect_version: Option<i64>,
-    #[arg(long, value_enum, default_value_t = Format::Table)]
-    pub format: Format,
-}
-
-#[derive(Debug, Args)]
-#[command(group(ArgGroup::new("outcome").required(true).args(["succeeded", "failed"])))]
-pub struct ResolveArgs {
-    /// The effect's operation key.
-    pub op_key: String,
-    /// It happened: the provider's reference for it.
-    #[arg(long, value_name = "EXTERNAL_REF")]
-    pub succeeded: Option<String>,
-    /// It did not happen.
-    #[arg(long)]
-    pub failed: bool,
-    /// With --failed: the same key may be dispatched again.
-    #[arg(long, requires = "failed")]
-    pub retryable: bool,
-    /// The evidence: required, written in the audit trail.
-    #[arg(long)]
-    pub reason: String,
-    /// The version you decided on; refused if the effect changed since (default: the current one).
-    #[arg(long, value_name = "N")]
-    pub expect_version: Option<i64>,
-    #[arg(long, value_enum, default_value_t = Format::Table)]
-    pub format: Format,
-}
-
 #[derive(Debug, Subcommand)]
 pub enum EscalationCommand {
     /// Escalations not yet resolved, with their delivery state.
@@ -183,10 +103,9 @@ pub enum EscalationCommand {
         #[arg(long, value_enum, default_value_t = Format::Table)]
         format: Format,
     },
-    /// A person has it: delivery stops, it stays open.
-    Acknowledge(EscalationArgs),
-    /// The decision was taken: close it.
-    Resolve(EscalationArgs),
+    /// acknowledge, resolve: one subcommand per verb on an escalation.
+    #[command(flatten)]
+    Verb(VerbCommand<OnEscalations>),
     /// Deliver the escalations that are due, retrying failed ones with backoff.
     Deliver {
         /// Keep delivering until interrupted.
@@ -198,83 +117,252 @@ pub enum EscalationCommand {
     },
 }
 
-#[derive(Debug, Args)]
-pub struct EscalationArgs {
-    /// The escalation key (escalate:<op_key>:<decision>).
-    pub escalation_key: String,
-    #[arg(long)]
-    pub reason: String,
-    #[arg(long, value_enum, default_value_t = Format::Table)]
-    pub format: Format,
+/// Which verbs a [`VerbCommand`] offers: those on effects at the top, those
+/// on escalations under `escalation`.
+pub trait VerbGroup {
+    const ON: On;
 }
 
-/// `effectwatch <call> KEY --reason …` for every [`OPERATOR_CALLS`] entry: the
-/// subcommands are made from the ledger's list, so an action of that shape
-/// needs no code here.
 #[derive(Debug)]
-pub struct OperatorCommand {
-    call: &'static OperatorCall,
-    args: OperatorArgs,
+pub struct OnEffects;
+
+impl VerbGroup for OnEffects {
+    const ON: On = On::Effect;
 }
 
-/// One effect by its key, or every item of a (filtered) pane.
-#[derive(Debug, Args)]
-#[command(group(ArgGroup::new("which").required(true).args(["op_key", "pane"])))]
-pub struct OperatorArgs {
-    /// The effect's operation key.
-    pub op_key: Option<String>,
-    #[command(flatten)]
-    pub each: PaneArgs,
-    /// Why: required, written in the audit trail.
-    #[arg(long, visible_alias = "note")]
-    pub reason: String,
-    /// The version you decided on; refused if the effect changed since (default: the current one).
-    #[arg(long, value_name = "N", conflicts_with = "pane")]
-    pub expect_version: Option<i64>,
-    #[arg(long, value_enum, default_value_t = Format::Table)]
-    pub format: Format,
+#[derive(Debug)]
+pub struct OnEscalations;
+
+impl VerbGroup for OnEscalations {
+    const ON: On = On::Escalation;
 }
 
-impl FromArgMatches for OperatorCommand {
+/// `effectwatch <verb> KEY --reason …` for every verb of the table whose
+/// subcommand is made from its row: its arguments are the verb's fields,
+/// so a new verb needs no code here.
+#[derive(Debug)]
+pub struct VerbCommand<G> {
+    verb: &'static Verb,
+    key: Option<String>,
+    seen: Option<i64>,
+    each: Option<PaneArgs>,
+    answers: Answers,
+    format: Format,
+    group: PhantomData<G>,
+}
+
+/// The subcommand of one verb, from its row.
+fn verb_subcommand(verb: &'static Verb) -> clap::Command {
+    let key = match verb.on {
+        On::Effect => Arg::new("key")
+            .value_name("OP_KEY")
+            .help("The effect's operation key."),
+        On::Escalation => Arg::new("key")
+            .value_name("ESCALATION_KEY")
+            .help("The escalation key (escalate:<op_key>:<decision>)."),
+    };
+    let mut command = clap::Command::new(verb.name);
+    command = if verb.every_item.is_some() {
+        PaneArgs::augment_args(command.arg(key))
+            .group(ArgGroup::new("which").required(true).args(["key", "pane"]))
+    } else {
+        command.arg(key.required(true))
+    };
+    for field in verb.fields {
+        command = match field {
+            Field::Reference => command.arg(
+                Arg::new("ref")
+                    .long("ref")
+                    .value_name("REF")
+                    .required(true)
+                    .help(
+                        "The provider record: one a reconciliation found besides the effect's own.",
+                    ),
+            ),
+            Field::Outcome => command
+                .arg(
+                    Arg::new("succeeded")
+                        .long("succeeded")
+                        .value_name("EXTERNAL_REF")
+                        .help("It happened: the provider's reference for it."),
+                )
+                .arg(
+                    Arg::new("failed")
+                        .long("failed")
+                        .action(ArgAction::SetTrue)
+                        .help("It did not happen."),
+                )
+                .arg(
+                    Arg::new("retryable")
+                        .long("retryable")
+                        .action(ArgAction::SetTrue)
+                        .requires("failed")
+                        .help("With --failed: the same key may be dispatched again."),
+                )
+                .group(
+                    ArgGroup::new("outcome")
+                        .required(true)
+                        .args(["succeeded", "failed"]),
+                ),
+            Field::Sink => command.arg(Arg::new("to").long("to").value_name("NAME").help(
+                "The sink (a [sinks.NAME] of the config); default: the only one configured.",
+            )),
+            Field::Reason => command.arg(
+                Arg::new("reason")
+                    .long("reason")
+                    .visible_alias("note")
+                    .required(true)
+                    .help(
+                        "Why: required, written in the audit trail (and sent with an escalation).",
+                    ),
+            ),
+        };
+    }
+    if verb.on == On::Effect {
+        let expect = Arg::new("expect_version")
+            .long("expect-version")
+            .value_name("N")
+            .value_parser(clap::value_parser!(i64))
+            .help("The version you decided on; refused if the effect changed since (default: the current one).");
+        command = command.arg(if verb.every_item.is_some() {
+            expect.conflicts_with("pane")
+        } else {
+            expect
+        });
+    }
+    // The verb's own words, after the arguments: the pane arguments'
+    // doc comment would otherwise be its about.
+    command
+        .arg(
+            Arg::new("format")
+                .long("format")
+                .value_parser(clap::builder::EnumValueParser::<Format>::new())
+                .default_value("table"),
+        )
+        .about(verb.about)
+}
+
+fn made_verbs(on: On) -> impl Iterator<Item = &'static Verb> {
+    verbs::VERBS
+        .iter()
+        .copied()
+        .filter(move |verb| verb.on == on && verb.cli == Cli::Made)
+}
+
+impl<G: VerbGroup> FromArgMatches for VerbCommand<G> {
     fn from_arg_matches(matches: &ArgMatches) -> Result<Self, clap::Error> {
         let Some((name, arguments)) = matches.subcommand() else {
             return Err(clap::Error::new(ErrorKind::MissingSubcommand));
         };
-        let call = OperatorCall::named(name).ok_or_else(|| {
-            clap::Error::raw(
-                ErrorKind::InvalidSubcommand,
-                format!("no operator action is called {name}"),
-            )
-        })?;
-        Ok(OperatorCommand {
-            call,
-            args: OperatorArgs::from_arg_matches(arguments)?,
+        let verb = made_verbs(G::ON)
+            .find(|verb| verb.name == name)
+            .ok_or_else(|| {
+                clap::Error::raw(
+                    ErrorKind::InvalidSubcommand,
+                    format!("no verb is called {name}"),
+                )
+            })?;
+        let text = |id: &str| {
+            arguments
+                .try_get_one::<String>(id)
+                .ok()
+                .flatten()
+                .map(|value| value.trim().to_string())
+        };
+        let flag = |id: &str| arguments.try_get_one::<bool>(id).ok().flatten() == Some(&true);
+        let succeeded = text("succeeded");
+        let outcome = match (&succeeded, flag("failed")) {
+            (Some(_), _) => Some(Outcome::Succeeded),
+            (None, true) => Some(Outcome::Failed),
+            (None, false) => None,
+        };
+        let each = match verb.every_item {
+            Some(_) => Some(PaneArgs::from_arg_matches(arguments)?),
+            None => None,
+        };
+        Ok(VerbCommand {
+            verb,
+            key: text("key"),
+            seen: arguments
+                .try_get_one::<i64>("expect_version")
+                .ok()
+                .flatten()
+                .copied(),
+            each,
+            answers: Answers {
+                reason: text("reason").unwrap_or_default(),
+                reference: text("ref").or(succeeded).unwrap_or_default(),
+                outcome,
+                retryable: flag("retryable"),
+                sink: text("to"),
+            },
+            format: arguments
+                .get_one::<Format>("format")
+                .copied()
+                .unwrap_or(Format::Table),
+            group: PhantomData,
         })
     }
 
     fn update_from_arg_matches(&mut self, matches: &ArgMatches) -> Result<(), clap::Error> {
-        *self = OperatorCommand::from_arg_matches(matches)?;
+        *self = VerbCommand::from_arg_matches(matches)?;
         Ok(())
     }
 }
 
-impl Subcommand for OperatorCommand {
+impl<G: VerbGroup> Subcommand for VerbCommand<G> {
     fn augment_subcommands(command: clap::Command) -> clap::Command {
-        OPERATOR_CALLS.iter().fold(command, |command, call| {
-            // The verb's own words, after the arguments: their struct's
-            // doc comment would otherwise be every verb's about.
-            command.subcommand(
-                OperatorArgs::augment_args(clap::Command::new(call.name)).about(call.about),
-            )
+        made_verbs(G::ON).fold(command, |command, verb| {
+            command.subcommand(verb_subcommand(verb))
         })
     }
 
     fn augment_subcommands_for_update(command: clap::Command) -> clap::Command {
-        OperatorCommand::augment_subcommands(command)
+        VerbCommand::<G>::augment_subcommands(command)
     }
 
     fn has_subcommand(name: &str) -> bool {
-        OperatorCall::named(name).is_some()
+        made_verbs(G::ON).any(|verb| verb.name == name)
+    }
+}
+
+impl<G> VerbCommand<G> {
+    /// One verb on its key, or on every item of a (filtered) pane after
+    /// the count and the question.
+    async fn run(self, settler: &Settler, pool: &LedgerPool) -> Result<(), Failure> {
+        let VerbCommand {
+            verb,
+            key,
+            seen,
+            each,
+            answers,
+            format,
+            ..
+        } = self;
+        let bulk = each.as_ref().and_then(|each| each.bulk(verb.name));
+        let subject = match (bulk, key) {
+            (Some(bulk), _) => {
+                let Some(targets) = bulk.items(settler, pool).await? else {
+                    return Ok(());
+                };
+                Subject::Pane { targets }
+            }
+            (None, Some(op_key)) if verb.on == On::Effect => Subject::Effect { op_key, seen },
+            (None, Some(escalation_key)) => Subject::Escalation { escalation_key },
+            (None, None) => {
+                return Err(Failure::new(
+                    USAGE,
+                    format!("{}: a key or --pane", verb.name),
+                ));
+            }
+        };
+        let many = matches!(subject, Subject::Pane { .. });
+        let request = verb
+            .request(subject, answers)
+            .ok_or_else(|| Failure::new(USAGE, format!("{}: not for what was named", verb.name)))?;
+        let settled = settler.settle(request).await?;
+        print_settled(&settled, format);
+        if many { failed_items(&settled) } else { Ok(()) }
     }
 }
 
@@ -326,134 +414,16 @@ pub async fn run(
                 settle_and_print(&settler, request, args.format).await
             }
         },
-        SettleCommand::Compensate(args) => {
-            let format = args.format;
-            let request = Request::Compensate {
-                op_key: args.op_key,
-                seen: args.expect_version,
-                reason: args.reason,
-            };
-            settle_and_print(&settler, request, format).await
-        }
-        SettleCommand::ReverseDuplicate(args) => {
-            let format = args.action.format;
-            let request = Request::ReverseDuplicate {
-                op_key: args.action.op_key,
-                seen: args.action.expect_version,
-                duplicate_ref: args.duplicate_ref,
-                reason: args.action.reason,
-            };
-            settle_and_print(&settler, request, format).await
-        }
-        SettleCommand::Escalate(args) => match (args.op_key, args.each.bulk("escalate")) {
-            (Some(op_key), _) => {
-                let request = Request::Escalate {
-                    op_key,
-                    seen: args.expect_version,
-                    sink: args.to,
-                    reason: args.reason,
-                };
-                settle_and_print(&settler, request, args.format).await
-            }
-            (None, Some(bulk)) => {
-                let Some(items) = bulk.items(&settler, pool).await? else {
-                    return Ok(());
-                };
-                let request = Request::EscalateMany {
-                    targets: items,
-                    sink: args.to,
-                    reason: args.reason,
-                };
-                let settled = settler.settle(request).await?;
-                print_settled(&settled, args.format);
-                failed_items(&settled)
-            }
-            (None, None) => Err(Failure::new(USAGE, "escalate: a key or --pane")),
-        },
-        SettleCommand::Resolve(args) => {
-            let resolution = match args.succeeded {
-                Some(external_ref) => Resolution::Succeeded { external_ref },
-                None => Resolution::Failed {
-                    retryable: args.retryable,
-                },
-            };
-            let request = Request::Resolve {
-                op_key: args.op_key,
-                seen: args.expect_version,
-                reason: args.reason,
-                resolution,
-            };
-            settle_and_print(&settler, request, args.format).await
-        }
-        SettleCommand::Operator(OperatorCommand { call, args }) => {
-            match (args.each.bulk(call.name), args.op_key.clone()) {
-                (Some(bulk), _) => operate_on_pane(&settler, pool, call, bulk, &args).await,
-                (None, Some(op_key)) => {
-                    let request = Request::Operator {
-                        call,
-                        op_key,
-                        seen: args.expect_version,
-                        reason: args.reason,
-                    };
-                    settle_and_print(&settler, request, args.format).await
-                }
-                (None, None) => Err(Failure::new(USAGE, "name a key or --pane")),
-            }
-        }
-        SettleCommand::Approve(args) => {
-            let (format, op_key, seen, reason) = args.parts();
-            settle_and_print(
-                &settler,
-                Request::Approve {
-                    op_key,
-                    seen,
-                    reason,
-                },
-                format,
-            )
-            .await
-        }
-        SettleCommand::Reject(args) => {
-            let (format, op_key, seen, reason) = args.parts();
-            settle_and_print(
-                &settler,
-                Request::Reject {
-                    op_key,
-                    seen,
-                    reason,
-                },
-                format,
-            )
-            .await
-        }
+        SettleCommand::Verb(command) => command.run(&settler, pool).await,
         SettleCommand::Escalation { command } => match command {
             EscalationCommand::List { limit, format } => {
                 list_escalations(pool, limit, format).await
             }
-            EscalationCommand::Acknowledge(args) => {
-                let request = Request::Acknowledge {
-                    escalation_key: args.escalation_key,
-                    reason: args.reason,
-                };
-                settle_and_print(&settler, request, args.format).await
-            }
-            EscalationCommand::Resolve(args) => {
-                let request = Request::ResolveEscalation {
-                    escalation_key: args.escalation_key,
-                    reason: args.reason,
-                };
-                settle_and_print(&settler, request, args.format).await
-            }
+            EscalationCommand::Verb(command) => command.run(&settler, pool).await,
             EscalationCommand::Deliver { watch, interval } => {
                 deliver(&settler, watch, interval).await
             }
         },
-    }
-}
-
-impl ActionArgs {
-    fn parts(self) -> (Format, String, Option<i64>, String) {
-        (self.format, self.op_key, self.expect_version, self.reason)
     }
 }
 
@@ -545,23 +515,6 @@ fn failed_items(settled: &Settled) -> Result<(), Failure> {
         return Err(Failure::new(FAILURE, format!("{failed} could not be done")));
     }
     Ok(())
-}
-
-/// An operator call for every item of a (filtered) pane: the count and the
-/// question first, then one transaction per effect.
-async fn operate_on_pane(
-    settler: &Settler,
-    pool: &LedgerPool,
-    call: &'static OperatorCall,
-    bulk: Bulk<'_>,
-    args: &OperatorArgs,
-) -> Result<(), Failure> {
-    let Some(items) = bulk.items(settler, pool).await? else {
-        return Ok(());
-    };
-    let settled = settler.operate_many(call, items, &args.reason).await;
-    print_settled(&settled, args.format);
-    failed_items(&settled)
 }
 
 /// Bulk: the count is shown before anything is asked of a provider.

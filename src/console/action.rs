@@ -1,15 +1,18 @@
 //! Everything an operator can do in the console, in one table: the keys
-//! that run it, the help line, the key bar, whether it writes, what its
-//! dialog asks and the settling request the dialog's answers become. Key
-//! handling, help, the key bar and read-only filtering are all read from
-//! it, and read-only is enforced in one place: [`Action::allowed`].
+//! that run it, the help line, the key bar. A writing action is a verb of
+//! the settling table ([`crate::settle::verbs`]), which says what its
+//! dialog asks and the request the answers become; a row here adds only
+//! its keys and where it shows. Key handling, help, the key bar and
+//! read-only filtering are all read from it, and read-only is enforced in
+//! one place: [`Action::allowed`].
 
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
 use super::view::View;
-use crate::ledger::actions::{self, OperatorCall, Resolution};
 use crate::ledger::panes::Pane;
 use crate::settle::Request;
+use crate::settle::verbs::{self, Field, On, Verb};
+pub use crate::settle::verbs::{Answers, Money, Outcome, Subject};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Action {
@@ -49,37 +52,19 @@ pub enum Action {
     Step(i64),
     /// Time travel: type the instant.
     TypeInstant,
-    Reconcile,
-    ReconcileAll,
-    Compensate,
-    /// Reverse one extra provider record of the effect (the effect stands).
-    ReverseDuplicate,
-    Escalate,
-    /// Escalate every item of the (filtered) pane.
-    EscalateAll,
-    ResolveSucceeded,
-    ResolveFailed,
-    /// An operator call of the common shape (release, cancel, annotate, …):
-    /// its row below is all the console needs to offer it.
-    Operator(&'static OperatorCall),
-    /// The same call for every item of the (filtered) pane.
-    OperatorAll(&'static OperatorCall),
-    Approve,
-    Reject,
-    Acknowledge,
-    CloseEscalation,
+    /// A verb of the settling table, on the selection or every item of the pane.
+    Verb(&'static Verb, Use),
 }
 
-/// What must happen before a writing action runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Confirmation {
-    None,
-    /// A dialog whose default is Back (nothing written).
-    Confirm,
-    /// A dialog with a required reason.
-    Reason,
-    /// Moves money: a reason and the last characters of the key, typed.
-    ReasonAndKey,
+/// How a console key uses its verb.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Use {
+    /// On the selected effect or escalation.
+    One,
+    /// On every item of the (filtered) pane.
+    EveryItem,
+    /// Resolving, with this outcome: a key each.
+    As(Outcome),
 }
 
 /// Where an action applies.
@@ -108,31 +93,6 @@ pub enum DialogField {
     Buttons,
 }
 
-/// What a writing action is about, as the dialog found it.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Subject {
-    /// An effect and the version the operator saw.
-    Effect {
-        op_key: String,
-        seen: i64,
-    },
-    /// Every effect of the pane, each with the version the operator saw.
-    Pane {
-        targets: Vec<(String, i64)>,
-    },
-    Escalation {
-        escalation_key: String,
-    },
-}
-
-/// What the operator typed into the dialog, trimmed.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Answers {
-    pub reason: String,
-    pub external_ref: String,
-    pub retryable: bool,
-}
-
 /// A key that runs an action: a character, or another key, with or without Ctrl.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Binding {
@@ -158,9 +118,6 @@ const fn special(code: KeyCode) -> Binding {
     Binding { code, ctrl: false }
 }
 
-/// How the dialog's answers become the settling request.
-pub type MakeRequest = fn(Action, Subject, Answers) -> Option<Request>;
-
 pub struct ActionInfo {
     pub action: Action,
     /// The keys as the help screen and the key bar show them.
@@ -170,18 +127,11 @@ pub struct ActionInfo {
     pub label: &'static str,
     pub description: &'static str,
     pub writes: bool,
-    pub confirmation: Confirmation,
-    /// The dialog asks for the provider's reference too.
-    pub asks_external_ref: bool,
-    /// The dialog offers "the same key may be dispatched again".
-    pub asks_retryable: bool,
     pub scope: Scope,
     /// Shown in the one-line key bar everywhere.
     pub in_key_bar: bool,
     /// Shown in the key bar in these views, where it is what matters most.
     pub featured_in: &'static [View],
-    /// For a writing action: the request its confirmed dialog sends.
-    pub request: Option<MakeRequest>,
 }
 
 /// A row that only moves, shows or polls: no dialog, no request.
@@ -192,66 +142,37 @@ const SHOWS: ActionInfo = ActionInfo {
     label: "",
     description: "",
     writes: false,
-    confirmation: Confirmation::None,
-    asks_external_ref: false,
-    asks_retryable: false,
     scope: Scope::Everywhere,
     in_key_bar: false,
     featured_in: &[],
-    request: None,
 };
 
-/// A row that writes to the ledger for a selected effect, with a reason.
-const WRITES: ActionInfo = ActionInfo {
-    writes: true,
-    confirmation: Confirmation::Reason,
-    scope: Scope::Effect,
-    ..SHOWS
-};
-
-fn on_effect(
-    subject: Subject,
-    make: impl FnOnce(String, Option<i64>) -> Request,
-) -> Option<Request> {
-    match subject {
-        Subject::Effect { op_key, seen } => Some(make(op_key, Some(seen))),
-        _ => None,
-    }
-}
-
-fn on_escalation(subject: Subject, make: impl FnOnce(String) -> Request) -> Option<Request> {
-    match subject {
-        Subject::Escalation { escalation_key } => Some(make(escalation_key)),
-        _ => None,
-    }
-}
-
-/// The request of an [`Action::Operator`] row: its call, for the selected effect.
-fn operator_call(action: Action, subject: Subject, answers: Answers) -> Option<Request> {
-    let Action::Operator(call) = action else {
-        return None;
+/// The row of a key that runs a verb: what it writes, where it applies
+/// and its help line all come from the verb.
+const fn runs(
+    verb: &'static Verb,
+    how: Use,
+    keys: &'static str,
+    bindings: &'static [Binding],
+    label: &'static str,
+) -> ActionInfo {
+    let (scope, description) = match (how, &verb.every_item) {
+        (Use::EveryItem, Some(every_item)) => (Scope::Pane, every_item.summary),
+        (Use::EveryItem, None) => (Scope::Pane, verb.summary),
+        _ => match verb.on {
+            On::Effect => (Scope::Effect, verb.summary),
+            On::Escalation => (Scope::Escalation, verb.summary),
+        },
     };
-    on_effect(subject, |op_key, seen| Request::Operator {
-        call,
-        op_key,
-        seen,
-        reason: answers.reason,
-    })
-}
-
-/// The request of an [`Action::OperatorAll`] row: its call, for every item
-/// of the pane.
-fn operator_call_all(action: Action, subject: Subject, answers: Answers) -> Option<Request> {
-    let Action::OperatorAll(call) = action else {
-        return None;
-    };
-    match subject {
-        Subject::Pane { targets } => Some(Request::OperatorMany {
-            call,
-            targets,
-            reason: answers.reason,
-        }),
-        _ => None,
+    ActionInfo {
+        action: Action::Verb(verb, how),
+        keys,
+        bindings,
+        label,
+        description,
+        writes: true,
+        scope,
+        ..SHOWS
     }
 }
 
@@ -530,279 +451,146 @@ pub const TABLE: &[ActionInfo] = &[
         ..SHOWS
     },
     ActionInfo {
-        action: Action::Reconcile,
-        keys: "r",
-        bindings: &[key('r')],
-        label: "reconcile",
-        description: "reconcile: ask the provider what exists for this key",
-        confirmation: Confirmation::Confirm,
         in_key_bar: true,
-        request: Some(|_, subject, _| {
-            on_effect(subject, |op_key, seen| Request::Reconcile { op_key, seen })
-        }),
-        ..WRITES
+        ..runs(&verbs::RECONCILE, Use::One, "r", &[key('r')], "reconcile")
     },
     ActionInfo {
-        action: Action::OperatorAll(&actions::ACKNOWLEDGE_DUPLICATES),
-        keys: "C",
-        bindings: &[key('C')],
-        label: "clear all",
-        description: "acknowledge the repeats of every item of this (filtered) pane",
-        scope: Scope::Pane,
         featured_in: &[View::Pane(Pane::Duplicates)],
-        request: Some(operator_call_all),
-        ..WRITES
+        ..runs(
+            &verbs::ACKNOWLEDGE_DUPLICATES,
+            Use::EveryItem,
+            "C",
+            &[key('C')],
+            "clear all",
+        )
     },
     ActionInfo {
-        action: Action::OperatorAll(&actions::RELEASE),
-        keys: "L",
-        bindings: &[key('L')],
-        label: "release all",
-        description: "release every held item of this (filtered) pane",
-        scope: Scope::Pane,
         featured_in: &[View::Pane(Pane::Held)],
-        request: Some(operator_call_all),
-        ..WRITES
+        ..runs(
+            &verbs::RELEASE,
+            Use::EveryItem,
+            "L",
+            &[key('L')],
+            "release all",
+        )
     },
     ActionInfo {
-        action: Action::OperatorAll(&actions::CANCEL),
-        keys: "X",
-        bindings: &[key('X')],
-        label: "cancel all",
-        description: "cancel every item of this (filtered) pane that was never sent",
-        scope: Scope::Pane,
         featured_in: &[View::Pane(Pane::Held)],
-        request: Some(operator_call_all),
-        ..WRITES
+        ..runs(
+            &verbs::CANCEL,
+            Use::EveryItem,
+            "X",
+            &[key('X')],
+            "cancel all",
+        )
     },
+    runs(
+        &verbs::RECONCILE,
+        Use::EveryItem,
+        "R",
+        &[key('R')],
+        "reconcile all",
+    ),
     ActionInfo {
-        action: Action::ReconcileAll,
-        keys: "R",
-        bindings: &[key('R')],
-        label: "reconcile all",
-        description: "reconcile every item of this (filtered) pane",
-        confirmation: Confirmation::Confirm,
-        scope: Scope::Pane,
-        request: Some(|_, subject, _| match subject {
-            Subject::Pane { targets } => Some(Request::ReconcileMany { targets }),
-            _ => None,
-        }),
-        ..WRITES
-    },
-    ActionInfo {
-        action: Action::Compensate,
-        keys: "c",
-        bindings: &[key('c')],
-        label: "compensate",
-        description: "compensate: reverse it with a new, linked effect",
-        confirmation: Confirmation::ReasonAndKey,
         in_key_bar: true,
-        request: Some(|_, subject, answers| {
-            on_effect(subject, |op_key, seen| Request::Compensate {
-                op_key,
-                seen,
-                reason: answers.reason,
-            })
-        }),
-        ..WRITES
+        ..runs(&verbs::COMPENSATE, Use::One, "c", &[key('c')], "compensate")
     },
     ActionInfo {
-        action: Action::ReverseDuplicate,
-        keys: "u",
-        bindings: &[key('u')],
-        label: "reverse dup",
-        description: "reverse one extra provider record; the effect stands",
-        confirmation: Confirmation::ReasonAndKey,
-        asks_external_ref: true,
         featured_in: &[View::Finance],
-        request: Some(|_, subject, answers| {
-            on_effect(subject, |op_key, seen| Request::ReverseDuplicate {
-                op_key,
-                seen,
-                duplicate_ref: answers.external_ref,
-                reason: answers.reason,
-            })
-        }),
-        ..WRITES
+        ..runs(
+            &verbs::REVERSE_DUPLICATE,
+            Use::One,
+            "u",
+            &[key('u')],
+            "reverse dup",
+        )
     },
     ActionInfo {
-        action: Action::Escalate,
-        keys: "e",
-        bindings: &[key('e')],
-        label: "escalate",
-        description: "escalate to a person (the configured sink)",
         in_key_bar: true,
-        request: Some(|_, subject, answers| {
-            on_effect(subject, |op_key, seen| Request::Escalate {
-                op_key,
-                seen,
-                sink: None,
-                reason: answers.reason,
-            })
-        }),
-        ..WRITES
+        ..runs(&verbs::ESCALATE, Use::One, "e", &[key('e')], "escalate")
     },
+    runs(
+        &verbs::ESCALATE,
+        Use::EveryItem,
+        "E",
+        &[key('E')],
+        "escalate all",
+    ),
     ActionInfo {
-        action: Action::EscalateAll,
-        keys: "E",
-        bindings: &[key('E')],
-        label: "escalate all",
-        description: "escalate every item of this (filtered) pane to a person",
-        scope: Scope::Pane,
-        request: Some(|_, subject, answers| match subject {
-            Subject::Pane { targets } => Some(Request::EscalateMany {
-                targets,
-                sink: None,
-                reason: answers.reason,
-            }),
-            _ => None,
-        }),
-        ..WRITES
-    },
-    ActionInfo {
-        action: Action::ResolveSucceeded,
-        keys: "o",
-        bindings: &[key('o')],
-        label: "resolve ✓",
         description: "resolve as succeeded, with the provider's reference",
-        confirmation: Confirmation::ReasonAndKey,
-        asks_external_ref: true,
         featured_in: &[View::Pane(Pane::Overdue)],
-        request: Some(|_, subject, answers| {
-            on_effect(subject, |op_key, seen| Request::Resolve {
-                op_key,
-                seen,
-                reason: answers.reason,
-                resolution: Resolution::Succeeded {
-                    external_ref: answers.external_ref,
-                },
-            })
-        }),
-        ..WRITES
+        ..runs(
+            &verbs::RESOLVE,
+            Use::As(Outcome::Succeeded),
+            "o",
+            &[key('o')],
+            "resolve ✓",
+        )
     },
     ActionInfo {
-        action: Action::ResolveFailed,
-        keys: "f",
-        bindings: &[key('f')],
-        label: "resolve ✗",
         description: "resolve by hand as failed",
         featured_in: &[View::Pane(Pane::Overdue)],
-        request: Some(|_, subject, answers| {
-            on_effect(subject, |op_key, seen| Request::Resolve {
-                op_key,
-                seen,
-                reason: answers.reason,
-                resolution: Resolution::Failed {
-                    retryable: answers.retryable,
-                },
-            })
-        }),
-        asks_retryable: true,
-        ..WRITES
+        ..runs(
+            &verbs::RESOLVE,
+            Use::As(Outcome::Failed),
+            "f",
+            &[key('f')],
+            "resolve ✗",
+        )
     },
     ActionInfo {
-        action: Action::Operator(&actions::RELEASE),
-        keys: "l",
-        bindings: &[key('l')],
-        label: "release",
-        description: "release a hold: the held effect may be dispatched",
         featured_in: &[View::Pane(Pane::Held)],
-        request: Some(operator_call),
-        ..WRITES
+        ..runs(&verbs::RELEASE, Use::One, "l", &[key('l')], "release")
     },
     ActionInfo {
-        action: Action::Operator(&actions::CANCEL),
-        keys: "x",
-        bindings: &[key('x')],
-        label: "cancel",
-        description: "cancel a hold or an undispatched effect",
         featured_in: &[View::Pane(Pane::Held)],
-        request: Some(operator_call),
-        ..WRITES
+        ..runs(&verbs::CANCEL, Use::One, "x", &[key('x')], "cancel")
     },
+    runs(&verbs::ANNOTATE, Use::One, "a", &[key('a')], "annotate"),
     ActionInfo {
-        action: Action::Operator(&actions::ANNOTATE),
-        keys: "a",
-        bindings: &[key('a')],
-        label: "annotate",
-        description: "annotate: a note in the audit trail",
-        request: Some(operator_call),
-        ..WRITES
-    },
-    ActionInfo {
-        action: Action::Operator(&actions::ACKNOWLEDGE_DUPLICATES),
-        keys: "d",
-        bindings: &[key('d')],
-        label: "ack repeats",
-        description: "acknowledge repeats: off this pane, kept in history",
         featured_in: &[View::Pane(Pane::Duplicates)],
-        request: Some(operator_call),
-        ..WRITES
+        ..runs(
+            &verbs::ACKNOWLEDGE_DUPLICATES,
+            Use::One,
+            "d",
+            &[key('d')],
+            "ack repeats",
+        )
     },
+    runs(
+        &verbs::REOPEN_DUPLICATES,
+        Use::One,
+        "U",
+        &[key('U')],
+        "reopen repeats",
+    ),
     ActionInfo {
-        action: Action::Approve,
-        keys: "A",
-        bindings: &[key('A')],
-        label: "approve",
-        description: "approve a compensation awaiting a second operator",
-        confirmation: Confirmation::ReasonAndKey,
         featured_in: &[View::Escalations],
-        request: Some(|_, subject, answers| {
-            on_effect(subject, |op_key, seen| Request::Approve {
-                op_key,
-                seen,
-                reason: answers.reason,
-            })
-        }),
-        ..WRITES
+        ..runs(&verbs::APPROVE, Use::One, "A", &[key('A')], "approve")
     },
     ActionInfo {
-        action: Action::Reject,
-        keys: "D",
-        bindings: &[key('D')],
-        label: "reject",
-        description: "reject a compensation awaiting approval",
         featured_in: &[View::Escalations],
-        request: Some(|_, subject, answers| {
-            on_effect(subject, |op_key, seen| Request::Reject {
-                op_key,
-                seen,
-                reason: answers.reason,
-            })
-        }),
-        ..WRITES
+        ..runs(&verbs::REJECT, Use::One, "D", &[key('D')], "reject")
     },
     ActionInfo {
-        action: Action::Acknowledge,
-        keys: "K",
-        bindings: &[key('K')],
-        label: "acknowledge",
-        description: "acknowledge an escalation",
-        scope: Scope::Escalation,
         in_key_bar: true,
-        request: Some(|_, subject, answers| {
-            on_escalation(subject, |escalation_key| Request::Acknowledge {
-                escalation_key,
-                reason: answers.reason,
-            })
-        }),
-        ..WRITES
+        ..runs(
+            &verbs::ACKNOWLEDGE_ESCALATION,
+            Use::One,
+            "K",
+            &[key('K')],
+            "acknowledge",
+        )
     },
     ActionInfo {
-        action: Action::CloseEscalation,
-        keys: "Z",
-        bindings: &[key('Z')],
-        label: "close",
-        description: "resolve an escalation (close the loop)",
-        scope: Scope::Escalation,
         in_key_bar: true,
-        request: Some(|_, subject, answers| {
-            on_escalation(subject, |escalation_key| Request::ResolveEscalation {
-                escalation_key,
-                reason: answers.reason,
-            })
-        }),
-        ..WRITES
+        ..runs(
+            &verbs::RESOLVE_ESCALATION,
+            Use::One,
+            "Z",
+            &[key('Z')],
+            "close",
+        )
     },
 ];
 
@@ -835,13 +623,19 @@ impl Action {
     }
 
     /// Its name in the ledger's rules of which action applies to an effect
-    /// (`ledger.refusals`): the SQL function's, without `op_`.
+    /// (`ledger.refusals`): its verb's.
     pub fn ledger_action(self) -> Option<&'static str> {
         match self {
-            Action::ResolveSucceeded | Action::ResolveFailed => Some("resolve"),
-            Action::Compensate => Some("compensate"),
-            Action::Operator(call) => Some(call.ledger_action()),
+            Action::Verb(verb, _) => verb.rule(),
             _ => None,
+        }
+    }
+
+    /// Whether confirming it moves money, so the dialog asks for the key's end.
+    pub fn money(self) -> Money {
+        match self {
+            Action::Verb(verb, _) => verb.money,
+            _ => Money::Never,
         }
     }
 
@@ -875,27 +669,33 @@ impl Action {
 
     /// The settling request for what the dialog found and the operator typed.
     pub fn request(self, subject: Subject, answers: Answers) -> Option<Request> {
-        (self.info().request?)(self, subject, answers)
+        let Action::Verb(verb, how) = self else {
+            return None;
+        };
+        let answers = match how {
+            Use::As(outcome) => Answers {
+                outcome: Some(outcome),
+                ..answers
+            },
+            Use::One | Use::EveryItem => answers,
+        };
+        verb.request(subject, answers)
     }
 
-    /// The fields its dialog asks for, then the buttons.
+    /// The fields its dialog asks for, then the buttons; the dialog adds
+    /// the key's end when confirming moves money.
     pub fn dialog_fields(self) -> Vec<DialogField> {
-        let info = self.info();
         let mut fields = Vec::new();
-        if info.asks_external_ref {
-            fields.push(DialogField::ExternalRef);
-        }
-        if matches!(
-            info.confirmation,
-            Confirmation::Reason | Confirmation::ReasonAndKey
-        ) {
-            fields.push(DialogField::Reason);
-        }
-        if info.asks_retryable {
-            fields.push(DialogField::Retryable);
-        }
-        if info.confirmation == Confirmation::ReasonAndKey {
-            fields.push(DialogField::KeySuffix);
+        if let Action::Verb(verb, how) = self {
+            if verb.asks(Field::Reference) || how == Use::As(Outcome::Succeeded) {
+                fields.push(DialogField::ExternalRef);
+            }
+            if verb.asks(Field::Reason) {
+                fields.push(DialogField::Reason);
+            }
+            if how == Use::As(Outcome::Failed) {
+                fields.push(DialogField::Retryable);
+            }
         }
         fields.push(DialogField::Buttons);
         fields
@@ -928,13 +728,13 @@ mod tests {
             );
             assert!(entry.action.allowed(false));
         }
-        assert!(!Action::Compensate.allowed(true));
-        assert!(!Action::Operator(&actions::ACKNOWLEDGE_DUPLICATES).allowed(true));
+        assert!(!Action::Verb(&verbs::COMPENSATE, Use::One).allowed(true));
+        assert!(!Action::Verb(&verbs::ACKNOWLEDGE_DUPLICATES, Use::EveryItem).allowed(true));
         assert!(Action::Open.allowed(true));
     }
 
     #[test]
-    fn every_binding_runs_one_action_and_every_writing_action_makes_a_request() {
+    fn every_binding_runs_one_action_and_every_writing_action_is_a_verb() {
         for entry in TABLE {
             for binding in entry.bindings {
                 let modifiers = if binding.ctrl {
@@ -950,14 +750,19 @@ mod tests {
                     binding
                 );
             }
-            assert_eq!(entry.writes, entry.request.is_some(), "{:?}", entry.action);
+            assert_eq!(
+                entry.writes,
+                matches!(entry.action, Action::Verb(..)),
+                "{:?}",
+                entry.action
+            );
         }
-        let ack = Action::Operator(&actions::ACKNOWLEDGE_DUPLICATES);
+        let ack = Action::Verb(&verbs::ACKNOWLEDGE_DUPLICATES, Use::One);
         assert_eq!(
             ack.request(
                 Subject::Effect {
                     op_key: "k".into(),
-                    seen: 3
+                    seen: Some(3)
                 },
                 Answers {
                     reason: "seen".into(),
@@ -965,7 +770,7 @@ mod tests {
                 }
             ),
             Some(Request::Operator {
-                call: &actions::ACKNOWLEDGE_DUPLICATES,
+                call: &crate::ledger::actions::ACKNOWLEDGE_DUPLICATES,
                 op_key: "k".into(),
                 seen: Some(3),
                 reason: "seen".into()
@@ -983,18 +788,63 @@ mod tests {
     }
 
     #[test]
-    fn money_moving_actions_ask_for_the_key() {
+    fn a_resolving_key_gives_its_outcome_and_asks_what_it_needs() {
+        let succeeded = Action::Verb(&verbs::RESOLVE, Use::As(Outcome::Succeeded));
         assert_eq!(
-            Action::Compensate.info().confirmation,
-            Confirmation::ReasonAndKey
+            succeeded.dialog_fields(),
+            [
+                DialogField::ExternalRef,
+                DialogField::Reason,
+                DialogField::Buttons
+            ]
         );
-        for entry in TABLE.iter().filter(|entry| entry.writes) {
-            assert_ne!(
-                entry.confirmation,
-                Confirmation::None,
-                "{:?} writes without confirmation",
+        let failed = Action::Verb(&verbs::RESOLVE, Use::As(Outcome::Failed));
+        assert_eq!(
+            failed.dialog_fields(),
+            [
+                DialogField::Reason,
+                DialogField::Retryable,
+                DialogField::Buttons
+            ]
+        );
+        let request = failed.request(
+            Subject::Effect {
+                op_key: "k".into(),
+                seen: Some(1),
+            },
+            Answers {
+                reason: "declined".into(),
+                retryable: true,
+                ..Answers::default()
+            },
+        );
+        assert!(
+            matches!(
+                request,
+                Some(Request::Resolve {
+                    resolution: crate::ledger::actions::Resolution::Failed { retryable: true },
+                    ..
+                })
+            ),
+            "{request:?}"
+        );
+    }
+
+    #[test]
+    fn money_moving_actions_ask_for_a_reason() {
+        for entry in TABLE
+            .iter()
+            .filter(|entry| entry.action.money() != Money::Never)
+        {
+            assert!(
+                entry.action.dialog_fields().contains(&DialogField::Reason),
+                "{:?} moves money without a reason",
                 entry.action
             );
         }
+        assert_eq!(
+            Action::Verb(&verbs::COMPENSATE, Use::One).money(),
+            Money::Always
+        );
     }
 }

@@ -58,17 +58,14 @@ pub async fn resolve<'c>(
 /// An operator action of the common shape: one SQL function taking the key,
 /// the version the operator saw, the operator and a reason, answering the
 /// effect's state and version and the audit entry. Each constant below is
-/// the whole Rust side of one such action: the CLI makes a subcommand of
-/// each one in [`OPERATOR_CALLS`], and the console's action table names the
-/// one its key runs.
+/// the ledger's side of one such action; its verb (`settle::verbs`) says
+/// how an operator asks for it.
 #[derive(Debug, PartialEq, Eq, Hash)]
 pub struct OperatorCall {
-    /// The command's name (`effectwatch release …`) and the audit trail's word.
+    /// The audit trail's word for it, as the command line spells it.
     pub name: &'static str,
     /// The past tense, for what a report says happened.
     pub done: &'static str,
-    /// One line of help for the command.
-    pub about: &'static str,
     /// The SQL function: `(op_key, expected_version, operator, reason)`.
     function: &'static str,
 }
@@ -76,50 +73,36 @@ pub struct OperatorCall {
 pub const RELEASE: OperatorCall = OperatorCall {
     name: "release",
     done: "released",
-    about: "Let a held effect go ahead.",
     function: "ledger.op_release",
 };
 
 pub const CANCEL: OperatorCall = OperatorCall {
     name: "cancel",
     done: "cancelled",
-    about: "Withdraw a held or never-dispatched effect.",
     function: "ledger.op_cancel",
 };
 
 pub const ANNOTATE: OperatorCall = OperatorCall {
     name: "annotate",
     done: "annotated",
-    about: "Put a note on the record (--reason is the note).",
     function: "ledger.op_annotate",
 };
 
 pub const ACKNOWLEDGE_DUPLICATES: OperatorCall = OperatorCall {
     name: "acknowledge-duplicates",
     done: "acknowledged the repeated calls of",
-    about: "Take a key's repeated and flagged calls off the duplicates pane (they stay in its \
-            history and the reports).",
     function: "ledger.op_acknowledge_duplicates",
 };
 
-/// Every operator action of the common shape, in the order the CLI lists them.
-pub const OPERATOR_CALLS: &[&OperatorCall] =
-    &[&RELEASE, &CANCEL, &ANNOTATE, &ACKNOWLEDGE_DUPLICATES];
+pub const REOPEN_DUPLICATES: OperatorCall = OperatorCall {
+    name: "reopen-duplicates",
+    done: "reopened the repeated calls of",
+    function: "ledger.op_reopen_duplicates",
+};
 
 impl OperatorCall {
-    pub fn named(name: &str) -> Option<&'static OperatorCall> {
-        OPERATOR_CALLS
-            .iter()
-            .copied()
-            .find(|call| call.name == name)
-    }
-
-    /// Its name as the ledger's applicability rules know it: the SQL
-    /// function's, without `ledger.op_`.
-    pub fn ledger_action(&self) -> &'static str {
+    pub const fn function(&self) -> &'static str {
         self.function
-            .strip_prefix("ledger.op_")
-            .unwrap_or(self.function)
     }
 
     pub async fn call<'c>(

@@ -10,6 +10,7 @@ mod compensate;
 mod escalate;
 pub mod finding;
 mod reconcile;
+pub mod verbs;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -6,9 +6,10 @@ use crossterm::event::{KeyCode, KeyEvent};
 use std::collections::BTreeMap;
 
 use super::{App, Mode, Task, View, model::APPROVAL_ROW, prompt::edit_line};
-use crate::console::action::{Action, Answers, Confirmation, DialogField, Scope, Subject};
+use crate::console::action::{Action, Answers, DialogField, Money, Scope, Subject, Use};
 use crate::console::theme::Role;
 use crate::ledger::actions::Applicability;
+use crate::settle::verbs::{self, Outcome};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Dialog {
@@ -52,25 +53,18 @@ impl App {
                 } else {
                     format!(" matching {:?}", self.filter_text)
                 };
+                let items = format!(
+                    "{} of {}{filtered}{}",
+                    crate::format::count_of(targets.len(), "item", "items"),
+                    self.current_view().title(),
+                    self.pane_split()
+                );
                 let summary = match action {
-                    Action::OperatorAll(call) => format!(
-                        "{} {} of {}{filtered}{}. One transaction and one audit entry each; an item changed since, or to which it no longer applies, is skipped.",
-                        call.name,
-                        crate::format::count_of(targets.len(), "item", "items"),
-                        self.current_view().title(),
-                        self.pane_split()
-                    ),
-                    Action::EscalateAll => format!(
-                        "Escalate {} of {}{filtered}{} to a person, through the configured sink. One escalation and one audit entry each; an item already escalated is not sent twice, one changed since is skipped.",
-                        crate::format::count_of(targets.len(), "item", "items"),
-                        self.current_view().title(),
-                        self.pane_split()
-                    ),
-                    _ => format!(
-                        "Ask the provider about {} of {}{filtered}, one after the other.",
-                        crate::format::count_of(targets.len(), "effect", "effects"),
-                        self.current_view().title()
-                    ),
+                    Action::Verb(verb, _) => match &verb.every_item {
+                        Some(every_item) => (every_item.says)(&items),
+                        None => format!("{} {items}.", verb.name),
+                    },
+                    _ => items,
                 };
                 (Subject::Pane { targets }, summary)
             }
@@ -100,16 +94,17 @@ impl App {
                     crate::text::sanitize_line(&op_key),
                     self.selected_context()
                 );
+                let seen = Some(seen);
                 (Subject::Effect { op_key, seen }, summary)
             }
         };
         // One rule: what moves money asks for the key's last characters,
         // nothing else does. Resolving moves money only when the effect has
         // an amount; a compensation and its approval always do.
-        let moves_money = match action {
-            Action::Compensate | Action::Approve | Action::ReverseDuplicate => true,
-            Action::ResolveSucceeded | Action::ResolveFailed => self.selected_amount().is_some(),
-            _ => info.confirmation == Confirmation::ReasonAndKey,
+        let moves_money = match action.money() {
+            Money::Always => true,
+            Money::WhenItHasAnAmount => self.selected_amount().is_some(),
+            Money::Never => false,
         };
         let required_suffix = match &subject {
             Subject::Effect { op_key, .. } if moves_money => Some(key_suffix(op_key)),
@@ -117,14 +112,18 @@ impl App {
         };
         let fields = fields_of(action, required_suffix.is_some());
         let note = match action {
-            Action::Compensate => self.selected_applicability().map(approval_note),
-            Action::Approve => self.approval_summary(),
-            Action::ResolveSucceeded if self.selected_never_dispatched() => Some((
-                "never dispatched (○ prepared): the ledger has no record that the provider was called. \
-                 Resolve it as succeeded only with the provider's evidence, in the reason and the reference."
-                    .to_string(),
-                Role::Warn,
-            )),
+            Action::Verb(verb, _) if *verb == verbs::COMPENSATE => {
+                self.selected_applicability().map(approval_note)
+            }
+            Action::Verb(verb, _) if *verb == verbs::APPROVE => self.approval_summary(),
+            Action::Verb(_, Use::As(Outcome::Succeeded)) if self.selected_never_dispatched() => {
+                Some((
+                    "never dispatched (○ prepared): the ledger has no record that the provider was called. \
+                     Resolve it as succeeded only with the provider's evidence, in the reason and the reference."
+                        .to_string(),
+                    Role::Warn,
+                ))
+            }
             _ => None,
         };
         self.mode = Mode::Dialog(Box::new(Dialog {
@@ -205,8 +204,9 @@ impl App {
                 );
                 let answers = Answers {
                     reason: dialog.reason.trim().to_string(),
-                    external_ref: dialog.external_ref.trim().to_string(),
+                    reference: dialog.external_ref.trim().to_string(),
                     retryable: dialog.retryable,
+                    ..Answers::default()
                 };
                 return match dialog.action.request(dialog.subject, answers) {
                     Some(request) => vec![Task::Settle(request)],
@@ -315,13 +315,9 @@ impl App {
 }
 
 /// The dialog's fields: the action's, with the key's last characters asked
-/// exactly when the action moves money.
+/// before the buttons exactly when the action moves money.
 fn fields_of(action: Action, asks_key: bool) -> Vec<DialogField> {
-    let mut fields: Vec<DialogField> = action
-        .dialog_fields()
-        .into_iter()
-        .filter(|field| *field != DialogField::KeySuffix)
-        .collect();
+    let mut fields = action.dialog_fields();
     if asks_key {
         let buttons = fields.len().saturating_sub(1);
         fields.insert(buttons, DialogField::KeySuffix);
@@ -374,15 +370,11 @@ fn dialog_text(dialog: &mut Dialog) -> Option<&mut String> {
 }
 
 fn validate_dialog(dialog: &Dialog) -> Result<(), String> {
-    let confirmation = dialog.action.info().confirmation;
-    if matches!(
-        confirmation,
-        Confirmation::Reason | Confirmation::ReasonAndKey
-    ) && dialog.reason.trim().is_empty()
-    {
+    let fields = dialog.action.dialog_fields();
+    if fields.contains(&DialogField::Reason) && dialog.reason.trim().is_empty() {
         return Err("a reason is required".to_string());
     }
-    if dialog.action.info().asks_external_ref && dialog.external_ref.trim().is_empty() {
+    if fields.contains(&DialogField::ExternalRef) && dialog.external_ref.trim().is_empty() {
         return Err("the provider's external reference is required".to_string());
     }
     if let Some(required) = &dialog.required_suffix

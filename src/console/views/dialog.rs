@@ -4,13 +4,12 @@ use ratatui::style::Modifier;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Clear, Paragraph, Wrap};
 
-use crate::console::action::Confirmation;
 use crate::console::app::{Dialog, DialogField};
 use crate::console::theme::{Role, Theme};
 use crate::text::sanitize_line;
 
 pub fn draw(frame: &mut Frame, area: Rect, dialog: &Dialog, theme: &Theme) {
-    let confirmation = dialog.action.info().confirmation;
+    let fields = dialog.action.dialog_fields();
     let mut lines = vec![
         Line::from(Span::styled(sanitize_line(&dialog.summary), theme.base())),
         Line::default(),
@@ -30,24 +29,21 @@ pub fn draw(frame: &mut Frame, area: Rect, dialog: &Dialog, theme: &Theme) {
             ),
         ])
     };
-    if dialog.action.info().asks_external_ref {
+    if fields.contains(&DialogField::ExternalRef) {
         lines.push(input(
             "provider reference",
             &dialog.external_ref,
             dialog.focus == DialogField::ExternalRef,
         ));
     }
-    if matches!(
-        confirmation,
-        Confirmation::Reason | Confirmation::ReasonAndKey
-    ) {
+    if fields.contains(&DialogField::Reason) {
         lines.push(input(
             "reason (required)",
             &dialog.reason,
             dialog.focus == DialogField::Reason,
         ));
     }
-    if dialog.action.info().asks_retryable {
+    if fields.contains(&DialogField::Retryable) {
         let focused = dialog.focus == DialogField::Retryable;
         let (mark, meaning) = if dialog.retryable {
             ("[x]", "yes: the same key may be dispatched again")

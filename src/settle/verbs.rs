@@ -1,0 +1,581 @@
+//! Every verb an operator writes to the ledger with, described once: its
+//! name on the command line and in the audit trail, its help, what it acts
+//! on, what it asks, whether it moves money, the SQL function it ends in
+//! and the settling request its answers become. The CLI's subcommands and
+//! the console's dialogs are made from this table; the console adds only
+//! the keys and where a verb shows in its key bar. A new verb is a row here
+//! and its SQL function.
+
+use std::hash::{Hash, Hasher};
+
+use super::Request;
+use crate::ledger::actions::{self, OperatorCall, Resolution};
+
+/// What a verb acts on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum On {
+    /// An effect, by its operation key, at the version the operator saw.
+    Effect,
+    /// An escalation, by its key (`escalate:<op_key>:<decision>`).
+    Escalation,
+}
+
+/// What a verb asks besides its subject, in the order it asks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Field {
+    /// A provider record the verb acts on: `--ref REF`.
+    Reference,
+    /// How the effect ended: `--succeeded REF` (the provider's reference)
+    /// or `--failed [--retryable]`; the console has a key for each.
+    Outcome,
+    /// Where a person is reached: `--to SINK`; the console uses the
+    /// configured one.
+    Sink,
+    /// Why, written in the audit trail: `--reason` (or `--note`).
+    Reason,
+}
+
+/// Whether confirming a verb moves money: then the operator types the
+/// last characters of the key, whatever the tool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Money {
+    Never,
+    Always,
+    /// Settling an effect by hand moves money when the effect has an amount.
+    WhenItHasAnAmount,
+}
+
+/// How an effect settled by hand ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    Succeeded,
+    Failed,
+}
+
+/// What a verb is about, as the operator picked it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Subject {
+    /// An effect and the version the operator saw (`None`: the current one).
+    Effect {
+        op_key: String,
+        seen: Option<i64>,
+    },
+    /// Every effect of a (filtered) pane, each with the version seen.
+    Pane {
+        targets: Vec<(String, i64)>,
+    },
+    Escalation {
+        escalation_key: String,
+    },
+}
+
+/// What the operator gave, trimmed.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Answers {
+    pub reason: String,
+    /// A provider's reference: the record to act on, or the evidence of success.
+    pub reference: String,
+    pub outcome: Option<Outcome>,
+    /// Failed: the same key may be dispatched again.
+    pub retryable: bool,
+    /// `None`: the only sink configured.
+    pub sink: Option<String>,
+}
+
+/// A verb done to every item of a (filtered) pane, each in its own
+/// transaction.
+#[derive(Debug)]
+pub struct EveryItem {
+    /// The console's help line.
+    pub summary: &'static str,
+    /// What will happen, given "3 items of Held conflicts …".
+    pub says: fn(&str) -> String,
+}
+
+/// Where a verb's subcommand comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cli {
+    /// Made from the row.
+    Made,
+    /// Written by hand, because it is more than the verb: `reconcile` is
+    /// the reconciler service too.
+    Own,
+}
+
+pub struct Verb {
+    /// The subcommand (`effectwatch release`, `effectwatch escalation resolve`).
+    pub name: &'static str,
+    pub on: On,
+    /// The subcommand's help line.
+    pub about: &'static str,
+    /// The console's help line; its words up to a colon title the dialog.
+    pub summary: &'static str,
+    pub fields: &'static [Field],
+    pub money: Money,
+    /// The SQL function it ends in; `ledger.op_<rule>` is ruled on by
+    /// `ledger.refusals` under that rule's name.
+    pub function: &'static str,
+    pub every_item: Option<EveryItem>,
+    pub cli: Cli,
+    /// The request its answers become; `None` when the subject is not one
+    /// it acts on.
+    pub request: fn(Subject, Answers) -> Option<Request>,
+}
+
+impl std::fmt::Debug for Verb {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.on {
+            On::Effect => write!(formatter, "Verb({})", self.name),
+            On::Escalation => write!(formatter, "Verb(escalation {})", self.name),
+        }
+    }
+}
+
+/// A verb is its name and what it acts on.
+impl PartialEq for Verb {
+    fn eq(&self, other: &Verb) -> bool {
+        self.name == other.name && self.on == other.on
+    }
+}
+
+impl Eq for Verb {}
+
+impl Hash for Verb {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.name.hash(state);
+        self.on.hash(state);
+    }
+}
+
+impl Verb {
+    /// Its name in `ledger.refusals`, when its function is an operator call.
+    pub fn rule(&self) -> Option<&'static str> {
+        self.function.strip_prefix("ledger.op_")
+    }
+
+    pub fn asks(&self, field: Field) -> bool {
+        self.fields.contains(&field)
+    }
+
+    /// The request for this subject and these answers; a pane only for a
+    /// verb done to every item.
+    pub fn request(&self, subject: Subject, answers: Answers) -> Option<Request> {
+        if matches!(subject, Subject::Pane { .. }) && self.every_item.is_none() {
+            return None;
+        }
+        (self.request)(subject, answers)
+    }
+}
+
+/// Every verb, in the order the command line lists them.
+pub const VERBS: &[&Verb] = &[
+    &RECONCILE,
+    &COMPENSATE,
+    &REVERSE_DUPLICATE,
+    &ESCALATE,
+    &RESOLVE,
+    &RELEASE,
+    &CANCEL,
+    &ANNOTATE,
+    &ACKNOWLEDGE_DUPLICATES,
+    &REOPEN_DUPLICATES,
+    &APPROVE,
+    &REJECT,
+    &ACKNOWLEDGE_ESCALATION,
+    &RESOLVE_ESCALATION,
+];
+
+/// The verb of this name acting on this.
+pub fn named(on: On, name: &str) -> Option<&'static Verb> {
+    VERBS
+        .iter()
+        .copied()
+        .find(|verb| verb.on == on && verb.name == name)
+}
+
+pub const RECONCILE: Verb = Verb {
+    name: "reconcile",
+    on: On::Effect,
+    about: "Ask the provider what exists for an effect (or every item of a pane) and record \
+            the finding.",
+    summary: "reconcile: ask the provider what exists for this key",
+    fields: &[],
+    money: Money::Never,
+    function: "ledger.record_reconciliation",
+    every_item: Some(EveryItem {
+        summary: "reconcile every item of this (filtered) pane",
+        says: |items| format!("Ask the provider about {items}, one after the other."),
+    }),
+    cli: Cli::Own,
+    request: |subject, _| match subject {
+        Subject::Effect { op_key, seen } => Some(Request::Reconcile { op_key, seen }),
+        Subject::Pane { targets } => Some(Request::ReconcileMany { targets }),
+        Subject::Escalation { .. } => None,
+    },
+};
+
+pub const COMPENSATE: Verb = Verb {
+    name: "compensate",
+    on: On::Effect,
+    about: "Reverse a succeeded effect with a compensation under its own key (above the \
+            action's limit, a second operator must approve).",
+    summary: "compensate: reverse it with a new, linked effect",
+    fields: &[Field::Reason],
+    money: Money::Always,
+    function: "ledger.op_compensate",
+    every_item: None,
+    cli: Cli::Made,
+    request: |subject, answers| {
+        on_effect(subject, |op_key, seen| Request::Compensate {
+            op_key,
+            seen,
+            reason: answers.reason,
+        })
+    },
+};
+
+pub const REVERSE_DUPLICATE: Verb = Verb {
+    name: "reverse-duplicate",
+    on: On::Effect,
+    about: "Reverse one extra provider record of an effect the provider holds twice (the \
+            effect stands; above the action's limit, a second operator must approve).",
+    summary: "reverse one extra provider record; the effect stands",
+    fields: &[Field::Reference, Field::Reason],
+    money: Money::Always,
+    function: "ledger.op_reverse_duplicate",
+    every_item: None,
+    cli: Cli::Made,
+    request: |subject, answers| {
+        on_effect(subject, |op_key, seen| Request::ReverseDuplicate {
+            op_key,
+            seen,
+            duplicate_ref: answers.reference,
+            reason: answers.reason,
+        })
+    },
+};
+
+pub const ESCALATE: Verb = Verb {
+    name: "escalate",
+    on: On::Effect,
+    about: "Hand an effect to a person through a sink: the decision needed, the key, the \
+            entry, the evidence.",
+    summary: "escalate to a person (the configured sink)",
+    fields: &[Field::Sink, Field::Reason],
+    money: Money::Never,
+    function: "ledger.op_escalate",
+    every_item: Some(EveryItem {
+        summary: "escalate every item of this (filtered) pane to a person",
+        says: |items| {
+            format!(
+                "Escalate {items} to a person, through the configured sink. One escalation \
+                 and one audit entry each; an item already escalated is not sent twice, one \
+                 changed since is skipped."
+            )
+        },
+    }),
+    cli: Cli::Made,
+    request: |subject, answers| match subject {
+        Subject::Effect { op_key, seen } => Some(Request::Escalate {
+            op_key,
+            seen,
+            sink: answers.sink,
+            reason: answers.reason,
+        }),
+        Subject::Pane { targets } => Some(Request::EscalateMany {
+            targets,
+            sink: answers.sink,
+            reason: answers.reason,
+        }),
+        Subject::Escalation { .. } => None,
+    },
+};
+
+pub const RESOLVE: Verb = Verb {
+    name: "resolve",
+    on: On::Effect,
+    about: "Settle an effect by hand, with evidence: --succeeded REF, or --failed.",
+    summary: "resolve by hand, with evidence",
+    fields: &[Field::Outcome, Field::Reason],
+    money: Money::WhenItHasAnAmount,
+    function: "ledger.op_resolve",
+    every_item: None,
+    cli: Cli::Made,
+    request: |subject, answers| {
+        let resolution = match answers.outcome? {
+            Outcome::Succeeded => Resolution::Succeeded {
+                external_ref: answers.reference,
+            },
+            Outcome::Failed => Resolution::Failed {
+                retryable: answers.retryable,
+            },
+        };
+        on_effect(subject, |op_key, seen| Request::Resolve {
+            op_key,
+            seen,
+            reason: answers.reason,
+            resolution,
+        })
+    },
+};
+
+pub const RELEASE: Verb = Verb {
+    name: "release",
+    on: On::Effect,
+    about: "Let a held effect go ahead.",
+    summary: "release a hold: the held effect may be dispatched",
+    fields: &[Field::Reason],
+    money: Money::Never,
+    function: actions::RELEASE.function(),
+    every_item: Some(EveryItem {
+        summary: "release every held item of this (filtered) pane",
+        says: |items| each_on_its_own("release", items),
+    }),
+    cli: Cli::Made,
+    request: |subject, answers| operator_call(&actions::RELEASE, subject, answers),
+};
+
+pub const CANCEL: Verb = Verb {
+    name: "cancel",
+    on: On::Effect,
+    about: "Withdraw a held or never-dispatched effect.",
+    summary: "cancel a hold or an undispatched effect",
+    fields: &[Field::Reason],
+    money: Money::Never,
+    function: actions::CANCEL.function(),
+    every_item: Some(EveryItem {
+        summary: "cancel every item of this (filtered) pane that was never sent",
+        says: |items| each_on_its_own("cancel", items),
+    }),
+    cli: Cli::Made,
+    request: |subject, answers| operator_call(&actions::CANCEL, subject, answers),
+};
+
+pub const ANNOTATE: Verb = Verb {
+    name: "annotate",
+    on: On::Effect,
+    about: "Put a note on the record (--reason is the note).",
+    summary: "annotate: a note in the audit trail",
+    fields: &[Field::Reason],
+    money: Money::Never,
+    function: actions::ANNOTATE.function(),
+    every_item: Some(EveryItem {
+        summary: "annotate every item of this (filtered) pane",
+        says: |items| each_on_its_own("annotate", items),
+    }),
+    cli: Cli::Made,
+    request: |subject, answers| operator_call(&actions::ANNOTATE, subject, answers),
+};
+
+pub const ACKNOWLEDGE_DUPLICATES: Verb = Verb {
+    name: "acknowledge-duplicates",
+    on: On::Effect,
+    about: "Take a key's repeated and flagged calls off the duplicates pane (they stay in its \
+            history and the reports).",
+    summary: "acknowledge repeats: off this pane, kept in history",
+    fields: &[Field::Reason],
+    money: Money::Never,
+    function: actions::ACKNOWLEDGE_DUPLICATES.function(),
+    every_item: Some(EveryItem {
+        summary: "acknowledge the repeats of every item of this (filtered) pane",
+        says: |items| each_on_its_own("acknowledge-duplicates", items),
+    }),
+    cli: Cli::Made,
+    request: |subject, answers| operator_call(&actions::ACKNOWLEDGE_DUPLICATES, subject, answers),
+};
+
+pub const REOPEN_DUPLICATES: Verb = Verb {
+    name: "reopen-duplicates",
+    on: On::Effect,
+    about: "Put a key's acknowledged repeated calls back on the duplicates pane (an \
+            acknowledgement made by mistake, or a bulk clear that reached too far).",
+    summary: "reopen repeats: back on the duplicates pane",
+    fields: &[Field::Reason],
+    money: Money::Never,
+    function: actions::REOPEN_DUPLICATES.function(),
+    every_item: None,
+    cli: Cli::Made,
+    request: |subject, answers| operator_call(&actions::REOPEN_DUPLICATES, subject, answers),
+};
+
+pub const APPROVE: Verb = Verb {
+    name: "approve",
+    on: On::Effect,
+    about: "Approve a compensation another operator requested; it is sent at once.",
+    summary: "approve a compensation awaiting a second operator",
+    fields: &[Field::Reason],
+    money: Money::Always,
+    function: "ledger.op_approve_compensation",
+    every_item: None,
+    cli: Cli::Made,
+    request: |subject, answers| {
+        on_effect(subject, |op_key, seen| Request::Approve {
+            op_key,
+            seen,
+            reason: answers.reason,
+        })
+    },
+};
+
+pub const REJECT: Verb = Verb {
+    name: "reject",
+    on: On::Effect,
+    about: "Turn down a compensation request (the requester may withdraw their own).",
+    summary: "reject a compensation awaiting approval",
+    fields: &[Field::Reason],
+    money: Money::Never,
+    function: "ledger.op_reject_compensation",
+    every_item: None,
+    cli: Cli::Made,
+    request: |subject, answers| {
+        on_effect(subject, |op_key, seen| Request::Reject {
+            op_key,
+            seen,
+            reason: answers.reason,
+        })
+    },
+};
+
+pub const ACKNOWLEDGE_ESCALATION: Verb = Verb {
+    name: "acknowledge",
+    on: On::Escalation,
+    about: "A person has it: delivery stops, it stays open.",
+    summary: "acknowledge an escalation",
+    fields: &[Field::Reason],
+    money: Money::Never,
+    function: "ledger.op_acknowledge_escalation",
+    every_item: None,
+    cli: Cli::Made,
+    request: |subject, answers| {
+        on_escalation(subject, |escalation_key| Request::Acknowledge {
+            escalation_key,
+            reason: answers.reason,
+        })
+    },
+};
+
+pub const RESOLVE_ESCALATION: Verb = Verb {
+    name: "resolve",
+    on: On::Escalation,
+    about: "The decision was taken: close it.",
+    summary: "resolve an escalation (close the loop)",
+    fields: &[Field::Reason],
+    money: Money::Never,
+    function: "ledger.op_resolve_escalation",
+    every_item: None,
+    cli: Cli::Made,
+    request: |subject, answers| {
+        on_escalation(subject, |escalation_key| Request::ResolveEscalation {
+            escalation_key,
+            reason: answers.reason,
+        })
+    },
+};
+
+fn on_effect(
+    subject: Subject,
+    make: impl FnOnce(String, Option<i64>) -> Request,
+) -> Option<Request> {
+    match subject {
+        Subject::Effect { op_key, seen } => Some(make(op_key, seen)),
+        Subject::Pane { .. } | Subject::Escalation { .. } => None,
+    }
+}
+
+fn on_escalation(subject: Subject, make: impl FnOnce(String) -> Request) -> Option<Request> {
+    match subject {
+        Subject::Escalation { escalation_key } => Some(make(escalation_key)),
+        Subject::Effect { .. } | Subject::Pane { .. } => None,
+    }
+}
+
+/// An operator call of the common shape, on one effect or every item of a pane.
+fn operator_call(
+    call: &'static OperatorCall,
+    subject: Subject,
+    answers: Answers,
+) -> Option<Request> {
+    match subject {
+        Subject::Effect { op_key, seen } => Some(Request::Operator {
+            call,
+            op_key,
+            seen,
+            reason: answers.reason,
+        }),
+        Subject::Pane { targets } => Some(Request::OperatorMany {
+            call,
+            targets,
+            reason: answers.reason,
+        }),
+        Subject::Escalation { .. } => None,
+    }
+}
+
+fn each_on_its_own(name: &str, items: &str) -> String {
+    format!(
+        "{name} {items}. One transaction and one audit entry each; an item changed since, or \
+         to which it no longer applies, is skipped."
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_verb_is_named_once_for_what_it_acts_on() {
+        for verb in VERBS {
+            assert_eq!(named(verb.on, verb.name), Some(*verb));
+            let same = VERBS.iter().filter(|other| **other == *verb).count();
+            assert_eq!(same, 1, "{verb:?}");
+        }
+    }
+
+    #[test]
+    fn a_verb_makes_a_request_only_for_what_it_acts_on() {
+        let effect = || Subject::Effect {
+            op_key: "k".into(),
+            seen: Some(2),
+        };
+        let pane = || Subject::Pane {
+            targets: vec![("k".into(), 2)],
+        };
+        let escalation = || Subject::Escalation {
+            escalation_key: "escalate:k:decide".into(),
+        };
+        let answers = || Answers {
+            reason: "why".into(),
+            outcome: Some(Outcome::Failed),
+            ..Answers::default()
+        };
+        for verb in VERBS {
+            let on_effect = verb.request(effect(), answers()).is_some();
+            let on_escalation = verb.request(escalation(), answers()).is_some();
+            let on_pane = verb.request(pane(), answers()).is_some();
+            assert_eq!(on_effect, verb.on == On::Effect, "{verb:?}");
+            assert_eq!(on_escalation, verb.on == On::Escalation, "{verb:?}");
+            assert_eq!(on_pane, verb.every_item.is_some(), "{verb:?}");
+        }
+        assert_eq!(
+            RESOLVE.request(effect(), Answers::default()),
+            None,
+            "resolve needs an outcome"
+        );
+        assert_eq!(
+            REVERSE_DUPLICATE.request(
+                effect(),
+                Answers {
+                    reference: "fx_2".into(),
+                    reason: "paid twice".into(),
+                    ..Answers::default()
+                }
+            ),
+            Some(Request::ReverseDuplicate {
+                op_key: "k".into(),
+                seen: Some(2),
+                duplicate_ref: "fx_2".into(),
+                reason: "paid twice".into()
+            })
+        );
+    }
+}
