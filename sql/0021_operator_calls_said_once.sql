@@ -13,7 +13,7 @@
 --
 -- The first verb written that way: ledger.op_reopen_duplicates, the undo of
 -- op_acknowledge_duplicates, for an acknowledgement made by mistake or a
--- bulk clear that reached too far.
+-- bulk clear that reached too far. Both are announced to the consoles now.
 
 -- The start of an operator call: the effect, locked, at the version the
 -- operator saw, and `action` applies to it (ledger.refusals; an action it
@@ -113,6 +113,23 @@ language sql stable as $$
              then 'its repeated calls were never acknowledged: nothing to reopen' end))
       from ledger.effects e
      where e.op_key = any(refusals.op_keys)
+$$;
+
+-- As in 0002, with one more change that alters a pane: acknowledging a
+-- key's repeats (or reopening them) takes it off (or puts it back on) the
+-- duplicates pane while the effect is still pending within its window, so
+-- it is announced too; until now other consoles saw it at their next poll.
+create or replace function ledger.changes_no_pane(operation text, old ledger.effects, new ledger.effects)
+returns boolean
+language sql stable as $$
+    select case when operation = 'INSERT' then (new).state = 'pending'
+                else (old).state = 'pending'
+                     and (new).state in ('pending', 'succeeded', 'failed')
+                     and ((old).deadline_at is null or (old).deadline_at >= now())
+                     and (new).attention is not distinct from (old).attention
+                     and (new).late_result_at is not distinct from (old).late_result_at
+                     and (new).duplicates_acknowledged_at
+                         is not distinct from (old).duplicates_acknowledged_at end
 $$;
 
 -- Resolve by hand, with evidence: succeeded needs the provider's reference.

@@ -596,6 +596,39 @@ async fn pane_changes_are_announced_on_the_notify_channel() {
         .unwrap();
     let next = next_notification(&mut listener).await;
     assert_eq!(next["op_key"], other);
+
+    // Acknowledging a pending effect's repeats, and reopening them, moves it
+    // off and back onto the duplicates pane: both are announced.
+    let repeated = "refund:NOTIFY:repeated";
+    for _ in 0..2 {
+        begin_effect(pool, &intent(repeated, "refund", "invoice:R", 60))
+            .await
+            .unwrap();
+    }
+    let asked: i64 = sqlx::query_scalar("select version from ledger.effects where op_key = $1")
+        .bind(repeated)
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    let acknowledged = actions::ACKNOWLEDGE_DUPLICATES
+        .call(pool, repeated, SeenVersion(asked), "alice", "retried")
+        .await
+        .unwrap();
+    let announced = next_notification(&mut listener).await;
+    assert_eq!(announced["op_key"], repeated);
+    assert_eq!(announced["version"], acknowledged.version);
+    let reopened = actions::REOPEN_DUPLICATES
+        .call(
+            pool,
+            repeated,
+            SeenVersion(acknowledged.version),
+            "alice",
+            "too soon",
+        )
+        .await
+        .unwrap();
+    let announced = next_notification(&mut listener).await;
+    assert_eq!(announced["version"], reopened.version);
 }
 
 async fn audit_actions(pool: &LedgerPool, op_key: &str) -> Vec<String> {
