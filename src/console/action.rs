@@ -623,10 +623,12 @@ impl Action {
     }
 
     /// Its name in the ledger's rules of which action applies to an effect
-    /// (`ledger.refusals`): its verb's.
+    /// (`ledger.refusals`): its verb's, when it acts on the selection. A
+    /// verb done to every item of a pane is not ruled by the one selected:
+    /// each item it does not apply to is skipped and counted.
     pub fn ledger_action(self) -> Option<&'static str> {
         match self {
-            Action::Verb(verb, _) => verb.rule(),
+            Action::Verb(verb, Use::One | Use::As(_)) => verb.rule(),
             _ => None,
         }
     }
@@ -784,6 +786,17 @@ mod tests {
                 Answers::default()
             ),
             None
+        );
+    }
+
+    #[test]
+    fn only_a_verb_on_the_selection_is_ruled_by_the_selection() {
+        let release = |how| Action::Verb(&verbs::RELEASE, how).ledger_action();
+        assert_eq!(release(Use::One), Some("release"));
+        assert_eq!(release(Use::EveryItem), None);
+        assert_eq!(
+            Action::Verb(&verbs::RESOLVE, Use::As(Outcome::Failed)).ledger_action(),
+            Some("resolve")
         );
     }
 
