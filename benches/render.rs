@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 
-use effectwatch::console::app::{App, Message, Snapshot, View, WINDOW};
+use effectwatch::console::app::{App, Message, Settings, Snapshot, View, WINDOW};
 use effectwatch::console::theme::Theme;
 use effectwatch::console::views;
 use effectwatch::ledger::panes::Pane;
@@ -173,7 +173,7 @@ fn snapshot(case: Case) -> Snapshot {
 }
 
 fn app_for(case: Case) -> App {
-    let mut app = App::new("ops".to_string(), false, Duration::from_secs(2));
+    let mut app = App::new(Settings::new("ops", false, Duration::from_secs(2)));
     app.update(Message::Snapshot(Box::new(snapshot(case))));
     app
 }
@@ -315,7 +315,7 @@ fn memory_probe(case: &str) {
     let baseline = status_kib("VmHWM");
     let snapshot = Box::new(snapshot(case));
     let rows_built = status_kib("VmHWM");
-    let mut app = App::new("ops".to_string(), false, Duration::from_secs(2));
+    let mut app = App::new(Settings::new("ops", false, Duration::from_secs(2)));
     app.update(Message::Snapshot(snapshot));
     for frame in 0..100 {
         select(&mut app, frame);

@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
-use effectwatch::console::app::{App, Message};
+use effectwatch::console::app::{App, Message, Settings};
 use effectwatch::console::theme::Theme;
 use effectwatch::console::views;
 use ratatui::Terminal;
@@ -120,11 +120,15 @@ fn typed(text: &str) -> Vec<KeyEvent> {
 }
 
 fn app_after(keys: &[Vec<KeyEvent>], read_only: bool) -> App {
-    let mut app = App::new("alice".into(), read_only, std::time::Duration::from_secs(2));
+    let mut app = App::new(Settings::new(
+        "alice",
+        read_only,
+        std::time::Duration::from_secs(2),
+    ));
     app.update(Message::Snapshot(Box::new(fixtures::snapshot(24))));
-    app.background = Some(
+    app.update(Message::Background(
         "sim: 4 agents · 312 effects · 281 ok · 14 lost responses · 6 crashes · 9 held".into(),
-    );
+    ));
     for key in keys.iter().flatten() {
         app.update(Message::Key(*key));
     }

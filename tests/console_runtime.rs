@@ -20,7 +20,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 
-use effectwatch::console::app::{App, Connection, Message, Notifications, Snapshot, View};
+use effectwatch::console::app::{
+    App, Connection, Message, Notifications, Settings, Snapshot, View,
+};
 use effectwatch::console::poller::{self, PollSettings};
 use effectwatch::console::theme::{Role, Theme};
 use effectwatch::console::views;
@@ -244,7 +246,7 @@ async fn an_outage_between_the_polls_of_a_long_interval_turns_the_console_stale(
     let (_settings_sender, settings_receiver) = watch::channel(settings(Duration::from_secs(60)));
     let (sender, mut messages) = mpsc::channel(256);
     let poller = poller::spawn(connect, settings_receiver, sender);
-    let mut app = App::new("ops".into(), true, Duration::from_secs(60));
+    let mut app = App::new(Settings::new("ops", true, Duration::from_secs(60)));
     app.update(Message::Snapshot(next_snapshot(&mut messages).await));
     assert_eq!(app.connection, Connection::Live);
 
@@ -305,7 +307,7 @@ async fn a_failing_finance_review_leaves_the_panes_fresh() {
 
 #[test]
 fn the_finance_view_shows_a_failed_review_instead_of_the_exposure() {
-    let mut app = App::new("alice".to_string(), false, Duration::from_secs(2));
+    let mut app = App::new(Settings::new("alice", false, Duration::from_secs(2)));
     let snapshot = Snapshot {
         finance: None,
         finance_error: Some("ledger: bigint out of range\n(sum)".to_string()),
@@ -884,7 +886,7 @@ async fn a_settled_action_reads_the_finance_review_again_at_once() {
     poller.abort();
 
     // The console counts what it settled, and only what succeeded.
-    let mut app = App::new("ops".to_string(), false, Duration::from_secs(2));
+    let mut app = App::new(Settings::new("ops", false, Duration::from_secs(2)));
     app.update(Message::Settled(Err("refused".into())));
     app.update(Message::Settled(Ok("released".into())));
     assert_eq!(

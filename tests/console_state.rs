@@ -10,7 +10,7 @@ use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
 use effectwatch::console::action::{Action, Scope, Subject, TABLE};
 use effectwatch::console::app::{
-    App, DialogField, Message, Overlay, Prompt, Snapshot, Task, View, WINDOW,
+    App, DialogField, Message, Overlay, Prompt, Settings, Snapshot, Task, View, WINDOW,
 };
 use effectwatch::console::theme::Role;
 use effectwatch::ledger::actions::Applicability;
@@ -85,9 +85,24 @@ fn feed(app: &mut App, keys: &[&str]) -> Vec<Task> {
 }
 
 fn app_with(keys: &[&str]) -> App {
-    let mut app = App::new("ops".to_string(), false, Duration::from_secs(2));
+    app_with_settings(keys, Settings::new("ops", false, Duration::from_secs(2)))
+}
+
+fn app_with_settings(keys: &[&str], settings: Settings) -> App {
+    let mut app = App::new(settings);
     feed(&mut app, keys);
     app
+}
+
+/// A console under `--at` this instant.
+fn app_at(keys: &[&str], at: chrono::DateTime<Utc>) -> App {
+    app_with_settings(
+        keys,
+        Settings {
+            at: Some(at),
+            ..Settings::new("ops", false, Duration::from_secs(2))
+        },
+    )
 }
 
 fn key(app: &mut App, code: KeyCode) -> Vec<Task> {
@@ -315,17 +330,17 @@ fn pause_toggles_and_repolls() {
 fn poll_interval_changes_within_bounds() {
     let mut app = app_with(&["a"]);
     assert_eq!(char(&mut app, '+'), vec![Task::Repoll]);
-    assert_eq!(app.poll_interval, Duration::from_secs(1));
+    assert_eq!(app.poll_interval(), Duration::from_secs(1));
     for _ in 0..10 {
         char(&mut app, '+');
     }
-    assert_eq!(app.poll_interval, Duration::from_millis(250));
+    assert_eq!(app.poll_interval(), Duration::from_millis(250));
     for _ in 0..20 {
         assert_eq!(char(&mut app, '-'), vec![Task::Repoll]);
     }
-    assert_eq!(app.poll_interval, Duration::from_secs(300));
+    assert_eq!(app.poll_interval(), Duration::from_secs(300));
     char(&mut app, '=');
-    assert_eq!(app.poll_interval, Duration::from_secs(150));
+    assert_eq!(app.poll_interval(), Duration::from_secs(150));
 }
 
 // ---------------------------------------------------------------------------
@@ -370,7 +385,7 @@ fn read_only_refuses_every_writing_action_in_every_view() {
         .collect();
     assert!(writing.len() >= 10, "the table lists the writing actions");
     for view in ['1', '5'] {
-        let mut app = App::new("ops".to_string(), true, Duration::from_secs(2));
+        let mut app = App::new(Settings::new("ops", true, Duration::from_secs(2)));
         feed(&mut app, &["a", "b"]);
         char(&mut app, view);
         for action in &writing {
@@ -386,7 +401,7 @@ fn read_only_refuses_every_writing_action_in_every_view() {
 
 #[test]
 fn read_only_refuses_writing_keys_and_allows_reading_ones() {
-    let mut app = App::new("ops".to_string(), true, Duration::from_secs(2));
+    let mut app = App::new(Settings::new("ops", true, Duration::from_secs(2)));
     feed(&mut app, &["a", "b"]);
     for ch in ['r', 'R', 'c', 'e', 'o', 'f', 'l', 'x', 'a', 'A', 'D'] {
         assert!(char(&mut app, ch).is_empty(), "{ch}");
@@ -630,7 +645,7 @@ fn window(offset: usize, total: usize) -> Snapshot {
 #[test]
 fn down_past_a_full_window_fetches_the_next_one() {
     let total = 100_000;
-    let mut app = App::new("ops".to_string(), false, Duration::from_secs(2));
+    let mut app = App::new(Settings::new("ops", false, Duration::from_secs(2)));
     app.update(Message::Snapshot(Box::new(window(0, total))));
     assert_eq!(app.totals[OVERDUE], total as i64);
     for _ in 0..WINDOW - 1 {
@@ -658,7 +673,7 @@ fn down_past_a_full_window_fetches_the_next_one() {
 #[test]
 fn up_at_the_top_of_a_later_window_goes_back() {
     let total = 2_000;
-    let mut app = App::new("ops".to_string(), false, Duration::from_secs(2));
+    let mut app = App::new(Settings::new("ops", false, Duration::from_secs(2)));
     app.update(Message::Snapshot(Box::new(window(750, total))));
     assert_eq!(key(&mut app, KeyCode::Up), vec![Task::Repoll]);
     assert!(app.offsets[0] < 750);
@@ -667,7 +682,7 @@ fn up_at_the_top_of_a_later_window_goes_back() {
 #[test]
 fn down_at_the_very_end_does_nothing() {
     let total = WINDOW + 10;
-    let mut app = App::new("ops".to_string(), false, Duration::from_secs(2));
+    let mut app = App::new(Settings::new("ops", false, Duration::from_secs(2)));
     app.update(Message::Snapshot(Box::new(window(10, total))));
     key(&mut app, KeyCode::End);
     assert_eq!(selected_key(&app), format!("k{:06}", total - 1));
@@ -678,7 +693,7 @@ fn down_at_the_very_end_does_nothing() {
 #[test]
 fn end_jumps_to_the_last_window_and_selects_its_last_row() {
     let total = 100_000;
-    let mut app = App::new("ops".to_string(), false, Duration::from_secs(2));
+    let mut app = App::new(Settings::new("ops", false, Duration::from_secs(2)));
     app.update(Message::Snapshot(Box::new(window(0, total))));
     assert_eq!(key(&mut app, KeyCode::End), vec![Task::Repoll]);
     assert_eq!(app.offsets[0], total - WINDOW);
@@ -773,7 +788,7 @@ fn acknowledging_repeats_sends_the_ledgers_call_for_the_version_seen() {
     );
 
     // Read-only: the key is refused before any dialog opens.
-    let mut app = App::new("ro".to_string(), true, Duration::from_secs(2));
+    let mut app = App::new(Settings::new("ro", true, Duration::from_secs(2)));
     app.update(Message::Snapshot(Box::new(snapshot(rows(&["a"]), 1, 0))));
     assert!(char(&mut app, 'd').is_empty());
     assert!(app.dialog().is_none());
@@ -787,15 +802,19 @@ fn a_responder_steps_the_instant_and_never_past_now() {
     // Live: there is no instant to move.
     assert!(char(&mut app, '[').is_empty());
     assert!(status(&app).contains("--at"), "{}", status(&app));
-    assert_eq!(app.at, None);
+    assert_eq!(app.at(), None);
 
-    app.at = Some(t0);
+    let mut app = app_at(&["a"], t0);
+    assert!(
+        app.is_read_only(),
+        "a past instant is no place to write from"
+    );
     assert_eq!(char(&mut app, ']'), vec![Task::Repoll]);
-    assert_eq!(app.at, Some(t0 + chrono::Duration::minutes(1)));
+    assert_eq!(app.at(), Some(t0 + chrono::Duration::minutes(1)));
     assert_eq!(char(&mut app, '{'), vec![Task::Repoll]);
-    assert_eq!(app.at, Some(t0 - chrono::Duration::minutes(9)));
+    assert_eq!(app.at(), Some(t0 - chrono::Duration::minutes(9)));
     assert_eq!(char(&mut app, '['), vec![Task::Repoll]);
-    assert_eq!(app.at, Some(t0 - chrono::Duration::minutes(10)));
+    assert_eq!(app.at(), Some(t0 - chrono::Duration::minutes(10)));
     assert!(
         status(&app).contains("2026-11-30T12:50:00Z"),
         "{}",
@@ -803,17 +822,16 @@ fn a_responder_steps_the_instant_and_never_past_now() {
     );
 
     // Stepping past now stops at now and says why.
-    app.at = Some(Utc::now() - chrono::Duration::seconds(30));
+    let mut app = app_at(&["a"], Utc::now() - chrono::Duration::seconds(30));
     assert_eq!(char(&mut app, '}'), vec![Task::Repoll]);
-    assert!(app.at.unwrap() <= Utc::now());
+    assert!(app.at().unwrap() <= Utc::now());
     assert!(status(&app).contains("that is now"), "{}", status(&app));
 }
 
 #[test]
 fn a_responder_types_the_instant() {
     let t0 = Utc.with_ymd_and_hms(2026, 11, 30, 13, 0, 0).unwrap();
-    let mut app = app_with(&["a"]);
-    app.at = Some(t0);
+    let mut app = app_at(&["a"], t0);
     assert!(char(&mut app, 't').is_empty());
     // An empty line: typing does not append to the instant shown.
     assert_eq!(app.prompt(), Some(&Prompt::Instant(String::new())));
@@ -828,7 +846,7 @@ fn a_responder_types_the_instant() {
     // Said at once, while the prompt is still open to mend it.
     assert!(matches!(app.prompt(), Some(Prompt::Instant(_))));
     assert!(app.dialog().is_none());
-    assert_eq!(app.at, Some(t0), "a bad instant changes nothing");
+    assert_eq!(app.at(), Some(t0), "a bad instant changes nothing");
 
     for _ in 0.."yesterday-ish".len() {
         key(&mut app, KeyCode::Backspace);
@@ -837,7 +855,7 @@ fn a_responder_types_the_instant() {
     assert_eq!(key(&mut app, KeyCode::Enter), vec![Task::Repoll]);
     assert_eq!(app.prompt(), None);
     assert_eq!(
-        app.at,
+        app.at(),
         Some(Utc.with_ymd_and_hms(2026, 11, 29, 8, 30, 0).unwrap())
     );
 }
@@ -879,7 +897,7 @@ fn resolving_as_failed_offers_retryable() {
 
 #[test]
 fn an_action_the_ledger_says_cannot_apply_is_refused_before_anything_is_asked() {
-    let mut app = App::new("ops".to_string(), false, Duration::from_secs(2));
+    let mut app = App::new(Settings::new("ops", false, Duration::from_secs(2)));
     let mut refused = snapshot(rows(&["pay:inv-0001", "pay:inv-0042"]), 2, 0);
     refused.applicability.insert(
         "pay:inv-0001".to_string(),
@@ -915,7 +933,7 @@ fn an_action_the_ledger_says_cannot_apply_is_refused_before_anything_is_asked() 
 #[test]
 fn the_compensate_dialog_names_the_approval_limit_either_way() {
     let note = |waits: bool, limit: Option<i64>| {
-        let mut app = App::new("ops".to_string(), false, Duration::from_secs(2));
+        let mut app = App::new(Settings::new("ops", false, Duration::from_secs(2)));
         let mut read = snapshot(rows(&["pay:inv-0001"]), 1, 0);
         read.applicability.insert(
             "pay:inv-0001".to_string(),
@@ -1011,7 +1029,13 @@ fn the_theme_key_cycles_the_built_in_themes_and_names_the_one_chosen() {
     );
     assert!(status(&app).starts_with("theme: light"), "{}", status(&app));
     // A theme from a file goes back to the first built-in one.
-    app.theme = "/etc/effectwatch/ops.toml".into();
+    let mut app = app_with_settings(
+        &["pay:inv-0001"],
+        Settings {
+            theme: "/etc/effectwatch/ops.toml".into(),
+            ..Settings::new("ops", false, Duration::from_secs(2))
+        },
+    );
     assert!(matches!(
         char(&mut app, 'T').as_slice(),
         [Task::SwitchTheme("dark")]
@@ -1020,7 +1044,7 @@ fn the_theme_key_cycles_the_built_in_themes_and_names_the_one_chosen() {
 
 #[test]
 fn a_filter_means_the_same_in_every_view_and_esc_clears_it_everywhere_at_once() {
-    let mut app = App::new("ops".to_string(), false, Duration::from_secs(2));
+    let mut app = App::new(Settings::new("ops", false, Duration::from_secs(2)));
     app.update(Message::Snapshot(Box::new(fixtures::snapshot(3))));
     app.view = View::Audit;
     let shown = |app: &App| app.models[View::Audit].rows.len();
@@ -1084,7 +1108,7 @@ fn the_arrows_move_to_a_button_and_stay_there() {
 
 #[test]
 fn a_console_whose_ledger_moved_to_another_server_says_where_it_reads_now() {
-    let mut app = App::new("ops".to_string(), false, Duration::from_secs(2));
+    let mut app = App::new(Settings::new("ops", false, Duration::from_secs(2)));
     let read_from = |server: &str| Snapshot {
         server: Some(server.to_string()),
         ..snapshot(rows(&["a"]), 1, 0)
@@ -1106,7 +1130,7 @@ fn a_console_whose_ledger_moved_to_another_server_says_where_it_reads_now() {
 /// visited, the selection follows its item as rows come and go.
 #[test]
 fn a_first_visit_starts_at_the_top_and_the_selection_follows_its_item_after() {
-    let mut app = App::new("ops".to_string(), false, Duration::from_secs(2));
+    let mut app = App::new(Settings::new("ops", false, Duration::from_secs(2)));
     key(&mut app, KeyCode::Char('2'));
     app.update(Message::Snapshot(Box::new(snapshot(
         rows(&["c", "d", "e"]),
@@ -1147,7 +1171,7 @@ fn only_what_moves_money_asks_for_the_end_of_the_key() {
     let mut message = row("notify:msg-7", 2);
     message.amount_minor = None;
     message.currency = None;
-    let mut app = App::new("ops".to_string(), false, Duration::from_secs(2));
+    let mut app = App::new(Settings::new("ops", false, Duration::from_secs(2)));
     app.update(Message::Snapshot(Box::new(snapshot(
         vec![money, message],
         2,
@@ -1180,7 +1204,7 @@ fn resolving_a_prepared_effect_as_succeeded_says_it_was_never_dispatched() {
     let mut prepared = row("refund:prep-1", 1);
     prepared.dispatched = false;
     let sent = row("refund:sent-2", 2);
-    let mut app = App::new("ops".to_string(), false, Duration::from_secs(2));
+    let mut app = App::new(Settings::new("ops", false, Duration::from_secs(2)));
     app.update(Message::Snapshot(Box::new(snapshot(
         vec![prepared, sent],
         2,
@@ -1232,7 +1256,7 @@ fn results_are_kept_in_a_log_and_a_message_about_another_item_fades() {
 /// reason, and sends one request with every item and the version seen.
 #[test]
 fn clear_all_acknowledges_every_item_of_the_duplicates_pane() {
-    let mut app = App::new("ops".to_string(), false, Duration::from_secs(2));
+    let mut app = App::new(Settings::new("ops", false, Duration::from_secs(2)));
     app.update(Message::Snapshot(Box::new(fixtures::snapshot(3))));
     char(&mut app, '3');
     assert!(char(&mut app, 'C').is_empty());
@@ -1268,7 +1292,7 @@ fn clear_all_acknowledges_every_item_of_the_duplicates_pane() {
 /// same), and hides them again; elsewhere it says where it works.
 #[test]
 fn v_lists_the_replays_too_and_hides_them_again() {
-    let mut app = App::new("ops".to_string(), false, Duration::from_secs(2));
+    let mut app = App::new(Settings::new("ops", false, Duration::from_secs(2)));
     app.update(Message::Snapshot(Box::new(fixtures::snapshot(3))));
     assert!(char(&mut app, 'v').is_empty(), "not in the overdue pane");
     assert_eq!(app.filter_text, "");
@@ -1299,7 +1323,7 @@ fn v_lists_the_replays_too_and_hides_them_again() {
 /// version seen.
 #[test]
 fn escalate_all_sends_every_item_of_the_pane_to_a_person() {
-    let mut app = App::new("ops".to_string(), false, Duration::from_secs(2));
+    let mut app = App::new(Settings::new("ops", false, Duration::from_secs(2)));
     app.update(Message::Snapshot(Box::new(fixtures::snapshot(3))));
     assert!(char(&mut app, 'E').is_empty());
     let dialog = app.dialog().expect("a dialog first");

@@ -14,7 +14,7 @@ use ratatui::buffer::Buffer;
 use ratatui::style::Modifier;
 use serde_json::json;
 
-use effectwatch::console::app::{App, Connection, Message, Snapshot};
+use effectwatch::console::app::{App, Connection, Message, Settings, Snapshot};
 use effectwatch::console::theme::{Role, Theme};
 use effectwatch::console::views;
 use effectwatch::ledger::actions::Applicability;
@@ -66,9 +66,25 @@ fn empty_snapshot() -> Snapshot {
 // Driving the app and reading the screen.
 
 fn app_with(snapshot: Snapshot, read_only: bool) -> App {
-    let mut app = App::new("alice".to_string(), read_only, Duration::from_secs(2));
+    app_with_settings(
+        snapshot,
+        Settings::new("alice", read_only, Duration::from_secs(2)),
+    )
+}
+
+fn app_with_settings(snapshot: Snapshot, settings: Settings) -> App {
+    let mut app = App::new(settings);
     app.update(Message::Snapshot(Box::new(snapshot)));
     app
+}
+
+/// Alice's settings, with what a test changes.
+fn alice() -> Settings {
+    Settings::new("alice", false, Duration::from_secs(2))
+}
+
+fn past_instant() -> chrono::DateTime<chrono::Utc> {
+    chrono::TimeZone::with_ymd_and_hms(&chrono::Utc, 2026, 11, 30, 13, 0, 0).unwrap()
 }
 
 fn press(app: &mut App, code: KeyCode) {
@@ -414,7 +430,7 @@ fn empty_pane() {
 
 #[test]
 fn waiting_for_the_first_poll() {
-    let app = App::new("alice".to_string(), false, Duration::from_secs(2));
+    let app = App::new(Settings::new("alice", false, Duration::from_secs(2)));
     let screen = screen(&app);
     insta::assert_snapshot!("connecting", screen);
     assert!(screen.contains("◌ connecting"));
@@ -428,16 +444,17 @@ fn waiting_for_the_first_poll() {
 
 #[test]
 fn a_console_without_answers_names_the_server_it_waits_on() {
-    let mut app = App::new("alice".to_string(), false, Duration::from_secs(2));
-    app.server = Some("db.internal:5432/ledger".to_string());
+    let server = Some("db.internal:5432/ledger".to_string());
+    let app = App::new(Settings {
+        server: server.clone(),
+        ..alice()
+    });
     let header = screen(&app).lines().next().unwrap().to_string();
     assert!(
         header.contains("◌ connecting · db.internal:5432/ledger"),
         "{header}"
     );
-    let live = app_with(full_snapshot(), false);
-    let mut live = live;
-    live.server = Some("db.internal:5432/ledger".to_string());
+    let live = app_with_settings(full_snapshot(), Settings { server, ..alice() });
     let header = screen(&live).lines().next().unwrap().to_string();
     assert!(
         !header.contains("db.internal"),
@@ -622,8 +639,14 @@ fn finance_view() {
     assert!(screen.contains("reviewed 14:04:48 UTC"), "{screen}");
 
     // Under time travel the review is of the instant, whenever it was read.
-    app.at =
-        Some(chrono::TimeZone::with_ymd_and_hms(&chrono::Utc, 2026, 11, 30, 13, 0, 0).unwrap());
+    let mut app = app_with_settings(
+        full_snapshot(),
+        Settings {
+            at: Some(past_instant()),
+            ..alice()
+        },
+    );
+    press(&mut app, KeyCode::Char('7'));
     let past = self::screen(&app);
     let title = line_with(&past, "Exposure per currency");
     assert!(title.contains("as of 2026-11-30 13:00:00 UTC"), "{title}");
@@ -664,11 +687,16 @@ fn every_cut_is_marked_even_on_narrow_terminals() {
 
 #[test]
 fn the_header_under_time_travel_says_history_not_live() {
-    let mut app = app_with(full_snapshot(), true);
+    let app = app_with(full_snapshot(), true);
     let live = screen(&app);
     assert!(live.lines().next().unwrap().contains("● live"), "{live}");
-    app.at =
-        Some(chrono::TimeZone::with_ymd_and_hms(&chrono::Utc, 2026, 11, 30, 13, 0, 0).unwrap());
+    let mut app = app_with_settings(
+        full_snapshot(),
+        Settings {
+            at: Some(past_instant()),
+            ..alice()
+        },
+    );
     let past = screen(&app);
     let header = past.lines().next().unwrap();
     assert!(header.contains("⏲ history"), "{header}");
@@ -736,8 +764,7 @@ fn a_live_console_whose_poll_is_overdue_says_how_old_its_data_is() {
 
 #[test]
 fn the_about_overlay_wraps_a_long_command_line_at_80_columns() {
-    let mut app = app_with(full_snapshot(), false);
-    app.about = vec![
+    let about = vec![
         ("operator".to_string(), "alice".to_string()),
         ("server".to_string(), "127.0.0.1:5432/ledger".to_string()),
         (
@@ -747,6 +774,7 @@ fn the_about_overlay_wraps_a_long_command_line_at_80_columns() {
         ),
         ("hostile".to_string(), "\u{1b}[2Jgone".to_string()),
     ];
+    let mut app = app_with_settings(full_snapshot(), Settings { about, ..alice() });
     press(&mut app, KeyCode::Char('i'));
     let buffer = render_sized(&app, &Theme::default(), 80, 24);
     assert_terminal_safe(&buffer);
@@ -986,8 +1014,13 @@ fn a_console_on_a_replica_says_how_far_behind_it_is_and_when_that_is_stale() {
 /// an instant that cannot be read says why on that line at once.
 #[test]
 fn a_refused_instant_says_why_on_the_line_being_typed() {
-    let mut app = app_with(fixtures::snapshot(3), false);
-    app.at = Some(chrono::Utc::now() - chrono::Duration::hours(1));
+    let mut app = app_with_settings(
+        fixtures::snapshot(3),
+        Settings {
+            at: Some(chrono::Utc::now() - chrono::Duration::hours(1)),
+            ..alice()
+        },
+    );
     press(&mut app, KeyCode::Char('t'));
     let prompt = screen(&app);
     let line = line_with(&prompt, "Enter travel");
@@ -1149,9 +1182,14 @@ fn a_wide_table_gives_the_key_its_room_first() {
 #[test]
 fn the_first_run_hint_stays_beside_a_newer_warning() {
     let welcome = "demo: agents are at work · i: how a second operator joins · ?: every key";
-    let mut app = app_with(full_snapshot(), false);
+    let mut app = app_with_settings(
+        full_snapshot(),
+        Settings {
+            hint: Some("i: how a second operator joins · ?: every key".to_string()),
+            ..alice()
+        },
+    );
     app.set_status(welcome, Role::Accent);
-    app.hint = Some("i: how a second operator joins · ?: every key".to_string());
     app.update(Message::Notice(
         "desktop notifications unavailable (no session bus at /run/user/0/bus); carrying on without them (said once; --no-notify turns them off)".into(),
     ));
@@ -1192,11 +1230,11 @@ fn wrapped_values_in_the_detail_and_the_about_box_hang_under_their_value() {
         "the rest of the target is not under its value:\n{screen}"
     );
 
-    let mut app = app_with(full_snapshot(), false);
-    app.about = vec![(
+    let about = vec![(
         "second operator".to_string(),
         "run effectwatch --database-url postgres://operator@127.0.0.1:5433/ledger on the primary and press ? for every key".to_string(),
     )];
+    let mut app = app_with_settings(full_snapshot(), Settings { about, ..alice() });
     press(&mut app, KeyCode::Char('i'));
     let screen = text(&render_sized(&app, &Theme::default(), 80, 24));
     for word in ["primary", "effectwatch", "every"] {
@@ -1240,4 +1278,25 @@ fn the_command_line_lists_a_pane_with_the_consoles_columns() {
             assert_eq!(cells(line), wanted, "{table}");
         }
     }
+}
+
+/// The demo's agents say what they did on the status line while nothing
+/// else is said there, and a line of theirs is shown safely.
+#[test]
+fn work_running_beside_the_console_is_said_when_the_status_line_is_free() {
+    let mut app = app_with(full_snapshot(), false);
+    app.update(Message::Background(
+        "sim: 4 agents · 312 effects \u{1b}[2J· 9 held".to_string(),
+    ));
+    let buffer = render(&app, &Theme::default());
+    assert_terminal_safe(&buffer);
+    let screen = text(&buffer);
+    let status = line_with(&screen, "sim: 4 agents");
+    assert!(status.contains("9 held"), "{status}");
+    app.set_status("reconciled refund:1", Role::Ok);
+    let screen = text(&render(&app, &Theme::default()));
+    assert!(
+        !screen.contains("sim: 4 agents"),
+        "a message comes first:\n{screen}"
+    );
 }

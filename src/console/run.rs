@@ -15,7 +15,7 @@ use ratatui::DefaultTerminal;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
-use super::app::{App, Message, Task};
+use super::app::{App, Message, Settings, Task};
 use super::notify::{self, Tracker};
 use super::poller::{self, PollSettings};
 use super::theme::Theme;
@@ -130,24 +130,29 @@ async fn event_loop(
         input: Some(spawn_input_thread(sender.clone(), stop)),
         tasks: Vec::new(),
     };
-    let mut app = App::new(
-        options.operator.clone(),
-        options.read_only || options.at.is_some(),
-        options.poll_interval,
-    );
-    app.at = options.at;
-    app.theme = options.theme.name.clone();
-    app.replica_lag_stale_secs = options.replica_lag_stale_secs;
-    app.server = Some(options.connect.server());
-    app.about = options.about.clone();
-    if let Some(welcome) = &options.welcome {
-        app.set_status(welcome.clone(), super::theme::Role::Accent);
-        // What it says of keys (`i: …`, `?: …`) stays as the hint.
+    // What the welcome says of keys (`i: …`, `?: …`) stays as the hint.
+    let hint = options.welcome.as_ref().and_then(|welcome| {
         let keys: Vec<&str> = welcome
             .split(" · ")
             .filter(|part| part.chars().nth(1) == Some(':'))
             .collect();
-        app.hint = (!keys.is_empty()).then(|| keys.join(" · "));
+        (!keys.is_empty()).then(|| keys.join(" · "))
+    });
+    let mut app = App::new(Settings {
+        at: options.at,
+        theme: options.theme.name.clone(),
+        replica_lag_stale_secs: options.replica_lag_stale_secs,
+        server: Some(options.connect.server()),
+        about: options.about.clone(),
+        hint,
+        ..Settings::new(
+            options.operator.clone(),
+            options.read_only,
+            options.poll_interval,
+        )
+    });
+    if let Some(welcome) = &options.welcome {
+        app.set_status(welcome.clone(), super::theme::Role::Accent);
     }
     let (settings_sender, settings) = watch::channel(poll_settings(&app));
     running.tasks.push(poller::spawn(
@@ -157,11 +162,16 @@ async fn event_loop(
     ));
     running.tasks.push({
         let sender = sender.clone();
+        let background = options.background_status.clone();
         tokio::spawn(async move {
             let mut interval = tokio::time::interval(Duration::from_secs(1));
             loop {
                 interval.tick().await;
-                if sender.send(Message::Tick).await.is_err() {
+                let tick = match &background {
+                    Some(line) => Message::Background(line()),
+                    None => Message::Tick,
+                };
+                if sender.send(tick).await.is_err() {
                     return;
                 }
             }

@@ -67,6 +67,9 @@ pub enum Message {
     Detail(String, Result<Box<EffectHistory>, String>),
     Settled(Result<String, String>),
     Notice(String),
+    /// A line about work running beside the console (the demo's agents),
+    /// shown when nothing else is; it comes with the clock's tick.
+    Background(String),
     Tick,
 }
 
@@ -151,13 +154,13 @@ pub struct Status {
     pub role: Role,
     /// The selection the message is about, when it is: it fades once the
     /// selection moves to another item.
-    pub about: Option<String>,
+    pub(crate) about: Option<String>,
 }
 
 /// One message of the session's log.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Logged {
-    pub at: chrono::DateTime<chrono::Utc>,
+    pub(crate) at: chrono::DateTime<chrono::Utc>,
     pub text: String,
     pub role: Role,
     /// The key or item it was about.
@@ -166,6 +169,48 @@ pub struct Logged {
 
 /// How many messages the log keeps: a long shift's worth.
 pub const MESSAGE_LOG: usize = 1_000;
+
+/// What the runtime decides before the console starts: who operates, how
+/// often it polls, what it reads from and what it says first. The console
+/// changes some of them as it runs (the poll interval, the instant, the
+/// theme); the rest it only shows.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub operator: String,
+    pub read_only: bool,
+    pub poll_interval: Duration,
+    /// Time travel: the panes as they were at this instant (read-only).
+    pub at: Option<DateTime<Utc>>,
+    /// A built-in theme's name, or the file it came from.
+    pub theme: String,
+    /// Replay lag above which data read from a standby is called stale.
+    pub replica_lag_stale_secs: f64,
+    /// The server polled (`host:port/db`), named while it does not answer.
+    pub server: Option<String>,
+    /// What the about overlay lists: label and value (server, operator,
+    /// mode; the demo adds how a second operator joins).
+    pub about: Vec<(String, String)>,
+    /// A first-run hint, kept at the right of the status line beside any
+    /// message until the operator opens what it points to (`i`).
+    pub hint: Option<String>,
+}
+
+impl Settings {
+    /// A live console on the dark theme, with nothing to say first.
+    pub fn new(operator: impl Into<String>, read_only: bool, poll_interval: Duration) -> Settings {
+        Settings {
+            operator: operator.into(),
+            read_only,
+            poll_interval,
+            at: None,
+            theme: "dark".to_string(),
+            replica_lag_stale_secs: 30.0,
+            server: None,
+            about: Vec::new(),
+            hint: None,
+        }
+    }
+}
 
 pub struct App {
     pub view: View,
@@ -176,7 +221,7 @@ pub struct App {
     /// it is, whatever the connection is doing now.
     pub data_since: Option<Instant>,
     /// The server polled (`host:port/db`), named while it does not answer.
-    pub server: Option<String>,
+    pub(crate) server: Option<String>,
     pub offsets: [usize; 4],
     pub snapshot: Option<Box<Snapshot>>,
     pub connection: Connection,
@@ -188,40 +233,53 @@ pub struct App {
     /// Actions settled this session: the finance review is read again
     /// after each, not only every half minute.
     pub(crate) settled_actions: u64,
-    pub poll_interval: Duration,
-    pub read_only: bool,
-    pub operator: String,
+    pub(crate) poll_interval: Duration,
+    pub(crate) read_only: bool,
+    pub(crate) operator: String,
     /// What the about overlay lists: label and value, given by the runtime
     /// (server, operator, mode; the demo adds how a second operator joins).
-    pub about: Vec<(String, String)>,
+    pub(crate) about: Vec<(String, String)>,
     pub status: Option<Status>,
     /// Every result and refusal of the session, oldest first.
     pub messages: std::collections::VecDeque<Logged>,
     /// When set, the console shows panes as they were at this instant.
-    pub at: Option<DateTime<Utc>>,
+    pub(crate) at: Option<DateTime<Utc>>,
     pub page_size: usize,
-    /// What runs beside the console (the demo's agents), shown when idle.
-    pub background: Option<String>,
     /// The theme drawn with: a built-in name, or the file it came from.
-    pub theme: String,
+    pub(crate) theme: String,
     /// Replay lag above which data read from a standby is called stale.
-    pub replica_lag_stale_secs: f64,
+    pub(crate) replica_lag_stale_secs: f64,
     /// A first-run hint (the demo: how a second operator joins), kept at
     /// the right of the status line beside any message until the operator
     /// opens what it points to (`i`).
-    pub hint: Option<String>,
+    pub(crate) hint: Option<String>,
+    /// What runs beside the console (the demo's agents), shown when idle.
+    pub(crate) background: Option<String>,
     pending_jump_to_end: bool,
 }
 
 impl App {
-    pub fn new(operator: String, read_only: bool, poll_interval: Duration) -> App {
+    /// A console under `--at` is read-only whatever it was asked: a past
+    /// instant is no place to write from.
+    pub fn new(settings: Settings) -> App {
+        let Settings {
+            operator,
+            read_only,
+            poll_interval,
+            at,
+            theme,
+            replica_lag_stale_secs,
+            server,
+            about,
+            hint,
+        } = settings;
         App {
             view: VIEWS[0],
             lists: PerView::default(),
             models: PerView::default(),
             totals: PerView::default(),
             data_since: None,
-            server: None,
+            server,
             offsets: [0; 4],
             snapshot: None,
             connection: Connection::Connecting,
@@ -232,19 +290,41 @@ impl App {
             paused: false,
             settled_actions: 0,
             poll_interval,
-            read_only,
+            read_only: read_only || at.is_some(),
             operator,
-            about: Vec::new(),
+            about,
             status: None,
             messages: std::collections::VecDeque::new(),
-            at: None,
+            at,
             page_size: 20,
+            theme,
+            replica_lag_stale_secs,
+            hint,
             background: None,
-            theme: "dark".to_string(),
-            replica_lag_stale_secs: 30.0,
-            hint: None,
             pending_jump_to_end: false,
         }
+    }
+
+    /// The instant shown under time travel; `None`: live.
+    pub fn at(&self) -> Option<DateTime<Utc>> {
+        self.at
+    }
+
+    pub fn poll_interval(&self) -> Duration {
+        self.poll_interval
+    }
+
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
+    pub fn operator(&self) -> &str {
+        &self.operator
+    }
+
+    /// The theme drawn with: a built-in name, or the file it came from.
+    pub fn theme(&self) -> &str {
+        &self.theme
     }
 
     pub fn editing_filter(&self) -> bool {
@@ -489,6 +569,10 @@ impl App {
             }
             Message::Notice(text) => {
                 self.set_status(text, Role::Warn);
+                Vec::new()
+            }
+            Message::Background(line) => {
+                self.background = Some(line);
                 Vec::new()
             }
             Message::Tick => Vec::new(),
