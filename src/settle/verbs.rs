@@ -88,8 +88,8 @@ pub struct Answers {
 pub struct EveryItem {
     /// The console's help line.
     pub summary: &'static str,
-    /// What will happen, given "3 items of Held conflicts …".
-    pub says: fn(&str) -> String,
+    /// What will happen, given the verb's name and "3 items of Held conflicts …".
+    pub says: fn(&str, &str) -> String,
 }
 
 /// Where a verb's subcommand comes from.
@@ -117,9 +117,17 @@ pub struct Verb {
     pub function: &'static str,
     pub every_item: Option<EveryItem>,
     pub cli: Cli,
-    /// The request its answers become; `None` when the subject is not one
-    /// it acts on.
-    pub request: fn(Subject, Answers) -> Option<Request>,
+    pub makes: Makes,
+}
+
+/// What a verb's answers become.
+#[derive(Debug)]
+pub enum Makes {
+    /// This request; `None` when the subject is not one it acts on.
+    Request(fn(Subject, Answers) -> Option<Request>),
+    /// An operator call of the common shape, on one effect or every item
+    /// of a pane.
+    Call(&'static OperatorCall),
 }
 
 impl std::fmt::Debug for Verb {
@@ -163,7 +171,10 @@ impl Verb {
         if matches!(subject, Subject::Pane { .. }) && self.every_item.is_none() {
             return None;
         }
-        (self.request)(subject, answers)
+        match self.makes {
+            Makes::Request(request) => request(subject, answers),
+            Makes::Call(call) => operator_call(call, subject, answers),
+        }
     }
 }
 
@@ -204,14 +215,14 @@ pub const RECONCILE: Verb = Verb {
     function: "ledger.record_reconciliation",
     every_item: Some(EveryItem {
         summary: "reconcile every item of this (filtered) pane",
-        says: |items| format!("Ask the provider about {items}, one after the other."),
+        says: |_, items| format!("Ask the provider about {items}, one after the other."),
     }),
     cli: Cli::Own,
-    request: |subject, _| match subject {
+    makes: Makes::Request(|subject, _| match subject {
         Subject::Effect { op_key, seen } => Some(Request::Reconcile { op_key, seen }),
         Subject::Pane { targets } => Some(Request::ReconcileMany { targets }),
         Subject::Escalation { .. } => None,
-    },
+    }),
 };
 
 pub const COMPENSATE: Verb = Verb {
@@ -225,13 +236,13 @@ pub const COMPENSATE: Verb = Verb {
     function: "ledger.op_compensate",
     every_item: None,
     cli: Cli::Made,
-    request: |subject, answers| {
+    makes: Makes::Request(|subject, answers| {
         on_effect(subject, |op_key, seen| Request::Compensate {
             op_key,
             seen,
             reason: answers.reason,
         })
-    },
+    }),
 };
 
 pub const REVERSE_DUPLICATE: Verb = Verb {
@@ -245,14 +256,14 @@ pub const REVERSE_DUPLICATE: Verb = Verb {
     function: "ledger.op_reverse_duplicate",
     every_item: None,
     cli: Cli::Made,
-    request: |subject, answers| {
+    makes: Makes::Request(|subject, answers| {
         on_effect(subject, |op_key, seen| Request::ReverseDuplicate {
             op_key,
             seen,
             duplicate_ref: answers.reference,
             reason: answers.reason,
         })
-    },
+    }),
 };
 
 pub const ESCALATE: Verb = Verb {
@@ -266,7 +277,7 @@ pub const ESCALATE: Verb = Verb {
     function: "ledger.op_escalate",
     every_item: Some(EveryItem {
         summary: "escalate every item of this (filtered) pane to a person",
-        says: |items| {
+        says: |_, items| {
             format!(
                 "Escalate {items} to a person, through the configured sink. One escalation \
                  and one audit entry each; an item already escalated is not sent twice, one \
@@ -275,7 +286,7 @@ pub const ESCALATE: Verb = Verb {
         },
     }),
     cli: Cli::Made,
-    request: |subject, answers| match subject {
+    makes: Makes::Request(|subject, answers| match subject {
         Subject::Effect { op_key, seen } => Some(Request::Escalate {
             op_key,
             seen,
@@ -288,7 +299,7 @@ pub const ESCALATE: Verb = Verb {
             reason: answers.reason,
         }),
         Subject::Escalation { .. } => None,
-    },
+    }),
 };
 
 pub const RESOLVE: Verb = Verb {
@@ -301,7 +312,7 @@ pub const RESOLVE: Verb = Verb {
     function: "ledger.op_resolve",
     every_item: None,
     cli: Cli::Made,
-    request: |subject, answers| {
+    makes: Makes::Request(|subject, answers| {
         let resolution = match answers.outcome? {
             Outcome::Succeeded => Resolution::Succeeded {
                 external_ref: answers.reference,
@@ -316,87 +327,45 @@ pub const RESOLVE: Verb = Verb {
             reason: answers.reason,
             resolution,
         })
-    },
-};
-
-pub const RELEASE: Verb = Verb {
-    name: "release",
-    on: On::Effect,
-    about: "Let a held effect go ahead.",
-    summary: "release a hold: the held effect may be dispatched",
-    fields: &[Field::Reason],
-    money: Money::Never,
-    function: actions::RELEASE.function(),
-    every_item: Some(EveryItem {
-        summary: "release every held item of this (filtered) pane",
-        says: |items| each_on_its_own("release", items),
     }),
-    cli: Cli::Made,
-    request: |subject, answers| operator_call(&actions::RELEASE, subject, answers),
 };
 
-pub const CANCEL: Verb = Verb {
-    name: "cancel",
-    on: On::Effect,
-    about: "Withdraw a held or never-dispatched effect.",
-    summary: "cancel a hold or an undispatched effect",
-    fields: &[Field::Reason],
-    money: Money::Never,
-    function: actions::CANCEL.function(),
-    every_item: Some(EveryItem {
-        summary: "cancel every item of this (filtered) pane that was never sent",
-        says: |items| each_on_its_own("cancel", items),
-    }),
-    cli: Cli::Made,
-    request: |subject, answers| operator_call(&actions::CANCEL, subject, answers),
-};
+pub const RELEASE: Verb = calls(
+    &actions::RELEASE,
+    "Let a held effect go ahead.",
+    "release a hold: the held effect may be dispatched",
+    Some("release every held item of this (filtered) pane"),
+);
 
-pub const ANNOTATE: Verb = Verb {
-    name: "annotate",
-    on: On::Effect,
-    about: "Put a note on the record (--reason is the note).",
-    summary: "annotate: a note in the audit trail",
-    fields: &[Field::Reason],
-    money: Money::Never,
-    function: actions::ANNOTATE.function(),
-    every_item: Some(EveryItem {
-        summary: "annotate every item of this (filtered) pane",
-        says: |items| each_on_its_own("annotate", items),
-    }),
-    cli: Cli::Made,
-    request: |subject, answers| operator_call(&actions::ANNOTATE, subject, answers),
-};
+pub const CANCEL: Verb = calls(
+    &actions::CANCEL,
+    "Withdraw a held or never-dispatched effect.",
+    "cancel a hold or an undispatched effect",
+    Some("cancel every item of this (filtered) pane that was never sent"),
+);
 
-pub const ACKNOWLEDGE_DUPLICATES: Verb = Verb {
-    name: "acknowledge-duplicates",
-    on: On::Effect,
-    about: "Take a key's repeated and flagged calls off the duplicates pane (they stay in its \
-            history and the reports).",
-    summary: "acknowledge repeats: off this pane, kept in history",
-    fields: &[Field::Reason],
-    money: Money::Never,
-    function: actions::ACKNOWLEDGE_DUPLICATES.function(),
-    every_item: Some(EveryItem {
-        summary: "acknowledge the repeats of every item of this (filtered) pane",
-        says: |items| each_on_its_own("acknowledge-duplicates", items),
-    }),
-    cli: Cli::Made,
-    request: |subject, answers| operator_call(&actions::ACKNOWLEDGE_DUPLICATES, subject, answers),
-};
+pub const ANNOTATE: Verb = calls(
+    &actions::ANNOTATE,
+    "Put a note on the record (--reason is the note).",
+    "annotate: a note in the audit trail",
+    Some("annotate every item of this (filtered) pane"),
+);
 
-pub const REOPEN_DUPLICATES: Verb = Verb {
-    name: "reopen-duplicates",
-    on: On::Effect,
-    about: "Put a key's acknowledged repeated calls back on the duplicates pane (an \
-            acknowledgement made by mistake, or a bulk clear that reached too far).",
-    summary: "reopen repeats: back on the duplicates pane",
-    fields: &[Field::Reason],
-    money: Money::Never,
-    function: actions::REOPEN_DUPLICATES.function(),
-    every_item: None,
-    cli: Cli::Made,
-    request: |subject, answers| operator_call(&actions::REOPEN_DUPLICATES, subject, answers),
-};
+pub const ACKNOWLEDGE_DUPLICATES: Verb = calls(
+    &actions::ACKNOWLEDGE_DUPLICATES,
+    "Take a key's repeated and flagged calls off the duplicates pane (they stay in its \
+        history and the reports).",
+    "acknowledge repeats: off this pane, kept in history",
+    Some("acknowledge the repeats of every item of this (filtered) pane"),
+);
+
+pub const REOPEN_DUPLICATES: Verb = calls(
+    &actions::REOPEN_DUPLICATES,
+    "Put a key's acknowledged repeated calls back on the duplicates pane (an \
+        acknowledgement made by mistake, or a bulk clear that reached too far).",
+    "reopen repeats: back on the duplicates pane",
+    None,
+);
 
 pub const APPROVE: Verb = Verb {
     name: "approve",
@@ -408,13 +377,13 @@ pub const APPROVE: Verb = Verb {
     function: "ledger.op_approve_compensation",
     every_item: None,
     cli: Cli::Made,
-    request: |subject, answers| {
+    makes: Makes::Request(|subject, answers| {
         on_effect(subject, |op_key, seen| Request::Approve {
             op_key,
             seen,
             reason: answers.reason,
         })
-    },
+    }),
 };
 
 pub const REJECT: Verb = Verb {
@@ -427,13 +396,13 @@ pub const REJECT: Verb = Verb {
     function: "ledger.op_reject_compensation",
     every_item: None,
     cli: Cli::Made,
-    request: |subject, answers| {
+    makes: Makes::Request(|subject, answers| {
         on_effect(subject, |op_key, seen| Request::Reject {
             op_key,
             seen,
             reason: answers.reason,
         })
-    },
+    }),
 };
 
 pub const ACKNOWLEDGE_ESCALATION: Verb = Verb {
@@ -446,12 +415,12 @@ pub const ACKNOWLEDGE_ESCALATION: Verb = Verb {
     function: "ledger.op_acknowledge_escalation",
     every_item: None,
     cli: Cli::Made,
-    request: |subject, answers| {
+    makes: Makes::Request(|subject, answers| {
         on_escalation(subject, |escalation_key| Request::Acknowledge {
             escalation_key,
             reason: answers.reason,
         })
-    },
+    }),
 };
 
 pub const RESOLVE_ESCALATION: Verb = Verb {
@@ -464,13 +433,42 @@ pub const RESOLVE_ESCALATION: Verb = Verb {
     function: "ledger.op_resolve_escalation",
     every_item: None,
     cli: Cli::Made,
-    request: |subject, answers| {
+    makes: Makes::Request(|subject, answers| {
         on_escalation(subject, |escalation_key| Request::ResolveEscalation {
             escalation_key,
             reason: answers.reason,
         })
-    },
+    }),
 };
+
+/// A verb of the common shape: an operator call on an effect, asking a
+/// reason and moving no money; done to every item of a pane when it has a
+/// help line for that.
+const fn calls(
+    call: &'static OperatorCall,
+    about: &'static str,
+    summary: &'static str,
+    every_item: Option<&'static str>,
+) -> Verb {
+    Verb {
+        name: call.name,
+        on: On::Effect,
+        about,
+        summary,
+        fields: &[Field::Reason],
+        money: Money::Never,
+        function: call.function(),
+        every_item: match every_item {
+            Some(summary) => Some(EveryItem {
+                summary,
+                says: each_on_its_own,
+            }),
+            None => None,
+        },
+        cli: Cli::Made,
+        makes: Makes::Call(call),
+    }
+}
 
 fn on_effect(
     subject: Subject,

@@ -61,7 +61,7 @@ impl App {
                 );
                 let summary = match action {
                     Action::Verb(verb, _) => match &verb.every_item {
-                        Some(every_item) => (every_item.says)(&items),
+                        Some(every_item) => (every_item.says)(verb.name, &items),
                         None => format!("{} {items}.", verb.name),
                     },
                     _ => items,
