@@ -181,11 +181,9 @@ fn app_for(case: Case) -> App {
 /// Each frame selects another row, spread over everything held, so pages
 /// change and the diff against the previous frame is not empty.
 fn select(app: &mut App, frame: usize) {
-    let rows = app.models[View::Pane(Pane::Overdue)].rows.len();
+    let rows = app.model_of(View::Pane(Pane::Overdue)).rows.len();
     let index = (frame * 7_919) % rows;
-    app.lists[View::Pane(Pane::Overdue)].selected = index;
-    app.lists[View::Pane(Pane::Overdue)].selected_id =
-        Some(app.models[View::Pane(Pane::Overdue)].rows[index].id.clone());
+    app.select(View::Pane(Pane::Overdue), index);
 }
 
 /// What one case's frames cost: wall time per frame, and CPU time of this

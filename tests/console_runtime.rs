@@ -20,9 +20,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 
-use effectwatch::console::app::{
-    App, Connection, Message, Notifications, Settings, Snapshot, View,
-};
+use effectwatch::console::app::{App, Connection, Message, Notifications, Settings, Snapshot};
 use effectwatch::console::poller::{self, PollSettings};
 use effectwatch::console::theme::{Role, Theme};
 use effectwatch::console::views;
@@ -314,7 +312,10 @@ fn the_finance_view_shows_a_failed_review_instead_of_the_exposure() {
         ..fixtures::snapshot(3)
     };
     app.update(Message::Snapshot(Box::new(snapshot)));
-    app.view = View::Finance;
+    app.update(Message::Key(crossterm::event::KeyEvent::new(
+        crossterm::event::KeyCode::Char('7'),
+        crossterm::event::KeyModifiers::NONE,
+    )));
 
     let theme = Theme::default();
     let mut terminal = Terminal::new(TestBackend::new(140, 30)).unwrap();

@@ -120,7 +120,7 @@ fn type_text(app: &mut App, text: &str) {
 }
 
 fn selected(app: &App) -> (usize, Option<String>) {
-    let list = &app.lists[app.view];
+    let list = &app.list(app.view());
     (list.selected, list.selected_id.clone())
 }
 
@@ -131,10 +131,7 @@ fn selected_key(app: &App) -> String {
 }
 
 fn status(app: &App) -> String {
-    app.status
-        .as_ref()
-        .map(|s| s.text.clone())
-        .unwrap_or_default()
+    app.status().map(|s| s.text.clone()).unwrap_or_default()
 }
 
 fn settles(tasks: &[Task]) -> Vec<&Request> {
@@ -212,14 +209,14 @@ fn filter_editing_parses_on_enter_and_repolls() {
     assert!(app.editing_filter());
     type_text(&mut app, "target:acct refundx");
     key(&mut app, KeyCode::Backspace);
-    assert_eq!(app.filter_text, "target:acct refund");
-    assert!(app.filter.is_empty(), "nothing applies before Enter");
+    assert_eq!(app.filter_text(), "target:acct refund");
+    assert!(app.filter().is_empty(), "nothing applies before Enter");
 
     let commands = key(&mut app, KeyCode::Enter);
     assert_eq!(commands, vec![Task::Repoll]);
     assert!(!app.editing_filter());
     assert_eq!(
-        app.filter,
+        *app.filter(),
         Filter {
             terms: vec![
                 (Some("target".to_string()), "acct".to_string()),
@@ -228,7 +225,7 @@ fn filter_editing_parses_on_enter_and_repolls() {
             scopes: vec![],
         }
     );
-    assert_eq!(app.offsets, [0; 4]);
+    assert_eq!(*app.offsets(), [0; 4]);
 }
 
 #[test]
@@ -241,8 +238,8 @@ fn a_field_without_a_value_is_an_error_and_esc_clears() {
         app.editing_filter(),
         "the operator stays in the filter to fix it"
     );
-    assert!(app.filter.is_empty());
-    let status = app.status.clone().expect("an error is shown");
+    assert!(app.filter().is_empty());
+    let status = app.status().cloned().expect("an error is shown");
     assert_eq!(status.role, Role::Critical);
     assert!(
         status.text.contains("target: needs a value"),
@@ -253,8 +250,8 @@ fn a_field_without_a_value_is_an_error_and_esc_clears() {
     let commands = key(&mut app, KeyCode::Esc);
     assert_eq!(commands, vec![Task::Repoll]);
     assert!(!app.editing_filter());
-    assert!(app.filter_text.is_empty());
-    assert!(app.filter.is_empty());
+    assert!(app.filter_text().is_empty());
+    assert!(app.filter().is_empty());
 }
 
 #[test]
@@ -263,9 +260,9 @@ fn esc_outside_the_editor_clears_an_applied_filter() {
     char(&mut app, '/');
     type_text(&mut app, "a");
     key(&mut app, KeyCode::Enter);
-    assert!(!app.filter.is_empty());
+    assert!(!app.filter().is_empty());
     assert_eq!(key(&mut app, KeyCode::Esc), vec![Task::Repoll]);
-    assert!(app.filter.is_empty() && app.filter_text.is_empty());
+    assert!(app.filter().is_empty() && app.filter_text().is_empty());
     assert!(
         key(&mut app, KeyCode::Esc).is_empty(),
         "nothing left to clear"
@@ -281,14 +278,14 @@ fn sort_cycles_columns_reverses_and_keeps_the_selection() {
     assert_eq!(selected_key(&app), "d");
 
     assert!(char(&mut app, 's').is_empty());
-    assert_eq!(app.lists[OVERDUE].sort, Some((0, false)));
+    assert_eq!(app.list(OVERDUE).sort, Some((0, false)));
     let keys =
         |app: &App| -> Vec<String> { app.model().rows.iter().map(|row| row.id.clone()).collect() };
     assert_eq!(keys(&app), ["a", "b", "c", "d"]);
     assert_eq!(selected(&app), (3, Some("d".to_string())));
 
     char(&mut app, 'S');
-    assert_eq!(app.lists[OVERDUE].sort, Some((0, true)));
+    assert_eq!(app.list(OVERDUE).sort, Some((0, true)));
     assert_eq!(keys(&app), ["d", "c", "b", "a"]);
     assert_eq!(selected(&app), (0, Some("d".to_string())));
 
@@ -298,7 +295,7 @@ fn sort_cycles_columns_reverses_and_keeps_the_selection() {
     assert_eq!(selected_key(&app), "d");
 
     char(&mut app, 's');
-    assert_eq!(app.lists[OVERDUE].sort, Some((1, false)));
+    assert_eq!(app.list(OVERDUE).sort, Some((1, false)));
     assert!(
         status(&app).contains("sorted by action"),
         "{}",
@@ -310,9 +307,9 @@ fn sort_cycles_columns_reverses_and_keeps_the_selection() {
     for _ in 2..columns {
         assert!(char(&mut app, 's').is_empty());
     }
-    assert_eq!(app.lists[OVERDUE].sort, Some((columns - 1, false)));
+    assert_eq!(app.list(OVERDUE).sort, Some((columns - 1, false)));
     assert_eq!(char(&mut app, 's'), vec![Task::Repoll]);
-    assert_eq!(app.lists[OVERDUE].sort, None);
+    assert_eq!(app.list(OVERDUE).sort, None);
     assert_eq!(selected_key(&app), "d");
 }
 
@@ -320,10 +317,10 @@ fn sort_cycles_columns_reverses_and_keeps_the_selection() {
 fn pause_toggles_and_repolls() {
     let mut app = app_with(&["a"]);
     assert_eq!(char(&mut app, 'p'), vec![Task::Repoll]);
-    assert!(app.paused);
+    assert!(app.is_paused());
     assert!(status(&app).contains("paused"));
     assert_eq!(char(&mut app, 'p'), vec![Task::Repoll]);
-    assert!(!app.paused);
+    assert!(!app.is_paused());
 }
 
 #[test]
@@ -352,13 +349,13 @@ fn enter_opens_the_detail_and_esc_returns_to_the_same_row() {
     char(&mut app, 'j');
     let commands = key(&mut app, KeyCode::Enter);
     assert_eq!(commands, vec![Task::LoadDetail("b".to_string())]);
-    let detail = app.detail.as_ref().expect("detail open");
+    let detail = app.detail().expect("detail open");
     assert_eq!(detail.op_key, "b");
 
     // In the detail, arrows scroll it; the list's cursor does not move.
     key(&mut app, KeyCode::Down);
     key(&mut app, KeyCode::Down);
-    assert_eq!(app.detail.as_ref().unwrap().scroll, 2);
+    assert_eq!(app.detail().unwrap().scroll, 2);
     // A poll while the detail is open reloads it.
     assert_eq!(
         feed(&mut app, &["x", "a", "b", "c"]),
@@ -366,10 +363,10 @@ fn enter_opens_the_detail_and_esc_returns_to_the_same_row() {
     );
     // A load for another key (a stale reply) is ignored.
     app.update(Message::Detail("a".to_string(), Err("late".to_string())));
-    assert_eq!(app.detail.as_ref().unwrap().error, None);
+    assert_eq!(app.detail().unwrap().error, None);
 
     assert!(key(&mut app, KeyCode::Esc).is_empty());
-    assert!(app.detail.is_none());
+    assert!(app.detail().is_none());
     assert_eq!(selected(&app), (2, Some("b".to_string())));
 }
 
@@ -389,8 +386,13 @@ fn read_only_refuses_every_writing_action_in_every_view() {
         feed(&mut app, &["a", "b"]);
         char(&mut app, view);
         for action in &writing {
-            app.status = None;
+            let said_before = app.messages().len();
             let commands = app.dispatch(*action);
+            assert_eq!(
+                app.messages().len(),
+                said_before + 1,
+                "{action:?} said nothing"
+            );
             assert!(commands.is_empty(), "{action:?}: {commands:?}");
             assert!(app.dialog().is_none(), "{action:?} opened a dialog");
             let status = status(&app);
@@ -629,7 +631,7 @@ fn a_settled_action_reports_and_repolls() {
     assert_eq!(commands, vec![Task::Repoll]);
     assert_eq!(status(&app), "✓ reconciled a");
     app.update(Message::Settled(Err("version changed".to_string())));
-    assert_eq!(app.status.as_ref().unwrap().role, Role::Critical);
+    assert_eq!(app.status().unwrap().role, Role::Critical);
 }
 
 // ---------------------------------------------------------------------------
@@ -647,16 +649,16 @@ fn down_past_a_full_window_fetches_the_next_one() {
     let total = 100_000;
     let mut app = App::new(Settings::new("ops", false, Duration::from_secs(2)));
     app.update(Message::Snapshot(Box::new(window(0, total))));
-    assert_eq!(app.totals[OVERDUE], total as i64);
+    assert_eq!(app.total(OVERDUE), total as i64);
     for _ in 0..WINDOW - 1 {
         assert!(key(&mut app, KeyCode::Down).is_empty());
     }
     assert_eq!(selected_key(&app), format!("k{:06}", WINDOW - 1));
 
     assert_eq!(key(&mut app, KeyCode::Down), vec![Task::Repoll]);
-    let advanced = app.offsets[0];
+    let advanced = app.offsets()[0];
     assert!(advanced > 0 && advanced < WINDOW, "offset {advanced}");
-    assert_eq!(app.offsets[1..], [0, 0, 0]);
+    assert_eq!(app.offsets()[1..], [0, 0, 0]);
 
     // The poller's answer: the cursor stays on its item, now mid-window,
     // and the next Down moves on to a row that was not loaded before.
@@ -667,7 +669,7 @@ fn down_past_a_full_window_fetches_the_next_one() {
 
     // Home goes back to the first window.
     assert_eq!(key(&mut app, KeyCode::Home), vec![Task::Repoll]);
-    assert_eq!(app.offsets[0], 0);
+    assert_eq!(app.offsets()[0], 0);
 }
 
 #[test]
@@ -676,7 +678,7 @@ fn up_at_the_top_of_a_later_window_goes_back() {
     let mut app = App::new(Settings::new("ops", false, Duration::from_secs(2)));
     app.update(Message::Snapshot(Box::new(window(750, total))));
     assert_eq!(key(&mut app, KeyCode::Up), vec![Task::Repoll]);
-    assert!(app.offsets[0] < 750);
+    assert!(app.offsets()[0] < 750);
 }
 
 #[test]
@@ -687,7 +689,7 @@ fn down_at_the_very_end_does_nothing() {
     key(&mut app, KeyCode::End);
     assert_eq!(selected_key(&app), format!("k{:06}", total - 1));
     assert!(key(&mut app, KeyCode::Down).is_empty());
-    assert_eq!(app.offsets[0], 10);
+    assert_eq!(app.offsets()[0], 10);
 }
 
 #[test]
@@ -696,11 +698,11 @@ fn end_jumps_to_the_last_window_and_selects_its_last_row() {
     let mut app = App::new(Settings::new("ops", false, Duration::from_secs(2)));
     app.update(Message::Snapshot(Box::new(window(0, total))));
     assert_eq!(key(&mut app, KeyCode::End), vec![Task::Repoll]);
-    assert_eq!(app.offsets[0], total - WINDOW);
+    assert_eq!(app.offsets()[0], total - WINDOW);
     app.update(Message::Snapshot(Box::new(window(total - WINDOW, total))));
     assert_eq!(selected_key(&app), format!("k{:06}", total - 1));
     assert_eq!(key(&mut app, KeyCode::Home), vec![Task::Repoll]);
-    assert_eq!(app.offsets[0], 0);
+    assert_eq!(app.offsets()[0], 0);
 }
 
 #[test]
@@ -740,7 +742,7 @@ fn y_copies_a_plain_key() {
         char(&mut app, 'y'),
         vec![Task::Copy("pay:inv-0042".to_string())]
     );
-    let status = app.status.clone().unwrap();
+    let status = app.status().cloned().unwrap();
     assert_eq!(status.text, "copied pay:inv-0042");
     assert_eq!(status.role, Role::Ok);
 }
@@ -756,7 +758,7 @@ fn a_key_with_control_characters_is_never_copied() {
     ] {
         let mut app = app_with(&[hostile]);
         assert!(char(&mut app, 'y').is_empty(), "{hostile:?} was copied");
-        let status = app.status.clone().unwrap();
+        let status = app.status().cloned().unwrap();
         assert_eq!(
             status.text,
             "this key contains control characters: not copied; use `effectwatch show`"
@@ -988,29 +990,26 @@ fn any_key_opens_from_the_colon_prompt_and_links_are_followed_and_come_back() {
     ));
     // The second link, then Enter opens it; Esc comes back, then leaves.
     char(&mut app, 'n');
-    assert_eq!(app.detail.as_ref().unwrap().link, 1);
+    assert_eq!(app.detail().unwrap().link, 1);
     assert_eq!(
         key(&mut app, KeyCode::Enter),
         vec![Task::LoadDetail("holds:key".to_string())]
     );
-    assert_eq!(
-        app.detail.as_ref().unwrap().trail,
-        ["refund:from-a-ticket:v1"]
-    );
+    assert_eq!(app.detail().unwrap().trail, ["refund:from-a-ticket:v1"]);
     assert_eq!(
         key(&mut app, KeyCode::Esc),
         vec![Task::LoadDetail("refund:from-a-ticket:v1".to_string())]
     );
-    assert!(app.detail.as_ref().unwrap().trail.is_empty());
+    assert!(app.detail().unwrap().trail.is_empty());
     key(&mut app, KeyCode::Esc);
-    assert!(app.detail.is_none());
+    assert!(app.detail().is_none());
     assert_eq!(selected_key(&app), "pay:inv-0001");
 
     // Esc in the prompt keeps what was shown.
     char(&mut app, ':');
     type_text(&mut app, "abandoned");
     assert!(key(&mut app, KeyCode::Esc).is_empty());
-    assert!(app.detail.is_none());
+    assert!(app.detail().is_none());
 }
 
 #[test]
@@ -1046,8 +1045,8 @@ fn the_theme_key_cycles_the_built_in_themes_and_names_the_one_chosen() {
 fn a_filter_means_the_same_in_every_view_and_esc_clears_it_everywhere_at_once() {
     let mut app = App::new(Settings::new("ops", false, Duration::from_secs(2)));
     app.update(Message::Snapshot(Box::new(fixtures::snapshot(3))));
-    app.view = View::Audit;
-    let shown = |app: &App| app.models[View::Audit].rows.len();
+    char(&mut app, '6');
+    let shown = |app: &App| app.model_of(View::Audit).rows.len();
     assert_eq!(shown(&app), 4);
 
     // target: finds the actions on effects of that target, whatever the key says.
@@ -1061,24 +1060,24 @@ fn a_filter_means_the_same_in_every_view_and_esc_clears_it_everywhere_at_once() 
     type_text(&mut app, "operator:bob");
     key(&mut app, KeyCode::Enter);
     assert_eq!(shown(&app), 2);
-    app.view = View::Finance;
+    char(&mut app, '7');
     assert!(
-        app.models[View::Finance].rows.is_empty(),
+        app.model_of(View::Finance).rows.is_empty(),
         "finance has no operator"
     );
 
     // Esc clears it in the small views too, before any poll comes back.
-    app.view = View::Audit;
+    char(&mut app, '6');
     key(&mut app, KeyCode::Esc);
     assert_eq!(shown(&app), 4);
-    app.view = View::Finance;
-    assert!(!app.models[View::Finance].rows.is_empty());
+    char(&mut app, '7');
+    assert!(!app.model_of(View::Finance).rows.is_empty());
 
     // action: filters finance by the action.
     char(&mut app, '/');
     type_text(&mut app, "action:nothing-like-it");
     key(&mut app, KeyCode::Enter);
-    assert!(app.models[View::Finance].rows.is_empty());
+    assert!(app.model_of(View::Finance).rows.is_empty());
 }
 
 #[test]
@@ -1115,9 +1114,9 @@ fn a_console_whose_ledger_moved_to_another_server_says_where_it_reads_now() {
     };
     app.update(Message::Snapshot(Box::new(read_from("db1:5432/ledger"))));
     app.update(Message::Snapshot(Box::new(read_from("db1:5432/ledger"))));
-    assert!(app.status.is_none(), "{:?}", app.status);
+    assert!(app.status().is_none(), "{:?}", app.status());
     app.update(Message::Snapshot(Box::new(read_from("db2:5433/ledger"))));
-    let status = app.status.clone().expect("the move is said");
+    let status = app.status().cloned().expect("the move is said");
     assert_eq!(
         status.text,
         "the ledger moved: reading db2:5433/ledger now (was db1:5432/ledger)"
@@ -1144,7 +1143,7 @@ fn a_first_visit_starts_at_the_top_and_the_selection_follows_its_item_after() {
     ))));
     key(&mut app, KeyCode::Char('1'));
     assert_eq!(app.current_view(), OVERDUE);
-    assert_eq!(app.lists[OVERDUE].selected, 0);
+    assert_eq!(app.list(OVERDUE).selected, 0);
     assert_eq!(app.selected_row().unwrap().id, "a");
 
     app.update(Message::Snapshot(Box::new(snapshot(
@@ -1157,7 +1156,7 @@ fn a_first_visit_starts_at_the_top_and_the_selection_follows_its_item_after() {
         "a",
         "it follows its item now"
     );
-    assert_eq!(app.lists[OVERDUE].selected, 1);
+    assert_eq!(app.list(OVERDUE).selected, 1);
 }
 
 /// One rule for what a confirmation asks: moving money asks for the end of
@@ -1233,9 +1232,9 @@ fn results_are_kept_in_a_log_and_a_message_about_another_item_fades() {
     app.update(Message::Settled(Err(
         "cannot compensate a: not succeeded".into()
     )));
-    assert_eq!(app.messages.len(), 2);
-    assert_eq!(app.messages[0].text, format!("✓ {long}"), "kept whole");
-    assert_eq!(app.messages[1].about.as_deref(), Some("a"));
+    assert_eq!(app.messages().len(), 2);
+    assert_eq!(app.messages()[0].text, format!("✓ {long}"), "kept whole");
+    assert_eq!(app.messages()[1].about.as_deref(), Some("a"));
     assert_eq!(app.status_now().unwrap().role, Role::Critical);
 
     char(&mut app, 'j');
@@ -1295,14 +1294,14 @@ fn v_lists_the_replays_too_and_hides_them_again() {
     let mut app = App::new(Settings::new("ops", false, Duration::from_secs(2)));
     app.update(Message::Snapshot(Box::new(fixtures::snapshot(3))));
     assert!(char(&mut app, 'v').is_empty(), "not in the overdue pane");
-    assert_eq!(app.filter_text, "");
+    assert_eq!(app.filter_text(), "");
     assert!(app.status_now().unwrap().text.contains("duplicates pane"));
 
     char(&mut app, '3');
     let tasks = char(&mut app, 'v');
     assert!(tasks.iter().any(|task| matches!(task, Task::Repoll)));
-    assert_eq!(app.filter_text, "with-replays");
-    assert_eq!(app.filter.scopes, [FilterScope::WithReplays]);
+    assert_eq!(app.filter_text(), "with-replays");
+    assert_eq!(app.filter().scopes, [FilterScope::WithReplays]);
 
     // A text filter stays as it was.
     char(&mut app, '/');
@@ -1311,11 +1310,11 @@ fn v_lists_the_replays_too_and_hides_them_again() {
     }
     type_text(&mut app, "INV-402 replays-only");
     key(&mut app, KeyCode::Enter);
-    assert_eq!(app.filter.scopes, [FilterScope::ReplaysOnly]);
+    assert_eq!(app.filter().scopes, [FilterScope::ReplaysOnly]);
     char(&mut app, 'v');
-    assert_eq!(app.filter_text, "INV-402");
+    assert_eq!(app.filter_text(), "INV-402");
     char(&mut app, 'v');
-    assert_eq!(app.filter_text, "INV-402 with-replays");
+    assert_eq!(app.filter_text(), "INV-402 with-replays");
 }
 
 /// `E` escalates every item of the (filtered) pane: the dialog says how

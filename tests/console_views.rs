@@ -245,12 +245,16 @@ fn audit_view() {
 
 /// Opens the fixture history from the unknown pane, where its key is first.
 fn app_with_detail() -> App {
+    app_with_detail_of(fixtures::history())
+}
+
+/// The detail of the unknown pane's first effect, as its history arrives.
+fn app_with_detail_of(history: effectwatch::ledger::history::EffectHistory) -> App {
     let mut app = app_with(full_snapshot(), false);
     press(&mut app, KeyCode::Char('2'));
     press(&mut app, KeyCode::Enter);
-    let history = fixtures::history();
     let key = history.effect.op_key.clone();
-    assert_eq!(app.detail.as_ref().unwrap().op_key, key);
+    assert_eq!(app.detail().unwrap().op_key, key);
     app.update(Message::Detail(key, Ok(Box::new(history))));
     app
 }
@@ -311,7 +315,7 @@ fn detail_while_loading_and_after_an_error() {
     let mut app = app_with(full_snapshot(), false);
     press(&mut app, KeyCode::Enter);
     assert!(screen(&app).contains("loading…"));
-    let key = app.detail.as_ref().unwrap().op_key.clone();
+    let key = app.detail().unwrap().op_key.clone();
     app.update(Message::Detail(key, Err("statement timeout".to_string())));
     assert!(screen(&app).contains("✗ statement timeout"));
 }
@@ -568,7 +572,7 @@ fn hostile_snapshot() -> Snapshot {
 fn app_with_hostile_detail() -> App {
     let mut app = app_with(hostile_snapshot(), false);
     press(&mut app, KeyCode::Enter);
-    assert_eq!(app.detail.as_ref().unwrap().op_key, hostile_key());
+    assert_eq!(app.detail().unwrap().op_key, hostile_key());
     let mut history = fixtures::history();
     history.effect.op_key = hostile_key();
     history.effect.target = hostile_target();
@@ -1211,12 +1215,11 @@ fn the_first_run_hint_stays_beside_a_newer_warning() {
 /// 0, and words are kept whole where they fit.
 #[test]
 fn wrapped_values_in_the_detail_and_the_about_box_hang_under_their_value() {
-    let mut app = app_with_detail();
     let long_key =
         "refund:INV-402:AP-91:v1:with-a-suffix-long-enough-to-wrap-twice-at-eighty-columns";
-    if let Some(history) = app.detail.as_mut().and_then(|d| d.history.as_mut()) {
-        history.effect.target = format!("invoice:{long_key}");
-    }
+    let mut history = fixtures::history();
+    history.effect.target = format!("invoice:{long_key}");
+    let app = app_with_detail_of(history);
     let screen = text(&render_sized(&app, &Theme::default(), 80, 24));
     let lines: Vec<&str> = screen.lines().collect();
     let at = lines

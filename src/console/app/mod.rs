@@ -213,23 +213,25 @@ impl Settings {
 }
 
 pub struct App {
-    pub view: View,
-    pub lists: PerView<ListState>,
-    pub models: PerView<TableModel>,
-    pub totals: PerView<i64>,
+    pub(crate) view: View,
+    pub(crate) lists: PerView<ListState>,
+    pub(crate) models: PerView<TableModel>,
+    pub(crate) totals: PerView<i64>,
     /// When the data on screen was read (the start of its poll): how old
-    /// it is, whatever the connection is doing now.
+    /// it is, whatever the connection is doing now. Public, with the
+    /// connection, so that a test can age them: the console has no clock
+    /// of its own to fake.
     pub data_since: Option<Instant>,
     /// The server polled (`host:port/db`), named while it does not answer.
     pub(crate) server: Option<String>,
-    pub offsets: [usize; 4],
-    pub snapshot: Option<Box<Snapshot>>,
+    pub(crate) offsets: [usize; 4],
+    pub(crate) snapshot: Option<Box<Snapshot>>,
     pub connection: Connection,
-    pub detail: Option<Detail>,
-    pub filter_text: String,
-    pub filter: Filter,
-    pub mode: Mode,
-    pub paused: bool,
+    pub(crate) detail: Option<Detail>,
+    pub(crate) filter_text: String,
+    pub(crate) filter: Filter,
+    pub(crate) mode: Mode,
+    pub(crate) paused: bool,
     /// Actions settled this session: the finance review is read again
     /// after each, not only every half minute.
     pub(crate) settled_actions: u64,
@@ -239,12 +241,12 @@ pub struct App {
     /// What the about overlay lists: label and value, given by the runtime
     /// (server, operator, mode; the demo adds how a second operator joins).
     pub(crate) about: Vec<(String, String)>,
-    pub status: Option<Status>,
+    pub(crate) status: Option<Status>,
     /// Every result and refusal of the session, oldest first.
-    pub messages: std::collections::VecDeque<Logged>,
+    pub(crate) messages: std::collections::VecDeque<Logged>,
     /// When set, the console shows panes as they were at this instant.
     pub(crate) at: Option<DateTime<Utc>>,
-    pub page_size: usize,
+    pub(crate) page_size: usize,
     /// The theme drawn with: a built-in name, or the file it came from.
     pub(crate) theme: String,
     /// Replay lag above which data read from a standby is called stale.
@@ -303,6 +305,57 @@ impl App {
             background: None,
             pending_jump_to_end: false,
         }
+    }
+
+    pub fn view(&self) -> View {
+        self.view
+    }
+
+    /// The rows a view shows, as filtered and sorted.
+    pub fn model_of(&self, view: View) -> &TableModel {
+        &self.models[view]
+    }
+
+    /// A view's selection and sort.
+    pub fn list(&self, view: View) -> &ListState {
+        &self.lists[view]
+    }
+
+    /// How many items a view's pane holds, beyond the rows read.
+    pub fn total(&self, view: View) -> i64 {
+        self.totals[view]
+    }
+
+    /// Where each pane's window of rows starts.
+    pub fn offsets(&self) -> &[usize; 4] {
+        &self.offsets
+    }
+
+    pub fn detail(&self) -> Option<&Detail> {
+        self.detail.as_ref()
+    }
+
+    /// The filter as typed, and as understood.
+    pub fn filter_text(&self) -> &str {
+        &self.filter_text
+    }
+
+    pub fn filter(&self) -> &Filter {
+        &self.filter
+    }
+
+    pub fn is_paused(&self) -> bool {
+        self.paused
+    }
+
+    /// The newest message, as the status line shows it.
+    pub fn status(&self) -> Option<&Status> {
+        self.status.as_ref()
+    }
+
+    /// Every result and refusal of the session, oldest first.
+    pub fn messages(&self) -> &std::collections::VecDeque<Logged> {
+        &self.messages
     }
 
     /// The instant shown under time travel; `None`: live.

@@ -24,7 +24,9 @@ impl App {
         self.select(view, index);
     }
 
-    pub(super) fn select(&mut self, view: View, index: usize) {
+    /// Selects the row at `index` of a view (the last one past the end);
+    /// the selection follows that item across refreshes.
+    pub fn select(&mut self, view: View, index: usize) {
         let model = &self.models[view];
         let index = index.min(model.rows.len().saturating_sub(1));
         self.lists[view].selected = index;
