@@ -554,6 +554,23 @@ async fn an_acknowledgement_of_repeats_is_undone_by_reopening_them() {
         text(&never.stderr)
     );
 
+    // A key is taken exactly as given: with a space it names no effect,
+    // rather than this one.
+    let spaced = cli
+        .run(&[
+            "acknowledge-duplicates",
+            "refund:REOPEN:v1 ",
+            "--reason",
+            "retried",
+        ])
+        .await;
+    assert!(!spaced.status.success());
+    assert!(
+        text(&spaced.stderr).contains("no effect with key"),
+        "{}",
+        text(&spaced.stderr)
+    );
+
     let acknowledged = cli
         .run(&[
             "acknowledge-duplicates",

@@ -176,7 +176,7 @@ fn verb_subcommand(verb: &'static Verb) -> clap::Command {
                     .value_name("REF")
                     .required(true)
                     .help(
-                        "The provider record: one a reconciliation found besides the effect's own.",
+                        "The provider record to reverse: one a reconciliation found besides the effect's own.",
                     ),
             ),
             Field::Outcome => command
@@ -211,10 +211,9 @@ fn verb_subcommand(verb: &'static Verb) -> clap::Command {
                 Arg::new("reason")
                     .long("reason")
                     .visible_alias("note")
+                    .value_name("REASON")
                     .required(true)
-                    .help(
-                        "Why: required, written in the audit trail (and sent with an escalation).",
-                    ),
+                    .help("Why: required, written in the audit trail."),
             ),
         };
     }
@@ -236,6 +235,7 @@ fn verb_subcommand(verb: &'static Verb) -> clap::Command {
         .arg(
             Arg::new("format")
                 .long("format")
+                .value_name("FORMAT")
                 .value_parser(clap::builder::EnumValueParser::<Format>::new())
                 .default_value("table"),
         )
@@ -247,6 +247,22 @@ fn made_verbs(on: On) -> impl Iterator<Item = &'static Verb> {
         .iter()
         .copied()
         .filter(move |verb| verb.on == on && verb.cli == Cli::Made)
+}
+
+/// An argument as given; one the verb does not ask for is absent. Any other
+/// failure to read one is a mistake here, not the operator's, and is said.
+fn given<T: Clone + Send + Sync + 'static>(
+    arguments: &ArgMatches,
+    id: &str,
+) -> Result<Option<T>, clap::Error> {
+    match arguments.try_get_one::<T>(id) {
+        Ok(value) => Ok(value.cloned()),
+        Err(clap::parser::MatchesError::UnknownArgument { .. }) => Ok(None),
+        Err(error) => Err(clap::Error::raw(
+            ErrorKind::InvalidValue,
+            format!("{id}: {error}"),
+        )),
+    }
 }
 
 impl<G: VerbGroup> FromArgMatches for VerbCommand<G> {
@@ -263,15 +279,11 @@ impl<G: VerbGroup> FromArgMatches for VerbCommand<G> {
                 )
             })?;
         let text = |id: &str| {
-            arguments
-                .try_get_one::<String>(id)
-                .ok()
-                .flatten()
-                .map(|value| value.trim().to_string())
+            given::<String>(arguments, id).map(|value| value.map(|value| value.trim().to_string()))
         };
-        let flag = |id: &str| arguments.try_get_one::<bool>(id).ok().flatten() == Some(&true);
-        let succeeded = text("succeeded");
-        let outcome = match (&succeeded, flag("failed")) {
+        let flag = |id: &str| given::<bool>(arguments, id).map(|value| value == Some(true));
+        let succeeded = text("succeeded")?;
+        let outcome = match (&succeeded, flag("failed")?) {
             (Some(_), _) => Some(Outcome::Succeeded),
             (None, true) => Some(Outcome::Failed),
             (None, false) => None,
@@ -282,19 +294,17 @@ impl<G: VerbGroup> FromArgMatches for VerbCommand<G> {
         };
         Ok(VerbCommand {
             verb,
-            key: text("key"),
-            seen: arguments
-                .try_get_one::<i64>("expect_version")
-                .ok()
-                .flatten()
-                .copied(),
+            // The key exactly as given: the ledger's keys may hold spaces,
+            // and a trimmed one could name another effect.
+            key: given::<String>(arguments, "key")?,
+            seen: given::<i64>(arguments, "expect_version")?,
             each,
             answers: Answers {
-                reason: text("reason").unwrap_or_default(),
-                reference: text("ref").or(succeeded).unwrap_or_default(),
+                reason: text("reason")?.unwrap_or_default(),
+                reference: text("ref")?.or(succeeded).unwrap_or_default(),
                 outcome,
-                retryable: flag("retryable"),
-                sink: text("to"),
+                retryable: flag("retryable")?,
+                sink: text("to")?,
             },
             format: arguments
                 .get_one::<Format>("format")

@@ -62,7 +62,8 @@ pub async fn resolve<'c>(
 /// how an operator asks for it.
 #[derive(Debug, PartialEq, Eq, Hash)]
 pub struct OperatorCall {
-    /// The audit trail's word for it, as the command line spells it.
+    /// Its name as the command line spells it (the audit trail writes it
+    /// with underscores, as its SQL function does).
     pub name: &'static str,
     /// The past tense, for what a report says happened.
     pub done: &'static str,
