@@ -223,7 +223,7 @@ async fn stale_within(
     let started = Instant::now();
     while let Some(message) = next(messages, within.saturating_sub(started.elapsed())).await {
         app.update(message);
-        if matches!(app.connection, Connection::Stale { .. }) {
+        if matches!(app.connection(), Connection::Stale { .. }) {
             return Some(started.elapsed());
         }
     }
@@ -246,14 +246,14 @@ async fn an_outage_between_the_polls_of_a_long_interval_turns_the_console_stale(
     let poller = poller::spawn(connect, settings_receiver, sender);
     let mut app = App::new(Settings::new("ops", true, Duration::from_secs(60)));
     app.update(Message::Snapshot(next_snapshot(&mut messages).await));
-    assert_eq!(app.connection, Connection::Live);
+    assert_eq!(*app.connection(), Connection::Live);
 
     proxy.down.send_replace(true);
     let stale = stale_within(&mut app, &mut messages, Duration::from_secs(20)).await;
     assert!(
         stale.is_some(),
         "still live 20 s into the outage: {:?}",
-        app.connection
+        app.connection()
     );
     eprintln!("stale {:?} into the outage", stale.unwrap());
     proxy.down.send_replace(false);
@@ -265,7 +265,7 @@ async fn an_outage_between_the_polls_of_a_long_interval_turns_the_console_stale(
     };
     assert!(matches!(back, Some(Message::Snapshot(_))), "{back:?}");
     app.update(back.unwrap());
-    assert_eq!(app.connection, Connection::Live);
+    assert_eq!(*app.connection(), Connection::Live);
 
     // The network dies without a reset: nothing ends, nothing answers.
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -274,7 +274,7 @@ async fn an_outage_between_the_polls_of_a_long_interval_turns_the_console_stale(
     assert!(
         stale.is_some(),
         "still live 20 s into a silent network: {:?}",
-        app.connection
+        app.connection()
     );
     eprintln!("stale {:?} into the silence", stale.unwrap());
     poller.abort();

@@ -10,7 +10,7 @@ use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
 use effectwatch::console::action::{Action, Scope, Subject, TABLE};
 use effectwatch::console::app::{
-    App, DialogField, Message, Overlay, Prompt, Settings, Snapshot, Task, View, WINDOW,
+    App, Connection, DialogField, Message, Overlay, Prompt, Settings, Snapshot, Task, View, WINDOW,
 };
 use effectwatch::console::theme::Role;
 use effectwatch::ledger::actions::Applicability;
@@ -120,7 +120,7 @@ fn type_text(app: &mut App, text: &str) {
 }
 
 fn selected(app: &App) -> (usize, Option<String>) {
-    let list = &app.list(app.view());
+    let list = &app.list(app.current_view());
     (list.selected, list.selected_id.clone())
 }
 
@@ -712,13 +712,10 @@ fn a_failed_poll_keeps_the_data_and_marks_it_stale() {
         app.update(Message::PollFailed("gone".to_string()))
             .is_empty()
     );
-    assert!(matches!(
-        app.connection,
-        effectwatch::console::app::Connection::Stale { .. }
-    ));
+    assert!(matches!(app.connection(), Connection::Stale { .. }));
     assert_eq!(app.model().rows.len(), 2);
     feed(&mut app, &["a"]);
-    assert_eq!(app.connection, effectwatch::console::app::Connection::Live);
+    assert_eq!(*app.connection(), Connection::Live);
 }
 
 #[test]

@@ -5,7 +5,7 @@
 
 mod fixtures;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use ratatui::Terminal;
@@ -14,7 +14,7 @@ use ratatui::buffer::Buffer;
 use ratatui::style::Modifier;
 use serde_json::json;
 
-use effectwatch::console::app::{App, Connection, Message, Settings, Snapshot};
+use effectwatch::console::app::{App, Message, Settings, Snapshot};
 use effectwatch::console::theme::{Role, Theme};
 use effectwatch::console::views;
 use effectwatch::ledger::actions::Applicability;
@@ -470,14 +470,10 @@ fn a_console_without_answers_names_the_server_it_waits_on() {
 fn stale_connection_header() {
     let mut app = app_with(full_snapshot(), false);
     let error = "cannot reach the database: connection refused";
+    // The failure is noticed now, but the header is stale for as long as
+    // the data is old: a fixed age, so it reads the same on every run.
     app.update(Message::PollFailed(error.to_string()));
-    // A fixed age, so the header reads the same on every run.
-    app.connection = Connection::Stale {
-        since: Instant::now() - Duration::from_secs(5),
-        error: error.to_string(),
-    };
-    // Stale for as long as the data is old, not since the failure was noticed.
-    app.data_since = Some(Instant::now() - Duration::from_secs(75));
+    app.set_data_age(Duration::from_secs(75));
     let screen = screen(&app);
     insta::assert_snapshot!("stale_header", screen);
     assert!(line_with(&screen, "effectwatch").contains("✗ stale for 1m15s · reconnecting"));
@@ -757,7 +753,7 @@ fn a_live_console_whose_poll_is_overdue_says_how_old_its_data_is() {
     let mut app = app_with(full_snapshot(), false);
     assert!(line_with(&screen(&app), "effectwatch").contains("● live"));
     // The database went quiet: the next poll has not answered for 30 s.
-    app.data_since = Some(Instant::now() - Duration::from_secs(30));
+    app.set_data_age(Duration::from_secs(30));
     let header = line_with(&screen(&app), "effectwatch").to_string();
     assert!(
         header.contains("⧗ no answer yet · data 30s old"),

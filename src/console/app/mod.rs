@@ -218,15 +218,13 @@ pub struct App {
     pub(crate) models: PerView<TableModel>,
     pub(crate) totals: PerView<i64>,
     /// When the data on screen was read (the start of its poll): how old
-    /// it is, whatever the connection is doing now. Public, with the
-    /// connection, so that a test can age them: the console has no clock
-    /// of its own to fake.
-    pub data_since: Option<Instant>,
+    /// it is, whatever the connection is doing now.
+    pub(crate) data_since: Option<Instant>,
     /// The server polled (`host:port/db`), named while it does not answer.
     pub(crate) server: Option<String>,
     pub(crate) offsets: [usize; 4],
     pub(crate) snapshot: Option<Box<Snapshot>>,
-    pub connection: Connection,
+    pub(crate) connection: Connection,
     pub(crate) detail: Option<Detail>,
     pub(crate) filter_text: String,
     pub(crate) filter: Filter,
@@ -307,10 +305,6 @@ impl App {
         }
     }
 
-    pub fn view(&self) -> View {
-        self.view
-    }
-
     /// The rows a view shows, as filtered and sorted.
     pub fn model_of(&self, view: View) -> &TableModel {
         &self.models[view]
@@ -329,6 +323,18 @@ impl App {
     /// Where each pane's window of rows starts.
     pub fn offsets(&self) -> &[usize; 4] {
         &self.offsets
+    }
+
+    /// Whether the last poll answered, and if not, what it said.
+    pub fn connection(&self) -> &Connection {
+        &self.connection
+    }
+
+    /// Makes the data on screen `age` old, as if its poll started then.
+    /// The console has no clock of its own to fake: this is how a test
+    /// shows a poll that has not answered for a while.
+    pub fn set_data_age(&mut self, age: Duration) {
+        self.data_since = Some(Instant::now().checked_sub(age).unwrap_or_else(Instant::now));
     }
 
     pub fn detail(&self) -> Option<&Detail> {
