@@ -17,11 +17,10 @@
 
 -- The start of an operator call: the effect, locked, at the version the
 -- operator saw, and `action` applies to it (ledger.refusals; an action it
--- has no rule for applies to every effect). Not SECURITY DEFINER: only the
--- operator functions call it, which run as the owner. It forgets the
--- caller's settings although each of them has already (its own first
--- statement, which every SECURITY DEFINER function must begin with), so
--- that it is a safe start whoever calls it.
+-- has no rule for applies to every effect). Not SECURITY DEFINER, and no
+-- login may call it: only the operator functions do, which run as the
+-- owner and have forgotten their caller's settings already (the first
+-- statement every SECURITY DEFINER function begins with).
 --
 -- refused_argument: the caller's own refusal of what it was given, raised
 -- (invalid_parameter_value) after the lock and before the applicability
@@ -38,7 +37,6 @@ as $$
 declare
     effect ledger.effects;
 begin
-    perform ledger.forget_caller_settings();
     effect := ledger.lock_for_operator(operator_begin.op_key, operator_begin.expected_version,
                                        operator_begin.operator, operator_begin.reason, true);
     if operator_begin.refused_argument is not null then

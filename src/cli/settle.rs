@@ -1,7 +1,7 @@
-//! The settling commands: reconcile (one effect or a pane), compensate,
-//! escalate, resolve, release, cancel, annotate, approve, reject, and the
-//! escalation loop. All go through [`crate::settle::Settler`], the same
-//! code the console uses; `--read-only` is refused there.
+//! The settling commands: one subcommand per verb of the table
+//! ([`crate::settle::verbs`]), `reconcile` (also the reconciler service),
+//! and the escalation loop. All go through [`crate::settle::Settler`], the
+//! same code the console uses; `--read-only` is refused there.
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::marker::PhantomData;

@@ -158,7 +158,9 @@ const fn runs(
 ) -> ActionInfo {
     let (scope, description) = match (how, &verb.every_item) {
         (Use::EveryItem, Some(every_item)) => (Scope::Pane, every_item.summary),
-        (Use::EveryItem, None) => (Scope::Pane, verb.summary),
+        (Use::EveryItem, None) => {
+            panic!("a key for every item of a pane runs a verb done to every item")
+        }
         _ => match verb.on {
             On::Effect => (Scope::Effect, verb.summary),
             On::Escalation => (Scope::Escalation, verb.summary),

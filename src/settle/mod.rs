@@ -415,7 +415,7 @@ impl Settler {
     /// in its own transaction: a failure stops nothing else. Says how many
     /// were done, skipped (changed since, or no longer applicable) and
     /// failed.
-    pub async fn operate_many(
+    async fn operate_many(
         &self,
         call: &'static OperatorCall,
         targets: Vec<(String, i64)>,

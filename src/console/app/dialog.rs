@@ -59,12 +59,14 @@ impl App {
                     self.current_view().title(),
                     self.pane_split()
                 );
-                let summary = match action {
-                    Action::Verb(verb, _) => match &verb.every_item {
-                        Some(every_item) => (every_item.says)(verb.name, &items),
-                        None => format!("{} {items}.", verb.name),
-                    },
-                    _ => items,
+                // Only a verb done to every item has a key on a pane (`runs`).
+                let every_item = match action {
+                    Action::Verb(verb, _) => verb.every_item.as_ref().map(|every| (verb, every)),
+                    _ => None,
+                };
+                let summary = match every_item {
+                    Some((verb, every_item)) => (every_item.says)(verb.name, &items),
+                    None => items,
                 };
                 (Subject::Pane { targets }, summary)
             }
