@@ -10,6 +10,7 @@ pub mod demo;
 pub mod fakeprovider;
 pub mod format;
 pub mod gateway;
+pub mod key_form;
 pub mod ledger;
 pub mod localpg;
 pub mod logging;

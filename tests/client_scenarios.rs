@@ -12,7 +12,7 @@ use effectwatch::ledger::writer::{
     Completion, ErrorClass, Intent, Outcome, begin_effect, complete_effect,
     mark_dispatched_on_target,
 };
-use effectwatch::ledger::{LedgerError, State};
+use effectwatch::ledger::{Decision, LedgerError, State};
 use serde_json::{Map, Value};
 use sqlx::Row;
 
@@ -390,4 +390,170 @@ async fn the_rust_writer_passes_every_scenario() {
         }
     }
     assert!(steps_run >= scenarios.len(), "ran only {steps_run} steps");
+}
+
+/// What one writer made of one call of a key case: its key and canonical
+/// params, or the error that refused it.
+type Made = Result<(String, Value), String>;
+
+/// Checks one case's calls as SCENARIOS.md says ("Keys").
+fn check_key_case(writer: &str, case: &Value, made: &[Made]) {
+    let name = case["name"].as_str().expect("every key case has a name");
+    let fail = |index: usize, what: String| -> ! {
+        panic!("{writer}: key case {name:?}, call {index}: {what}")
+    };
+    let expect = &case["expect"];
+    if let Some(key) = expect.get("key").and_then(Value::as_str) {
+        for (index, made) in made.iter().enumerate() {
+            match made {
+                Ok((got, params)) => {
+                    if got != key {
+                        fail(index, format!("key {got:?}, expected {key:?}"));
+                    }
+                    if let Some(expected) = expect.get("params")
+                        && params != expected
+                    {
+                        fail(index, format!("params {params}, expected {expected}"));
+                    }
+                }
+                Err(error) => fail(index, format!("refused: {error}")),
+            }
+        }
+    }
+    if expect.get("distinct") == Some(&Value::Bool(true)) {
+        let mut seen = std::collections::BTreeMap::new();
+        for (index, made) in made.iter().enumerate() {
+            match made {
+                Ok((key, _)) => {
+                    if let Some(first) = seen.insert(key.clone(), index) {
+                        fail(index, format!("key {key:?} is also call {first}'s"));
+                    }
+                }
+                Err(error) => fail(index, format!("refused: {error}")),
+            }
+        }
+    }
+    if let Some(argument) = expect.get("refused").and_then(Value::as_str) {
+        for (index, made) in made.iter().enumerate() {
+            match made {
+                Ok((key, _)) => fail(index, format!("made key {key:?}, expected a refusal")),
+                Err(error) if !error.contains(argument) => {
+                    fail(index, format!("refused without naming {argument}: {error}"))
+                }
+                Err(_) => {}
+            }
+        }
+    }
+}
+
+fn key_cases() -> Vec<Value> {
+    let file: Value = serde_json::from_str(SCENARIOS).expect("clients/scenarios.json is JSON");
+    let cases = file["keys"]["cases"]
+        .as_array()
+        .expect("keys.cases")
+        .clone();
+    assert!(cases.len() >= 10, "the key cases are missing");
+    cases
+}
+
+fn calls_of(case: &Value) -> Vec<Map<String, Value>> {
+    case["calls"]
+        .as_array()
+        .expect("calls")
+        .iter()
+        .map(|call| call.as_object().expect("a call is an object").clone())
+        .collect()
+}
+
+#[test]
+fn the_gateway_makes_every_key_of_the_shared_cases() {
+    for case in key_cases() {
+        let calls = calls_of(&case);
+        let every_argument: std::collections::BTreeSet<&String> =
+            calls.iter().flat_map(|call| call.keys()).collect();
+        let rule: effectwatch::gateway::policy::ToolRule = serde_json::from_value(serde_json::json!({
+            "action": "case",
+            "op_key": case["template"],
+            "target": case["template"],
+            "params": every_argument,
+            "amount_minor": case.get("money"),
+            "normalise": case.get("normalise").cloned().unwrap_or_else(|| serde_json::json!({})),
+        }))
+        .expect("a key case is a tool rule");
+        let made: Vec<Made> = calls
+            .iter()
+            .map(|call| rule.map(call).map(|mapped| (mapped.op_key, mapped.params)))
+            .collect();
+        check_key_case("the gateway", &case, &made);
+    }
+}
+
+#[tokio::test]
+async fn the_ledger_makes_every_key_of_the_shared_cases() {
+    let db = common::test_db().await;
+    for case in key_cases() {
+        let mut made = Vec::new();
+        for call in calls_of(&case) {
+            let answer = sqlx::query(
+                "select ledger.key_from_template($1, $2, $3, $4) as key,
+                        ledger.canonical_arguments($2, $3, $4) as params",
+            )
+            .bind(case["template"].as_str())
+            .bind(Value::Object(call))
+            .bind(case.get("normalise"))
+            .bind(case.get("money").and_then(Value::as_str))
+            .fetch_one(&db.pool)
+            .await;
+            made.push(match answer {
+                Ok(row) => Ok((row.get("key"), row.get("params"))),
+                Err(error) => Err(error.to_string()),
+            });
+        }
+        check_key_case("the ledger", &case, &made);
+    }
+}
+
+/// The ledger stores params by value: one SQL caller writing the same
+/// params two ways is one intent (a replay, not a mismatch).
+#[tokio::test]
+async fn params_written_two_ways_are_one_intent() {
+    let db = common::test_db().await;
+    let intent = |params: Value| Intent {
+        op_key: "refund:INV-77x1:1500".into(),
+        action: "refund".into(),
+        target: "invoice:INV-77x1".into(),
+        params,
+        requested_by: "agent-keys".into(),
+        amount_minor: Some(1500),
+        currency: Some("EUR".into()),
+        ..Default::default()
+    };
+    let first = begin_effect(
+        &db.pool,
+        &intent(serde_json::json!({"amount_minor": 1500.0, "lines": [{"qty": 2.0}]})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(first.decision, Decision::Proceed);
+    let stored: Value = sqlx::query_scalar(
+        "select params from ledger.effects where op_key = 'refund:INV-77x1:1500'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        stored,
+        serde_json::json!({"amount_minor": 1500, "lines": [{"qty": 2}]})
+    );
+    let again = begin_effect(
+        &db.pool,
+        &intent(serde_json::json!({"lines": [{"qty": 2}], "amount_minor": 1500})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        again.decision,
+        Decision::InFlight,
+        "the same params, not a mismatch"
+    );
 }

@@ -589,3 +589,56 @@ async fn behind_pgbouncer_in_transaction_mode_every_call_is_recorded() {
     assert_eq!(succeeded, 20);
     let _ = client.cancel().await;
 }
+
+fn refund_with(arguments: Value) -> CallToolRequestParams {
+    CallToolRequestParams::new("refund").with_arguments(arguments.as_object().cloned().unwrap())
+}
+
+/// One amount written four ways is one action: one key, one refund at the
+/// tool server (which ignores the key here, so only the gateway can keep
+/// it to one), and the tool is sent the amount the key was made of.
+#[tokio::test]
+async fn an_amount_written_four_ways_is_one_refund() {
+    let Some(rig) = Rig::new().await else { return };
+    let (client, _) = rig.stdio_client(&[], &[]).await;
+    for amount in [
+        json!(1500),
+        json!("01500"),
+        json!("+1500"),
+        json!(" 1500"),
+        json!(1500.0),
+    ] {
+        let answer = client
+            .call_tool(refund_with(
+                json!({"order_id": "INV-SPELT", "amount_minor": amount, "currency": "EUR"}),
+            ))
+            .await
+            .unwrap();
+        assert_ne!(answer.is_error, Some(true), "{amount}: {}", text(&answer));
+    }
+    assert_eq!(rig.refunds_of("INV-SPELT"), 1, "five spellings, one refund");
+    let keys: Vec<String> =
+        sqlx::query_scalar("select op_key from ledger.effects where target = 'invoice:INV-SPELT'")
+            .fetch_all(&rig.db.pool)
+            .await
+            .unwrap();
+    assert_eq!(keys, ["refund:INV-SPELT:1500"]);
+    let fraction = client
+        .call_tool(refund_with(
+            json!({"order_id": "INV-SPELT-2", "amount_minor": 1500.5, "currency": "EUR"}),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(fraction.is_error, Some(true));
+    assert!(
+        text(&fraction).contains("whole number"),
+        "{}",
+        text(&fraction)
+    );
+    assert_eq!(
+        rig.refunds_of("INV-SPELT-2"),
+        0,
+        "a fraction is refused, never rounded"
+    );
+    client.cancel().await.unwrap();
+}

@@ -227,6 +227,43 @@ async fn a_released_ledger_holding_data_upgrades_in_place_to_this_schema() {
     assert!(said.contains("the same"), "{said}");
 }
 
+/// Params are stored by value from 0022 on; a key recorded before, with a
+/// number spelt with trailing zeros, is still answered by the spelling it
+/// was recorded with: its retry is not turned into a mismatch.
+#[tokio::test]
+async fn a_key_recorded_before_params_were_stored_by_value_keeps_its_answers() {
+    let db = common::empty_db().await;
+    migrate::run_through(&db.pool, 21).await.unwrap();
+    let spelt = || {
+        let mut intent = common::intent("refund:V21:spelt", "invoice:V21");
+        intent.params = json!({"amount_minor": 1500.0});
+        intent
+    };
+    let first = writer::begin_effect(&db.pool, &spelt()).await.unwrap();
+    assert_eq!(first.decision, Decision::Proceed);
+    migrate::run(&db.pool).await.unwrap();
+    let again = writer::begin_effect(&db.pool, &spelt()).await.unwrap();
+    assert_eq!(
+        again.decision,
+        Decision::InFlight,
+        "the same call, the same intent"
+    );
+    let fresh = writer::begin_effect(&db.pool, &{
+        let mut intent = common::intent("refund:V22:spelt", "invoice:V22");
+        intent.params = json!({"amount_minor": 1500.0});
+        intent
+    })
+    .await
+    .unwrap();
+    assert_eq!(fresh.decision, Decision::Proceed);
+    let stored: serde_json::Value =
+        sqlx::query_scalar("select params from ledger.effects where op_key = 'refund:V22:spelt'")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(stored, json!({"amount_minor": 1500}));
+}
+
 #[tokio::test]
 async fn a_migrate_that_fails_leaves_nothing_half_installed() {
     let db = common::empty_db().await;

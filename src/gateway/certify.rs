@@ -138,15 +138,7 @@ impl Certification {
 
     fn mapped(&self, arguments: &Map<String, Value>) -> MappedCall {
         // Checked in `new` for the given arguments; a case's differ only in tags.
-        self.rule.map(arguments).unwrap_or_else(|_| MappedCall {
-            action: String::new(),
-            op_key: String::new(),
-            target: String::new(),
-            params: Value::Null,
-            amount_minor: None,
-            currency: None,
-            provider: None,
-        })
+        self.rule.map(arguments).unwrap_or_default()
     }
 
     async fn through_gateway(&self, arguments: &Map<String, Value>, tag: &str) -> CallToolResult {

@@ -12,6 +12,7 @@
 //! action = "refund"
 //! op_key = "refund:{order_id}:{amount_minor}"
 //! target = "invoice:{order_id}"
+//! normalise = { order_id = ["trim", "upper"] }  # " inv-7" and "INV-7" are one invoice
 //! params = ["order_id", "amount_minor", "currency"]
 //! amount_minor = "amount_minor"     # the argument holding the amount, in minor units
 //! currency = "currency"             # the argument holding the currency
@@ -31,6 +32,8 @@ use std::path::Path;
 use rmcp::model::Tool;
 use serde::Deserialize;
 use serde_json::{Map, Value};
+
+use crate::key_form::{self, Normaliser, placeholders};
 
 /// The default size above which a tool's result is stored summarised.
 pub const DEFAULT_RESULT_LIMIT: usize = 16 * 1024;
@@ -69,6 +72,10 @@ pub struct ToolRule {
     pub external_ref: Option<String>,
     #[serde(default)]
     pub refused_when: Vec<String>,
+    /// Per argument, what makes two spellings of one identifier one
+    /// (`order_id = ["trim", "upper"]`); nothing is normalised unless named.
+    #[serde(default)]
+    pub normalise: BTreeMap<String, Vec<Normaliser>>,
     /// For certification: a read-only tool of the same server that looks up
     /// what the provider holds for a call's arguments …
     pub lookup: Option<String>,
@@ -77,7 +84,7 @@ pub struct ToolRule {
 }
 
 /// A tool call mapped to an effect, ready for `begin_effect`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct MappedCall {
     pub action: String,
     pub op_key: String,
@@ -86,6 +93,10 @@ pub struct MappedCall {
     pub amount_minor: Option<i64>,
     pub currency: Option<String>,
     pub provider: Option<String>,
+    /// The call's arguments as the tool server gets them: those the rule
+    /// reads in their canonical form (so the tool acts on the amount and
+    /// the identifier the key was made of), the rest as they came.
+    pub arguments: Map<String, Value>,
 }
 
 impl MappedCall {
@@ -263,51 +274,55 @@ impl ToolRule {
         used.extend(self.params.iter().cloned());
         used.extend(self.amount_minor.iter().cloned());
         used.extend(self.currency.iter().cloned());
+        used.extend(self.normalise.keys().cloned());
         used
     }
 
-    /// The effect a call with these arguments is.
+    /// The effect a call with these arguments is: its key, target, params
+    /// and amount all made from the same canonical values, so a value
+    /// written two ways is one action.
     pub fn map(&self, arguments: &Map<String, Value>) -> Result<MappedCall, String> {
-        let render =
-            |template: &Option<String>| render(template.as_deref().unwrap_or_default(), arguments);
-        let mut params = Map::new();
-        for name in &self.params {
-            if let Some(value) = arguments.get(name) {
-                params.insert(name.clone(), value.clone());
-            }
-        }
-        let amount_minor = match &self.amount_minor {
-            Some(name) => match arguments.get(name) {
-                Some(Value::Number(number)) => Some(number.as_i64().ok_or_else(|| {
-                    format!("argument {name:?} must be a whole amount in minor units")
-                })?),
-                Some(Value::String(text)) => Some(text.trim().parse::<i64>().map_err(|_| {
-                    format!("argument {name:?} must be a whole amount in minor units")
-                })?),
-                None | Some(Value::Null) => None,
-                Some(_) => {
-                    return Err(format!(
-                        "argument {name:?} must be a whole amount in minor units"
-                    ));
-                }
-            },
-            None => None,
+        let canonical = key_form::canonical_arguments(
+            arguments,
+            &self.normalise,
+            self.amount_minor.as_deref(),
+        )?;
+        let fill = |template: &Option<String>| {
+            key_form::fill(template.as_deref().unwrap_or_default(), &canonical)
         };
-        let currency = match &self.currency {
-            Some(name) => arguments
-                .get(name)
-                .and_then(Value::as_str)
-                .map(str::to_string),
-            None => None,
-        };
+        let params: Map<String, Value> = self
+            .params
+            .iter()
+            .filter_map(|name| Some((name.clone(), canonical.get(name)?.clone())))
+            .collect();
+        let amount_minor = self
+            .amount_minor
+            .as_ref()
+            .and_then(|name| canonical.get(name))
+            .and_then(Value::as_i64);
+        let currency = self
+            .currency
+            .as_ref()
+            .and_then(|name| canonical.get(name))
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        let read = self.arguments_used();
+        let forwarded = arguments
+            .iter()
+            .map(|(name, value)| match canonical.get(name) {
+                Some(canonical) if read.contains(name) => (name.clone(), canonical.clone()),
+                _ => (name.clone(), value.clone()),
+            })
+            .collect();
         Ok(MappedCall {
             action: self.action.clone().unwrap_or_default(),
-            op_key: render(&self.op_key)?,
-            target: render(&self.target)?,
+            op_key: fill(&self.op_key)?,
+            target: fill(&self.target)?,
             params: Value::Object(params),
             amount_minor,
             currency,
             provider: self.provider.clone(),
+            arguments: forwarded,
         })
     }
 
@@ -320,89 +335,8 @@ impl ToolRule {
     }
 }
 
-/// The placeholders of a template: `{name}` or `{name.field}`; `{{` and
-/// `}}` are literal braces.
-fn placeholders(template: &str) -> Result<Vec<String>, String> {
-    let mut found = Vec::new();
-    let mut chars = template.chars().peekable();
-    while let Some(c) = chars.next() {
-        match c {
-            '{' if chars.peek() == Some(&'{') => {
-                chars.next();
-            }
-            '}' if chars.peek() == Some(&'}') => {
-                chars.next();
-            }
-            '{' => {
-                let mut name = String::new();
-                loop {
-                    match chars.next() {
-                        Some('}') => break,
-                        Some('{') | None => {
-                            return Err(
-                                "an unmatched brace (write {{ or }} for a literal one)".into()
-                            );
-                        }
-                        Some(c) => name.push(c),
-                    }
-                }
-                let name = name.trim().to_string();
-                if name.is_empty() {
-                    return Err("an empty placeholder {}".into());
-                }
-                found.push(name);
-            }
-            '}' => return Err("an unmatched brace (write {{ or }} for a literal one)".into()),
-            _ => {}
-        }
-    }
-    Ok(found)
-}
-
 fn root_of(placeholder: &str) -> &str {
     placeholder.split('.').next().unwrap_or(placeholder)
-}
-
-/// Fills a template from a call's arguments. A missing argument is an
-/// error, never an empty string: two different calls must not share a key
-/// because both lacked a field.
-pub fn render(template: &str, arguments: &Map<String, Value>) -> Result<String, String> {
-    let mut out = String::new();
-    let mut chars = template.chars().peekable();
-    while let Some(c) = chars.next() {
-        match c {
-            '{' if chars.peek() == Some(&'{') => {
-                chars.next();
-                out.push('{');
-            }
-            '}' if chars.peek() == Some(&'}') => {
-                chars.next();
-                out.push('}');
-            }
-            '{' => {
-                let name: String = chars.by_ref().take_while(|c| *c != '}').collect();
-                let name = name.trim();
-                let mut path = name.split('.');
-                let mut value = path.next().and_then(|root| arguments.get(root));
-                for field in path {
-                    value = value.and_then(|value| value.get(field));
-                }
-                match value {
-                    Some(Value::String(text)) if !text.trim().is_empty() => out.push_str(text),
-                    Some(Value::Number(number)) => out.push_str(&number.to_string()),
-                    Some(Value::Bool(flag)) => out.push_str(&flag.to_string()),
-                    Some(Value::String(_)) | None | Some(Value::Null) => {
-                        return Err(format!(
-                            "the call has no value for {{{name}}}: its key cannot be made"
-                        ));
-                    }
-                    Some(other) => out.push_str(&other.to_string()),
-                }
-            }
-            c => out.push(c),
-        }
-    }
-    Ok(out)
 }
 
 #[cfg(test)]
@@ -467,8 +401,68 @@ mod tests {
     }
 
     #[test]
+    fn the_amount_written_four_ways_is_one_key_and_one_amount() {
+        let policy = Policy::parse(
+            r#"
+            alias = "billing"
+            [tools.refund]
+            action = "refund"
+            op_key = "refund:{order_id}:{amount_minor}"
+            target = "invoice:{order_id}"
+            normalise = { order_id = ["trim", "upper"] }
+            params = ["order_id", "amount_minor", "currency"]
+            amount_minor = "amount_minor"
+            currency = "currency"
+            "#,
+        )
+        .unwrap();
+        let rule = &policy.tools["refund"];
+        let calls: Vec<MappedCall> = [
+            json!(1500),
+            json!("01500"),
+            json!("+1500"),
+            json!(" 1500"),
+            json!(1500.0),
+        ]
+        .into_iter()
+        .map(|amount| {
+            rule.map(&arguments(
+                json!({"order_id": " inv-7", "amount_minor": amount, "currency": "EUR"}),
+            ))
+            .unwrap()
+        })
+        .collect();
+        for call in &calls {
+            assert_eq!(call, &calls[0]);
+        }
+        assert_eq!(calls[0].op_key, "refund:INV-7:1500");
+        assert_eq!(calls[0].amount_minor, Some(1500));
+        assert_eq!(
+            calls[0].params,
+            json!({"order_id": "INV-7", "amount_minor": 1500, "currency": "EUR"})
+        );
+        let fraction = rule
+            .map(&arguments(
+                json!({"order_id": "INV-7", "amount_minor": 1500.5}),
+            ))
+            .unwrap_err();
+        assert!(
+            fraction.contains("amount_minor") && fraction.contains("whole number"),
+            "{fraction}"
+        );
+        let unknown = Policy::parse(
+            "alias = \"a\"\n[tools.refund]\naction = \"refund\"\nop_key = \"r:{id}\"\ntarget = \"x:{id}\"\nnormalise = { id = [\"shout\"] }\n",
+        )
+        .unwrap_err();
+        assert!(
+            unknown.contains("shout") && unknown.contains("trim"),
+            "{unknown}"
+        );
+    }
+
+    #[test]
     fn literal_braces_and_nested_fields_render() {
-        let rendered = render(
+        let rendered = key_form::fill(
             "{{literal}}:{customer.id}",
             &arguments(json!({"customer": {"id": 42}})),
         )

@@ -399,6 +399,7 @@ impl RecordedCall {
         // provider as an idempotency key makes even a retry from outside the
         // ledger (a reconciler's safe retry) one effect.
         let mut request = self.request.clone();
+        request.arguments = Some(call.arguments.clone());
         request
             .meta
             .get_or_insert_with(Default::default)
