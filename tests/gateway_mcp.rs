@@ -642,3 +642,28 @@ async fn an_amount_written_four_ways_is_one_refund() {
     );
     client.cancel().await.unwrap();
 }
+
+/// An answer PostgreSQL cannot store as it is (a NUL the tool echoed) is
+/// stored written out: the effect is settled, not left pending as if the
+/// call had never been made, and the model is told what the tool did.
+#[tokio::test]
+async fn an_answer_the_ledger_cannot_store_as_is_still_settles_the_effect() {
+    let Some(rig) = Rig::new().await else { return };
+    let (client, _) = rig.stdio_client(&[], &[]).await;
+    let answer = client
+        .call_tool(refund_with(json!({
+            "order_id": "INV-NUL", "amount_minor": 700, "currency": "EUR", "reason": "late\u{0}parcel"
+        })))
+        .await
+        .unwrap();
+    assert_ne!(answer.is_error, Some(true), "{}", text(&answer));
+    assert!(text(&answer).contains("Refunded 700"), "{}", text(&answer));
+    let (state, _, stored) = rig.effect("refund:INV-NUL:700").await;
+    assert_eq!(state, "succeeded");
+    assert!(
+        stored.unwrap().to_string().contains("late\\\\u0000parcel"),
+        "the NUL is kept written out"
+    );
+    assert_eq!(rig.refunds_of("INV-NUL"), 1);
+    client.cancel().await.unwrap();
+}

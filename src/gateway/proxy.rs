@@ -463,11 +463,82 @@ impl RecordedCall {
                 (Outcome::Unknown, tool_error(unknown_text(&call)))
             }
         };
-        writer::complete_effect(&shared.pool, &call.op_key, outcome, &completion)
-            .await
-            .map_err(ledger_trouble)?;
-        Ok(reply)
+        completion.result = completion.result.map(storable);
+        completion.reason = completion.reason.map(|reason| storable_text(&reason));
+        completion.external_ref = completion.external_ref.map(|text| storable_text(&text));
+        match complete_after_dispatch(&shared.pool, &call.op_key, outcome, &completion).await {
+            Ok(()) => Ok(reply),
+            // The tool's own answer is the truth of what it did; the ledger
+            // keeps the effect pending and dispatched, which the overdue
+            // pane and the reconciler take up.
+            Err(_) if outcome == Outcome::Succeeded => Ok(reply),
+            Err(error) => Ok(tool_error(format!(
+                "The {action} was sent to the tool server (key {key}) and may have happened, but the gateway \
+                 could not record its outcome in the effect ledger ({error}). Do not call it again: \
+                 an operator will reconcile it with the provider.",
+                action = call.action,
+                key = call.op_key,
+                error = crate::text::message_line(&error.to_string()),
+            ))),
+        }
     }
+}
+
+/// How many times, over about six seconds, the gateway tries to record an
+/// outcome the tool server has already produced.
+const COMPLETION_TRIES: u32 = 6;
+
+/// Records the outcome of a call the tool server has had: once dispatched,
+/// the effect may have happened, so a ledger briefly out of reach (a
+/// pooler restarting) is tried again rather than left as if undisturbed.
+async fn complete_after_dispatch(
+    pool: &LedgerPool,
+    op_key: &str,
+    outcome: Outcome,
+    completion: &Completion,
+) -> Result<(), crate::ledger::LedgerError> {
+    let mut pause = std::time::Duration::from_millis(200);
+    let mut tries = 1;
+    loop {
+        match writer::complete_effect(pool, op_key, outcome, completion).await {
+            Ok(_) => return Ok(()),
+            // What the ledger refused (a check, a state) is refused again.
+            Err(error)
+                if tries == COMPLETION_TRIES
+                    || !(error.is_connection()
+                        || matches!(error, crate::ledger::LedgerError::Database(_))) =>
+            {
+                tracing::error!(%op_key, %error, "the outcome of a dispatched call could not be recorded");
+                return Err(error);
+            }
+            Err(error) => {
+                tracing::warn!(%op_key, %error, tries, "recording the outcome of a dispatched call: trying again");
+                tokio::time::sleep(pause).await;
+                pause *= 2;
+                tries += 1;
+            }
+        }
+    }
+}
+
+/// A tool's answer as PostgreSQL can store it: text holds no NUL, so one
+/// in a string is kept written out (`\u0000`) rather than losing the answer.
+fn storable(value: Value) -> Value {
+    match value {
+        Value::String(text) => Value::String(storable_text(&text)),
+        Value::Array(elements) => Value::Array(elements.into_iter().map(storable).collect()),
+        Value::Object(members) => Value::Object(
+            members
+                .into_iter()
+                .map(|(name, value)| (storable_text(&name), storable(value)))
+                .collect(),
+        ),
+        other => other,
+    }
+}
+
+fn storable_text(text: &str) -> String {
+    text.replace('\0', "\\u0000")
 }
 
 /// Waits until the effect under `op_key` is no longer pending, or `limit`.

@@ -148,8 +148,15 @@ impl DemoTools {
         }
         let id = effect.get("id").and_then(Value::as_str).unwrap_or("?");
         let mut result = CallToolResult::structured(effect.clone());
+        // The reason is echoed as tools often echo their input: whatever a
+        // model wrote comes back in the answer the gateway must store.
+        let because = arguments
+            .get("reason")
+            .and_then(Value::as_str)
+            .map(|reason| format!(" Reason: {reason}"))
+            .unwrap_or_default();
         result.content.push(ContentBlock::text(format!(
-            "Refunded {amount_minor} {currency} minor units on order {order_id} ({id})."
+            "Refunded {amount_minor} {currency} minor units on order {order_id} ({id}).{because}"
         )));
         Ok(result)
     }
