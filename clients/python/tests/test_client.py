@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import json
 import urllib.request
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 import pytest
 from psycopg.rows import dict_row
 
 from agent import post_refund, refund_tool
-from effectwatch import AsyncLedger, Ledger, NotPerformed, Rejected, Wait
+from effectwatch import AsyncLedger, BadArgument, InFlight, Ledger, Misuse, NotPerformed, Rejected, Wait
 
 
 def provider_calls(provider_url: str, key: str) -> int:
@@ -171,3 +171,249 @@ async def test_the_asyncio_decorator_replays(database_url: str, unique: str) -> 
     first = await refund(f"AS-{unique}", 700)
     assert await refund(f"AS-{unique}", 700) == first
     assert calls == 1
+
+
+def effects_on(database_url: str, target: str) -> list[dict[str, Any]]:
+    with psycopg.connect(database_url, autocommit=True, row_factory=dict_row) as connection:
+        return connection.execute("select * from ledger.effects where target = %s", (target,)).fetchall()
+
+
+def attempts_of(database_url: str, op_key: str) -> list[tuple[str, bool]]:
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        rows = connection.execute(
+            "select kind, flagged from ledger.attempts where op_key = %s order by at, id", (op_key,)
+        ).fetchall()
+    return [(kind, flagged) for kind, flagged in rows]
+
+
+def test_one_refund_written_three_ways_is_one_effect(database_url: str, provider_url: str, unique: str) -> None:
+    ledger = Ledger(database_url, requested_by="agent-test")
+
+    # The provider counts calls per order, whatever spelling the amount had.
+    @ledger.tool(action="refund", op_key="refund:{order_id}:{amount_minor}", target="invoice:{order_id}",
+                 amount_minor="amount_minor", currency="currency", external_ref=lambda answer: str(answer["id"]))
+    def refund(order_id: str, amount_minor: int | float | str, currency: str) -> dict[str, Any]:
+        return post_refund(provider_url, f"order:{order_id}", {"amount_minor": amount_minor, "currency": currency})
+
+    order = f"K3-{unique}"
+    first = refund(order, 1500, "EUR")
+    assert refund(order, 1500.0, "EUR") == first
+    assert refund(order, "01500", "EUR") == first
+    assert provider_calls(provider_url, f"order:{order}") == 1
+    [row] = effects_on(database_url, f"invoice:{order}")
+    assert (row["op_key"], row["state"], row["amount_minor"]) == (f"refund:{order}:1500", "succeeded", 1500)
+    assert json.dumps(row["params"], sort_keys=True) == json.dumps(
+        {"order_id": order, "amount_minor": 1500, "currency": "EUR"}, sort_keys=True
+    )
+    assert [kind for kind, _ in attempts_of(database_url, row["op_key"])] == ["dispatch", "replay", "replay"]
+
+
+def test_a_structure_in_another_key_order_is_one_effect(database_url: str, provider_url: str, unique: str) -> None:
+    ledger = Ledger(database_url, requested_by="agent-test")
+
+    @ledger.tool(action="ship", op_key="ship:{order_id}:{address}", target="order:{order_id}")
+    def ship(order_id: str, address: dict[str, Any]) -> dict[str, Any]:
+        return post_refund(provider_url, f"ship:{order_id}", {"address": address})
+
+    order = f"SH-{unique}"
+    first = ship(order, {"zip": "75001", "city": "Paris", "lines": [{"qty": 2, "sku": "A"}]})
+    again = ship(order, {"city": "Paris", "lines": [{"sku": "A", "qty": 2.0}], "zip": "75001"})
+    assert again == first
+    assert provider_calls(provider_url, f"ship:{order}") == 1
+    assert len(effects_on(database_url, f"order:{order}")) == 1
+
+
+def test_money_that_is_not_whole_is_refused_before_the_ledger(
+    database_url: str, provider_url: str, unique: str
+) -> None:
+    ledger = Ledger(database_url, requested_by="agent-test")
+
+    @ledger.tool(action="refund", op_key="refund:{order_id}:{amount_minor}", target="invoice:{order_id}",
+                 amount_minor="amount_minor", currency="currency")
+    def refund(order_id: str, amount_minor: int | float, currency: str) -> dict[str, Any]:
+        return post_refund(provider_url, f"order:{order_id}", {"amount_minor": amount_minor, "currency": currency})
+
+    order = f"HALF-{unique}"
+    with pytest.raises(BadArgument) as refused:
+        refund(order, 1500.5, "EUR")
+    assert refused.value.argument == "amount_minor"
+    assert "whole number of minor units" in str(refused.value) and "1500.5" in str(refused.value)
+    assert effects_on(database_url, f"invoice:{order}") == []
+    assert provider_calls(provider_url, f"order:{order}") == 0
+
+
+def test_normalisers_and_arguments_are_checked_when_the_tool_is_declared(database_url: str) -> None:
+    ledger = Ledger(database_url, requested_by="agent-test")
+    with pytest.raises(ValueError, match="'title'"):
+
+        @ledger.tool(action="refund", op_key="refund:{order_id}", target="invoice:{order_id}",
+                     normalise={"order_id": ["trim", "title"]})
+        def refund(order_id: str) -> None:
+            pass
+
+    with pytest.raises(ValueError, match="normalise names order"):
+
+        @ledger.tool(action="refund", op_key="refund:{order_id}", target="invoice:{order_id}",
+                     normalise={"order": ["trim"]})
+        def refund_too(order_id: str) -> None:
+            pass
+
+
+def test_intent_of_is_the_canonical_intent(database_url: str) -> None:
+    ledger = Ledger(database_url, requested_by="agent-test")
+
+    @ledger.tool(action="refund", op_key="refund:{order.id}:{amount_minor}", target="invoice:{order.id}",
+                 normalise={"currency": ["trim", "upper"]}, amount_minor="amount_minor", currency="currency")
+    def refund(order: dict[str, Any], amount_minor: int | str, currency: str, note: str = "") -> None:
+        pass
+
+    intent = ledger.intent_of(refund, order={"id": "INV-9", "lines": 2.0}, amount_minor=" +1500", currency=" eur")
+    assert (intent.op_key, intent.target, intent.amount_minor, intent.currency) == (
+        "refund:INV-9:1500", "invoice:INV-9", 1500, "EUR",
+    )
+    assert json.dumps(intent.params, sort_keys=True) == json.dumps(
+        {"order": {"id": "INV-9", "lines": 2}, "amount_minor": 1500, "currency": "EUR", "note": ""}, sort_keys=True
+    )
+
+
+def test_the_primitive_sends_params_by_value(database_url: str, unique: str) -> None:
+    ledger = Ledger(database_url, requested_by="agent-test")
+    key, target = f"refund:PV-{unique}", f"invoice:PV-{unique}"
+    # As a language model's tool call gives them, whatever the annotations say.
+    whole, half = cast(int, 100.0), cast(int, 100.5)
+    effect = ledger.effect(key, action="refund", target=target, params={"amount_minor": 100.0, "lines": [{"qty": 2.0}]},
+                           amount_minor=whole, currency="EUR")
+    assert json.dumps(effect.intent.params) == '{"amount_minor": 100, "lines": [{"qty": 2}]}'
+    assert effect.intent.amount_minor == 100 and type(effect.intent.amount_minor) is int
+    with pytest.raises(BadArgument, match="amount_minor"):
+        ledger.effect(key, action="refund", target=target, params={}, amount_minor=half, currency="EUR")
+
+
+def settled_effect(ledger: Ledger, key: str, target: str) -> None:
+    with ledger.effect(key, action="refund", target=target, params={"amount_minor": 100}) as e:
+        e.dispatched()
+        e.succeeded("re_1", {"ok": True})
+
+
+def test_a_replay_through_with_records_nothing(database_url: str, unique: str) -> None:
+    ledger = Ledger(database_url, requested_by="agent-test")
+    key, target = f"refund:RW-{unique}", f"invoice:RW-{unique}"
+    settled_effect(ledger, key, target)
+
+    # Each way a replayed block can end: normally without dispatched(), at
+    # dispatched(), and on an exception of its own.
+    with ledger.effect(key, action="refund", target=target, params={"amount_minor": 100}) as again:
+        assert again.replayed
+    with ledger.effect(key, action="refund", target=target, params={"amount_minor": 100}) as again:
+        again.dispatched()
+    with pytest.raises(KeyError):
+        with ledger.effect(key, action="refund", target=target, params={"amount_minor": 100}):
+            raise KeyError("customer")
+
+    row = effect_row(database_url, key)
+    assert (row["state"], row["external_ref"], row["late_result_at"]) == ("succeeded", "re_1", None)
+    assert attempts_of(database_url, key) == [("dispatch", False)] + [("replay", False)] * 3
+
+
+def test_succeeded_on_a_replay_is_said_and_records_nothing(database_url: str, unique: str) -> None:
+    ledger = Ledger(database_url, requested_by="agent-test")
+    key, target = f"refund:RS-{unique}", f"invoice:RS-{unique}"
+    settled_effect(ledger, key, target)
+    with pytest.raises(Misuse, match="replayed"):
+        with ledger.effect(key, action="refund", target=target, params={"amount_minor": 100}) as again:
+            again.succeeded("re_again", {"ok": False})
+    row = effect_row(database_url, key)
+    assert (row["state"], row["external_ref"], row["late_result_at"]) == ("succeeded", "re_1", None)
+    assert attempts_of(database_url, key) == [("dispatch", False), ("replay", False)]
+
+
+async def test_an_asyncio_replay_through_with_records_nothing(database_url: str, unique: str) -> None:
+    ledger = AsyncLedger(database_url, requested_by="agent-test")
+    key, target = f"refund:ARW-{unique}", f"invoice:ARW-{unique}"
+    params = {"amount_minor": 100}
+    async with ledger.effect(key, action="refund", target=target, params=params) as e:
+        await e.dispatched()
+        await e.succeeded("re_arw", {"ok": True})
+    async with ledger.effect(key, action="refund", target=target, params=params) as again:
+        assert again.replayed
+    async with ledger.effect(key, action="refund", target=target, params=params) as again:
+        await again.dispatched()
+    with pytest.raises(KeyError):
+        async with ledger.effect(key, action="refund", target=target, params=params):
+            raise KeyError("customer")
+
+    row = effect_row(database_url, key)
+    assert (row["state"], row["external_ref"], row["late_result_at"]) == ("succeeded", "re_arw", None)
+    assert attempts_of(database_url, key) == [("dispatch", False)] + [("replay", False)] * 3
+    with pytest.raises(Misuse, match="replayed"):
+        async with ledger.effect(key, action="refund", target=target, params=params) as again:
+            await again.succeeded("re_again", {"ok": False})
+    assert effect_row(database_url, key)["late_result_at"] is None
+
+
+def test_dispatched_twice_is_said_and_claims_once(database_url: str, unique: str) -> None:
+    ledger = Ledger(database_url, requested_by="agent-test")
+    key, target = f"refund:DT-{unique}", f"invoice:DT-{unique}"
+    with pytest.raises(Misuse, match="twice"):
+        with ledger.effect(key, action="refund", target=target, params={"amount_minor": 100}) as e:
+            e.dispatched()
+            e.dispatched()
+    assert attempts_of(database_url, key) == [("dispatch", False)]
+    # The provider may have been reached between the two calls.
+    assert effect_row(database_url, key)["state"] == "unknown"
+
+
+def test_succeeded_without_dispatched_is_recorded_unknown(database_url: str, unique: str) -> None:
+    ledger = Ledger(database_url, requested_by="agent-test")
+    key, target = f"refund:SU-{unique}", f"invoice:SU-{unique}"
+    with pytest.raises(Misuse, match="without dispatched"):
+        with ledger.effect(key, action="refund", target=target, params={"amount_minor": 100}) as e:
+            e.succeeded("re_su", {"ok": True})
+    row = effect_row(database_url, key)
+    assert (row["state"], row["retryable"], row["in_unknown_pane"]) == ("unknown", None, True)
+    assert "without dispatched()" in row["failure_reason"]
+    # Not retryable: the next call is told the effect is in flight, and
+    # does not reach the provider a second time.
+    with pytest.raises(InFlight):
+        with ledger.effect(key, action="refund", target=target, params={"amount_minor": 100}) as again:
+            again.dispatched()
+
+
+async def test_asyncio_misuse_is_said(database_url: str, unique: str) -> None:
+    ledger = AsyncLedger(database_url, requested_by="agent-test")
+    twice, unclaimed = f"refund:ADT-{unique}", f"refund:ASU-{unique}"
+    with pytest.raises(Misuse, match="twice"):
+        async with ledger.effect(twice, action="refund", target=f"invoice:{twice}", params={}) as e:
+            await e.dispatched()
+            await e.dispatched()
+    with pytest.raises(Misuse, match="without dispatched"):
+        async with ledger.effect(unclaimed, action="refund", target=f"invoice:{unclaimed}", params={}) as e:
+            await e.succeeded("re_asu")
+    assert attempts_of(database_url, twice) == [("dispatch", False)]
+    assert (effect_row(database_url, twice)["state"], effect_row(database_url, unclaimed)["state"]) == (
+        "unknown", "unknown",
+    )
+
+
+async def test_the_asyncio_decorator_makes_keys_from_values(database_url: str, unique: str) -> None:
+    ledger = AsyncLedger(database_url, requested_by="agent-test")
+    received: list[tuple[str, Any]] = []
+
+    @ledger.tool(action="refund", op_key="refund:{order_id}:{amount_minor}", target="invoice:{order_id}",
+                 normalise={"order_id": ["trim", "upper"]}, amount_minor="amount_minor", currency="currency")
+    async def refund(order_id: str, amount_minor: int | float | str, currency: str) -> dict[str, Any]:
+        received.append((order_id, amount_minor))
+        return {"id": f"re_{order_id}"}
+
+    order = f"AK-{unique}".upper()
+    first = await refund(f" {order.lower()} ", "+1500", "EUR")
+    assert await refund(order, 1500, "EUR") == first
+    # The function is called as the tool declared its arguments, so a
+    # provider key it builds from them is the ledger's.
+    assert received == [(order, 1500)]
+    assert ledger.intent_of(refund, order_id=order.lower(), amount_minor=1500.0, currency="EUR").op_key == (
+        f"refund:{order}:1500"
+    )
+    with pytest.raises(BadArgument, match="amount_minor"):
+        await refund(order, "15.00", "EUR")
+    assert len(received) == 1

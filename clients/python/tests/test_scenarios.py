@@ -1,6 +1,7 @@
 """The shared scenario file (clients/scenarios.json, see SCENARIOS.md) run
 through this client's low-level calls, sync and asyncio, with every decision
-the file produces mapped to the exception its wrappers raise."""
+the file produces mapped to the exception its wrappers raise; and its keys
+made as this client's decorator makes them."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from effectwatch import AsyncLedger, Intent, Ledger
+from effectwatch import AsyncLedger, BadArgument, Intent, Ledger
 from effectwatch._core import refusal_for
+from effectwatch._keys import Terms, ToolKeys
 
 SCENARIOS = json.loads((Path(__file__).parents[2] / "scenarios.json").read_text())
 
@@ -219,3 +221,50 @@ async def test_the_asyncio_client_passes_every_scenario(database_url: str, uniqu
     ledger = AsyncLedger(database_url, requested_by=SCENARIOS["requested_by"])
     steps = await Runner(database_url, f"async-{unique}-", async_calls(ledger)).run()
     assert steps > len(SCENARIOS["scenarios"])
+
+
+def terms_of(where: str, case: dict[str, Any], call: dict[str, Any]) -> Terms:
+    """A call's key and params as the decorator makes them, for a tool
+    taking every argument the case's calls name; the template is its target
+    too."""
+    takes = {name for each in case["calls"] for name in each}
+    tool = ToolKeys(
+        f"the tool of {where}",
+        sorted(takes),
+        op_key=case["template"],
+        target=case["template"],
+        normalise=case.get("normalise"),
+        amount_minor=case.get("money"),
+    )
+    return tool.terms(call)
+
+
+def check_keys_case(case: dict[str, Any]) -> None:
+    expect = case["expect"]
+    keys: list[str] = []
+    for index, call in enumerate(case["calls"]):
+        where = f"keys case {case['name']!r}, call {index}"
+        try:
+            terms = terms_of(where, case, call)
+        except BadArgument as refused:
+            if "refused" not in expect:
+                raise Divergence(f"{where}: refused: {refused}") from refused
+            same(where, "refused argument", expect["refused"], refused.argument)
+            continue
+        if "refused" in expect:
+            raise Divergence(f"{where}: expected {expect['refused']} refused, got the key {terms.op_key!r}")
+        if "key" in expect:
+            same(where, "key", expect["key"], terms.op_key)
+        if "params" in expect:
+            # Type for type: json.dumps writes 1500.0 and 1500 apart.
+            same(where, "params", json.dumps(expect["params"], sort_keys=True), json.dumps(terms.params, sort_keys=True))
+        if expect.get("distinct") and terms.op_key in keys:
+            raise Divergence(f"{where}: key {terms.op_key!r} repeats call {keys.index(terms.op_key)}'s")
+        keys.append(terms.op_key)
+
+
+def test_the_client_makes_every_key_of_the_file() -> None:
+    cases = SCENARIOS["keys"]["cases"]
+    for case in cases:
+        check_keys_case(case)
+    assert len(cases) > 1

@@ -11,11 +11,13 @@
 from ._core import Begun, Completed, Dispatch, Intent
 from .aio import AsyncEffect, AsyncLedger
 from .errors import (
+    BadArgument,
     BusinessRejection,
     EffectError,
     Held,
     InFlight,
     LedgerRefused,
+    Misuse,
     NotPerformed,
     Overlap,
     ProviderError,
@@ -29,6 +31,7 @@ from .ledger import Effect, Ledger
 __all__ = [
     "AsyncEffect",
     "AsyncLedger",
+    "BadArgument",
     "Begun",
     "BusinessRejection",
     "Completed",
@@ -40,6 +43,7 @@ __all__ = [
     "Intent",
     "Ledger",
     "LedgerRefused",
+    "Misuse",
     "NotPerformed",
     "Overlap",
     "ProviderError",

@@ -7,16 +7,17 @@ from __future__ import annotations
 import inspect
 import json
 import socket
-import string
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from psycopg.types.json import Jsonb
 
+from ._keys import Terms, ToolKeys, params_by_value, whole_minor_units
 from .errors import (
     EffectError,
     Held,
     InFlight,
+    Misuse,
     NotPerformed,
     Overlap,
     ProviderError,
@@ -199,50 +200,127 @@ def outcome_of(error: BaseException) -> Outcome:
     return Outcome("unknown", None, None, described)
 
 
-def template_fields(template: str) -> list[str]:
-    return [name.split(".")[0].split("[")[0] for _, name, _, _ in string.Formatter().parse(template) if name]
-
-
-class KeyTemplate:
-    """A key or target made from the call's business arguments. A template
-    naming no argument of the function is refused when the tool is
-    declared: a constant key collapses distinct actions, and a key from a
-    per-turn id makes every retry a new action."""
-
-    def __init__(self, what: str, template: str, function: Callable[..., Any]) -> None:
-        self.signature = inspect.signature(function)
-        fields = template_fields(template)
-        if not fields:
-            raise ValueError(
-                f"{what} template {template!r} names no argument of {function.__name__}: "
-                "build it from the call's business arguments, e.g. 'refund:{order_id}'"
-            )
-        unknown = [f for f in fields if f not in self.signature.parameters]
-        if unknown:
-            raise ValueError(
-                f"{what} template {template!r} names {', '.join(unknown)}, which "
-                f"{function.__name__} does not take (it takes {', '.join(self.signature.parameters)})"
-            )
-        self.template = template
-
-    def render(self, arguments: Mapping[str, Any]) -> str:
-        return self.template.format(**arguments)
-
-
 class Replayed(Exception):
     """Ends a replayed effect's block at dispatched(): the provider is
     never reached."""
 
 
-def named_arguments(function: Callable[..., Any], **names: str | None) -> None:
-    """Refuses, when a tool is declared, an argument name it does not take."""
-    parameters = inspect.signature(function).parameters
-    for role, name in names.items():
-        if name is not None and name not in parameters:
-            raise ValueError(f"{role}={name!r} names no argument of {function.__name__}")
+def ending(
+    *, replayed: bool, dispatched: bool, completed: bool, not_ours: bool, error: BaseException | None
+) -> Outcome | None:
+    """What leaving an effect's block records, if anything. A replay
+    records nothing: its effect was settled before this call, and anything
+    said of it now would be a late result against that settlement. An
+    effect completed here, or claimed by another caller, is not ours to
+    record either."""
+    if replayed or completed or not_ours:
+        return None
+    if error is None:
+        if dispatched:
+            return Outcome("unknown", None, None, "the block ended without succeeded()")
+        return Outcome("failed", None, True, "not dispatched: the block ended first")
+    if not dispatched and not isinstance(error, (NotPerformed, RateLimited)):
+        # The provider was never called: the same key may run again once
+        # the cause is fixed (cancelled would close the key for good).
+        return Outcome("failed", None, True, f"not dispatched: {type(error).__name__}: {error}")
+    return outcome_of(error)
 
 
-def bound_arguments(function: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-    bound = inspect.signature(function).bind(*args, **kwargs)
-    bound.apply_defaults()
-    return dict(bound.arguments)
+# Why succeeded() without dispatched() is recorded unknown: the provider
+# was called without the claim that keeps two callers from both calling it.
+UNCLAIMED_SUCCESS = "succeeded() without dispatched(): the provider may have been reached without the effect claimed"
+
+
+def dispatched_twice(op_key: str) -> Misuse:
+    return Misuse(
+        f"dispatched() was called twice for {op_key}: call it once, just before the provider call. "
+        "The second call claimed nothing; the effect is recorded unknown if the block ends on this error, "
+        "since the provider may have been reached."
+    )
+
+
+def success_unclaimed(op_key: str) -> Misuse:
+    return Misuse(
+        f"succeeded() was called for {op_key} without dispatched(): the effect is recorded unknown, not "
+        "succeeded, since nothing claimed it before the provider call. Call dispatched() just before "
+        "the provider call; an operator or the reconciler settles this one."
+    )
+
+
+def success_replayed(op_key: str) -> Misuse:
+    return Misuse(
+        f"succeeded() was called for {op_key}, which was replayed: it was settled before, its stored "
+        "result is in .result, and nothing was recorded. Call dispatched() before the provider call: "
+        "on a replay it ends the block without reaching the provider."
+    )
+
+
+class ToolIntents:
+    """What each call of a decorated tool is as an effect: its key, target
+    and params, made by `_keys.ToolKeys` from the call's arguments as the
+    function binds them (its defaults included)."""
+
+    def __init__(
+        self,
+        function: Callable[..., Any],
+        *,
+        action: str,
+        op_key: str,
+        target: str,
+        params: Callable[..., Mapping[str, Any]] | None,
+        normalise: Mapping[str, Sequence[str] | str] | None,
+        amount_minor: str | None,
+        currency: str | None,
+        provider: str | None,
+    ) -> None:
+        self.signature = inspect.signature(function)
+        self.keys = ToolKeys(
+            function.__name__,
+            list(self.signature.parameters),
+            op_key=op_key,
+            target=target,
+            params=params,
+            normalise=normalise,
+            amount_minor=amount_minor,
+            currency=currency,
+        )
+        self.action = action
+        self.provider = provider
+
+    def of_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Intent, inspect.BoundArguments]:
+        """A call's intent, and the call as the function receives it: its
+        money an integer and its normalised strings normalised, so that a
+        provider key the function builds from them is the ledger's."""
+        bound = self.signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        terms = self.keys.terms(bound.arguments)
+        bound.arguments.update(terms.arguments)
+        return self.of(terms), bound
+
+    def of_keywords(self, arguments: Mapping[str, Any]) -> Intent:
+        """A call named by keyword, where an argument left out is missing
+        rather than an error of Python's: the key says which."""
+        bound = self.signature.bind_partial(**arguments)
+        bound.apply_defaults()
+        return self.of(self.keys.terms(bound.arguments))
+
+    def of(self, terms: Terms) -> Intent:
+        return Intent(
+            terms.op_key, self.action, terms.target, terms.params, terms.amount_minor, terms.currency, self.provider
+        )
+
+
+def effect_intent(
+    op_key: str,
+    action: str,
+    target: str,
+    params: Mapping[str, Any],
+    amount_minor: int | None,
+    currency: str | None,
+    provider: str | None,
+    request_id: str | None,
+) -> Intent:
+    """The intent of `ledger.effect(...)`: params by value and the amount
+    a whole number, as a tool's are."""
+    amount = None if amount_minor is None else whole_minor_units(amount_minor, "amount_minor")
+    return Intent(op_key, action, target, params_by_value(params), amount, currency, provider, request_id)

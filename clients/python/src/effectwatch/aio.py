@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import functools
 from types import TracebackType
-from typing import Any, Awaitable, Callable, Mapping, ParamSpec, TypeVar, cast
+from typing import Any, Awaitable, Callable, Mapping, ParamSpec, Sequence, TypeVar, cast
 
 import psycopg
 from psycopg.rows import dict_row
 
 from . import _core
 from ._core import Begun, Completed, Dispatch, Intent
-from .errors import LedgerRefused, NotPerformed, RateLimited
+from .errors import LedgerRefused
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -37,6 +37,8 @@ class AsyncLedger:
         self.statement_timeout_ms = statement_timeout_ms
         self.max_idle = max_idle
         self._idle: list[psycopg.AsyncConnection[dict[str, Any]]] = []
+        # What each tool this ledger decorated makes of its arguments.
+        self._intents: dict[Callable[..., Any], _core.ToolIntents] = {}
 
     def _options(self) -> str | None:
         # See Ledger._options: PgBouncer refuses the `options` startup parameter.
@@ -108,7 +110,7 @@ class AsyncLedger:
         provider: str | None = None,
         request_id: str | None = None,
     ) -> AsyncEffect:
-        intent = Intent(op_key, action, target, params, amount_minor, currency, provider, request_id)
+        intent = _core.effect_intent(op_key, action, target, params, amount_minor, currency, provider, request_id)
         return AsyncEffect(self, intent)
 
     def tool(
@@ -118,36 +120,47 @@ class AsyncLedger:
         op_key: str,
         target: str,
         params: Callable[..., Mapping[str, Any]] | None = None,
+        normalise: Mapping[str, Sequence[str] | str] | None = None,
         amount_minor: str | None = None,
         currency: str | None = None,
         provider: str | None = None,
         external_ref: Callable[[Any], str | None] | None = None,
     ) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]:
+        """See `effectwatch.Ledger.tool`."""
+
         def decorate(function: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
-            key_template = _core.KeyTemplate("op_key", op_key, function)
-            target_template = _core.KeyTemplate("target", target, function)
-            _core.named_arguments(function, amount_minor=amount_minor, currency=currency)
+            intents = _core.ToolIntents(
+                function,
+                action=action,
+                op_key=op_key,
+                target=target,
+                params=params,
+                normalise=normalise,
+                amount_minor=amount_minor,
+                currency=currency,
+                provider=provider,
+            )
 
             @functools.wraps(function)
             async def run(*args: P.args, **kwargs: P.kwargs) -> R:
-                arguments = _core.bound_arguments(function, args, kwargs)
-                async with self.effect(
-                    key_template.render(arguments),
-                    action=action,
-                    target=target_template.render(arguments),
-                    params=params(**arguments) if params else arguments,
-                    amount_minor=arguments[amount_minor] if amount_minor else None,
-                    currency=arguments[currency] if currency else None,
-                    provider=provider,
-                ) as effect:
+                intent, call = intents.of_call(args, kwargs)
+                async with AsyncEffect(self, intent) as effect:
                     await effect.dispatched()
-                    value = await function(*args, **kwargs)
+                    value = await cast(Callable[..., Awaitable[R]], function)(*call.args, **call.kwargs)
                     await effect.succeeded(external_ref(value) if external_ref else None, value)
                 return cast(R, effect.result)
 
+            self._intents[run] = intents
             return run
 
         return decorate
+
+    def intent_of(self, tool: Callable[..., Any], **arguments: Any) -> Intent:
+        """See `effectwatch.Ledger.intent_of`."""
+        intents = self._intents.get(tool)
+        if intents is None:
+            raise ValueError(f"{getattr(tool, '__name__', tool)!r} is not a tool this ledger decorated")
+        return intents.of_keywords(arguments)
 
 
 class AsyncEffect:
@@ -177,6 +190,8 @@ class AsyncEffect:
     async def dispatched(self) -> None:
         if self.replayed:
             raise _core.Replayed()
+        if self._dispatched or self._completed:
+            raise _core.dispatched_twice(self.intent.op_key)
         dispatch = await self.ledger.mark_dispatched(
             self.intent.op_key, target=self.intent.target, request_id=self.intent.request_id
         )
@@ -190,6 +205,11 @@ class AsyncEffect:
         self._dispatched = True
 
     async def succeeded(self, external_ref: str | None = None, result: Any = None) -> Completed:
+        if self.replayed:
+            raise _core.success_replayed(self.intent.op_key)
+        if not self._dispatched and not self._completed:
+            await self._complete("unknown", reason=_core.UNCLAIMED_SUCCESS)
+            raise _core.success_unclaimed(self.intent.op_key)
         completed = await self._complete("succeeded", external_ref=external_ref, result=result)
         self.result = result
         return completed
@@ -206,27 +226,19 @@ class AsyncEffect:
     async def __aexit__(
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> bool:
-        if isinstance(error, _core.Replayed):
-            return True
-        if self._completed or self._not_ours:
-            return False
-        if error is None:
-            if self._dispatched:
-                await self._complete("unknown", reason="the block ended without succeeded()")
-            else:
-                await self._complete("failed", retryable=True, reason="not dispatched: the block ended first")
-            return False
-        if not self._dispatched and not isinstance(error, (NotPerformed, RateLimited)):
-            await self._complete(
-                "failed", retryable=True, reason=f"not dispatched: {type(error).__name__}: {error}"
-            )
-            return False
-        seen = _core.outcome_of(error)
-        await self._complete(
-            seen.outcome,
-            error_class=seen.error_class,
-            retryable=seen.retryable,
-            reason=seen.reason,
-            retry_after=seen.retry_after,
+        seen = _core.ending(
+            replayed=self.replayed,
+            dispatched=self._dispatched,
+            completed=self._completed,
+            not_ours=self._not_ours,
+            error=error,
         )
-        return False
+        if seen is not None:
+            await self._complete(
+                seen.outcome,
+                error_class=seen.error_class,
+                retryable=seen.retryable,
+                reason=seen.reason,
+                retry_after=seen.retry_after,
+            )
+        return isinstance(error, _core.Replayed)

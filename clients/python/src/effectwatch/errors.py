@@ -5,6 +5,9 @@ And what a provider call raises to say how it ended when it did not succeed:
 only `NotPerformed` and `BusinessRejection` record a failure; `RateLimited`
 a failure retryable after the provider's delay; anything else raised after
 `dispatched()` records `unknown`.
+
+And what the client refuses before the ledger is written (`BadArgument`),
+or says of a block that used an effect wrongly (`Misuse`).
 """
 
 from __future__ import annotations
@@ -141,3 +144,19 @@ class ProviderError(Exception):
 class LedgerRefused(Exception):
     """The ledger refused a writer call (another login's effect, another
     target's key): nothing was written."""
+
+
+class BadArgument(ValueError):
+    """A call's argument cannot make its key or its amount (no value, money
+    that is not a whole number of minor units, NaN): refused before the
+    ledger is written, so nothing was done and the provider was not called."""
+
+    def __init__(self, argument: str, message: str) -> None:
+        super().__init__(message)
+        self.argument = argument
+
+
+class Misuse(Exception):
+    """A block used its effect in a way that hides what happened at the
+    provider (`dispatched()` twice, `succeeded()` without `dispatched()`):
+    said at once rather than recorded as something it was not."""

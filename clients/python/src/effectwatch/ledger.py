@@ -6,14 +6,14 @@ import functools
 import os
 import threading
 from types import TracebackType
-from typing import Any, Callable, Mapping, ParamSpec, TypeVar, cast
+from typing import Any, Callable, Mapping, ParamSpec, Sequence, TypeVar, cast
 
 import psycopg
 from psycopg.rows import dict_row
 
 from . import _core
 from ._core import Begun, Completed, Dispatch, Intent
-from .errors import LedgerRefused, NotPerformed, RateLimited
+from .errors import LedgerRefused
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -45,7 +45,7 @@ class Ledger:
         self._lock = threading.Lock()
         self._pid = os.getpid()
         # What each tool this ledger decorated makes of its arguments.
-        self._intents: dict[Callable[..., Any], Callable[[Mapping[str, Any]], Intent]] = {}
+        self._intents: dict[Callable[..., Any], _core.ToolIntents] = {}
 
     def _options(self) -> str | None:
         # PgBouncer refuses the `options` startup parameter: behind it, set
@@ -132,8 +132,10 @@ class Ledger:
     ) -> Effect:
         """Begins the effect: `proceed` and `retry` run the block; `replay`
         ends it at `dispatched()` with the stored result in `.result`; any
-        other decision raises its exception (`effectwatch.errors`)."""
-        intent = Intent(op_key, action, target, params, amount_minor, currency, provider, request_id)
+        other decision raises its exception (`effectwatch.errors`). Numbers
+        in `params` are sent by value; `amount_minor` must be a whole
+        number (else `BadArgument`, before anything is written)."""
+        intent = _core.effect_intent(op_key, action, target, params, amount_minor, currency, provider, request_id)
         return Effect(self, intent)
 
     def tool(
@@ -143,62 +145,61 @@ class Ledger:
         op_key: str,
         target: str,
         params: Callable[..., Mapping[str, Any]] | None = None,
+        normalise: Mapping[str, Sequence[str] | str] | None = None,
         amount_minor: str | None = None,
         currency: str | None = None,
         provider: str | None = None,
         external_ref: Callable[[Any], str | None] | None = None,
     ) -> Callable[[Callable[P, R]], Callable[P, R]]:
         """Wraps a provider call: its key and target come from the call's
-        business arguments through the templates (`"refund:{order_id}"`);
-        its params are those arguments (or what `params(**arguments)`
-        returns); `amount_minor` and `currency` name arguments. The result
-        must be JSON: a replay returns it as stored."""
+        business arguments through the templates (`"refund:{order_id}"`),
+        filled with each value's key form, so one action written two ways
+        (`1500`, `1500.0`, `"01500"`) is one key (docs/contract.md, "One
+        business action, one key"). `normalise` asks for normalisers per
+        argument (`{"order_id": ("trim", "upper")}`: trim, lower, upper,
+        nfc); `amount_minor` and `currency` name arguments, the amount a
+        whole number of minor units, which the function receives as an
+        integer (and normalised arguments normalised). Its params are the
+        canonical arguments (or what `params(**arguments)` returns from
+        them). An argument that cannot make the key raises `BadArgument`
+        before the ledger is written. The result must be JSON: a replay
+        returns it as stored."""
 
         def decorate(function: Callable[P, R]) -> Callable[P, R]:
-            key_template = _core.KeyTemplate("op_key", op_key, function)
-            target_template = _core.KeyTemplate("target", target, function)
-            _core.named_arguments(function, amount_minor=amount_minor, currency=currency)
-
-            def intent_for(arguments: Mapping[str, Any]) -> Intent:
-                return Intent(
-                    key_template.render(arguments),
-                    action,
-                    target_template.render(arguments),
-                    params(**arguments) if params else dict(arguments),
-                    arguments[amount_minor] if amount_minor else None,
-                    arguments[currency] if currency else None,
-                    provider,
-                )
+            intents = _core.ToolIntents(
+                function,
+                action=action,
+                op_key=op_key,
+                target=target,
+                params=params,
+                normalise=normalise,
+                amount_minor=amount_minor,
+                currency=currency,
+                provider=provider,
+            )
 
             @functools.wraps(function)
             def run(*args: P.args, **kwargs: P.kwargs) -> R:
-                intent = intent_for(_core.bound_arguments(function, args, kwargs))
-                with self.effect(
-                    intent.op_key,
-                    action=intent.action,
-                    target=intent.target,
-                    params=intent.params,
-                    amount_minor=intent.amount_minor,
-                    currency=intent.currency,
-                    provider=intent.provider,
-                ) as effect:
+                intent, call = intents.of_call(args, kwargs)
+                with Effect(self, intent) as effect:
                     effect.dispatched()
-                    value = function(*args, **kwargs)
+                    value = cast(Callable[..., R], function)(*call.args, **call.kwargs)
                     effect.succeeded(external_ref(value) if external_ref else None, value)
                 return cast(R, effect.result)
 
-            self._intents[run] = intent_for
+            self._intents[run] = intents
             return run
 
         return decorate
 
     def intent_of(self, tool: Callable[..., Any], **arguments: Any) -> Intent:
         """The effect a call of `tool` (decorated by this ledger's `tool`)
-        with these keyword arguments is: its key, target and params."""
-        intent_for = self._intents.get(tool)
-        if intent_for is None:
+        with these keyword arguments is: its key, target and params, made
+        from the canonical arguments as the call would make them."""
+        intents = self._intents.get(tool)
+        if intents is None:
             raise ValueError(f"{getattr(tool, '__name__', tool)!r} is not a tool this ledger decorated")
-        return intent_for(arguments)
+        return intents.of_keywords(arguments)
 
 
 class Effect:
@@ -227,9 +228,12 @@ class Effect:
 
     def dispatched(self) -> None:
         """Call it just before the provider call: claims the effect. Any
-        exception after it records the outcome as unknown."""
+        exception after it records the outcome as unknown. Called twice, it
+        raises `Misuse` and claims nothing more."""
         if self.replayed:
             raise _core.Replayed()
+        if self._dispatched or self._completed:
+            raise _core.dispatched_twice(self.intent.op_key)
         dispatch = self.ledger.mark_dispatched(
             self.intent.op_key, target=self.intent.target, request_id=self.intent.request_id
         )
@@ -243,6 +247,14 @@ class Effect:
         self._dispatched = True
 
     def succeeded(self, external_ref: str | None = None, result: Any = None) -> Completed:
+        """Records the provider's success. Without `dispatched()` first it
+        records `unknown` instead and raises `Misuse`; on a replay it
+        records nothing and raises `Misuse`."""
+        if self.replayed:
+            raise _core.success_replayed(self.intent.op_key)
+        if not self._dispatched and not self._completed:
+            self._complete("unknown", reason=_core.UNCLAIMED_SUCCESS)
+            raise _core.success_unclaimed(self.intent.op_key)
         completed = self._complete("succeeded", external_ref=external_ref, result=result)
         self.result = result
         return completed
@@ -257,28 +269,19 @@ class Effect:
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> bool:
-        if isinstance(error, _core.Replayed):
-            return True
-        if self._completed or self._not_ours:
-            return False
-        if error is None:
-            if self._dispatched:
-                # The block ended without saying how the call went.
-                self._complete("unknown", reason="the block ended without succeeded()")
-            else:
-                self._complete("failed", retryable=True, reason="not dispatched: the block ended first")
-            return False
-        if not self._dispatched and not isinstance(error, (NotPerformed, RateLimited)):
-            # The provider was never called: the same key may run again once
-            # the cause is fixed (cancelled would close the key for good).
-            self._complete("failed", retryable=True, reason=f"not dispatched: {type(error).__name__}: {error}")
-            return False
-        seen = _core.outcome_of(error)
-        self._complete(
-            seen.outcome,
-            error_class=seen.error_class,
-            retryable=seen.retryable,
-            reason=seen.reason,
-            retry_after=seen.retry_after,
+        seen = _core.ending(
+            replayed=self.replayed,
+            dispatched=self._dispatched,
+            completed=self._completed,
+            not_ours=self._not_ours,
+            error=error,
         )
-        return False
+        if seen is not None:
+            self._complete(
+                seen.outcome,
+                error_class=seen.error_class,
+                retryable=seen.retryable,
+                reason=seen.reason,
+                retry_after=seen.retry_after,
+            )
+        return isinstance(error, _core.Replayed)
