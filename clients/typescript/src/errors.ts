@@ -1,6 +1,7 @@
 // What the ledger answers when the provider must not be called, as errors
 // whose message tells a caller — a person or a language model — what to do
 // next. The names are the Python client's, so one agent prompt fits both.
+// BadArgument is the client's own refusal, before the ledger is asked.
 //
 // And what a provider call throws to say how it ended when it did not
 // succeed: only NotPerformed and BusinessRejection record a failure;
@@ -111,6 +112,47 @@ export class Wait extends EffectError {
       state,
       `${opKey} was rate limited by the provider: call again with the same arguments ` +
         `after ${retryAfter} seconds. Nothing was sent.`,
+    );
+  }
+}
+
+/**
+ * An argument from which no key or params can be made: missing or blank
+ * where the key needs it, money that is not a whole number of minor units,
+ * a number JSON cannot hold. Thrown before the ledger is written, so there
+ * is no key (`opKey` is empty) and no state.
+ */
+export class BadArgument extends EffectError {
+  override readonly decision = "bad_argument";
+  /** `where` is the place within the argument (`address.lines[0].qty`), when not the argument itself. */
+  constructor(
+    readonly argument: string,
+    problem: string,
+    instead: string,
+    readonly where: string = argument,
+  ) {
+    super("", "", `${where} ${problem}. Nothing was done: no effect was recorded and the provider was not called. ${instead}`);
+  }
+}
+
+/**
+ * The provider acted, but its answer cannot be stored as JSON (NaN,
+ * ±Infinity, a bigint): the effect is recorded unknown, with the reason,
+ * for the reconciler or an operator to settle.
+ */
+export class UnstorableResult extends EffectError {
+  constructor(
+    opKey: string,
+    readonly externalRef: string | null,
+    readonly unstorable: string,
+  ) {
+    super(
+      opKey,
+      "unknown",
+      `${opKey}: the provider acted${externalRef ? ` (${externalRef})` : ""}, but its answer holds ${unstorable}, ` +
+        "which the ledger cannot store. It is recorded unknown for the reconciler or an operator to settle: " +
+        "do not call it again, report that it is being checked. The tool must return JSON " +
+        "(such a number as a string, or null).",
     );
   }
 }

@@ -4,6 +4,7 @@
 
 import pg from "pg";
 import {
+  BadArgument,
   EffectError,
   Held,
   InFlight,
@@ -13,9 +14,11 @@ import {
   RateLimited,
   Rejected,
   Stop,
+  UnstorableResult,
   Wait,
   type Differences,
 } from "./errors.js";
+import { ArgumentRules, KeyTemplate, asJson, canonicalParams, keyForm, wholeMinorUnits, type Normaliser } from "./keys.js";
 import { outcomeOf } from "./outcome.js";
 
 // Every query is unnamed: node-postgres prepares only named queries, and a
@@ -43,8 +46,10 @@ export interface Intent {
   opKey: string;
   action: string;
   target: string;
+  /** Stored as canonical JSON: NaN, ±Infinity and other values JSON cannot hold are refused (BadArgument). */
   params: Record<string, unknown>;
-  amountMinor?: number | null;
+  /** A whole number of minor units (see wholeMinorUnits): anything else is refused, never rounded. */
+  amountMinor?: number | bigint | null;
   currency?: string | null;
   provider?: string | null;
   requestId?: string | null;
@@ -131,14 +136,16 @@ export class Ledger {
 
   // The three SQL calls, answered as they are.
 
+  /** Refuses params or an amount the ledger cannot hold (BadArgument) before anything is written. */
   async begin(intent: Intent): Promise<Begun> {
+    const params = canonicalParams(intent.params);
     const row = await this.one<{ decision: string; effect_id: string; state: string; result: unknown }>(BEGIN_SQL, [
       intent.opKey,
       intent.action,
       intent.target,
-      JSON.stringify(intent.params),
+      params,
       this.requestedBy,
-      intent.amountMinor ?? null,
+      amountOf(intent),
       intent.currency ?? null,
       intent.provider ?? null,
       intent.requestId ?? null,
@@ -150,7 +157,10 @@ export class Ledger {
     return this.one<Dispatch>(DISPATCH_SQL, [opKey, requestId, this.requestedBy, target]);
   }
 
+  /** Refuses a result JSON cannot hold (TypeError) before anything is written. */
   async complete(opKey: string, target: string, outcome: string, fields: Completion = {}): Promise<Completed> {
+    const unstorable = unstorablePart(fields.result, "result");
+    if (unstorable !== null) throw new TypeError(`${opKey}: the result holds ${unstorable}, which the ledger cannot store; nothing was written`);
     return this.one<Completed>(COMPLETE_SQL, [
       opKey,
       outcome,
@@ -204,44 +214,110 @@ export class Ledger {
   /**
    * Wraps a provider call whose key and target come from its business
    * arguments — never from a random or per-turn id, which makes every retry
-   * a new action. Its params are those arguments unless `params` says
-   * otherwise. The result must be JSON: a replay returns it as stored.
+   * a new action. Write them as templates (`"refund:{order_id}:{amount_minor}"`,
+   * see KeyTemplate); `normalise` names the normalisers per argument,
+   * `amountMinor` and `currency` the arguments that hold them. Everything —
+   * key, target, amount, params and `call` itself — gets the call's
+   * canonical arguments (ArgumentRules), so the provider is sent what the
+   * ledger recorded. An argument no key can be made from is refused
+   * (BadArgument) before the ledger is written. The result must be JSON: a
+   * replay returns it as stored.
    */
-  wrap<A extends Record<string, unknown>, R>(spec: WrapSpec<A, R>, call: (args: A) => Promise<R>): (args: A) => Promise<R> {
-    return (args: A) => {
-      const opKey = spec.opKey(args);
-      if (typeof opKey !== "string" || opKey.trim() === "") {
-        throw new TypeError(`opKey for ${spec.action} gave no key: build it from the call's business arguments`);
-      }
-      return this.effect(
-        {
-          opKey,
-          action: spec.action,
-          target: spec.target(args),
-          params: spec.params ? spec.params(args) : args,
-          amountMinor: spec.amountMinor?.(args) ?? null,
-          currency: spec.currency?.(args) ?? null,
-          provider: spec.provider ?? null,
-        },
-        async (effect) => {
-          await effect.dispatched();
-          const value = await call(args);
-          return effect.succeeded(spec.externalRef?.(value) ?? null, value);
-        },
-      );
+  wrap<A extends Record<string, unknown>, R>(
+    spec: WrapSpec<A, R>,
+    call: (args: A, intent: Intent) => Promise<R>,
+  ): (args: A) => Promise<R> {
+    const rules = new ArgumentRules(spec.normalise, typeof spec.amountMinor === "string" ? spec.amountMinor : null);
+    const opKeyOf = keyMaker<A>(`${spec.action} opKey`, spec.opKey);
+    const targetOf = keyMaker<A>(`${spec.action} target`, spec.target);
+    const amountMinor = spec.amountMinor;
+    const currency = spec.currency;
+    return async (args: A) => {
+      // The canonical arguments keep every member, only changed in value.
+      const canonical = rules.canonical(args) as A;
+      const intent: Intent = {
+        opKey: opKeyOf(canonical),
+        action: spec.action,
+        target: targetOf(canonical),
+        params: spec.params ? spec.params(canonical) : canonical,
+        amountMinor: typeof amountMinor === "string" ? ((canonical[amountMinor] as number | bigint | undefined) ?? null) : (amountMinor?.(canonical) ?? null),
+        currency: typeof currency === "string" ? currencyCode(canonical[currency], currency) : (currency?.(canonical) ?? null),
+        provider: spec.provider ?? null,
+      };
+      return this.effect(intent, async (effect) => {
+        await effect.dispatched();
+        const value = await call(canonical, intent);
+        return effect.succeeded(spec.externalRef?.(value) ?? null, value);
+      });
     };
   }
 }
 
+// An argument's name, checked against the arguments the call takes rather
+// than read as a hint of what they are.
+type ArgumentName<A> = keyof NoInfer<A> & string;
+
 export interface WrapSpec<A, R> {
   action: string;
-  opKey: (args: A) => string;
-  target: (args: A) => string;
+  /**
+   * A template filled from the call's canonical arguments:
+   * `"refund:{order_id}:{amount_minor}"`. A function of the arguments is
+   * still accepted, but it is how keys like "[object Object]" or "1e+21"
+   * are made.
+   */
+  opKey: string | ((args: A) => string);
+  /** A template like opKey (`"invoice:{order_id}"`), or a function. */
+  target: string | ((args: A) => string);
+  /** Normalisers per argument, applied in order to strings: `{ order_id: ["trim", "upper"] }`. */
+  normalise?: { [argument in ArgumentName<A>]?: readonly Normaliser[] };
+  /** The params to store, when not the canonical arguments. */
   params?: (args: A) => Record<string, unknown>;
-  amountMinor?: (args: A) => number | null;
-  currency?: (args: A) => string | null;
+  /** The argument holding the amount in minor units (it must be an integer), or a function. */
+  amountMinor?: ArgumentName<A> | ((args: A) => number | bigint | null);
+  /** The argument holding the currency code, or a function (`() => "EUR"` for a fixed one). */
+  currency?: ArgumentName<A> | ((args: A) => string | null);
   provider?: string;
   externalRef?: (value: R) => string | null;
+}
+
+function keyMaker<A extends Record<string, unknown>>(role: string, form: string | ((args: A) => string)): (canonical: A) => string {
+  if (typeof form === "string") {
+    const template = KeyTemplate.parse(role, form);
+    return (canonical) => template.fill(canonical);
+  }
+  return (canonical) => {
+    const made = form(canonical);
+    if (typeof made !== "string" || made.trim() === "") {
+      throw new TypeError(`${role} gave no key: build it from the call's business arguments`);
+    }
+    return made;
+  };
+}
+
+// Optional, like the amount: the ledger checks the code itself.
+function currencyCode(value: unknown, argument: string): string | null {
+  if (value === undefined || value === null || typeof value === "string") return value ?? null;
+  throw new BadArgument(argument, `is ${keyForm(value, argument)}, not a currency code`, `Send ${argument} as an ISO 4217 code such as "EUR".`);
+}
+
+function amountOf(intent: Intent): number | bigint | null {
+  return intent.amountMinor === undefined || intent.amountMinor === null ? null : wholeMinorUnits(intent.amountMinor, "amountMinor");
+}
+
+/**
+ * Where a value holds what JSON.stringify cannot write faithfully — NaN and
+ * ±Infinity (it writes null), a bigint (it throws) — or null if nowhere.
+ */
+function unstorablePart(value: unknown, path: string): string | null {
+  const json = asJson(value);
+  if (typeof json === "number") return Number.isFinite(json) ? null : `${json} at ${path}`;
+  if (typeof json === "bigint") return `a bigint at ${path}`;
+  if (typeof json !== "object" || json === null) return null;
+  for (const [name, member] of Object.entries(json)) {
+    const found = unstorablePart(member, Array.isArray(json) ? `${path}[${name}]` : `${path}.${name}`);
+    if (found !== null) return found;
+  }
+  return null;
 }
 
 /** One effect in progress (see Ledger.effect). */
@@ -268,8 +344,20 @@ export class Effect {
     this.isDispatched = true;
   }
 
-  /** Records the provider's confirmation and gives back `result`, which a replay will return. */
+  /**
+   * Records the provider's confirmation and gives back `result`, which a
+   * replay will return. A result JSON cannot hold throws UnstorableResult.
+   */
   async succeeded<T>(externalRef: string | null, result: T): Promise<T> {
+    const unstorable = unstorablePart(result, "result");
+    if (unstorable !== null) {
+      // The provider has acted, so failed would be false; and a result with
+      // the bad numbers replaced would be replayed as an answer the provider
+      // never gave. Unknown, with the reference and the reason, is what is
+      // known: someone must look, and meanwhile nobody calls it again.
+      await this.complete("unknown", { externalRef, reason: `result not storable: ${unstorable}` });
+      throw new UnstorableResult(this.intent.opKey, externalRef, unstorable);
+    }
     await this.complete("succeeded", { externalRef, result });
     return result;
   }
@@ -319,10 +407,12 @@ function describe(error: unknown): string {
 export function differences(intent: Intent, recorded: Record<string, unknown> | null): Differences {
   const found: Differences = {};
   if (recorded === null) return found; // pruned: only the tombstone's hash is left
+  const amountMinor = amountOf(intent);
   const offered: Record<string, unknown> = {
     action: intent.action,
     target: intent.target,
-    amount_minor: intent.amountMinor ?? null,
+    // Read back as float8, so compared and shown as a number.
+    amount_minor: amountMinor === null ? null : Number(amountMinor),
     currency: intent.currency ? intent.currency.toUpperCase() : null,
     provider: intent.provider ?? null,
   };
@@ -330,7 +420,7 @@ export function differences(intent: Intent, recorded: Record<string, unknown> | 
     if (!sameJson(recorded[field] ?? null, now)) found[field] = { recorded: recorded[field] ?? null, now };
   }
   const was = (recorded["params"] ?? {}) as Record<string, unknown>;
-  const now = JSON.parse(JSON.stringify(intent.params)) as Record<string, unknown>;
+  const now = JSON.parse(canonicalParams(intent.params)) as Record<string, unknown>;
   for (const key of [...new Set([...Object.keys(was), ...Object.keys(now)])].sort()) {
     if (!sameJson(was[key] ?? null, now[key] ?? null)) found[`params.${key}`] = { recorded: was[key] ?? null, now: now[key] ?? null };
   }

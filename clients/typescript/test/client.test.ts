@@ -5,6 +5,7 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import {
+  BadArgument,
   BusinessRejection,
   Held,
   InFlight,
@@ -12,6 +13,7 @@ import {
   NotPerformed,
   Rejected,
   Stop,
+  UnstorableResult,
   Wait,
 } from "../src/index.js";
 import { execFile } from "node:child_process";
@@ -305,4 +307,99 @@ test("the key comes from the business arguments: distinct actions stay distinct"
   // AP-2 is a new key on a target whose AP-1 refund succeeded: a refund
   // policy leaves that to run, so it reaches the provider too.
   assert.equal(provider.callsFor(`refund:K1-${id}:AP-2`), 1);
+});
+
+// An agent's tool call as a language model writes it: the amount as a
+// number or as text, an address's fields in whatever order.
+type RefundRequest = { order_id: string; amount_minor: number | string; currency: string; address: Record<string, unknown> };
+
+function templateRefundTool() {
+  return ledger.wrap(
+    {
+      action: "refund",
+      opKey: "refund:{order_id}:{amount_minor}:{address}",
+      target: "invoice:{order_id}",
+      normalise: { order_id: ["trim"], currency: ["trim", "upper"] },
+      amountMinor: "amount_minor",
+      currency: "currency",
+      externalRef: (answer: { id: string }) => answer.id,
+    },
+    // The wrapper hands the call its canonical arguments: the amount is the integer recorded.
+    (args: RefundRequest, intent) => provider.refund(intent.opKey, args.amount_minor as number),
+  );
+}
+
+async function effectsOn(target: string): Promise<{ op_key: string; amount_minor: string; currency: string; params: unknown }[]> {
+  return sql("select op_key, amount_minor, currency, params from ledger.effects where target = $1", [target]);
+}
+
+test("one refund written four ways is one effect and one provider call", async () => {
+  const orderId = `W-${unique()}`;
+  const refund = templateRefundTool();
+  const calls: RefundRequest[] = [
+    { order_id: orderId, amount_minor: 1500, currency: "EUR", address: { zip: "75001", city: "Paris" } },
+    { order_id: ` ${orderId}`, amount_minor: "01500", currency: "eur", address: { city: "Paris", zip: "75001" } },
+    { address: { zip: "75001", city: "Paris" }, currency: "EUR ", amount_minor: " 1500", order_id: orderId },
+    { order_id: orderId, amount_minor: 1500.0, currency: "EUR", address: { city: "Paris", zip: "75001" } },
+  ];
+  const answers = [];
+  for (const call of calls) answers.push(await refund(call));
+  const key = `refund:${orderId}:1500:{"city":"Paris","zip":"75001"}`;
+  assert.equal(provider.callsFor(key), 1, "the provider was called once");
+  for (const answer of answers) assert.deepEqual(answer, { id: `re_${key}`, amount_minor: 1500, status: "succeeded" });
+  const rows = await effectsOn(`invoice:${orderId}`);
+  assert.deepEqual(rows, [
+    {
+      op_key: key,
+      amount_minor: "1500",
+      currency: "EUR",
+      params: { order_id: orderId, amount_minor: 1500, currency: "EUR", address: { city: "Paris", zip: "75001" } },
+    },
+  ]);
+  const [replays] = await sql<{ n: number }>("select count(*)::int as n from ledger.attempts where op_key = $1 and kind = 'replay'", [key]);
+  assert.equal(replays?.n, 3, "the other three spellings replayed");
+});
+
+test("money that is not a whole number is refused before the ledger, never rounded", async () => {
+  const orderId = `F-${unique()}`;
+  const error = await templateRefundTool()({ order_id: orderId, amount_minor: 1500.5, currency: "EUR", address: {} }).catch((e: unknown) => e);
+  assert.ok(error instanceof BadArgument, String(error));
+  assert.equal(error.argument, "amount_minor");
+  assert.match(error.message, /whole number of minor units, not 1500\.5\. Nothing was done/);
+  assert.deepEqual(await effectsOn(`invoice:${orderId}`), []);
+  assert.ok(![...provider.calls.keys()].some((key) => key.includes(orderId)), "the provider was not called");
+});
+
+test("NaN in params is refused before the ledger, not stored as null", async () => {
+  const orderId = `NaN-${unique()}`;
+  const error = await ledger
+    .effect(
+      { opKey: `refund:${orderId}`, action: "refund", target: `invoice:${orderId}`, params: { amount_minor: 100, fee: { rate: Number.NaN } } },
+      async () => assert.fail("a refused call must not run"),
+    )
+    .catch((e: unknown) => e);
+  assert.ok(error instanceof BadArgument, String(error));
+  assert.deepEqual([error.argument, error.where], ["fee", "fee.rate"]);
+  assert.deepEqual(await effectsOn(`invoice:${orderId}`), []);
+});
+
+test("a result JSON cannot hold leaves the effect unknown with the reason, never failed or rewritten", async () => {
+  const orderId = `NR-${unique()}`;
+  const intent = { opKey: `refund:${orderId}`, action: "refund", target: `invoice:${orderId}`, params: { amount_minor: 100 } };
+  const error = await ledger
+    .effect(intent, async (e) => {
+      await e.dispatched();
+      const answer = await provider.refund(intent.opKey, 100);
+      return e.succeeded(answer.id, { ...answer, fee: Number.POSITIVE_INFINITY });
+    })
+    .catch((e: unknown) => e);
+  assert.ok(error instanceof UnstorableResult, String(error));
+  assert.match(error.message, /Infinity at result\.fee/);
+  const [row] = await sql<{ state: string; external_ref: string; failure_reason: string }>(
+    "select state, external_ref, failure_reason from ledger.effects where op_key = $1",
+    [intent.opKey],
+  );
+  assert.deepEqual(row, { state: "unknown", external_ref: `re_${intent.opKey}`, failure_reason: "result not storable: Infinity at result.fee" });
+  await assert.rejects(ledger.effect(intent, async () => assert.fail("an unknown key must not run again")), InFlight);
+  assert.equal(provider.callsFor(intent.opKey), 1);
 });

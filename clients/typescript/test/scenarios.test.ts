@@ -1,12 +1,22 @@
 // The shared scenario file (clients/scenarios.json, see SCENARIOS.md) run
 // through this client's low-level calls, with every decision the file
-// produces mapped to the error its wrappers throw.
+// produces mapped to the error its wrappers throw; and its keys made as the
+// wrapper makes them.
 
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { DatabaseError } from "pg";
-import { Ledger, refusalFor, type Intent } from "../src/index.js";
+import {
+  ArgumentRules,
+  BadArgument,
+  KeyTemplate,
+  Ledger,
+  canonicalParams,
+  refusalFor,
+  type Intent,
+  type Normalise,
+} from "../src/index.js";
 import { databaseUrl, sql, unique } from "./support.js";
 
 type Args = Record<string, any>;
@@ -14,9 +24,18 @@ interface Step {
   expect?: Args;
   [verb: string]: Args | undefined;
 }
+interface KeyCase {
+  name: string;
+  template: string;
+  money?: string;
+  normalise?: Normalise;
+  calls: Args[];
+  expect: { key?: string; params?: Args; distinct?: boolean; refused?: string };
+}
 interface Scenarios {
   requested_by: string;
   operator: string;
+  keys: { cases: KeyCase[] };
   scenarios: { name: string; steps: Step[] }[];
 }
 
@@ -214,6 +233,48 @@ class Runner {
     }
   }
 }
+
+// What the wrapper does with a call before the ledger sees it: its
+// canonical arguments, the key filled from them, and the params as stored.
+function madeKey(keyCase: KeyCase): (call: Args) => { key: string; params: string } {
+  const rules = new ArgumentRules(keyCase.normalise, keyCase.money ?? null);
+  const template = KeyTemplate.parse("opKey", keyCase.template);
+  return (call) => {
+    const canonical = rules.canonical(call);
+    return { key: template.fill(canonical), params: canonicalParams(canonical) };
+  };
+}
+
+function checkKeyCase(keyCase: KeyCase): void {
+  const make = madeKey(keyCase);
+  const { expect } = keyCase;
+  const keys = new Map<string, number>();
+  for (const [index, call] of keyCase.calls.entries()) {
+    const where = `keys case ${JSON.stringify(keyCase.name)}, call ${index}`;
+    let made: { key: string; params: string };
+    try {
+      made = make(call);
+    } catch (error) {
+      if (expect.refused === undefined) throw new Divergence(`${where}: refused: ${String(error)}`);
+      if (!(error instanceof BadArgument)) throw new Divergence(`${where}: refused with ${String(error)}, not BadArgument`);
+      same(where, "refused argument", expect.refused, error.argument);
+      continue;
+    }
+    if (expect.refused !== undefined) throw new Divergence(`${where}: expected ${expect.refused} refused, got the key ${made.key}`);
+    if (expect.key !== undefined) same(where, "key", expect.key, made.key);
+    if (expect.params !== undefined) same(where, "params", canonicalParams(expect.params), made.params);
+    if (expect.distinct) {
+      const earlier = keys.get(made.key);
+      if (earlier !== undefined) throw new Divergence(`${where}: the key ${made.key} of call ${earlier} again`);
+      keys.set(made.key, index);
+    }
+  }
+}
+
+test("the client makes every key of the shared file as its wrapper does", () => {
+  for (const keyCase of SCENARIOS.keys.cases) checkKeyCase(keyCase);
+  assert.ok(SCENARIOS.keys.cases.length > 0, "the file's keys were read");
+});
 
 test("the client passes every scenario of the shared file", async () => {
   const ledger = new Ledger({ connectionString: databaseUrl(), requestedBy: SCENARIOS.requested_by });
