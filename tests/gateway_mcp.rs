@@ -667,3 +667,46 @@ async fn an_answer_the_ledger_cannot_store_as_is_still_settles_the_effect() {
     assert_eq!(rig.refunds_of("INV-NUL"), 1);
     client.cancel().await.unwrap();
 }
+
+/// A tool's readOnlyHint is the tool server's claim, not the operator's
+/// decision: a tool the policy does not name is refused however it
+/// describes itself; and a tool under a mapped tool's likeness (a Cyrillic
+/// е in refund) is named at start-up and refused even with
+/// --allow-unmapped.
+#[tokio::test]
+async fn only_the_policy_says_a_tool_reads_and_a_lookalike_never_passes() {
+    let Some(rig) = Rig::new().await else { return };
+    let without_lookup = POLICY.replace("[tools.lookup_refunds]\nread_only = true\n", "");
+    assert_ne!(without_lookup, POLICY);
+    std::fs::write(rig.policy(), without_lookup).unwrap();
+    let lookup = CallToolRequestParams::new("lookup_refunds").with_arguments(
+        json!({"order_id": "INV-IMP"})
+            .as_object()
+            .cloned()
+            .unwrap(),
+    );
+    let (client, stderr) = rig.stdio_client(&["--impostor"], &[]).await;
+    let said = stderr.join("\n");
+    assert!(
+        said.contains(r#""r\u{435}fund" looks like refund"#),
+        "{stderr:?}"
+    );
+    assert!(said.contains("lookup_refunds"), "{stderr:?}");
+    let refused = client.call_tool(lookup.clone()).await.unwrap();
+    assert_eq!(refused.is_error, Some(true), "{}", text(&refused));
+    assert!(text(&refused).contains("refused lookup_refunds"));
+    let _ = client.cancel().await;
+
+    let (allowed, _) = rig
+        .stdio_client(&["--impostor"], &["--allow-unmapped"])
+        .await;
+    let mut call = refund_with(json!({
+        "order_id": "INV-IMP", "amount_minor": 900, "currency": "EUR"
+    }));
+    call.name = "r\u{435}fund".into();
+    let impostor = allowed.call_tool(call).await.unwrap();
+    assert_eq!(impostor.is_error, Some(true), "{}", text(&impostor));
+    assert!(text(&impostor).contains("looks like refund"), "{}", text(&impostor));
+    assert_eq!(rig.refunds_of("INV-IMP"), 0, "the lookalike never reached the provider");
+    let _ = allowed.cancel().await;
+}

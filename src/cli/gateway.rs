@@ -79,6 +79,9 @@ pub struct McpToolsArgs {
     /// Fault for certification: lookup_refunds answers that there are none.
     #[arg(long)]
     pub lying_lookup: bool,
+    /// Fault for tests: also offer a refund tool under a lookalike name that claims to only read.
+    #[arg(long)]
+    pub impostor: bool,
 }
 
 pub async fn run(pool: LedgerPool, args: GatewayArgs) -> Result<(), Failure> {
@@ -98,6 +101,9 @@ pub async fn run(pool: LedgerPool, args: GatewayArgs) -> Result<(), Failure> {
         // A policy the tools contradict, or an upstream that cannot be started,
         // is a mistake in what the gateway was told.
         .map_err(|error| Failure::new(BAD_CONFIG, error))?;
+    if let Some(line) = report.lookalike_line() {
+        eprintln!("effectwatch gateway: {line}");
+    }
     if let Some(line) =
         report.unmapped_line(&policy_path.display().to_string(), args.allow_unmapped)
     {
@@ -130,6 +136,7 @@ pub async fn run_tools(args: McpToolsArgs) -> Result<(), Failure> {
             decline_over: args.decline_over,
             ignore_key: args.ignore_key,
             lying_lookup: args.lying_lookup,
+            impostor: args.impostor,
         },
     )
     .map_err(|error| Failure::new(FAILURE, error))?;

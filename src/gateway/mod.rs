@@ -32,6 +32,8 @@ pub struct StartupReport {
     pub recorded: Vec<String>,
     pub passed: Vec<String>,
     pub unmapped: Vec<String>,
+    /// Tools under a name that looks like a mapped one: `(name, mapped)`.
+    pub lookalikes: Vec<(String, String)>,
 }
 
 impl StartupReport {
@@ -53,6 +55,24 @@ impl StartupReport {
                 self.unmapped.join(", ")
             )
         })
+    }
+
+    /// Said at start-up whenever the upstream offers one: another tool
+    /// under a mapped tool's likeness is an attack or a mistake.
+    pub fn lookalike_line(&self) -> Option<String> {
+        if self.lookalikes.is_empty() {
+            return None;
+        }
+        let named: Vec<String> = self
+            .lookalikes
+            .iter()
+            .map(|(name, of)| format!("\"{}\" looks like {of}", name.escape_default()))
+            .collect();
+        Some(format!(
+            "refusing {} tool(s) whose names only look like mapped ones, even with --allow-unmapped: {}",
+            named.len(),
+            named.join(", ")
+        ))
     }
 
     pub fn summary_line(&self, upstream: &str, requested_by: &str) -> String {
@@ -100,13 +120,14 @@ pub async fn start(
     let mut report = StartupReport::default();
     for tool in &tools {
         let name = tool.name.to_string();
-        match policy.route(tool) {
+        match policy.route(&name) {
             Route::Recorded => report.recorded.push(name),
             Route::PassThrough => report.passed.push(name),
             Route::Unmapped => report.unmapped.push(name),
+            Route::Lookalike { of } => report.lookalikes.push((name, of)),
         }
     }
-    let gateway = Gateway::new(upstream, policy, pool, tools, info, allow_unmapped);
+    let gateway = Gateway::new(upstream, policy, pool, info, allow_unmapped);
     Ok((gateway, report))
 }
 

@@ -34,6 +34,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use crate::key_form::{self, Normaliser, placeholders};
+use unicode_security::confusable_detection::skeleton;
 
 /// The default size above which a tool's result is stored summarised.
 pub const DEFAULT_RESULT_LIMIT: usize = 16 * 1024;
@@ -123,11 +124,14 @@ impl MappedCall {
 pub enum Route {
     /// Recorded in the ledger under the tool's rule.
     Recorded,
-    /// Relayed untouched: the policy or the tool itself says it only reads.
+    /// Relayed untouched: the policy says it only reads.
     PassThrough,
     /// A tool that may change the world and has no rule: refused unless the
     /// gateway runs with `--allow-unmapped`.
     Unmapped,
+    /// Another tool under a name that looks like a mapped one (`r\u{435}fund`
+    /// beside `refund`): refused always, `--allow-unmapped` or not.
+    Lookalike { of: String },
 }
 
 impl Policy {
@@ -167,16 +171,29 @@ impl Policy {
         )
     }
 
-    /// How a call to `tool` is handled. A tool with no rule passes only when
-    /// it says it reads only; by the protocol's defaults a tool that says
-    /// nothing may be destructive and is not idempotent.
-    pub fn route(&self, tool: &Tool) -> Route {
-        match self.tools.get(tool.name.as_ref()) {
+    /// How a call to the tool named `name` is handled. Only the policy
+    /// decides: a tool's own annotations (`readOnlyHint`) are the tool
+    /// server's claim, and a tool that claims to read while it moves money
+    /// must not pass unrecorded.
+    pub fn route(&self, name: &str) -> Route {
+        match self.tools.get(name) {
             Some(rule) if rule.read_only => Route::PassThrough,
             Some(_) => Route::Recorded,
-            None if reads_only(tool) => Route::PassThrough,
-            None => Route::Unmapped,
+            None => match self.lookalike_of(name) {
+                Some(of) => Route::Lookalike { of },
+                None => Route::Unmapped,
+            },
         }
+    }
+
+    /// The tool of the policy whose name `name` looks like without being it,
+    /// compared by their Unicode confusable skeletons (UTS #39).
+    fn lookalike_of(&self, name: &str) -> Option<String> {
+        let looks: String = skeleton(name).collect();
+        self.tools
+            .keys()
+            .find(|mapped| mapped.as_str() != name && skeleton(mapped).eq(looks.chars()))
+            .cloned()
     }
 
     /// Checks the policy against the tools the upstream offers: every rule
@@ -214,14 +231,6 @@ impl Policy {
             Err(problems)
         }
     }
-}
-
-/// Whether a tool's own annotations say it only reads.
-pub fn reads_only(tool: &Tool) -> bool {
-    tool.annotations
-        .as_ref()
-        .and_then(|annotations| annotations.read_only_hint)
-        .unwrap_or(false)
 }
 
 impl ToolRule {

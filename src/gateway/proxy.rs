@@ -9,7 +9,7 @@ use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
     ContentBlock, GetPromptRequestParams, GetPromptResponse, ListPromptsResult,
     ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
-    ReadResourceRequestParams, ReadResourceResponse, ServerConfig, Tool,
+    ReadResourceRequestParams, ReadResourceResponse, ServerConfig,
 };
 use rmcp::service::{RequestContext, RoleServer, ServiceError};
 use rmcp::{ErrorData as McpError, ServerHandler};
@@ -36,8 +36,6 @@ struct Shared {
     upstream: Upstream,
     policy: Policy,
     pool: LedgerPool,
-    /// The upstream's tools as listed at start-up: what each may do.
-    tools: Vec<Tool>,
     info: ServerConfig,
     allow_unmapped: bool,
     /// How long a repeat waits for the same call in progress to answer.
@@ -49,7 +47,6 @@ impl Gateway {
         upstream: Upstream,
         policy: Policy,
         pool: LedgerPool,
-        tools: Vec<Tool>,
         info: ServerConfig,
         allow_unmapped: bool,
     ) -> Gateway {
@@ -58,7 +55,6 @@ impl Gateway {
                 upstream,
                 pool,
                 in_flight_wait: policy.upstream_timeout(),
-                tools,
                 info,
                 allow_unmapped,
                 policy,
@@ -177,16 +173,6 @@ impl Gateway {
             .await
             .map_err(unreachable_upstream)
     }
-
-    fn route(&self, name: &str) -> Route {
-        match self.shared.tools.iter().find(|tool| tool.name == name) {
-            Some(tool) => self.shared.policy.route(tool),
-            None if self.shared.policy.tools.contains_key(name) => Route::Recorded,
-            // A tool the upstream did not list at start-up: nothing says it
-            // only reads.
-            None => Route::Unmapped,
-        }
-    }
 }
 
 /// A request the gateway passes to the upstream as it came, on the
@@ -221,7 +207,7 @@ impl ServerHandler for Gateway {
     ) -> Result<CallToolResponse, McpError> {
         let name = request.name.to_string();
         let request = with_client_meta(request, &context);
-        match self.route(&name) {
+        match self.shared.policy.route(&name) {
             Route::PassThrough => {
                 let peer = self.peer(&context).await?;
                 peer.call_tool_once(request).await.map_err(upstream_error)
@@ -231,6 +217,11 @@ impl ServerHandler for Gateway {
                 let peer = self.peer(&context).await?;
                 peer.call_tool_once(request).await.map_err(upstream_error)
             }
+            Route::Lookalike { of } => Ok(CallToolResponse::Complete(tool_error(format!(
+                "The gateway refused \"{}\": its name looks like {of}, which the gateway records, but it is \
+                 another tool. Nothing was sent. Do not retry it; call {of} if that is what you meant.",
+                name.escape_default()
+            )))),
             Route::Unmapped => Ok(CallToolResponse::Complete(tool_error(format!(
                 "The gateway refused {name}: it may change the world and the gateway's policy gives it no operation key, \
                  so a retry could do it twice. Nothing was sent. Do not retry it; ask an operator to map it."
@@ -254,8 +245,11 @@ impl ServerHandler for Gateway {
 }
 
 /// The call with the client's own `_meta` (which the SDK hands over in the
-/// context), less what belongs to this hop's session: the protocol's
-/// lifecycle fields and a progress token the gateway would not relay.
+/// context), less what belongs to this hop's session — the protocol's
+/// lifecycle fields and a progress token the gateway would not relay — and
+/// less any operation key of the client's: only the gateway names the key
+/// a tool server is given, so a client cannot make a pass-through call
+/// look recorded or lend a recorded call another key.
 fn with_client_meta(
     mut request: CallToolRequestParams,
     context: &RequestContext<RoleServer>,
@@ -265,18 +259,22 @@ fn with_client_meta(
         .0
         .0
         .iter()
-        .filter(|(name, _)| {
-            !name.starts_with("io.modelcontextprotocol/") && name.as_str() != "progressToken"
-        })
+        .filter(|(name, _)| is_relayed_meta(name))
         .map(|(name, value)| (name.clone(), value.clone()))
         .collect();
-    if !relayed.is_empty() {
-        let meta = request.meta.get_or_insert_with(Default::default);
-        for (name, value) in relayed {
-            meta.0.0.entry(name).or_insert(value);
-        }
+    let meta = request.meta.get_or_insert_with(Default::default);
+    meta.0.0.retain(|name, _| is_relayed_meta(name));
+    for (name, value) in relayed {
+        meta.0.0.entry(name).or_insert(value);
+    }
+    if meta.0.0.is_empty() {
+        request.meta = None;
     }
     request
+}
+
+fn is_relayed_meta(name: &str) -> bool {
+    !name.starts_with("io.modelcontextprotocol/") && name != "progressToken" && name != OP_KEY_META
 }
 
 fn tool_error(text: String) -> CallToolResult {
@@ -579,19 +577,27 @@ fn stored_result(result: &CallToolResult, limit: usize) -> Value {
         return whole;
     }
     let summary: String = text_of(result).chars().take(SUMMARY_CHARS).collect();
-    json!({ "summarised": true, "bytes": size, "summary": summary })
+    let mut kept = json!({ "summarised": true, "bytes": size, "summary": summary });
+    // A tool with an output schema promises its client structured content:
+    // that part is kept whole, or its replay would break the client.
+    if let Some(structured) = &result.structured_content {
+        kept["structuredContent"] = structured.clone();
+    }
+    kept
 }
 
 fn replayed(call: &MappedCall, stored: Option<Value>) -> CallToolResult {
     match stored {
         Some(stored) if stored.get("summarised") == Some(&Value::Bool(true)) => {
-            CallToolResult::success(vec![ContentBlock::text(format!(
+            let mut result = CallToolResult::success(vec![ContentBlock::text(format!(
                 "This {} was already done (key {}); its result was {} bytes, kept summarised: {}",
                 call.action,
                 call.op_key,
                 stored.get("bytes").cloned().unwrap_or(Value::Null),
                 stored.get("summary").and_then(Value::as_str).unwrap_or("")
-            ))])
+            ))]);
+            result.structured_content = stored.get("structuredContent").cloned();
+            result
         }
         Some(stored) => match serde_json::from_value::<CallToolResult>(stored.clone()) {
             Ok(result) => result,
@@ -728,4 +734,36 @@ fn rejected_text(call: &MappedCall, recorded: Option<&RecordedTerms>) -> String 
             differences.join("; ")
         }
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_clients_own_operation_key_is_never_relayed() {
+        assert!(!is_relayed_meta(OP_KEY_META));
+        assert!(!is_relayed_meta("progressToken"));
+        assert!(!is_relayed_meta("io.modelcontextprotocol/related-task"));
+        assert!(is_relayed_meta("traceparent"));
+    }
+
+    #[test]
+    fn a_summarised_replay_keeps_its_structured_content() {
+        let mut result = CallToolResult::structured(json!({"id": "re_1", "amount_minor": 1500}));
+        result.content.push(ContentBlock::text("x".repeat(4096)));
+        let stored = stored_result(&result, 1024);
+        assert_eq!(stored["summarised"], true);
+        let call = MappedCall {
+            action: "refund".into(),
+            op_key: "refund:INV-1:1500".into(),
+            ..MappedCall::default()
+        };
+        let replay = replayed(&call, Some(stored));
+        assert_eq!(
+            replay.structured_content,
+            Some(json!({"id": "re_1", "amount_minor": 1500})),
+            "a client holding the tool's output schema gets its structured content"
+        );
+    }
 }
