@@ -23,6 +23,8 @@ const ENTER_ALTERNATE: &[u8] = b"\x1b[?1049h";
 const LEAVE_ALTERNATE: &[u8] = b"\x1b[?1049l";
 /// Generous: the first poll includes connecting; CI machines are slow.
 const STARTUP: Duration = Duration::from_secs(30);
+/// What a pane's title says between a new filter and its first read.
+const READING_NEW_FILTER: &str = "reading the rows of the new filter";
 
 /// The console running in a pty, its output collected by a thread and
 /// replayed into a terminal emulator on demand.
@@ -578,9 +580,11 @@ async fn a_long_shift_of_demo_traffic_is_cleared_with_bulk_actions() {
     // Held behind a holder that settled: release; the rest: cancel.
     press(&mut console, "4");
     press(&mut console, "/holder:settled\r");
+    // Until the filter's rows are read, the previous filter's stay on
+    // screen under a title that says so, and a bulk key is refused.
     console
         .wait_for("the filtered held pane", Duration::from_secs(5), |screen| {
-            screen.contains("filter: holder:settled")
+            screen.contains("filter: holder:settled") && !screen.contains(READING_NEW_FILTER)
         })
         .await;
     let released_some = !console.screen_text().contains("nothing matches the filter");
@@ -588,7 +592,7 @@ async fn a_long_shift_of_demo_traffic_is_cleared_with_bulk_actions() {
         press(&mut console, "L");
         console
             .wait_for("the release-all dialog", Duration::from_secs(5), |screen| {
-                screen.contains("release ")
+                screen.contains("release ") && screen.contains("reason (required)")
             })
             .await;
         press(&mut console, reason);
@@ -601,14 +605,14 @@ async fn a_long_shift_of_demo_traffic_is_cleared_with_bulk_actions() {
     press(&mut console, "/\x15\r");
     console
         .wait_for("the whole held pane", Duration::from_secs(5), |screen| {
-            !screen.contains("filter: holder:settled")
+            !screen.contains("filter: holder:settled") && !screen.contains(READING_NEW_FILTER)
         })
         .await;
     if !console.screen_text().contains("nothing in held conflicts") {
         press(&mut console, "X");
         console
             .wait_for("the cancel-all dialog", Duration::from_secs(5), |screen| {
-                screen.contains("cancel ")
+                screen.contains("cancel ") && screen.contains("reason (required)")
             })
             .await;
         press(&mut console, reason);
@@ -636,5 +640,150 @@ async fn a_long_shift_of_demo_traffic_is_cleared_with_bulk_actions() {
         audited >= duplicates + held,
         "one audit entry per item: {audited} for {duplicates} + {held}"
     );
+    console.quit_and_check_restored().await;
+}
+
+/// #46, as the on-call operator found it: in the held pane, one filter
+/// read and shown, then a second filter and `L` sent in one write, before
+/// the second filter's rows were read. The bulk key acts only on the rows
+/// the filter in force returned: refused until they are read, then its
+/// dialog counts and names them, and only they change in the ledger.
+#[tokio::test]
+async fn a_bulk_key_pressed_with_a_new_filter_acts_only_on_that_filters_rows() {
+    let db = common::test_db().await;
+    let held_behind_a_first = |action: &'static str, key: String, target: String| {
+        let pool = db.pool.clone();
+        async move {
+            for n in 1..=2 {
+                let intent = effectwatch::ledger::writer::Intent {
+                    action: action.to_string(),
+                    ..intent(&format!("{key}:{n}"), &target)
+                };
+                let begun = begin_effect(&pool, &intent).await.unwrap();
+                let expected = if n == 1 {
+                    Decision::Proceed
+                } else {
+                    Decision::Held
+                };
+                assert_eq!(begun.decision, expected, "{key}:{n}");
+            }
+        }
+    };
+    for room in 1..=3 {
+        held_behind_a_first(
+            "booking",
+            format!("booking:PTY46:ROOM-{room}"),
+            format!("room:{room}"),
+        )
+        .await;
+    }
+    for invoice in 1..=2 {
+        held_behind_a_first(
+            "refund",
+            format!("refund:PTY46:INV-{invoice}"),
+            format!("invoice:PTY46-{invoice}"),
+        )
+        .await;
+    }
+    let bookings = [
+        "booking:PTY46:ROOM-1:2",
+        "booking:PTY46:ROOM-2:2",
+        "booking:PTY46:ROOM-3:2",
+    ];
+    let refunds = ["refund:PTY46:INV-1:2", "refund:PTY46:INV-2:2"];
+
+    let mut console = Console::start(&db.url, &[]);
+    console
+        .wait_for("the live header", STARTUP, |screen| {
+            header(screen).contains("● live")
+        })
+        .await;
+    console.press("4");
+    console
+        .wait_for("the held pane", Duration::from_secs(10), |screen| {
+            screen.contains(" 4 Held (5) ")
+        })
+        .await;
+    console.press("/action:booking\r");
+    console
+        .wait_for("the bookings, read", Duration::from_secs(10), |screen| {
+            status_line(screen).contains("filter: action:booking")
+                && bookings.iter().all(|key| screen.contains(key))
+                && !screen.contains("refund:PTY46")
+        })
+        .await;
+
+    // The second filter and the bulk key together, as fast as a person types.
+    console.press("/\u{15}action:refund\rL");
+    let dialog_of = |count: usize| format!("release {count} items of Held conflicts");
+    console
+        .wait_for(
+            "a refusal or the release-all dialog",
+            Duration::from_secs(10),
+            |screen| {
+                status_line(screen).contains("still being read")
+                    || screen.contains(&dialog_of(2))
+                    || screen.contains(&dialog_of(3))
+            },
+        )
+        .await;
+    let screen = console.screen_text();
+    assert!(
+        !screen.contains(&dialog_of(3)),
+        "the dialog is about the bookings still on screen:\n{screen}"
+    );
+    if status_line(&screen).contains("still being read") {
+        console
+            .wait_for("the refunds, read", Duration::from_secs(10), |screen| {
+                refunds.iter().all(|key| screen.contains(key)) && !screen.contains("booking:PTY46")
+            })
+            .await;
+        console.press("L");
+    }
+    console
+        .wait_for(
+            "the release-all dialog",
+            Duration::from_secs(10),
+            |screen| screen.contains(&dialog_of(2)),
+        )
+        .await;
+    let screen = console.screen_text();
+    assert!(
+        screen.contains("matching \"action:refund\""),
+        "the dialog names the filter:\n{screen}"
+    );
+    for key in refunds {
+        assert!(screen.contains(key), "the dialog names {key}:\n{screen}");
+    }
+    assert!(!screen.contains("booking:PTY46"), "{screen}");
+
+    console.press("the refunds' holders settled\r");
+    console
+        .wait_for("the result", Duration::from_secs(20), |screen| {
+            status_line(screen).contains("2 of 2 done")
+        })
+        .await;
+    let states: Vec<(String, String)> = sqlx::query_as(
+        "select op_key, state from ledger.effects where op_key like '%:2' order by op_key",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    for (key, state) in &states {
+        let expected = if key.starts_with("refund:") {
+            "pending"
+        } else {
+            "held"
+        };
+        assert_eq!(state, expected, "{key}: {states:?}");
+    }
+    assert_eq!(states.len(), 5, "{states:?}");
+    let released: Vec<String> = sqlx::query_scalar(
+        "select op_key from ledger.audit_log where action = 'release' order by op_key",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(released, refunds, "one audit entry per refund released");
     console.quit_and_check_restored().await;
 }

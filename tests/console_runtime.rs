@@ -888,8 +888,23 @@ async fn a_settled_action_reads_the_finance_review_again_at_once() {
 
     // The console counts what it settled, and only what succeeded.
     let mut app = App::new(Settings::new("ops", false, Duration::from_secs(2)));
-    app.update(Message::Settled(Err("refused".into())));
-    app.update(Message::Settled(Ok("released".into())));
+    let release = || Request::Operator {
+        call: &effectwatch::ledger::actions::RELEASE,
+        op_key: "refund:SETTLED:v1".into(),
+        seen: Some(1),
+        reason: "holder settled".into(),
+    };
+    app.update(Message::Settled {
+        request: release(),
+        result: Err("refused".into()),
+    });
+    app.update(Message::Settled {
+        request: release(),
+        result: Ok(effectwatch::settle::Settled {
+            summary: "released".into(),
+            detail: json!({ "state": "pending", "version": 2 }),
+        }),
+    });
     assert_eq!(
         effectwatch::console::run::poll_settings(&app).settled_actions,
         1

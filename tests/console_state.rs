@@ -16,7 +16,8 @@ use effectwatch::console::theme::Role;
 use effectwatch::ledger::actions::Applicability;
 use effectwatch::ledger::escalations::EscalationRow;
 use effectwatch::ledger::panes::{Filter, OverdueRow, Pane, PaneRows, Scope as FilterScope};
-use effectwatch::settle::Request;
+use effectwatch::settle::{Request, Settled};
+use serde_json::json;
 
 const OVERDUE: View = View::Pane(Pane::Overdue);
 
@@ -132,6 +133,24 @@ fn selected_key(app: &App) -> String {
 
 fn status(app: &App) -> String {
     app.status().map(|s| s.text.clone()).unwrap_or_default()
+}
+
+/// The result of `request` as the settling machinery reports it.
+fn done(request: Request, summary: &str, detail: serde_json::Value) -> Message {
+    Message::Settled {
+        request,
+        result: Ok(Settled {
+            summary: summary.to_string(),
+            detail,
+        }),
+    }
+}
+
+fn failed(request: Request, error: &str) -> Message {
+    Message::Settled {
+        request,
+        result: Err(error.to_string()),
+    }
 }
 
 fn settles(tasks: &[Task]) -> Vec<&Request> {
@@ -598,7 +617,11 @@ fn reconcile_all_targets_every_row_of_the_filtered_pane() {
     key(&mut app, KeyCode::Enter);
     // The poller answers the filter with the matching rows only.
     let matching = vec![row("a", 1), row("c", 3)];
-    app.update(Message::Snapshot(Box::new(snapshot(matching, 2, 0))));
+    let read = Snapshot {
+        filter: app.filter().clone(),
+        ..snapshot(matching, 2, 0)
+    };
+    app.update(Message::Snapshot(Box::new(read)));
     char(&mut app, 'R');
     let dialog = app.dialog().expect("dialog");
     assert!(
@@ -627,10 +650,14 @@ fn reconcile_all_on_an_empty_pane_opens_nothing() {
 #[test]
 fn a_settled_action_reports_and_repolls() {
     let mut app = app_with(&["a"]);
-    let commands = app.update(Message::Settled(Ok("reconciled a".to_string())));
+    let reconcile = || Request::Reconcile {
+        op_key: "a".to_string(),
+        seen: Some(1),
+    };
+    let commands = app.update(done(reconcile(), "reconciled a", json!({})));
     assert_eq!(commands, vec![Task::Repoll]);
     assert_eq!(status(&app), "✓ reconciled a");
-    app.update(Message::Settled(Err("version changed".to_string())));
+    app.update(failed(reconcile(), "version changed"));
     assert_eq!(app.status().unwrap().role, Role::Critical);
 }
 
@@ -1225,10 +1252,13 @@ fn results_are_kept_in_a_log_and_a_message_about_another_item_fades() {
         "compensate:refund:INV-177:{}:1 of 399.60 EUR sent",
         "x".repeat(120)
     );
-    app.update(Message::Settled(Ok(long.clone())));
-    app.update(Message::Settled(Err(
-        "cannot compensate a: not succeeded".into()
-    )));
+    let compensate = || Request::Compensate {
+        op_key: "a".to_string(),
+        seen: Some(1),
+        reason: "paid twice".to_string(),
+    };
+    app.update(done(compensate(), &long, json!({})));
+    app.update(failed(compensate(), "cannot compensate a: not succeeded"));
     assert_eq!(app.messages().len(), 2);
     assert_eq!(app.messages()[0].text, format!("✓ {long}"), "kept whole");
     assert_eq!(app.messages()[1].about.as_deref(), Some("a"));
@@ -1407,5 +1437,297 @@ fn acknowledged_repeats_are_reopened_from_the_console() {
             seen: Some(1),
             reason: "acknowledged by mistake".to_string(),
         }]
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Acting on the rows the operator means (#46).
+
+const FIRST_ESCALATION: &str = "escalate:refund:INV-448:AP-77:v1:duplicate";
+const SECOND_ESCALATION: &str = "escalate:refund:INV-433:AP-40:v2:unknown";
+
+fn fixture_app(operator: &str) -> App {
+    let mut app = App::new(Settings::new(operator, false, Duration::from_secs(2)));
+    app.update(Message::Snapshot(Box::new(fixtures::snapshot(3))));
+    app
+}
+
+/// The fixtures read again: by a poll that began before the console's
+/// actions so far (`settled_actions` 0), or after them.
+fn fixtures_read_after(settled_actions: u64) -> Message {
+    Message::Snapshot(Box::new(Snapshot {
+        settled_actions,
+        ..fixtures::snapshot(3)
+    }))
+}
+
+/// Types the reason, confirms, and returns the one request sent.
+fn confirm_with_reason(app: &mut App, reason: &str) -> Request {
+    type_text(app, reason);
+    let sent = key(app, KeyCode::Enter);
+    match settles(&sent).as_slice() {
+        [request] => (*request).clone(),
+        other => panic!("{other:?}: {}", status(app)),
+    }
+}
+
+fn dialog_subject(app: &App) -> Option<Subject> {
+    app.dialog().map(|dialog| dialog.subject.clone())
+}
+
+/// Z then Z on Escalations asked for a reason again and answered "✓ …
+/// already resolved": the resolved escalation now leaves the view at once,
+/// the selection moves on, and a read begun before the action does not
+/// bring it back.
+#[test]
+fn a_resolved_escalation_leaves_the_view_and_z_again_is_for_the_next_one() {
+    let mut app = fixture_app("ops");
+    char(&mut app, '5');
+    assert_eq!(selected(&app).1.as_deref(), Some(FIRST_ESCALATION));
+    char(&mut app, 'Z');
+    let request = confirm_with_reason(&mut app, "compensated by hand");
+    app.update(done(
+        request,
+        &format!("resolved escalation {FIRST_ESCALATION} of refund:INV-448:AP-77:v1"),
+        json!({ "status": "changed", "state": "resolved" }),
+    ));
+    assert_eq!(app.model().position(FIRST_ESCALATION), None, "gone at once");
+    assert_eq!(selected(&app).1.as_deref(), Some(SECOND_ESCALATION));
+
+    app.update(fixtures_read_after(0));
+    assert_eq!(
+        app.model().position(FIRST_ESCALATION),
+        None,
+        "a read begun before the action shows it as the result said"
+    );
+    char(&mut app, 'Z');
+    assert_eq!(
+        dialog_subject(&app),
+        Some(Subject::Escalation {
+            escalation_key: SECOND_ESCALATION.to_string()
+        })
+    );
+}
+
+/// Nothing written is a refusal: "already resolved" is never shown with ✓.
+#[test]
+fn an_escalation_already_resolved_is_a_refusal_not_a_success() {
+    let mut app = fixture_app("ops");
+    char(&mut app, '5');
+    let request = Request::ResolveEscalation {
+        escalation_key: FIRST_ESCALATION.to_string(),
+        reason: "done".to_string(),
+    };
+    app.update(done(
+        request,
+        &format!("escalation {FIRST_ESCALATION} is already resolved"),
+        json!({ "status": "unchanged", "state": "resolved" }),
+    ));
+    let said = status(&app);
+    assert!(!said.contains('✓'), "{said}");
+    assert!(said.starts_with("cannot resolve escalation: "), "{said}");
+    assert_eq!(app.status().unwrap().role, Role::Warn);
+    assert_eq!(
+        app.messages().back().unwrap().about.as_deref(),
+        Some(FIRST_ESCALATION)
+    );
+}
+
+/// An escalation acknowledged shows it at once, and a second
+/// acknowledgement is refused before any dialog; resolving it still asks.
+#[test]
+fn an_acknowledged_escalation_refuses_a_second_acknowledgement_before_the_dialog() {
+    let mut app = fixture_app("ops");
+    char(&mut app, '5');
+    char(&mut app, 'K');
+    let request = confirm_with_reason(&mut app, "on it");
+    app.update(done(
+        request,
+        "acknowledged",
+        json!({ "status": "changed", "state": "acknowledged" }),
+    ));
+    let state = app.selected_row().unwrap().cells[3].text.clone();
+    assert_eq!(state, "✓ acknowledged");
+    assert!(char(&mut app, 'K').is_empty());
+    assert!(app.dialog().is_none(), "a dialog opened");
+    assert_eq!(
+        status(&app),
+        "cannot acknowledge: the escalation is acknowledged already"
+    );
+    char(&mut app, 'Z');
+    assert!(app.dialog().is_some(), "{}", status(&app));
+}
+
+/// `l` then `x` on Held answered "changed since you looked": the released
+/// effect now leaves the pane at once and `x` is for the next row.
+#[test]
+fn a_released_hold_leaves_the_pane_and_x_acts_on_the_next_row() {
+    let mut app = fixture_app("ops");
+    char(&mut app, '4');
+    let (first, second) = ("refund:INV-402:AP-92:v1", "refund:INV-466:AP-18:v1");
+    assert_eq!(selected_key(&app), first);
+    char(&mut app, 'l');
+    let request = confirm_with_reason(&mut app, "holder settled by hand");
+    app.update(done(
+        request,
+        &format!("released {first}: now pending (version 2, audit #41)"),
+        json!({ "state": "pending", "version": 2 }),
+    ));
+    assert_eq!(app.model().position(first), None, "gone at once");
+    assert_eq!(selected_key(&app), second);
+
+    app.update(fixtures_read_after(0));
+    assert_eq!(
+        app.model().position(first),
+        None,
+        "not back from an older read"
+    );
+    char(&mut app, 'x');
+    assert_eq!(
+        dialog_subject(&app),
+        Some(Subject::Effect {
+            op_key: second.to_string(),
+            seen: Some(1)
+        })
+    );
+    key(&mut app, KeyCode::Esc);
+
+    // A read that knows of the release is the ledger's word again.
+    app.update(fixtures_read_after(1));
+    assert!(app.model().position(first).is_some());
+}
+
+/// A row the action leaves in its pane shows its new version at once, and
+/// until a read says what applies to it now, what the ledger's rules were
+/// read for its old state is refused before any dialog.
+#[test]
+fn a_row_that_stays_shows_its_new_version_and_waits_for_the_next_read() {
+    let mut app = app_with(&["a", "b"]);
+    char(&mut app, 'a');
+    let request = confirm_with_reason(&mut app, "called the bank");
+    app.update(done(
+        request,
+        "annotated a: now pending (version 7, audit #3)",
+        json!({ "state": "pending", "version": 7 }),
+    ));
+    assert_eq!(selected_key(&app), "a");
+    assert_eq!(app.selected_row().unwrap().version, Some(7));
+    assert!(char(&mut app, 'd').is_empty());
+    assert!(app.dialog().is_none(), "a dialog opened");
+    assert!(
+        status(&app).starts_with("cannot ack repeats: a changed with your annotate just now"),
+        "{}",
+        status(&app)
+    );
+
+    // An older read keeps the version the result gave; a newer one decides.
+    feed(&mut app, &["a", "b"]);
+    assert_eq!(app.selected_row().unwrap().version, Some(7));
+    let read = Snapshot {
+        settled_actions: 1,
+        ..snapshot(vec![row("a", 7), row("b", 2)], 2, 0)
+    };
+    app.update(Message::Snapshot(Box::new(read)));
+    char(&mut app, 'd');
+    assert_eq!(
+        dialog_subject(&app),
+        Some(Subject::Effect {
+            op_key: "a".to_string(),
+            seen: Some(7)
+        })
+    );
+}
+
+/// The ledger refuses an operator's approval of a compensation they asked
+/// for; the console says so at once, not after the reason and the key's end.
+#[test]
+fn approving_ones_own_compensation_is_refused_before_the_dialog() {
+    for (operator, refused) in [("alice", true), (" Alice ", true), ("bob", false)] {
+        let mut app = fixture_app(operator);
+        char(&mut app, '5');
+        key(&mut app, KeyCode::End);
+        assert!(selected(&app).1.unwrap().starts_with("approval:"));
+        assert!(char(&mut app, 'A').is_empty());
+        assert_eq!(app.dialog().is_none(), refused, "{operator}");
+        if refused {
+            assert_eq!(
+                status(&app),
+                "cannot approve: alice requested this compensation: a second, different \
+                 operator must approve it"
+            );
+        }
+    }
+}
+
+/// Every entry of the log is headed by the key(s) the action was done to,
+/// not by what was selected when its result arrived.
+#[test]
+fn the_message_log_heads_a_result_with_the_key_acted_on() {
+    let mut app = app_with(&["refund:INV-580", "refund:INV-825", "c", "d", "e"]);
+    char(&mut app, 'r');
+    key(&mut app, KeyCode::Right);
+    let sent = key(&mut app, KeyCode::Enter);
+    let request = settles(&sent)[0].clone();
+    char(&mut app, 'j');
+    assert_eq!(selected_key(&app), "refund:INV-825");
+    app.update(failed(
+        request,
+        "effect refund:INV-580 changed since you looked",
+    ));
+    let logged = app.messages().back().unwrap();
+    assert_eq!(logged.about.as_deref(), Some("refund:INV-580"));
+
+    // Many keys: the first three and how many more.
+    let targets: Vec<(String, i64)> = ["refund:INV-580", "refund:INV-825", "c", "d", "e"]
+        .iter()
+        .map(|key| (key.to_string(), 1))
+        .collect();
+    app.update(done(
+        Request::ReconcileMany { targets },
+        "reconciled 5 of 5: absent 5",
+        json!({}),
+    ));
+    assert_eq!(
+        app.messages().back().unwrap().about.as_deref(),
+        Some("refund:INV-580, refund:INV-825, c and 2 more")
+    );
+}
+
+/// A bulk key pressed after a new filter, before that filter's rows were
+/// read, is refused: the rows on screen are the previous filter's. Once
+/// read, its dialog counts and names the rows it will touch.
+#[test]
+fn a_bulk_key_waits_for_the_rows_of_the_filter_it_would_act_on() {
+    let mut app = app_with(&["a", "b", "c", "d", "e"]);
+    char(&mut app, '/');
+    type_text(&mut app, "target:acct:b");
+    key(&mut app, KeyCode::Enter);
+    assert!(!app.pane_rows_match_filter());
+    assert!(char(&mut app, 'R').is_empty());
+    assert!(app.dialog().is_none(), "a dialog on the previous rows");
+    assert_eq!(
+        status(&app),
+        "cannot reconcile all: the overdue pending matching \"target:acct:b\" are still being \
+         read; R again once they show"
+    );
+
+    let read = Snapshot {
+        filter: app.filter().clone(),
+        ..snapshot(vec![row("b", 2)], 1, 0)
+    };
+    app.update(Message::Snapshot(Box::new(read)));
+    char(&mut app, 'R');
+    let dialog = app.dialog().expect("a dialog on the filter's rows");
+    assert!(dialog.summary.contains("1 item of"), "{}", dialog.summary);
+    assert_eq!(dialog.names.as_deref(), Some("b"));
+    key(&mut app, KeyCode::Esc);
+
+    // Unfiltered again: five rows, three named.
+    key(&mut app, KeyCode::Esc);
+    feed(&mut app, &["a", "b", "c", "d", "e"]);
+    char(&mut app, 'R');
+    assert_eq!(
+        app.dialog().unwrap().names.as_deref(),
+        Some("a, b, c and 2 more")
     );
 }

@@ -19,6 +19,7 @@ use effectwatch::console::theme::{Role, Theme};
 use effectwatch::console::views;
 use effectwatch::ledger::actions::Applicability;
 use effectwatch::ledger::panes::{Pane, PaneRows};
+use effectwatch::settle::{Request, Settled};
 
 const WIDTH: u16 = 140;
 const HEIGHT: u16 = 30;
@@ -801,6 +802,22 @@ fn the_dialog_of_cancel_a_hold_backs_out_with_back_not_cancel() {
     assert!(!screen.contains("[ Cancel ]"), "{screen}");
 }
 
+/// A dialog for every item of a pane names the first keys it will touch
+/// and how many more, and still shows its buttons whole.
+#[test]
+fn a_bulk_dialog_names_the_first_keys_it_touches() {
+    let mut app = app_with(full_snapshot(), false);
+    press(&mut app, KeyCode::Char('E'));
+    let screen = screen(&app);
+    let first = first_overdue_key();
+    assert!(line_with(&screen, "keys: ").contains(&first), "{screen}");
+    assert!(screen.contains("and 9 more"), "{screen}");
+    assert!(
+        screen.contains("[ Back ]") && screen.contains("[ Confirm ]"),
+        "{screen}"
+    );
+}
+
 #[test]
 fn the_resolve_failed_dialog_shows_whether_the_key_may_be_retried() {
     let mut app = app_with(full_snapshot(), false);
@@ -1111,9 +1128,21 @@ fn a_long_result_is_cut_on_the_status_line_and_whole_in_the_log() {
         "escalated refund:INV-177 (unknown_outcome): delivered to {}",
         "sink-".repeat(20)
     );
-    app.update(Message::Settled(Ok(long.clone())));
-    app.update(Message::Settled(Ok("annotated refund:INV-178".into())));
-    app.update(Message::Settled(Ok(long.clone())));
+    let settled = |op_key: &str, summary: &str| Message::Settled {
+        request: Request::Escalate {
+            op_key: op_key.into(),
+            seen: Some(1),
+            sink: None,
+            reason: "provider down".into(),
+        },
+        result: Ok(Settled {
+            summary: summary.into(),
+            detail: json!({}),
+        }),
+    };
+    app.update(settled("refund:INV-177", &long));
+    app.update(settled("refund:INV-178", "annotated refund:INV-178"));
+    app.update(settled("refund:INV-177", &long));
     let screen = text(&render_sized(&app, &Theme::default(), 80, 24));
     let status = line_with(&screen, "escalated refund:INV-177");
     assert!(status.ends_with("(M: whole)"), "{status}");
@@ -1133,7 +1162,11 @@ fn a_long_result_is_cut_on_the_status_line_and_whole_in_the_log() {
 /// and currency, the original effect, who asked and why, the limit.
 #[test]
 fn the_approve_dialog_says_what_is_approved() {
-    let mut app = app_with(fixtures::snapshot(3), false);
+    // Bob approves: alice asked for it, and may not approve it herself.
+    let mut app = app_with_settings(
+        fixtures::snapshot(3),
+        Settings::new("bob", false, Duration::from_secs(2)),
+    );
     press(&mut app, KeyCode::Char('5'));
     for _ in 0..10 {
         if app

@@ -183,13 +183,7 @@ impl OperatorWiring {
 fn settle_through(settler: Arc<Settler>) -> SettleRequest {
     Arc::new(move |request: Request| {
         let settler = settler.clone();
-        Box::pin(async move {
-            settler
-                .settle(request)
-                .await
-                .map(|report| report.summary)
-                .map_err(|error| error.line())
-        })
+        Box::pin(async move { settler.settle(request).await.map_err(|error| error.line()) })
     })
 }
 

@@ -368,8 +368,7 @@ pub fn escalation_model(rows: &[EscalationRow], approvals: &[ApprovalRow]) -> Ta
                     Cell::text(&row.op_key),
                     Cell::text(&row.decision_needed),
                     Cell::text(&row.sink),
-                    Cell::text(&escalation_state_label(&row.state))
-                        .with_role(escalation_role(&row.state)),
+                    escalation_state_cell(&row.state),
                     Cell::number(
                         row.delivery_attempts.into(),
                         row.delivery_attempts.to_string(),
@@ -404,6 +403,11 @@ pub fn escalation_model(rows: &[EscalationRow], approvals: &[ApprovalRow]) -> Ta
         flag: None,
     }));
     model
+}
+
+/// An escalation's state, with its symbol and role.
+pub fn escalation_state_cell(state: &str) -> Cell {
+    Cell::text(&escalation_state_label(state)).with_role(escalation_role(state))
 }
 
 fn escalation_state_label(state: &str) -> String {

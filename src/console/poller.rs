@@ -470,6 +470,8 @@ async fn poll_with(
         database,
         role,
         offsets: settings.offsets,
+        filter: settings.filter.clone(),
+        settled_actions: settings.settled_actions,
     })
 }
 

@@ -21,11 +21,13 @@ use super::poller::{self, PollSettings};
 use super::theme::Theme;
 use super::{clipboard, views};
 use crate::ledger::{ConnectSettings, history};
-use crate::settle::Request;
+use crate::settle::{Request, Settled};
 
-/// Carries out a confirmed operator request and says what happened, in one line.
+/// Carries out a confirmed operator request: its report (the line to show,
+/// and what it did to the effect, which the console shows at once), or
+/// why it failed, in one line.
 pub type SettleRequest = Arc<
-    dyn Fn(Request) -> Pin<Box<dyn Future<Output = Result<String, String>> + Send>> + Send + Sync,
+    dyn Fn(Request) -> Pin<Box<dyn Future<Output = Result<Settled, String>> + Send>> + Send + Sync,
 >;
 
 pub struct ConsoleOptions {
@@ -283,8 +285,8 @@ async fn event_loop(
                     let (sender, settle_request) = (sender.clone(), options.settle_request.clone());
                     actions.retain(|task| !task.is_finished());
                     actions.push(tokio::spawn(async move {
-                        let result = settle_request(request).await;
-                        let _ = sender.send(Message::Settled(result)).await;
+                        let result = settle_request(request.clone()).await;
+                        let _ = sender.send(Message::Settled { request, result }).await;
                     }));
                 }
                 Task::Copy(text) => {

@@ -18,6 +18,9 @@ pub struct Dialog {
     /// What will happen, in a sentence.
     pub summary: String,
     pub subject: Subject,
+    /// Of an action on every item of a pane: the first keys it will touch
+    /// and how many more, so the count is of rows the operator recognises.
+    pub names: Option<String>,
     pub reason: String,
     pub external_ref: String,
     pub key_suffix: String,
@@ -37,8 +40,13 @@ pub struct Dialog {
 impl App {
     pub(super) fn open_dialog(&mut self, action: Action) -> Vec<Task> {
         let info = action.info();
+        let mut names = None;
         let (subject, summary) = match info.scope {
             Scope::Pane => {
+                if let Some(why) = self.why_not_every_item(action) {
+                    self.set_status(format!("cannot {}: {why}", info.label), Role::Warn);
+                    return Vec::new();
+                }
                 let targets: Vec<(String, i64)> = self.models[self.view]
                     .rows
                     .iter()
@@ -68,6 +76,8 @@ impl App {
                     Some((verb, every_item)) => (every_item.says)(verb.name, &items),
                     None => items,
                 };
+                let keys: Vec<&str> = targets.iter().map(|(key, _)| key.as_str()).collect();
+                names = Some(super::a_few_keys(&keys));
                 (Subject::Pane { targets }, summary)
             }
             Scope::Escalation => {
@@ -133,6 +143,7 @@ impl App {
             title: action_title(action).to_string(),
             summary,
             subject,
+            names,
             reason: String::new(),
             external_ref: String::new(),
             key_suffix: String::new(),
@@ -246,6 +257,40 @@ impl App {
 }
 
 impl App {
+    /// Why a key for every item of the view cannot run now: the rows on
+    /// screen are not the ones it would act on. A new filter's rows are
+    /// read after it is applied, and the previous filter's stay on screen
+    /// meanwhile; the items of an action on many are read again after it,
+    /// at versions the console does not know until then.
+    fn why_not_every_item(&self, action: Action) -> Option<String> {
+        let View::Pane(pane) = self.current_view() else {
+            return None;
+        };
+        let key = action.info().keys;
+        if !self.pane_rows_match_filter() {
+            let title = pane.title().to_lowercase();
+            let which = if self.filter.is_empty() {
+                format!("the unfiltered {title}")
+            } else {
+                format!("the {title} matching {:?}", self.filter_text)
+            };
+            return Some(format!(
+                "{which} are still being read; {key} again once they show"
+            ));
+        }
+        let rows = &self.models[self.view].rows;
+        let awaiting = rows
+            .iter()
+            .filter_map(|row| row.op_key.as_deref())
+            .filter(|op_key| self.awaiting_read(op_key).is_some())
+            .count();
+        (awaiting > 0).then(|| {
+            format!(
+                "{awaiting} of these changed with your last action; {key} again once the next read shows them"
+            )
+        })
+    }
+
     /// How the items of the pane split, for a bulk dialog: by mismatch in
     /// the duplicates pane, by the holder's state in the held pane.
     fn pane_split(&self) -> String {

@@ -10,6 +10,7 @@ use crossterm::event::KeyEvent;
 mod dialog;
 mod navigation;
 mod prompt;
+mod settled;
 mod snapshot;
 
 use std::ops::{Index, IndexMut};
@@ -17,17 +18,19 @@ use std::ops::{Index, IndexMut};
 pub use self::dialog::{Dialog, key_suffix};
 use self::prompt::NOT_IN_HISTORY;
 pub use self::prompt::Prompt;
+use self::settled::Acted;
 pub use self::snapshot::{Notifications, Snapshot};
-use super::action::Action;
 pub use super::action::DialogField;
-use super::model::{self, TableModel};
+use super::action::{Action, Use};
+use super::model::{self, APPROVAL_ROW, TableModel};
 use super::theme::Role;
 pub use super::view::{VIEW_COUNT, VIEWS, View};
 use crate::console::theme::Theme;
 use crate::ledger::actions::Applicability;
 use crate::ledger::history::EffectHistory;
 use crate::ledger::panes::{Filter, Pane};
-use crate::settle::Request;
+use crate::settle::verbs::{self, On, Verb};
+use crate::settle::{Request, Settled};
 
 /// Rows fetched per pane and poll: memory and poll cost stay bounded however
 /// many items are open; moving past the window fetches the next one.
@@ -65,7 +68,11 @@ pub enum Message {
     Snapshot(Box<Snapshot>),
     PollFailed(String),
     Detail(String, Result<Box<EffectHistory>, String>),
-    Settled(Result<String, String>),
+    /// A request the operator confirmed, and what came of it.
+    Settled {
+        request: Request,
+        result: Result<Settled, String>,
+    },
     Notice(String),
     /// A line about work running beside the console (the demo's agents),
     /// shown when nothing else is; it comes with the clock's tick.
@@ -163,8 +170,24 @@ pub struct Logged {
     pub(crate) at: chrono::DateTime<chrono::Utc>,
     pub text: String,
     pub role: Role,
-    /// The key or item it was about.
+    /// What it was about: the key(s) an action was done to, else the item
+    /// selected when it was said.
     pub about: Option<String>,
+}
+
+/// The first keys of a list and how many more: enough to recognise what
+/// an action on many items is about without a screenful of keys.
+pub fn a_few_keys<K: AsRef<str>>(keys: &[K]) -> String {
+    const NAMED: usize = 3;
+    let named: Vec<String> = keys
+        .iter()
+        .take(NAMED)
+        .map(|key| crate::text::sanitize_line(key.as_ref()))
+        .collect();
+    match keys.len().saturating_sub(NAMED) {
+        0 => named.join(", "),
+        more => format!("{} and {more} more", named.join(", ")),
+    }
 }
 
 /// How many messages the log keeps: a long shift's worth.
@@ -255,6 +278,8 @@ pub struct App {
     pub(crate) hint: Option<String>,
     /// What runs beside the console (the demo's agents), shown when idle.
     pub(crate) background: Option<String>,
+    /// What the console's own actions did, until a read shows it.
+    pub(crate) acted: Vec<Acted>,
     pending_jump_to_end: bool,
 }
 
@@ -301,6 +326,7 @@ impl App {
             replica_lag_stale_secs,
             hint,
             background: None,
+            acted: Vec::new(),
             pending_jump_to_end: false,
         }
     }
@@ -452,14 +478,93 @@ impl App {
         }
     }
 
-    /// Why `action` does not apply to the selected effect; None: it may
-    /// (the ledger still has the last word when it runs).
-    pub fn why_not(&self, action: Action) -> Option<&str> {
+    /// Why `action` does not apply to the selection; None: it may (the
+    /// ledger still has the last word when it runs). The ledger's rules,
+    /// read with the effect, and what the console learnt since: an action
+    /// of its own whose outcome the next read must show first, a
+    /// compensation the operator asked for themselves, an escalation
+    /// already in the state asked for.
+    pub fn why_not(&self, action: Action) -> Option<String> {
+        let Action::Verb(verb, how) = action else {
+            return None;
+        };
+        // A verb done to every item is not ruled by the one selected: each
+        // item it does not apply to is skipped and counted.
+        if how == Use::EveryItem {
+            return None;
+        }
+        if verb.on == On::Escalation {
+            return self.why_not_escalation(verb);
+        }
+        let (op_key, _) = self.selected_effect()?;
+        if let Some(acted) = self.awaiting_read(&op_key) {
+            let paused = if self.paused {
+                " (polling is paused: p resumes)"
+            } else {
+                ""
+            };
+            return Some(format!(
+                "{} changed with your {} just now: the next read says what applies to it{paused}",
+                crate::text::sanitize_line(&op_key),
+                acted.by
+            ));
+        }
+        if *verb == verbs::APPROVE
+            && let Some(why) = self.approving_own_request(&op_key)
+        {
+            return Some(why);
+        }
         let name = action.ledger_action()?;
-        self.selected_applicability()?
-            .refused
-            .get(name)
-            .map(String::as_str)
+        self.selected_applicability()?.refused.get(name).cloned()
+    }
+
+    /// The ledger refuses an operator's approval of a compensation they
+    /// requested (by name, and by login): said before the reason and the
+    /// key's end are typed, not after.
+    fn approving_own_request(&self, op_key: &str) -> Option<String> {
+        let request = self
+            .snapshot
+            .as_ref()?
+            .approvals
+            .iter()
+            .find(|row| row.op_key == op_key)?;
+        // Compared as the ledger compares them: trimmed, in any case.
+        let normalised = |name: &str| name.trim().to_lowercase();
+        (normalised(&request.requested_by) == normalised(&self.operator)).then(|| {
+            format!(
+                "{} requested this compensation: a second, different operator must approve it",
+                crate::text::sanitize_line(&request.requested_by)
+            )
+        })
+    }
+
+    /// An escalation already in the state asked for is left as it is by
+    /// the ledger (`unchanged`), and a resolved one is done with.
+    fn why_not_escalation(&self, verb: &Verb) -> Option<String> {
+        let asked = if *verb == verbs::ACKNOWLEDGE_ESCALATION {
+            "acknowledged"
+        } else if *verb == verbs::RESOLVE_ESCALATION {
+            "resolved"
+        } else {
+            return None;
+        };
+        let row = self.selected_row().filter(|row| {
+            self.detail.is_none()
+                && self.current_view() == View::Escalations
+                && !row.id.starts_with(APPROVAL_ROW)
+        })?;
+        let state = self.escalation_state(&row.id)?;
+        (state == asked || state == "resolved")
+            .then(|| format!("the escalation is {state} already"))
+    }
+
+    /// Whether the panes' rows on screen are the ones the filter in force
+    /// returned: a new filter shows the previous one's rows until its
+    /// first read arrives. Before any read there are no rows to be wrong.
+    pub fn pane_rows_match_filter(&self) -> bool {
+        self.snapshot
+            .as_ref()
+            .is_none_or(|snapshot| snapshot.filter == self.filter)
     }
 
     /// Whether the selected effect was recorded but never claimed for a
@@ -530,13 +635,30 @@ impl App {
         }
     }
 
+    /// A message about the selection (the open detail, else the selected item).
     pub fn set_status(&mut self, text: impl Into<String>, role: Role) {
-        let text = text.into();
         let about = self
             .detail
             .as_ref()
             .map(|detail| detail.op_key.clone())
             .or_else(|| self.lists[self.view].selected_id.clone());
+        self.say(text.into(), role, about.clone(), about);
+    }
+
+    /// The result of an action, about the keys it was done to, whatever is
+    /// selected when it arrives: the log heads it with them, and the status
+    /// line fades it once another item is selected (a result about many
+    /// items is about the pane, and does not).
+    fn report(&mut self, text: String, role: Role, keys: &[String]) {
+        let heading = (!keys.is_empty()).then(|| a_few_keys(keys));
+        let about = match keys {
+            [one] => Some(one.clone()),
+            _ => None,
+        };
+        self.say(text, role, heading, about);
+    }
+
+    fn say(&mut self, text: String, role: Role, heading: Option<String>, about: Option<String>) {
         // Results and refusals are kept whole; what only says where the
         // operator is (sorted, paused, backed out) is not.
         if role != Role::Muted {
@@ -547,27 +669,36 @@ impl App {
                 at: chrono::Utc::now(),
                 text: text.clone(),
                 role,
-                about: about.clone(),
+                about: heading,
             });
         }
         self.status = Some(Status { text, role, about });
     }
 
     /// The status as it should read now: a message about another item
-    /// than the one selected is faded.
+    /// than the one selected is faded. An item that left the view (an
+    /// action took it off) leaves its message as it was: the selection
+    /// moved on by itself, not the operator.
     pub fn status_now(&self) -> Option<Status> {
         let status = self.status.clone()?;
-        let selected = self
-            .detail
-            .as_ref()
-            .map(|detail| detail.op_key.clone())
-            .or_else(|| self.lists[self.view].selected_id.clone());
-        match (&status.about, selected) {
-            (Some(about), Some(selected)) if *about != selected => Some(Status {
+        let names =
+            |row: &model::Row, item: &str| row.id == item || row.op_key.as_deref() == Some(item);
+        let fades = status.about.as_deref().is_some_and(|about| {
+            let selected = match &self.detail {
+                Some(detail) => detail.op_key == about,
+                None => self.selected_row().is_some_and(|row| names(row, about)),
+            };
+            let shown =
+                self.detail.is_some() || self.model().rows.iter().any(|row| names(row, about));
+            !selected && shown
+        });
+        if fades {
+            Some(Status {
                 role: Role::Muted,
                 ..status
-            }),
-            _ => Some(status),
+            })
+        } else {
+            Some(status)
         }
     }
 
@@ -613,19 +744,7 @@ impl App {
                 }
                 Vec::new()
             }
-            Message::Settled(result) => {
-                match result {
-                    Ok(summary) => {
-                        // What was settled may change the money at risk.
-                        self.settled_actions += 1;
-                        self.set_status(format!("✓ {summary}"), Role::Ok)
-                    }
-                    Err(error) => self.set_status(format!("✗ {error}"), Role::Critical),
-                }
-                let mut commands = vec![Task::Repoll];
-                commands.extend(self.refresh_detail());
-                commands
-            }
+            Message::Settled { request, result } => self.on_settled(request, result),
             Message::Notice(text) => {
                 self.set_status(text, Role::Warn);
                 Vec::new()

@@ -11,7 +11,7 @@ use crate::ledger::actions::Applicability;
 use crate::ledger::escalations::{ApprovalRow, EscalationRow};
 use crate::ledger::finance::FinanceReview;
 use crate::ledger::model::AuditEntry;
-use crate::ledger::panes::{Pane, PaneRows};
+use crate::ledger::panes::{Filter, Pane, PaneRows};
 
 /// One poll's worth of data; the UI renders from the latest one.
 #[derive(Debug, Clone, PartialEq)]
@@ -52,6 +52,12 @@ pub struct Snapshot {
     pub role: String,
     /// The window offsets these rows were fetched at.
     pub offsets: [usize; 4],
+    /// The filter the panes' rows were read with: until a read for a new
+    /// filter arrives, the rows on screen are the previous filter's.
+    pub filter: Filter,
+    /// How many actions the console had settled when this read began: a
+    /// read that counts an action shows what it did.
+    pub settled_actions: u64,
 }
 
 impl App {
@@ -128,6 +134,9 @@ impl App {
         self.models[View::Audit] = model::audit_model(&audit);
         self.totals[View::Audit] = snapshot.audit_count.unwrap_or(audit.len() as i64);
         self.offsets = snapshot.offsets;
+        // What this console's actions did and the read does not show yet
+        // (it began before they committed) stays as the results said.
+        self.acted_after(snapshot.settled_actions);
         // The table models hold what is shown; the raw rows would only
         // double the memory of a large window.
         let mut snapshot = snapshot;

@@ -10,10 +10,17 @@ use crate::text::sanitize_line;
 
 pub fn draw(frame: &mut Frame, area: Rect, dialog: &Dialog, theme: &Theme) {
     let fields = dialog.action.dialog_fields();
-    let mut lines = vec![
-        Line::from(Span::styled(sanitize_line(&dialog.summary), theme.base())),
-        Line::default(),
-    ];
+    let mut lines = vec![Line::from(Span::styled(
+        sanitize_line(&dialog.summary),
+        theme.base(),
+    ))];
+    if let Some(names) = &dialog.names {
+        lines.push(Line::from(vec![
+            Span::styled("keys: ", theme.role(Role::Muted)),
+            Span::styled(sanitize_line(names), theme.base()),
+        ]));
+    }
+    lines.push(Line::default());
     let input = |label: &str, value: &str, focused: bool| {
         let cursor = if focused { "▏" } else { "" };
         let style = if focused {

@@ -44,7 +44,9 @@ pub fn draw(frame: &mut Frame, app: &App, theme: &Theme) {
         None => {}
     }
     if let Some(dialog) = app.dialog() {
-        dialog::draw(frame, centered(area, 72, 14), dialog, theme);
+        // The keys a bulk action names take a line or two more.
+        let height = if dialog.names.is_some() { 16 } else { 14 };
+        dialog::draw(frame, centered(area, 72, height), dialog, theme);
     }
 }
 

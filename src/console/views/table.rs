@@ -24,6 +24,14 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         }
         _ => view.title().to_string(),
     };
+    // A new filter's rows come with the next read; until then the rows
+    // shown are the previous filter's, and the title says so.
+    let title = match view {
+        View::Pane(_) if !app.pane_rows_match_filter() => {
+            format!("{title} · reading the rows of the new filter…")
+        }
+        _ => title,
+    };
     draw_titled(frame, area, app, theme, &title);
 }
 
@@ -57,6 +65,8 @@ pub fn draw_titled(frame: &mut Frame, area: Rect, app: &App, theme: &Theme, titl
     if model.rows.is_empty() {
         let message = if app.snapshot.is_none() {
             "waiting for the first poll…".to_string()
+        } else if matches!(view, View::Pane(_)) && !app.pane_rows_match_filter() {
+            "reading the rows of the new filter…".to_string()
         } else if app.filter.is_empty() {
             format!("✓ nothing in {}", view.title().to_lowercase())
         } else {
