@@ -419,8 +419,12 @@ async fn another_agent_login_cannot_reopen_an_effect_it_does_not_own() {
             .await
             .unwrap();
         let before = rig.effect(key).await;
-        let other = begin_effect(&mut two, &intent).await.unwrap();
-        assert_ne!(other.decision, Decision::Retry, "{key}");
+        // Refused outright, telling nothing of the effect (0023).
+        let other = begin_effect(&mut two, &intent).await;
+        assert!(
+            matches!(other, Err(LedgerError::Refused(_))),
+            "{key}: {other:?}"
+        );
         let after = rig.effect(key).await;
         assert_eq!(
             (after.state, after.version),

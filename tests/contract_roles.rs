@@ -289,9 +289,20 @@ async fn an_agent_writes_through_the_writer_api_only() {
         executable(pool, &role.name).await,
         [
             "begin_effect",
+            // The key form, for SQL callers to make their keys (0022).
+            "canonical_arguments",
+            "canonical_json",
             "complete_effect",
             "current_actor",
-            "mark_dispatched"
+            "key_form",
+            "key_from_template",
+            "mark_dispatched",
+            "money_value",
+            "normalised",
+            "params_by_value",
+            // A gateway's check of its callers' keys (0023).
+            "refused_to_requester",
+            "white_space_trimmed"
         ]
     );
 

@@ -12,7 +12,7 @@ use effectwatch::cli::show;
 use effectwatch::ledger::LedgerPool;
 use effectwatch::ledger::history;
 use effectwatch::ledger::writer::{
-    Completion, Intent, Outcome, begin_effect, complete_effect, mark_dispatched,
+    self, Completion, Intent, Outcome, begin_effect, complete_effect, mark_dispatched,
 };
 use effectwatch::ledger::{Decision, LedgerError};
 use serde_json::json;
@@ -474,11 +474,324 @@ async fn an_agent_reads_back_only_its_own_logins_effects() {
     let all = ["fleet-1:a", "fleet-2:a", "fleet-2:b"];
     assert_eq!(visible(&mut operator_conn).await, all);
     assert_eq!(visible(&mut reader_conn).await, all);
-    // The writer API still answers for every key, whoever's it is.
-    let begun = begin_effect(&mut first_conn, &intent("fleet-2:a", "invoice:F2", "a"))
+    // The writer API still answers for every key, whoever's it is: another
+    // fleet's is refused, telling nothing of it (issue 40).
+    let begun = begin_effect(&mut first_conn, &intent("fleet-2:a", "invoice:F2", "a")).await;
+    assert!(
+        matches!(&begun, Err(LedgerError::Refused(why)) if why == writer::NOT_YOURS),
+        "{begun:?}"
+    );
+}
+
+/// A role declaring logins one tenant (`effect_tenant_*`), dropped at the end.
+struct TenantRole {
+    name: String,
+    admin_url: String,
+}
+
+impl TenantRole {
+    async fn create(db: &common::TestDb, members: &[&LoginRole]) -> TenantRole {
+        let name = format!(
+            "effect_tenant_ew_{:x}_{:x}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos())
+                & 0xff_ffff_ffff
+        );
+        sqlx::query(AssertSqlSafe(format!("create role \"{name}\" nologin")))
+            .execute(&db.pool)
+            .await
+            .unwrap();
+        for member in members {
+            sqlx::query(AssertSqlSafe(format!(
+                "grant \"{name}\" to \"{}\"",
+                member.name
+            )))
+            .execute(&db.pool)
+            .await
+            .unwrap();
+        }
+        TenantRole {
+            name,
+            admin_url: db.url.clone(),
+        }
+    }
+}
+
+impl Drop for TenantRole {
+    fn drop(&mut self) {
+        let (url, name) = (self.admin_url.clone(), self.name.clone());
+        let _ = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .ok()?;
+            runtime.block_on(async {
+                use sqlx::Connection;
+                let mut admin = PgConnection::connect(&url).await.ok()?;
+                sqlx::query(AssertSqlSafe(format!("drop role if exists \"{name}\"")))
+                    .execute(&mut admin)
+                    .await
+                    .ok()
+            })
+        })
+        .join();
+    }
+}
+
+/// Every column of `ledger.begin_effect`'s answer, as any agent sees it in psql.
+async fn raw_begin(
+    conn: &mut PgConnection,
+    op_key: &str,
+    target: &str,
+    requested_by: &str,
+) -> (
+    String,
+    Option<i64>,
+    Option<String>,
+    Option<serde_json::Value>,
+) {
+    sqlx::query_as(
+        "select decision, effect_id, state, result from ledger.begin_effect(
+            op_key => $1, action => 'refund', target => $2,
+            params => '{\"amount_minor\": 1500, \"currency\": \"EUR\", \"iban\": \"DE02 1203 0000 0000 2020 51\"}',
+            requested_by => $3, amount_minor => 1500, currency => 'EUR')",
+    )
+    .bind(op_key)
+    .bind(target)
+    .bind(requested_by)
+    .fetch_one(conn)
+    .await
+    .unwrap()
+}
+
+/// Issue 40, "A replay answers whoever asks": another login sending the
+/// owner's key and params got the owner's stored result.
+#[tokio::test]
+async fn a_repeat_is_answered_only_to_the_login_that_made_the_key_or_its_tenant() {
+    let db = common::test_db().await;
+    let pool = &db.pool;
+    let owner = LoginRole::create(&db, "effect_agent").await;
+    let stranger = LoginRole::create(&db, "effect_agent").await;
+    let colleague = LoginRole::create(&db, "effect_agent").await;
+    let (Some(mut owner_conn), Some(mut stranger_conn), Some(mut colleague_conn)) = (
+        owner.connect(&db).await,
+        stranger.connect(&db).await,
+        colleague.connect(&db).await,
+    ) else {
+        return;
+    };
+    let _tenant = TenantRole::create(&db, &[&owner, &colleague]).await;
+    let key = "refund:INV-40:v1";
+    let target = "invoice:INV-40";
+    let stored = json!({"refund_id": "re_40", "card": "4242"});
+    assert_eq!(
+        begin_effect(&mut owner_conn, &intent(key, target, "agent-a"))
+            .await
+            .unwrap()
+            .decision,
+        Decision::Proceed
+    );
+    assert!(
+        mark_dispatched(&mut owner_conn, key, None, "agent-a")
+            .await
+            .unwrap()
+            .claimed
+    );
+    complete_effect(
+        &mut owner_conn,
+        key,
+        Outcome::Succeeded,
+        &Completion {
+            external_ref: Some("re_40".into()),
+            result: Some(stored.clone()),
+            ..Completion::default()
+        },
+    )
+    .await
+    .unwrap();
+
+    // The stranger, with the owner's key and params: refused, and told
+    // nothing — no effect id, no state, no result.
+    assert_eq!(
+        raw_begin(&mut stranger_conn, key, target, "agent-b").await,
+        ("refused".to_string(), None, None, None)
+    );
+    let begun = begin_effect(&mut stranger_conn, &intent(key, target, "agent-b")).await;
+    assert!(
+        matches!(&begun, Err(LedgerError::Refused(why)) if why == writer::NOT_YOURS),
+        "{begun:?}"
+    );
+    // Other params under the key: refused the same way, not `rejected`
+    // with the state.
+    let mut other = intent(key, target, "agent-b");
+    other.params = json!({"amount_minor": 9900, "currency": "EUR"});
+    other.amount_minor = Some(9900);
+    assert!(matches!(
+        begin_effect(&mut stranger_conn, &other).await,
+        Err(LedgerError::Refused(_))
+    ));
+
+    // A login of the owner's tenant, and the owner, get the replay.
+    for (conn, name) in [
+        (&mut colleague_conn, "agent-c"),
+        (&mut owner_conn, "agent-a"),
+    ] {
+        let begun = begin_effect(&mut *conn, &intent(key, target, name))
+            .await
+            .unwrap();
+        assert_eq!(
+            (begun.decision, begun.result.as_ref()),
+            (Decision::Replay, Some(&stored)),
+            "{name}"
+        );
+    }
+    // The effect is as the owner left it.
+    assert_eq!(state_of(pool, key).await.0, "succeeded");
+
+    // The stranger's calls are kept, flagged, under its login, saying what
+    // was withheld; the duplicates pane shows the key as a refused call.
+    let refused: Vec<(String, Option<String>, Option<String>)> = sqlx::query_as(
+        "select db_role, requested_by, detail ->> 'withheld' from ledger.attempts
+          where op_key = $1 and kind = 'refused' and flagged order by id",
+    )
+    .bind(key)
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        refused,
+        [
+            (
+                stranger.name.clone(),
+                Some("agent-b".into()),
+                Some("replay".into())
+            ),
+            (
+                stranger.name.clone(),
+                Some("agent-b".into()),
+                Some("replay".into())
+            ),
+            (
+                stranger.name.clone(),
+                Some("agent-b".into()),
+                Some("rejected".into())
+            ),
+        ]
+    );
+    let (needs_look, reasons): (bool, Vec<String>) = sqlx::query_as(
+        "select needs_look, look_reasons from ledger.duplicate_attempts where op_key = $1",
+    )
+    .bind(key)
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    assert!(
+        needs_look && reasons.contains(&"refused call".to_string()),
+        "{reasons:?}"
+    );
+
+    // In flight, and failed and retryable: refused too, and the stranger
+    // cannot reopen it.
+    let open = "refund:INV-41:v1";
+    begin_effect(&mut owner_conn, &intent(open, "invoice:INV-41", "agent-a"))
         .await
         .unwrap();
-    assert_eq!(begun.decision, Decision::InFlight);
+    assert_eq!(
+        raw_begin(&mut stranger_conn, open, "invoice:INV-41", "agent-b")
+            .await
+            .0,
+        "refused"
+    );
+    assert!(
+        mark_dispatched(&mut owner_conn, open, None, "agent-a")
+            .await
+            .unwrap()
+            .claimed
+    );
+    complete_effect(
+        &mut owner_conn,
+        open,
+        Outcome::Failed { retryable: true },
+        &Completion {
+            reason: Some("declined for now".into()),
+            ..Completion::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        raw_begin(&mut stranger_conn, open, "invoice:INV-41", "agent-b").await,
+        ("refused".to_string(), None, None, None)
+    );
+    assert_eq!(state_of(pool, open).await.0, "failed");
+    assert_eq!(
+        begin_effect(&mut owner_conn, &intent(open, "invoice:INV-41", "agent-a"))
+            .await
+            .unwrap()
+            .decision,
+        Decision::Retry
+    );
+
+    // Pruned, the key keeps its owner: the tombstone answers as the effect did.
+    let pruned: i64 = sqlx::query_scalar(
+        "select effects from ledger.prune_settled(interval '0', 'ops', 'issue 40',
+            only_ids => array[(select id from ledger.effects where op_key = $1)])",
+    )
+    .bind(key)
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    assert_eq!(pruned, 1);
+    let kept: Option<String> =
+        sqlx::query_scalar("select owner_role from ledger.key_tombstones where op_key = $1")
+            .bind(key)
+            .fetch_one(pool)
+            .await
+            .unwrap();
+    assert_eq!(kept.as_deref(), Some(owner.name.as_str()));
+    assert_eq!(
+        raw_begin(&mut stranger_conn, key, target, "agent-b").await,
+        ("refused".to_string(), None, None, None)
+    );
+    for (conn, name) in [
+        (&mut colleague_conn, "agent-c"),
+        (&mut owner_conn, "agent-a"),
+    ] {
+        let begun = begin_effect(&mut *conn, &intent(key, target, name))
+            .await
+            .unwrap();
+        assert_eq!(
+            (begun.decision, begun.result.as_ref()),
+            (Decision::Replay, Some(&stored)),
+            "{name}, after the prune"
+        );
+    }
+    // A tombstone from before owners were kept answers no login but a
+    // superuser's session; it still never proceeds.
+    sqlx::query(
+        "insert into ledger.key_tombstones (op_key, effect_id, material_hash, final_state, settled_at)
+         select 'refund:OLD:v1', 1, ledger.material_hash(ledger.params_hash($1), 'refund', 'invoice:OLD', 1500, 'EUR', null),
+                'succeeded', now()",
+    )
+    .bind(json!({"amount_minor": 1500, "currency": "EUR", "iban": "DE02 1203 0000 0000 2020 51"}))
+    .execute(pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        raw_begin(&mut owner_conn, "refund:OLD:v1", "invoice:OLD", "agent-a")
+            .await
+            .0,
+        "refused"
+    );
+    assert_eq!(
+        begin_effect(pool, &intent("refund:OLD:v1", "invoice:OLD", "admin"))
+            .await
+            .unwrap()
+            .decision,
+        Decision::Replay
+    );
 }
 
 #[tokio::test]

@@ -15,6 +15,7 @@ use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, Implementation,
 };
 use rmcp::service::{RoleClient, RunningService};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{ConfigureCommandExt, StreamableHttpClientTransport, TokioChildProcess};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -206,6 +207,16 @@ async fn listening(mut command: tokio::process::Command) -> (tokio::process::Chi
     .expect("the process did not listen within 30 s");
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
     (child, url)
+}
+
+/// An MCP client over HTTP that sends `Authorization: Bearer <token>`.
+async fn http_client_with_token(url: &str, name: &str, token: &str) -> Client {
+    agent(name)
+        .serve(StreamableHttpClientTransport::from_config(
+            StreamableHttpClientTransportConfig::with_uri(url.to_string()).auth_header(token),
+        ))
+        .await
+        .unwrap()
 }
 
 async fn http_client(url: &str, name: &str) -> Client {
@@ -679,12 +690,8 @@ async fn only_the_policy_says_a_tool_reads_and_a_lookalike_never_passes() {
     let without_lookup = POLICY.replace("[tools.lookup_refunds]\nread_only = true\n", "");
     assert_ne!(without_lookup, POLICY);
     std::fs::write(rig.policy(), without_lookup).unwrap();
-    let lookup = CallToolRequestParams::new("lookup_refunds").with_arguments(
-        json!({"order_id": "INV-IMP"})
-            .as_object()
-            .cloned()
-            .unwrap(),
-    );
+    let lookup = CallToolRequestParams::new("lookup_refunds")
+        .with_arguments(json!({"order_id": "INV-IMP"}).as_object().cloned().unwrap());
     let (client, stderr) = rig.stdio_client(&["--impostor"], &[]).await;
     let said = stderr.join("\n");
     assert!(
@@ -706,7 +713,133 @@ async fn only_the_policy_says_a_tool_reads_and_a_lookalike_never_passes() {
     call.name = "r\u{435}fund".into();
     let impostor = allowed.call_tool(call).await.unwrap();
     assert_eq!(impostor.is_error, Some(true), "{}", text(&impostor));
-    assert!(text(&impostor).contains("looks like refund"), "{}", text(&impostor));
-    assert_eq!(rig.refunds_of("INV-IMP"), 0, "the lookalike never reached the provider");
+    assert!(
+        text(&impostor).contains("looks like refund"),
+        "{}",
+        text(&impostor)
+    );
+    assert_eq!(
+        rig.refunds_of("INV-IMP"),
+        0,
+        "the lookalike never reached the provider"
+    );
     let _ = allowed.cancel().await;
+}
+
+/// Issue 40, "A replay answers whoever asks": over HTTP, a caller without
+/// the first caller's authorization sent its arguments and got its stored
+/// result; the tool server never saw it.
+#[tokio::test]
+async fn over_http_a_repeat_is_answered_only_to_the_caller_that_made_it() {
+    let Some(rig) = Rig::new().await else { return };
+    let (url, _children) = rig.http_gateway().await;
+    let first_caller = http_client_with_token(&url, "agent-a", "token-of-a").await;
+    let done = first_caller
+        .call_tool(refund("INV-CALLER", 1500, "EUR"))
+        .await
+        .unwrap();
+    assert_ne!(done.is_error, Some(true), "{}", text(&done));
+    let stored = done.structured_content.clone().expect("the tool's result");
+    let refund_id = stored["id"].as_str().expect("the refund's id").to_string();
+
+    // Another caller, and one with no authorization at all, with the same
+    // arguments: a tool error that tells nothing of the refund.
+    let second_caller = http_client_with_token(&url, "agent-b", "token-of-b").await;
+    let anonymous = http_client(&url, "agent-anonymous").await;
+    for (who, client) in [("token-of-b", &second_caller), ("anonymous", &anonymous)] {
+        let refused = client
+            .call_tool(refund("INV-CALLER", 1500, "EUR"))
+            .await
+            .unwrap();
+        assert_eq!(refused.is_error, Some(true), "{who}: {}", text(&refused));
+        assert_eq!(refused.structured_content, None, "{who}");
+        let said = text(&refused);
+        assert!(said.contains("belongs to another caller"), "{who}: {said}");
+        assert!(!said.contains(&refund_id), "{who}: {said}");
+    }
+    assert_eq!(
+        rig.refunds_of("INV-CALLER"),
+        1,
+        "nothing more reached the tool"
+    );
+
+    // The first caller's own repeat is the replay.
+    let again = first_caller
+        .call_tool(refund("INV-CALLER", 1500, "EUR"))
+        .await
+        .unwrap();
+    assert_eq!(again.structured_content, Some(stored), "{}", text(&again));
+    assert_eq!(rig.refunds_of("INV-CALLER"), 1);
+
+    // The ledger knows the caller by a hash of its header, never the header.
+    let (state, requested_by, _) = rig.effect("refund:INV-CALLER:1500").await;
+    assert_eq!(state, "succeeded");
+    let caller = requested_by
+        .strip_prefix("gateway:billing/caller:")
+        .unwrap_or_else(|| panic!("{requested_by}"));
+    assert!(
+        caller.len() == 32 && caller.chars().all(|c| c.is_ascii_hexdigit()),
+        "{requested_by}"
+    );
+    let everything: String = sqlx::query_scalar(
+        "select concat_ws(' ', e::text, (select string_agg(a::text, ' ') from ledger.attempts a
+                                          where a.op_key = e.op_key))
+           from ledger.effects e where e.op_key = 'refund:INV-CALLER:1500'",
+    )
+    .fetch_one(&rig.db.pool)
+    .await
+    .unwrap();
+    assert!(!everything.contains("token-of"), "{everything}");
+    // Both refused calls are kept, flagged, under the names of their callers.
+    let refused: Vec<String> = sqlx::query_scalar(
+        "select requested_by from ledger.attempts
+          where op_key = 'refund:INV-CALLER:1500' and kind = 'refused' and flagged order by id",
+    )
+    .fetch_all(&rig.db.pool)
+    .await
+    .unwrap();
+    assert_eq!(refused.len(), 2, "{refused:?}");
+    assert!(refused[0].starts_with("gateway:billing/caller:") && refused[0] != requested_by);
+    assert_eq!(refused[1], "gateway:billing");
+
+    // The second caller's own refund goes through as usual.
+    let own = second_caller
+        .call_tool(refund("INV-CALLER-B", 700, "EUR"))
+        .await
+        .unwrap();
+    assert_ne!(own.is_error, Some(true), "{}", text(&own));
+    assert_eq!(rig.refunds_of("INV-CALLER-B"), 1);
+    for client in [first_caller, second_caller, anonymous] {
+        let _ = client.cancel().await;
+    }
+}
+
+#[tokio::test]
+async fn a_policy_can_declare_every_caller_of_the_gateway_one_tenant() {
+    let Some(rig) = Rig::new().await else { return };
+    std::fs::write(rig.policy(), format!("replays = \"tenant\"\n{POLICY}")).unwrap();
+    let (url, _children) = rig.http_gateway().await;
+    let first_caller = http_client_with_token(&url, "agent-a", "token-of-a").await;
+    let done = first_caller
+        .call_tool(refund("INV-TENANT", 1500, "EUR"))
+        .await
+        .unwrap();
+    assert_ne!(done.is_error, Some(true), "{}", text(&done));
+    let second_caller = http_client_with_token(&url, "agent-b", "token-of-b").await;
+    let replayed = second_caller
+        .call_tool(refund("INV-TENANT", 1500, "EUR"))
+        .await
+        .unwrap();
+    assert_eq!(
+        replayed.structured_content,
+        done.structured_content,
+        "{}",
+        text(&replayed)
+    );
+    assert_eq!(rig.refunds_of("INV-TENANT"), 1);
+    let (_, requested_by, _) = rig.effect("refund:INV-TENANT:1500").await;
+    assert_eq!(requested_by, "gateway:billing");
+    for client in [first_caller, second_caller] {
+        let _ = client.cancel().await;
+    }
 }

@@ -6,7 +6,17 @@
 //! late answer — and judges each by the tool server's own state, read
 //! through the read-only lookup tool the policy names, not by the ledger
 //! alone.
+//!
+//! A run is never mistaken for production traffic: its effects are recorded
+//! as `certify:<alias>`, not as the gateway's `gateway:<alias>`, and every
+//! key carries the run's marker (`certify-<run>-<case>` appended to the key's
+//! string arguments). At its end [`Certification::settle`] closes what the
+//! run left open (a dropped reply is unknown, a dead caller's call pending)
+//! through the operator functions, each with its audit entry, so nothing of
+//! it waits in the overdue, unknown, held or duplicates panes.
 
+use std::collections::HashMap;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use rmcp::model::{CallToolRequestParams, CallToolResult};
@@ -14,9 +24,11 @@ use rmcp::service::{Peer, RoleClient};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use super::policy::{MappedCall, ToolRule};
+use super::policy::{MappedCall, Policy, ToolRule};
 use super::proxy::{Gateway, OP_KEY_META};
+use crate::ledger::actions::{self, Resolution, SeenVersion};
 use crate::ledger::writer::{self, Completion, ErrorClass, Outcome};
+use crate::ledger::{LedgerError, LedgerPool};
 
 /// How long a repeat waits for a call abandoned on purpose.
 const ABANDONED_WAIT: Duration = Duration::from_secs(2);
@@ -60,6 +72,94 @@ pub const LATE: &str = "late messages cannot reopen work";
 pub const DISTINCT: &str = "distinct actions stay distinct";
 pub const PRUNED: &str = "a replay long after (past a prune) is still answered";
 
+/// The cases that make a business action of their own, by their tag.
+const CASES: [&str; 9] = [
+    "dup", "once", "lost", "crash", "identity", "changed", "late", "one", "two",
+];
+
+/// Who a certification run's effects are requested by, and who its
+/// settlements are made by in the audit trail: never the gateway's own
+/// `gateway:<alias>`, so no one takes them for production traffic.
+pub fn requested_by(policy: &Policy) -> String {
+    format!("certify:{}", policy.alias)
+}
+
+/// The operator functions certification settles with: the login that
+/// settles must be allowed them all.
+const SETTLING_FUNCTIONS: [&str; 3] = [
+    "ledger.op_resolve(text, bigint, text, text, text, text, boolean)",
+    "ledger.op_cancel(text, bigint, text, text)",
+    "ledger.op_acknowledge_duplicates(text, bigint, text, text)",
+];
+
+/// Whether the login of `pool` may settle what a run leaves open: call the
+/// operator functions and read every effect.
+pub async fn may_settle(pool: &LedgerPool) -> Result<bool, LedgerError> {
+    let mut allowed = sqlx::query_scalar::<_, bool>(
+        "select has_table_privilege('ledger.effects', 'select')
+            and has_function_privilege('ledger.refusals(text[])', 'execute')",
+    )
+    .fetch_one(pool)
+    .await?;
+    for function in SETTLING_FUNCTIONS {
+        allowed &= sqlx::query_scalar::<_, bool>("select has_function_privilege($1, 'execute')")
+            .bind(function)
+            .fetch_one(pool)
+            .await?;
+    }
+    Ok(allowed)
+}
+
+/// What the end of a run did to the effects it made.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Settlement {
+    /// The keys of every effect the run made, oldest first.
+    pub made: Vec<String>,
+    /// The effects it left open (pending, unknown, held), now settled.
+    pub settled: Vec<Settled>,
+    /// The effects whose repeated calls (the checklist's, on purpose) were
+    /// acknowledged, off the duplicates pane.
+    pub acknowledged: Vec<String>,
+    /// What could not be settled, and why: an operator settles it.
+    pub left_open: Vec<LeftOpen>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Settled {
+    pub op_key: String,
+    pub was: String,
+    pub now: String,
+    /// The operator call: `resolve` or `cancel`.
+    pub how: &'static str,
+    /// The tool's own reference, when it answered with one.
+    pub external_ref: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct LeftOpen {
+    pub op_key: String,
+    /// Its state as last read (`repeated calls`: it is settled, its
+    /// repeats are not acknowledged).
+    pub state: String,
+    /// The operator verb that settles it: `cancel`, `resolve` or
+    /// `acknowledge-duplicates`; `list` when the run's effects could not be
+    /// read (`op_key` is then the run's marker, to find them by).
+    pub settle_with: &'static str,
+    /// For `resolve`: the tool's reference, when it answered with one (it
+    /// is then resolved as succeeded with it).
+    pub external_ref: Option<String>,
+    pub problem: String,
+}
+
+/// One effect of the run, as a login reads it.
+#[derive(Debug, sqlx::FromRow)]
+struct Open {
+    op_key: String,
+    state: String,
+    dispatched: bool,
+    version: i64,
+}
+
 pub struct Certification {
     gateway: Gateway,
     tool: String,
@@ -67,6 +167,11 @@ pub struct Certification {
     arguments: Map<String, Value>,
     run: String,
     lookup: Option<(String, String)>,
+    requested_by: String,
+    /// The tool's answers to the calls certification made around the
+    /// ledger for an effect it then left open, by key: its reference is
+    /// the evidence the effect is resolved with.
+    answers: Mutex<HashMap<String, CallToolResult>>,
 }
 
 impl Certification {
@@ -87,18 +192,72 @@ impl Certification {
         rule.map(&arguments)
             .map_err(|problem| format!("--args for {tool}: {problem}"))?;
         let lookup = rule.lookup.clone().zip(rule.lookup_count.clone());
-        let run = format!(
-            "{:x}",
-            std::process::id() ^ chrono::Utc::now().timestamp() as u32
-        );
-        Ok(Certification {
-            gateway: gateway.with_in_flight_wait(ABANDONED_WAIT),
+        let run = format!("{:08x}", rand::random::<u32>());
+        let requested_by = requested_by(gateway.policy());
+        let gateway = gateway
+            .with_in_flight_wait(ABANDONED_WAIT)
+            .with_requested_by(&requested_by);
+        if gateway.requested_by() != requested_by {
+            return Err(
+                "certification needs a gateway of its own: this one is shared, and its calls would be recorded as the gateway's".into(),
+            );
+        }
+        let certification = Certification {
+            gateway,
             tool: tool.to_string(),
             rule,
             arguments,
             run,
             lookup,
-        })
+            requested_by,
+            answers: Mutex::default(),
+        };
+        // Each case is an action of its own, under a key marked with the run.
+        let keys = certification.keys();
+        let marker = certification.marker().to_lowercase();
+        let distinct: std::collections::BTreeSet<&String> = keys.iter().collect();
+        if distinct.len() != keys.len()
+            || keys.iter().any(|key| !key.to_lowercase().contains(&marker))
+        {
+            return Err(format!(
+                "the key of {tool} ({}) takes no string argument of --args: certification marks each case's key with its run through one",
+                certification.rule.op_key.as_deref().unwrap_or_default()
+            ));
+        }
+        Ok(certification)
+    }
+
+    /// The run's id: its keys carry [`Certification::marker`].
+    pub fn run_id(&self) -> &str {
+        &self.run
+    }
+
+    /// What every key of the run carries: `certify-<run>`.
+    pub fn marker(&self) -> String {
+        format!("certify-{}", self.run)
+    }
+
+    /// Who the run's effects are requested by (`certify:<alias>`).
+    pub fn requested_by(&self) -> &str {
+        &self.requested_by
+    }
+
+    /// The reason written in the audit trail for each effect the run settles.
+    pub fn reason(&self) -> String {
+        format!("certification run {}: staging effect", self.run)
+    }
+
+    /// The gateway the run calls through (to close it at the end).
+    pub fn gateway(&self) -> &Gateway {
+        &self.gateway
+    }
+
+    /// The key of each case, whether or not it reached the ledger.
+    fn keys(&self) -> Vec<String> {
+        CASES
+            .iter()
+            .map(|case| self.mapped(&self.arguments_for(case)).op_key)
+            .collect()
     }
 
     /// Every line of the checklist, in order.
@@ -126,7 +285,7 @@ impl Certification {
         let mut arguments = self.arguments.clone();
         for name in self.rule.key_arguments() {
             if let Some(Value::String(text)) = arguments.get_mut(&name) {
-                text.push_str(&format!("-{case}-{}", self.run));
+                text.push_str(&format!("-{}-{case}", self.marker()));
             }
         }
         arguments
@@ -268,8 +427,8 @@ impl Certification {
     /// Begins and claims the effect as the gateway would, for a case that
     /// then breaks the call on purpose.
     async fn claimed(&self, call: &MappedCall, tag: &str) -> Result<(), String> {
-        let requested_by = self.gateway.policy().requested_by();
-        let intent = call.intent(&requested_by, format!("certify:{}:{tag}", self.run));
+        let requested_by = &self.requested_by;
+        let intent = call.intent(requested_by, format!("certify:{}:{tag}", self.run));
         let begun = writer::begin_effect(self.gateway.pool(), &intent)
             .await
             .map_err(|error| error.to_string())?;
@@ -281,7 +440,7 @@ impl Certification {
             &call.op_key,
             &call.target,
             None,
-            &requested_by,
+            requested_by,
         )
         .await
         .map_err(|error| error.to_string())?;
@@ -303,7 +462,7 @@ impl Certification {
             outcome,
             &Completion {
                 target: Some(call.target.clone()),
-                worker: Some(self.gateway.policy().requested_by()),
+                worker: Some(self.requested_by.clone()),
                 ..completion
             },
         )
@@ -324,10 +483,14 @@ impl Certification {
                 .upstream_peer()
                 .await
                 .map_err(|e| e.message.to_string())?;
-            // The tool acts; its answer is dropped on the way back.
-            let _dropped = self
+            // The tool acts; its answer is dropped on the way back (kept
+            // aside as the evidence the effect is settled with at the end).
+            if let Ok(dropped) = self
                 .straight_to_the_tool(&peer, &arguments, &call.op_key)
-                .await;
+                .await
+            {
+                self.keep_answer(&call.op_key, dropped);
+            }
             self.complete(
                 &call,
                 Outcome::Unknown,
@@ -373,8 +536,11 @@ impl Certification {
                 .await
                 .map_err(|e| e.message.to_string())?;
             // The caller dies after the tool acted: nothing more is written.
-            self.straight_to_the_tool(&peer, &arguments, &call.op_key)
-                .await
+            let answer = self
+                .straight_to_the_tool(&peer, &arguments, &call.op_key)
+                .await?;
+            self.keep_answer(&call.op_key, answer);
+            Ok::<_, String>(())
         }
         .await;
         if let Err(problem) = broke {
@@ -560,6 +726,243 @@ impl Certification {
                 && counts == (Some(1), Some(1)),
             format!("provider holds {:?} and {:?}", counts.0, counts.1),
         )
+    }
+}
+
+impl Certification {
+    fn keep_answer(&self, op_key: &str, answer: CallToolResult) {
+        if let Ok(mut answers) = self.answers.lock() {
+            answers.insert(op_key.to_string(), answer);
+        }
+    }
+
+    /// The tool's reference for the effect under `op_key`, from an answer
+    /// certification saw it give (by the rule's `external_ref`).
+    fn reference_for(&self, op_key: &str) -> Option<String> {
+        let field = self.rule.external_ref.as_deref()?;
+        let answers = self.answers.lock().ok()?;
+        let answer = answers.get(op_key)?;
+        if answer.is_error == Some(true) {
+            return None;
+        }
+        match answer.structured_content.as_ref()?.get(field)? {
+            Value::String(text) if !text.trim().is_empty() => Some(text.clone()),
+            Value::Number(number) => Some(number.to_string()),
+            _ => None,
+        }
+    }
+
+    /// The effects the run made, oldest first, as `pool`'s login reads them.
+    async fn made_in(&self, pool: &LedgerPool) -> Result<Vec<Open>, LedgerError> {
+        Ok(sqlx::query_as::<_, Open>(
+            "select op_key, state, dispatched_at is not null as dispatched, version
+               from ledger.effects where op_key = any($1) and requested_by = $2 order by id",
+        )
+        .bind(self.keys())
+        .bind(&self.requested_by)
+        .fetch_all(pool)
+        .await?)
+    }
+
+    async fn read_open(
+        &self,
+        pool: &LedgerPool,
+        op_key: &str,
+    ) -> Result<Option<Open>, LedgerError> {
+        Ok(sqlx::query_as::<_, Open>(
+            "select op_key, state, dispatched_at is not null as dispatched, version
+               from ledger.effects where op_key = $1 and requested_by = $2",
+        )
+        .bind(op_key)
+        .bind(&self.requested_by)
+        .fetch_optional(pool)
+        .await?)
+    }
+
+    /// Closes, through the operator functions of `pool`'s login (each call
+    /// with its audit entry, never a direct write), every effect the run
+    /// left open: one never dispatched (pending or held) is cancelled; one
+    /// dispatched (pending or unknown) is resolved, as succeeded with the
+    /// tool's reference when certification saw the tool answer with one,
+    /// else as failed and not retryable. The repeated calls the checklist
+    /// made on purpose are acknowledged, off the duplicates pane. Every
+    /// call gives [`Certification::reason`] and is made as
+    /// [`Certification::requested_by`]. Effects stay in the ledger, settled,
+    /// for anyone to look at; retention removes them with the rest.
+    pub async fn settle(&self, pool: &LedgerPool) -> Settlement {
+        let mut settlement = Settlement::default();
+        // What the gateway's login made (an agent reads its own effects),
+        // and what the settling login sees of it: another ledger sees none.
+        let made = match self.made_in(self.gateway.pool()).await {
+            Ok(made) => made,
+            Err(error) => {
+                settlement.left_open.push(LeftOpen {
+                    op_key: self.marker(),
+                    state: "?".into(),
+                    settle_with: "list",
+                    external_ref: None,
+                    problem: format!("the run's effects could not be read: {error}"),
+                });
+                return settlement;
+            }
+        };
+        let seen: Result<Vec<String>, String> = match self.made_in(pool).await {
+            Ok(seen) => Ok(seen.into_iter().map(|effect| effect.op_key).collect()),
+            Err(error) => Err(error.to_string()),
+        };
+        for effect in &made {
+            let Some(verb) = settle_with(&effect.state, effect.dispatched) else {
+                continue;
+            };
+            let unseen = match &seen {
+                Ok(seen) if seen.contains(&effect.op_key) => None,
+                Ok(_) => {
+                    Some("the settling login does not see it: is it on the same ledger?".into())
+                }
+                Err(error) => Some(format!("the settling login could not read it: {error}")),
+            };
+            if let Some(problem) = unseen {
+                settlement.left_open.push(LeftOpen {
+                    op_key: effect.op_key.clone(),
+                    state: effect.state.clone(),
+                    settle_with: verb,
+                    external_ref: self.reference_for(&effect.op_key),
+                    problem,
+                });
+                continue;
+            }
+            match self.settle_one(pool, &effect.op_key).await {
+                Ok(Some(settled)) => settlement.settled.push(settled),
+                Ok(None) => {}
+                Err((open, error)) => settlement.left_open.push(LeftOpen {
+                    op_key: effect.op_key.clone(),
+                    settle_with: open
+                        .as_ref()
+                        .and_then(|open| settle_with(&open.state, open.dispatched))
+                        .unwrap_or(verb),
+                    state: open.map_or_else(|| effect.state.clone(), |open| open.state),
+                    external_ref: self.reference_for(&effect.op_key),
+                    problem: error.to_string(),
+                }),
+            }
+        }
+        settlement.made = made.into_iter().map(|effect| effect.op_key).collect();
+        if let Err(error) = self.acknowledge_repeats(pool, &mut settlement).await {
+            settlement.left_open.push(LeftOpen {
+                op_key: self.marker(),
+                state: "repeated calls".into(),
+                settle_with: "list",
+                external_ref: None,
+                problem: format!("the run's repeated calls could not be acknowledged: {error}"),
+            });
+        }
+        settlement
+    }
+
+    /// Settles one effect if it is open; a change made meanwhile (the
+    /// reconciler, a late answer) is read again and decided on again.
+    async fn settle_one(
+        &self,
+        pool: &LedgerPool,
+        op_key: &str,
+    ) -> Result<Option<Settled>, (Option<Open>, LedgerError)> {
+        let reason = self.reason();
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let open = self
+                .read_open(pool, op_key)
+                .await
+                .map_err(|error| (None, error))?;
+            let Some(open) = open else {
+                return Ok(None);
+            };
+            let seen = SeenVersion(open.version);
+            let reference = self.reference_for(op_key);
+            let done = match settle_with(&open.state, open.dispatched) {
+                Some("cancel") => actions::CANCEL
+                    .call(pool, op_key, seen, &self.requested_by, &reason)
+                    .await
+                    .map(|outcome| (outcome, "cancel")),
+                Some(_) => {
+                    let resolution = match &reference {
+                        Some(external_ref) => Resolution::Succeeded {
+                            external_ref: external_ref.clone(),
+                        },
+                        None => Resolution::Failed { retryable: false },
+                    };
+                    actions::resolve(pool, op_key, seen, &self.requested_by, &reason, &resolution)
+                        .await
+                        .map(|outcome| (outcome, "resolve"))
+                }
+                _ => return Ok(None),
+            };
+            match done {
+                Ok((outcome, how)) => {
+                    return Ok(Some(Settled {
+                        op_key: op_key.to_string(),
+                        was: open.state.clone(),
+                        now: outcome.state.as_str().to_string(),
+                        how,
+                        external_ref: reference
+                            .filter(|_| how == "resolve")
+                            .filter(|_| outcome.state.as_str() == "succeeded"),
+                    }));
+                }
+                Err(LedgerError::Changed(_)) if tries < 3 => continue,
+                Err(error) => return Err((Some(open), error)),
+            }
+        }
+    }
+
+    async fn acknowledge_repeats(
+        &self,
+        pool: &LedgerPool,
+        settlement: &mut Settlement,
+    ) -> Result<(), LedgerError> {
+        let repeated: Vec<(String, i64)> = sqlx::query_as(
+            "select e.op_key, e.version
+               from ledger.refusals($1) r join ledger.effects e on e.op_key = r.op_key
+              where e.requested_by = $2 and not r.refused ? 'acknowledge_duplicates'
+              order by e.id",
+        )
+        .bind(&settlement.made)
+        .bind(&self.requested_by)
+        .fetch_all(pool)
+        .await?;
+        let reason = self.reason();
+        for (op_key, version) in repeated {
+            match actions::ACKNOWLEDGE_DUPLICATES
+                .call(
+                    pool,
+                    &op_key,
+                    SeenVersion(version),
+                    &self.requested_by,
+                    &reason,
+                )
+                .await
+            {
+                Ok(_) => settlement.acknowledged.push(op_key),
+                Err(error) => settlement.left_open.push(LeftOpen {
+                    op_key,
+                    state: "repeated calls".into(),
+                    settle_with: "acknowledge-duplicates",
+                    external_ref: None,
+                    problem: error.to_string(),
+                }),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The operator verb that settles an effect in `state`, dispatched or
+/// not; `None` when it is not open.
+fn settle_with(state: &str, dispatched: bool) -> Option<&'static str> {
+    match (state, dispatched) {
+        ("held", _) | ("pending", false) => Some("cancel"),
+        ("pending", true) | ("unknown", _) => Some("resolve"),
+        _ => None,
     }
 }
 

@@ -7,6 +7,7 @@
 //! alias = "billing"                 # the effects' requested_by: gateway:billing
 //! result_limit_bytes = 16384        # a larger tool result is stored summarised
 //! upstream_timeout_secs = 30        # no answer by then: the outcome is unknown
+//! replays = "caller"                # a repeat's stored answer goes only to the caller that made it
 //!
 //! [tools.refund]
 //! action = "refund"
@@ -50,8 +51,26 @@ pub struct Policy {
     pub result_limit_bytes: Option<usize>,
     #[serde(default)]
     pub upstream_timeout_secs: Option<u64>,
+    /// Who a repeated call is answered to (the stored result, the state).
+    #[serde(default)]
+    pub replays: Replays,
     #[serde(default)]
     pub tools: BTreeMap<String, ToolRule>,
+}
+
+/// Who a repeated call is answered to. The gateway is one login for all its
+/// callers, so the ledger cannot tell them apart: the gateway does.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Replays {
+    /// Only the caller that made the effect: over HTTP, callers are told
+    /// apart by their Authorization header (a hash of it is recorded with
+    /// the effect, never the header); a caller without one, and stdio's
+    /// single caller, are one anonymous caller.
+    #[default]
+    Caller,
+    /// Every caller of this gateway is one tenant: any of them is answered.
+    Tenant,
 }
 
 #[derive(Debug, Clone, Deserialize)]

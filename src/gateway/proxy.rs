@@ -16,10 +16,10 @@ use rmcp::{ErrorData as McpError, ServerHandler};
 use serde_json::{Map, Value, json};
 use sqlx::types::Json;
 
-use super::policy::{MappedCall, Policy, Route, ToolRule};
+use super::policy::{MappedCall, Policy, Replays, Route, ToolRule};
 use super::upstream::Upstream;
-use crate::ledger::writer::{self, Completion, ErrorClass, Outcome};
-use crate::ledger::{Decision, LedgerPool, State};
+use crate::ledger::writer::{self, Completion, ErrorClass, Outcome, RequesterAnswer};
+use crate::ledger::{Decision, LedgerError, LedgerPool, State};
 
 /// The `_meta` field of a forwarded call that carries its operation key.
 pub const OP_KEY_META: &str = "io.effectwatch/op_key";
@@ -40,6 +40,8 @@ struct Shared {
     allow_unmapped: bool,
     /// How long a repeat waits for the same call in progress to answer.
     in_flight_wait: std::time::Duration,
+    /// Who its effects are requested by (default: the policy's `gateway:<alias>`).
+    requested_by: String,
 }
 
 impl Gateway {
@@ -55,6 +57,7 @@ impl Gateway {
                 upstream,
                 pool,
                 in_flight_wait: policy.upstream_timeout(),
+                requested_by: policy.requested_by(),
                 info,
                 allow_unmapped,
                 policy,
@@ -74,6 +77,21 @@ impl Gateway {
             shared.in_flight_wait = wait;
         }
         self
+    }
+
+    /// Records its effects as requested by `requested_by` instead of the
+    /// policy's `gateway:<alias>` (certification's own name). Set it before
+    /// the gateway is shared: a clone keeps the name it was made with, and
+    /// [`Gateway::requested_by`] says which one holds.
+    pub fn with_requested_by(mut self, requested_by: &str) -> Gateway {
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            shared.requested_by = requested_by.to_string();
+        }
+        self
+    }
+
+    pub fn requested_by(&self) -> &str {
+        &self.shared.requested_by
     }
 
     pub fn policy(&self) -> &Policy {
@@ -106,6 +124,22 @@ impl Gateway {
         request_id: String,
         peer: Result<rmcp::service::Peer<rmcp::service::RoleClient>, McpError>,
     ) -> Result<CallToolResult, McpError> {
+        self.record_for_caller(request, client, None, request_id, peer)
+            .await
+    }
+
+    /// [`Gateway::record`] for the caller `caller` names (over HTTP, the
+    /// hash of its Authorization header; `None`: the anonymous caller). A
+    /// repeat is answered only to the caller that made the effect, unless
+    /// the policy says `replays = "tenant"`.
+    pub async fn record_for_caller(
+        &self,
+        request: CallToolRequestParams,
+        client: &str,
+        caller: Option<String>,
+        request_id: String,
+        peer: Result<rmcp::service::Peer<rmcp::service::RoleClient>, McpError>,
+    ) -> Result<CallToolResult, McpError> {
         let name = request.name.to_string();
         let Some(rule) = self.shared.policy.tools.get(&name).cloned() else {
             return Err(McpError::invalid_params(
@@ -117,6 +151,7 @@ impl Gateway {
             tool: name,
             request_id,
             client: client.to_string(),
+            caller: caller.filter(|_| self.shared.policy.replays == Replays::Caller),
             request,
             rule,
         };
@@ -140,6 +175,23 @@ fn authorization(context: &RequestContext<RoleServer>) -> Option<String> {
         .and_then(|parts| parts.headers.get(axum::http::header::AUTHORIZATION))
         .and_then(|value| value.to_str().ok())
         .map(str::to_string)
+}
+
+/// Who the caller is, over HTTP: a hash of its Authorization header
+/// (SHA-256, under the gateway's own label, 128 bits of it in hex), which
+/// is recorded with its effects; the header never is. `None`: no header
+/// (stdio, or an HTTP caller without one) — the anonymous caller.
+fn caller_of(context: &RequestContext<RoleServer>) -> Option<String> {
+    let header = authorization(context)?;
+    let mut labelled = b"effectwatch gateway caller\0".to_vec();
+    labelled.extend_from_slice(header.as_bytes());
+    let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, &labelled);
+    Some(
+        digest.as_ref()[..16]
+            .iter()
+            .map(|byte| format!("{byte:02x}"))
+            .collect(),
+    )
 }
 
 fn client_name(context: &RequestContext<RoleServer>) -> String {
@@ -229,9 +281,15 @@ impl ServerHandler for Gateway {
             Route::Recorded => {
                 let peer = self.peer(&context).await;
                 let request_id = format!("mcp:{}:{}", client_name(&context), context.id);
-                self.record(request, &client_name(&context), request_id, peer)
-                    .await
-                    .map(CallToolResponse::Complete)
+                self.record_for_caller(
+                    request,
+                    &client_name(&context),
+                    caller_of(&context),
+                    request_id,
+                    peer,
+                )
+                .await
+                .map(CallToolResponse::Complete)
             }
         }
     }
@@ -295,12 +353,64 @@ struct RecordedCall {
     tool: String,
     /// The MCP client's own name for itself, shown beside the gateway's.
     client: String,
+    /// The caller the gateway tells apart (see [`caller_of`]), under
+    /// `replays = "caller"`; `None`: the anonymous caller, or every caller
+    /// under `replays = "tenant"`.
+    caller: Option<String>,
     request_id: String,
     request: CallToolRequestParams,
     rule: ToolRule,
 }
 
 impl RecordedCall {
+    /// `begin_effect` for this call's caller; `None`: the key is another
+    /// caller's (of this gateway, or of another login) and nothing of it
+    /// may be told. Under `replays = "caller"` the ledger is asked first
+    /// whether the key is the gateway's under another caller's name.
+    async fn begin(
+        &self,
+        shared: &Shared,
+        intent: &writer::Intent,
+        worker: &str,
+    ) -> Result<Option<writer::Begun>, McpError> {
+        if shared.policy.replays == Replays::Tenant {
+            return match writer::begin_effect(&shared.pool, intent).await {
+                Ok(begun) => Ok(Some(begun)),
+                Err(LedgerError::Refused(why)) if why == writer::NOT_YOURS => Ok(None),
+                Err(error) => Err(ledger_trouble(error)),
+            };
+        }
+        match writer::begin_effect_as_requester(&shared.pool, intent)
+            .await
+            .map_err(ledger_trouble)?
+        {
+            RequesterAnswer::Begun(begun) => Ok(Some(begun)),
+            RequesterAnswer::Refused => Ok(None),
+            RequesterAnswer::RefusedReopened => {
+                // Another caller's failed effect, reopened by this call
+                // as it raced that caller's own: back as it was, unsent.
+                let completion = Completion {
+                    reason: Some(
+                        "not sent: reopened by another caller's call, which was refused".into(),
+                    ),
+                    request_id: intent.request_id.clone(),
+                    worker: Some(worker.to_string()),
+                    target: Some(intent.target.clone()),
+                    ..Completion::default()
+                };
+                writer::complete_effect(
+                    &shared.pool,
+                    &intent.op_key,
+                    Outcome::Failed { retryable: true },
+                    &completion,
+                )
+                .await
+                .map_err(ledger_trouble)?;
+                Ok(None)
+            }
+        }
+    }
+
     async fn run(
         self,
         shared: &Shared,
@@ -316,22 +426,29 @@ impl RecordedCall {
                 )));
             }
         };
-        let requested_by = shared.policy.requested_by();
+        // The gateway, and the caller it tells apart: the ledger records
+        // the effect as requested by that caller, and answers a repeat only
+        // to it.
+        let requested_by = match &self.caller {
+            Some(caller) => format!("{}/caller:{caller}", shared.requested_by),
+            None => shared.requested_by.clone(),
+        };
         // Who made the call, as the console shows the dispatch: the gateway,
         // for which client, through which tool.
         let worker = format!("{requested_by} ({}, tool {})", self.client, self.tool);
         let intent = call.intent(&requested_by, self.request_id.clone());
-        let begun = writer::begin_effect(&shared.pool, &intent)
-            .await
-            .map_err(ledger_trouble)?;
+        let Some(begun) = self.begin(shared, &intent, &worker).await? else {
+            return Ok(tool_error(not_yours_text(&call)));
+        };
         let begun = if begun.decision == Decision::InFlight && begun.state == State::Pending {
             // Another caller is making this very call now (the model asked
             // twice, or eight agents at once): wait for its answer and give
             // the same one, rather than an error the model may work around.
             settle_wait(&shared.pool, &call.op_key, shared.in_flight_wait).await;
-            writer::begin_effect(&shared.pool, &intent)
-                .await
-                .map_err(ledger_trouble)?
+            match self.begin(shared, &intent, &worker).await? {
+                Some(begun) => begun,
+                None => return Ok(tool_error(not_yours_text(&call))),
+            }
         } else {
             begun
         };
@@ -621,6 +738,17 @@ fn unknown_text(call: &MappedCall) -> String {
         action = call.action,
         target = call.target,
         key = call.op_key
+    )
+}
+
+/// The answer to a caller whose key is another's: nothing of the effect.
+fn not_yours_text(call: &MappedCall) -> String {
+    format!(
+        "This {action} was not done: its key ({key}) belongs to another caller, and nothing of that caller's \
+         call can be told. Nothing was sent. Do not retry it; if it is an action of your own, its business \
+         arguments make its own key — or ask an operator.",
+        action = call.action,
+        key = call.op_key,
     )
 }
 

@@ -94,6 +94,11 @@ pub enum Decision {
     /// A booking whose time range overlaps one already made on the target
     /// (`result.overlaps`, `result.during`): not a retry, a second booking.
     Overlap,
+    /// The key is another caller's (another login, outside its tenant):
+    /// nothing was done and nothing of the effect is told — no id, no
+    /// state, no result. [`crate::ledger::writer::begin_effect`] returns it
+    /// as [`crate::ledger::LedgerError::Refused`].
+    Refused,
 }
 
 impl Decision {

@@ -35,34 +35,154 @@ pub struct Begun {
     pub result: Option<Value>,
 }
 
+/// What a caller is told when the key is another caller's
+/// ([`Decision::Refused`]): a sentence a person or a model can act on,
+/// naming nothing of the effect.
+pub const NOT_YOURS: &str = "this key belongs to another caller: nothing was done now, and nothing of its effect \
+     is told. Do not retry it; make the key from your own business arguments, or ask an operator";
+
+/// `ledger.begin_effect`'s row as it comes: a refusal has no effect id and
+/// no state.
+#[derive(sqlx::FromRow)]
+struct Answer {
+    decision: Option<Decision>,
+    effect_id: Option<i64>,
+    state: Option<State>,
+    result: Option<Value>,
+}
+
+impl Answer {
+    /// The answer, or `None` for a refusal.
+    fn begun(self) -> Result<Option<Begun>, LedgerError> {
+        match (self.decision, self.effect_id, self.state) {
+            (None | Some(Decision::Refused), _, _) => Ok(None),
+            (Some(decision), Some(effect_id), Some(state)) => Ok(Some(Begun {
+                decision,
+                effect_id,
+                state,
+                result: self.result,
+            })),
+            (Some(decision), _, _) => Err(LedgerError::Database(format!(
+                "begin_effect answered {decision:?} without an effect id or a state"
+            ))),
+        }
+    }
+}
+
+/// The call of `ledger.begin_effect` with an [`Intent`]'s fields as `$1`…`$14`
+/// (bound by [`bind_intent!`]).
+macro_rules! begin_call {
+    () => {
+        "ledger.begin_effect(
+            op_key => $1, action => $2, target => $3, params => $4, requested_by => $5,
+            pending_window => make_interval(secs => $6::bigint), amount_minor => $7, currency => $8,
+            provider => $9, approval_ref => $10, approval_version => $11, request_id => $12,
+            during => case when $13::timestamptz is not null then tstzrange($13, $14) end)"
+    };
+}
+
+macro_rules! bind_intent {
+    ($query:expr, $intent:expr) => {{
+        let intent: &Intent = $intent;
+        $query
+            .bind(&intent.op_key)
+            .bind(&intent.action)
+            .bind(&intent.target)
+            .bind(&intent.params)
+            .bind(&intent.requested_by)
+            .bind(intent.pending_window_secs)
+            .bind(intent.amount_minor)
+            .bind(&intent.currency)
+            .bind(&intent.provider)
+            .bind(&intent.approval_ref)
+            .bind(intent.approval_version)
+            .bind(&intent.request_id)
+            .bind(intent.during.map(|(start, _)| start))
+            .bind(intent.during.map(|(_, end)| end))
+    }};
+}
+
+/// Begins `intent`. A key that is another caller's (another login, outside
+/// its tenant) is [`LedgerError::Refused`] with [`NOT_YOURS`]: the ledger
+/// answers [`Decision::Refused`] and tells nothing of the effect.
 pub async fn begin_effect<'c>(
     executor: impl PgExecutor<'c>,
     intent: &Intent,
 ) -> Result<Begun, LedgerError> {
-    let begun = sqlx::query_as::<_, Begun>(
-        "select decision, effect_id, state, result from ledger.begin_effect(
-            op_key => $1, action => $2, target => $3, params => $4, requested_by => $5,
-            pending_window => make_interval(secs => $6::bigint), amount_minor => $7, currency => $8,
-            provider => $9, approval_ref => $10, approval_version => $11, request_id => $12,
-            during => case when $13::timestamptz is not null then tstzrange($13, $14) end)",
+    let answer = bind_intent!(
+        sqlx::query_as::<_, Answer>(concat!(
+            "select decision, effect_id, state, result from ",
+            begin_call!()
+        )),
+        intent
     )
-    .bind(&intent.op_key)
-    .bind(&intent.action)
-    .bind(&intent.target)
-    .bind(&intent.params)
-    .bind(&intent.requested_by)
-    .bind(intent.pending_window_secs)
-    .bind(intent.amount_minor)
-    .bind(&intent.currency)
-    .bind(&intent.provider)
-    .bind(&intent.approval_ref)
-    .bind(intent.approval_version)
-    .bind(&intent.request_id)
-    .bind(intent.during.map(|(start, _)| start))
-    .bind(intent.during.map(|(_, end)| end))
     .fetch_one(executor)
     .await?;
-    Ok(begun)
+    answer
+        .begun()?
+        .ok_or_else(|| LedgerError::Refused(NOT_YOURS.to_string()))
+}
+
+/// What [`begin_effect_as_requester`] answers.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RequesterAnswer {
+    /// The ledger's answer to this caller.
+    Begun(Begun),
+    /// The key is another caller's — of this login, or another login's:
+    /// nothing of it is told, nothing was done.
+    Refused,
+    /// Another caller of the login made the key while this one asked, and
+    /// the ledger answered this call with a retry, reopening that caller's
+    /// failed effect: refused, and the caller must put the effect back as
+    /// it was (failed, retryable) with [`complete_effect`].
+    RefusedReopened,
+}
+
+#[derive(sqlx::FromRow)]
+struct RequesterRow {
+    #[sqlx(flatten)]
+    answer: Answer,
+    taken_meanwhile: bool,
+}
+
+/// [`begin_effect`] for one of the callers a login serves and names in
+/// `requested_by` (the gateway's): a key the login made under another
+/// `requested_by` is refused before `begin_effect` is called — whose retry
+/// would reopen the other caller's failed effect — and the call is kept,
+/// flagged (`ledger.refused_to_requester`). An answer about a key another
+/// caller made while this one was asking is refused the same way.
+pub async fn begin_effect_as_requester<'c>(
+    executor: impl PgExecutor<'c>,
+    intent: &Intent,
+) -> Result<RequesterAnswer, LedgerError> {
+    // One statement: the refusal is asked first, and begin_effect is
+    // called only when it says no (a CASE evaluates only the branch it
+    // takes; OFFSET 0 keeps the answer computed once). Any answer but a
+    // new key's asks again, for a key made meanwhile.
+    let row = bind_intent!(
+        sqlx::query_as::<_, RequesterRow>(concat!(
+            "select (a.answer).decision as decision, (a.answer).effect_id as effect_id,
+                    (a.answer).state as state, (a.answer).result as result,
+                    case when (a.answer).decision is null
+                              or (a.answer).decision in ('proceed', 'overlap', 'refused') then false
+                         else ledger.refused_to_requester($1, $5, $12) end as taken_meanwhile
+               from (select case when ledger.refused_to_requester($1, $5, $12) then null
+                                 else ",
+            begin_call!(),
+            " end as answer
+                     offset 0) a"
+        )),
+        intent
+    )
+    .fetch_one(executor)
+    .await?;
+    let reopened = row.answer.decision == Some(Decision::Retry);
+    Ok(match row.answer.begun()? {
+        None => RequesterAnswer::Refused,
+        Some(_) if row.taken_meanwhile && reopened => RequesterAnswer::RefusedReopened,
+        Some(_) if row.taken_meanwhile => RequesterAnswer::Refused,
+        Some(begun) => RequesterAnswer::Begun(begun),
+    })
 }
 
 #[derive(Debug, Clone, PartialEq)]
