@@ -1,10 +1,15 @@
 //! The TypeScript client's own suite (`clients/typescript`), run by the one
 //! test command: its packages from the npm registry (`npm ci`, pinned by
-//! package-lock.json), `tsc --strict`, then Node's test runner against a
-//! fresh ledger, and through a real PgBouncer in transaction mode where
-//! the package is installed. Any failure fails this test. Without node and npm it says
-//! it is skipped — unless EFFECTWATCH_REQUIRE_CLIENTS=1, where that is a
-//! failure.
+//! package-lock.json), `tsc --strict` on the client, its tests and its
+//! examples, then Node's test runner against a fresh ledger, and through a
+//! real PgBouncer in transaction mode where the package is installed. The
+//! suite drives the Vercel AI SDK's and the OpenAI Agents SDK's own tool
+//! loops, runs every example as a program, and installs the package as a
+//! user meets it (the README's `npm install ./clients/typescript` from a
+//! fresh copy; `npm pack`'s tarball in a clean project with the
+//! frameworks, whose examples run against a second fresh ledger). Any
+//! failure fails this test. Without node and npm it says it is skipped —
+//! unless EFFECTWATCH_REQUIRE_CLIENTS=1, where that is a failure.
 
 mod common;
 
@@ -42,11 +47,14 @@ async fn the_typescript_client_compiles_strict_and_passes_its_suite() {
     assert!(!suites.is_empty(), "tsc wrote no test file");
 
     let db = common::test_db().await;
+    // The examples run once per ledger: the packaged ones get their own.
+    let package_db = common::test_db().await;
     let bouncer = PgBouncer::start(&db.url);
     let mut node = Command::new("node");
     node.arg("--test")
         .args(&suites)
         .env("EFFECTWATCH_TEST_DATABASE_URL", &db.url)
+        .env("EFFECTWATCH_TEST_PACKAGE_DATABASE_URL", &package_db.url)
         .current_dir(&package);
     if let Some(bouncer) = &bouncer {
         let database = db.url.rsplit('/').next().expect("a database name");

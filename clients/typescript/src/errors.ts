@@ -100,6 +100,23 @@ export class Overlap extends EffectError {
   }
 }
 
+/**
+ * The key is another caller's (another login of the ledger, outside its
+ * tenant): the ledger answered `refused` and told nothing of the effect —
+ * no state, no result. `state` is empty.
+ */
+export class NotYours extends EffectError {
+  override readonly decision = "refused";
+  constructor(opKey: string) {
+    super(
+      opKey,
+      "",
+      `${opKey} belongs to another caller: nothing was done, and nothing of its effect can be told. ` +
+        "Do not retry it; make the key from your own business arguments, or ask an operator.",
+    );
+  }
+}
+
 export class Wait extends EffectError {
   override readonly decision = "wait";
   constructor(

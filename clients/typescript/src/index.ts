@@ -1,6 +1,7 @@
 export * from "./errors.js";
-export { Ledger, Effect, refusalFor, differences } from "./ledger.js";
+export { Ledger, Effect, aftermathOf, refusalFor, differences } from "./ledger.js";
+export { EffectToolError, toolErrorFor } from "./answers.js";
 export { ArgumentRules, KeyTemplate, canonicalJson, canonicalParams, compareCodePoints, keyForm, plainDecimal, wholeMinorUnits } from "./keys.js";
 export type { Normalise, Normaliser } from "./keys.js";
-export type { Intent, Begun, Dispatch, Completed, Completion, LedgerOptions, WrapSpec, Json } from "./ledger.js";
+export type { Intent, Begun, Dispatch, Completed, Completion, LedgerOptions, WrapSpec, Json, Aftermath, Recorded } from "./ledger.js";
 export { outcomeOf, type Outcome } from "./outcome.js";

@@ -10,6 +10,7 @@ import {
   InFlight,
   LedgerRefused,
   NotPerformed,
+  NotYours,
   Overlap,
   RateLimited,
   Rejected,
@@ -55,10 +56,12 @@ export interface Intent {
   requestId?: string | null;
 }
 
+/** What begin_effect answered. A `refused` answer (another caller's key)
+ * carries no effect id and no state: both are null. */
 export interface Begun {
   decision: string;
-  effectId: string;
-  state: string;
+  effectId: string | null;
+  state: string | null;
   result: unknown;
 }
 
@@ -139,7 +142,7 @@ export class Ledger {
   /** Refuses params or an amount the ledger cannot hold (BadArgument) before anything is written. */
   async begin(intent: Intent): Promise<Begun> {
     const params = canonicalParams(intent.params);
-    const row = await this.one<{ decision: string; effect_id: string; state: string; result: unknown }>(BEGIN_SQL, [
+    const row = await this.one<{ decision: string; effect_id: string | null; state: string | null; result: unknown }>(BEGIN_SQL, [
       intent.opKey,
       intent.action,
       intent.target,
@@ -196,7 +199,12 @@ export class Ledger {
    * without running it; any other decision throws its error.
    */
   async effect<T>(intent: Intent, body: (effect: Effect) => Promise<T>): Promise<T> {
-    const begun = await this.begin(intent);
+    let begun: Begun;
+    try {
+      begun = await this.begin(intent);
+    } catch (error) {
+      throw noted(error, { intent, dispatched: false, recorded: null });
+    }
     if (begun.decision === "replay") return begun.result as T;
     if (!MAY_RUN.has(begun.decision)) throw await this.refusalFor(begun, intent);
     const effect = new Effect(this, intent);
@@ -204,10 +212,18 @@ export class Ledger {
     try {
       value = await body(effect);
     } catch (error) {
-      await effect.recordThrown(error);
-      throw error;
+      try {
+        await effect.recordThrown(error);
+      } catch (recording) {
+        throw noted(recording, effect.aftermath());
+      }
+      throw noted(error, effect.aftermath());
     }
-    await effect.recordReturned();
+    try {
+      await effect.recordReturned();
+    } catch (recording) {
+      throw noted(recording, effect.aftermath());
+    }
     return value;
   }
 
@@ -232,18 +248,30 @@ export class Ledger {
     const targetOf = keyMaker<A>(`${spec.action} target`, spec.target);
     const amountMinor = spec.amountMinor;
     const currency = spec.currency;
-    return async (args: A) => {
+    const intentOf = (args: A): [A, Intent] => {
       // The canonical arguments keep every member, only changed in value.
       const canonical = rules.canonical(args) as A;
-      const intent: Intent = {
-        opKey: opKeyOf(canonical),
-        action: spec.action,
-        target: targetOf(canonical),
-        params: spec.params ? spec.params(canonical) : canonical,
-        amountMinor: typeof amountMinor === "string" ? ((canonical[amountMinor] as number | bigint | undefined) ?? null) : (amountMinor?.(canonical) ?? null),
-        currency: typeof currency === "string" ? currencyCode(canonical[currency], currency) : (currency?.(canonical) ?? null),
-        provider: spec.provider ?? null,
-      };
+      return [
+        canonical,
+        {
+          opKey: opKeyOf(canonical),
+          action: spec.action,
+          target: targetOf(canonical),
+          params: spec.params ? spec.params(canonical) : canonical,
+          amountMinor: typeof amountMinor === "string" ? ((canonical[amountMinor] as number | bigint | undefined) ?? null) : (amountMinor?.(canonical) ?? null),
+          currency: typeof currency === "string" ? currencyCode(canonical[currency], currency) : (currency?.(canonical) ?? null),
+          provider: spec.provider ?? null,
+        },
+      ];
+    };
+    return async (args: A) => {
+      let made: [A, Intent];
+      try {
+        made = intentOf(args);
+      } catch (error) {
+        throw noted(error, { intent: null, dispatched: false, recorded: null });
+      }
+      const [canonical, intent] = made;
       return this.effect(intent, async (effect) => {
         await effect.dispatched();
         const value = await call(canonical, intent);
@@ -320,10 +348,54 @@ function unstorablePart(value: unknown, path: string): string | null {
   return null;
 }
 
+/**
+ * Where a call through `Ledger.effect` or a wrapped function stood when it
+ * threw something other than an EffectError (read it with `aftermathOf`):
+ * whether the provider may have been called, and what this caller recorded.
+ */
+export interface Aftermath {
+  /** The effect, or null when the call failed before its key was made. */
+  intent: Intent | null;
+  /** dispatched() claimed the effect: from then on the provider may have acted. */
+  dispatched: boolean;
+  /** What this caller recorded, or null if nothing: never begun, or the ledger out of reach. */
+  recorded: Recorded | null;
+}
+
+/** An outcome this caller recorded with complete_effect. */
+export interface Recorded {
+  outcome: string;
+  retryable: boolean | null;
+  errorClass: string | null;
+  reason: string | null;
+  retryAfter: number | null;
+}
+
+const aftermaths = new WeakMap<object, Aftermath>();
+
+/**
+ * What the ledger holds after `error` was thrown by `Ledger.effect` or a
+ * wrapped function, or undefined for an EffectError (its decision says it)
+ * or anything thrown elsewhere.
+ */
+export function aftermathOf(error: unknown): Aftermath | undefined {
+  return typeof error === "object" && error !== null ? aftermaths.get(error) : undefined;
+}
+
+// The first note is the truest: an error rethrown through a nested effect
+// keeps what the innermost call recorded.
+function noted(error: unknown, aftermath: Aftermath): unknown {
+  if (typeof error === "object" && error !== null && !(error instanceof EffectError) && !aftermaths.has(error)) {
+    aftermaths.set(error, aftermath);
+  }
+  return error;
+}
+
 /** One effect in progress (see Ledger.effect). */
 export class Effect {
   private isDispatched = false;
   private isClosedForThisCaller = false;
+  private recordedByThisCaller: Recorded | null = null;
 
   constructor(
     private readonly ledger: Ledger,
@@ -388,6 +460,11 @@ export class Effect {
     }
   }
 
+  /** Whether the provider may have been called, and what this caller recorded so far. */
+  aftermath(): Aftermath {
+    return { intent: this.intent, dispatched: this.isDispatched, recorded: this.recordedByThisCaller };
+  }
+
   private async complete(outcome: string, fields: Completion): Promise<Completed> {
     const completed = await this.ledger.complete(this.intent.opKey, this.intent.target, outcome, {
       ...fields,
@@ -395,6 +472,13 @@ export class Effect {
     });
     if (completed.refused) throw new LedgerRefused(completed.refused);
     this.isClosedForThisCaller = true;
+    this.recordedByThisCaller = {
+      outcome,
+      retryable: fields.retryable ?? null,
+      errorClass: fields.errorClass ?? null,
+      reason: fields.reason ?? null,
+      retryAfter: fields.retryAfter ?? null,
+    };
     return completed;
   }
 }
@@ -433,19 +517,22 @@ function sameJson(a: unknown, b: unknown): boolean {
 
 export function refusalFor(begun: Begun, intent: Intent, recorded: Record<string, unknown> | null): EffectError {
   const result = (typeof begun.result === "object" && begun.result !== null ? begun.result : {}) as Record<string, unknown>;
+  const state = begun.state ?? "";
   switch (begun.decision) {
+    case "refused":
+      return new NotYours(intent.opKey);
     case "in_flight":
-      return new InFlight(intent.opKey, begun.state);
+      return new InFlight(intent.opKey, state);
     case "held":
-      return new Held(intent.opKey, begun.state);
+      return new Held(intent.opKey, state);
     case "rejected":
-      return new Rejected(intent.opKey, begun.state, differences(intent, recorded));
+      return new Rejected(intent.opKey, state, differences(intent, recorded));
     case "stop":
-      return new Stop(intent.opKey, begun.state, begun.result);
+      return new Stop(intent.opKey, state, begun.result);
     case "overlap":
-      return new Overlap(intent.opKey, begun.state, result["overlaps"]);
+      return new Overlap(intent.opKey, state, result["overlaps"]);
     case "wait":
-      return new Wait(intent.opKey, begun.state, Number(result["retry_after_seconds"] ?? 60));
+      return new Wait(intent.opKey, state, Number(result["retry_after_seconds"] ?? 60));
     default:
       throw new Error(`the ledger answered a decision this client does not know: ${begun.decision}`);
   }

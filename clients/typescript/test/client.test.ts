@@ -11,12 +11,14 @@ import {
   InFlight,
   Ledger,
   NotPerformed,
+  NotYours,
   Rejected,
   Stop,
   UnstorableResult,
   Wait,
 } from "../src/index.js";
 import { execFile } from "node:child_process";
+import pg from "pg";
 import { promisify } from "node:util";
 import { FakeProvider, databaseUrl, sql, unique } from "./support.js";
 
@@ -402,4 +404,49 @@ test("a result JSON cannot hold leaves the effect unknown with the reason, never
   assert.deepEqual(row, { state: "unknown", external_ref: `re_${intent.opKey}`, failure_reason: "result not storable: Infinity at result.fee" });
   await assert.rejects(ledger.effect(intent, async () => assert.fail("an unknown key must not run again")), InFlight);
   assert.equal(provider.callsFor(intent.opKey), 1);
+});
+
+test("another login's key is refused and tells nothing", async (t) => {
+  const id = unique().replace(/-/g, "");
+  const [ownerName, strangerName] = [`ew_ts_${id}_owner`, `ew_ts_${id}_stranger`];
+  for (const name of [ownerName, strangerName]) await sql(`create role "${name}" login in role effect_agent`);
+  const asLogin = (name: string): string => {
+    const url = new URL(databaseUrl());
+    url.username = name;
+    url.password = "";
+    return url.toString();
+  };
+  const owner = new Ledger({ connectionString: asLogin(ownerName), requestedBy: "agent-a" });
+  const stranger = new Ledger({ connectionString: asLogin(strangerName), requestedBy: "agent-b" });
+  try {
+    const intent = { opKey: `refund:NY-${id}`, action: "refund", target: `invoice:NY-${id}`, params: { amount_minor: 1500 } };
+    const probe = new pg.Client({ connectionString: asLogin(ownerName) });
+    try {
+      await probe.connect();
+    } catch (error) {
+      t.skip(`the server lets no password-less login in: ${String(error)}`);
+      return;
+    } finally {
+      await probe.end().catch(() => undefined);
+    }
+    await owner.effect(intent, async (e) => {
+      await e.dispatched();
+      return e.succeeded("re_ny", { card: "4242" });
+    });
+    const refused = await stranger
+      .effect(intent, async () => assert.fail("another login's key must not run"))
+      .catch((e: unknown) => e);
+    assert.ok(refused instanceof NotYours, String(refused));
+    assert.deepEqual([refused.decision, refused.state], ["refused", ""]);
+    assert.match(refused.message, /another caller.*Do not retry/s);
+    assert.doesNotMatch(refused.message, /4242/);
+    assert.deepEqual(await stranger.begin(intent), { decision: "refused", effectId: null, state: null, result: null });
+    // The owner's repeat is still its replay.
+    const again = await owner.effect(intent, async () => assert.fail("a replay must not run the body"));
+    assert.deepEqual(again, { card: "4242" });
+  } finally {
+    await owner.close();
+    await stranger.close();
+    for (const name of [ownerName, strangerName]) await sql(`drop role if exists "${name}"`);
+  }
 });

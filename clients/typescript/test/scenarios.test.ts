@@ -42,6 +42,7 @@ interface Scenarios {
 const SCENARIOS = JSON.parse(readFileSync(new URL("../../../scenarios.json", import.meta.url), "utf8")) as Scenarios;
 
 const ERROR_OF: Record<string, string> = {
+  refused: "NotYours",
   in_flight: "InFlight",
   held: "Held",
   rejected: "Rejected",
