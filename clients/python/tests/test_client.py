@@ -6,14 +6,27 @@ from __future__ import annotations
 
 import json
 import urllib.request
-from typing import Any, cast
+from typing import Any, Iterator, cast
 
 import psycopg
 import pytest
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
 from psycopg.rows import dict_row
 
 from agent import post_refund, refund_tool
-from effectwatch import AsyncLedger, BadArgument, InFlight, Ledger, Misuse, NotPerformed, Rejected, Wait
+from effectwatch import (
+    AsyncLedger,
+    BadArgument,
+    InFlight,
+    Intent,
+    Ledger,
+    Misuse,
+    NotPerformed,
+    NotYours,
+    Rejected,
+    Wait,
+)
 
 
 def provider_calls(provider_url: str, key: str) -> int:
@@ -417,3 +430,49 @@ async def test_the_asyncio_decorator_makes_keys_from_values(database_url: str, u
     with pytest.raises(BadArgument, match="amount_minor"):
         await refund(order, "15.00", "EUR")
     assert len(received) == 1
+
+
+@pytest.fixture
+def two_logins(database_url: str, unique: str) -> Iterator[tuple[str, str]]:
+    """Two agent logins of their own (an owner and a stranger), dropped at
+    the end; skipped where the server lets no password-less login in."""
+    names = [f"ew_py_{unique}_owner", f"ew_py_{unique}_stranger"]
+    with psycopg.connect(database_url, autocommit=True) as admin:
+        for name in names:
+            admin.execute(sql.SQL("create role {} login in role effect_agent").format(sql.Identifier(name)))
+    try:
+        urls = [make_conninfo(database_url, user=name) for name in names]
+        try:
+            psycopg.connect(urls[0]).close()
+        except psycopg.OperationalError as error:
+            pytest.skip(f"the server does not let a password-less login in: {error}")
+        yield urls[0], urls[1]
+    finally:
+        with psycopg.connect(database_url, autocommit=True) as admin:
+            for name in names:
+                admin.execute(sql.SQL("drop role if exists {}").format(sql.Identifier(name)))
+
+
+def test_another_logins_key_is_refused_and_tells_nothing(two_logins: tuple[str, str], unique: str) -> None:
+    owner_url, stranger_url = two_logins
+    key, target = f"refund:NY-{unique}", f"invoice:NY-{unique}"
+    params = {"amount_minor": 1500, "currency": "EUR"}
+    owner = Ledger(owner_url, requested_by="agent-a", max_idle=0)
+    with owner.effect(key, action="refund", target=target, params=params) as e:
+        e.dispatched()
+        e.succeeded("re_ny", {"card": "4242"})
+    stranger = Ledger(stranger_url, requested_by="agent-b", max_idle=0)
+    ran = False
+    with pytest.raises(NotYours) as refused:
+        with stranger.effect(key, action="refund", target=target, params=params):
+            ran = True
+    assert not ran
+    assert (refused.value.decision, refused.value.state) == ("refused", "")
+    said = str(refused.value)
+    assert "another caller" in said and "Do not retry" in said and "4242" not in said
+    begun = stranger.begin(Intent(key, "refund", target, params))
+    assert (begun.decision, begun.effect_id, begun.state, begun.result) == ("refused", None, None, None)
+    # The owner's repeat is still its replay.
+    with owner.effect(key, action="refund", target=target, params=params) as again:
+        again.dispatched()
+    assert again.replayed and again.result == {"card": "4242"}

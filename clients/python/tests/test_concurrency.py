@@ -76,7 +76,11 @@ def unknown_pane_lists(database_url: str, key: str) -> bool:
             [binary, "--database-url", database_url, "list", "unknown", "--format", "json"],
             capture_output=True, text=True, check=True,
         )
-        return any(row.get("op_key") == key for row in json.loads(listed.stdout))
+        listing = json.loads(listed.stdout)
+        # The pane's rows: the listing itself, or (since the listing says
+        # what it shows) its "rows".
+        rows = listing["rows"] if isinstance(listing, dict) else listing
+        return any(row.get("op_key") == key for row in rows)
     with psycopg.connect(database_url, autocommit=True) as connection:
         found = connection.execute("select 1 from ledger.unknown_outcomes where op_key = %s", (key,)).fetchone()
     return found is not None

@@ -22,6 +22,7 @@ from effectwatch._keys import Terms, ToolKeys
 SCENARIOS = json.loads((Path(__file__).parents[2] / "scenarios.json").read_text())
 
 EXCEPTION_OF = {
+    "refused": "NotYours",
     "in_flight": "InFlight",
     "held": "Held",
     "rejected": "Rejected",

@@ -7,18 +7,20 @@ from __future__ import annotations
 import inspect
 import json
 import socket
+import typing
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from psycopg.types.json import Jsonb
 
-from ._keys import Terms, ToolKeys, params_by_value, whole_minor_units
+from ._keys import KeyMaker, Terms, ToolKeys, params_by_value, whole_minor_units
 from .errors import (
     EffectError,
     Held,
     InFlight,
     Misuse,
     NotPerformed,
+    NotYours,
     Overlap,
     ProviderError,
     RateLimited,
@@ -46,14 +48,33 @@ COMPLETE_SQL = """select applied, state, late, refused from ledger.complete_effe
 RECORDED_SQL = """select action, target, params, amount_minor, currency, provider
     from ledger.effects where op_key = %(op_key)s"""
 
+# Read while a caller waits for another's call of its key to settle.
+STATE_SQL = """select state from ledger.effects where op_key = %(op_key)s"""
+
 MAY_RUN = ("proceed", "retry")
+
+# How long a waiting caller sleeps between two looks at the key's state:
+# from the first pause, doubled each time, up to the last.
+FIRST_PAUSE = 0.05
+LAST_PAUSE = 1.0
+
+
+def keeps_waiting(begun: Begun, state: str | None) -> bool:
+    """Whether a caller told `in_flight` may wait for the call in flight:
+    only while it is `pending` (another caller is at the provider). An
+    `unknown` effect is settled by the reconciler or an operator, not by
+    waiting, so the caller is told at once."""
+    return begun.decision == "in_flight" and state == "pending"
 
 
 @dataclass(frozen=True)
 class Begun:
+    """What begin_effect answered. A `refused` answer (another caller's key)
+    carries no effect id and no state: both are None."""
+
     decision: str
-    effect_id: int
-    state: str
+    effect_id: int | None
+    state: str | None
     result: Any
 
 
@@ -152,18 +173,21 @@ def differences(intent: Intent, recorded: Mapping[str, Any] | None) -> dict[str,
 def refusal_for(begun: Begun, intent: Intent, recorded: Mapping[str, Any] | None) -> EffectError:
     """The exception for a decision that forbids calling the provider."""
     result = begun.result if isinstance(begun.result, dict) else {}
+    state = begun.state or ""
+    if begun.decision == "refused":
+        return NotYours(intent.op_key)
     if begun.decision == "in_flight":
-        return InFlight(intent.op_key, begun.state)
+        return InFlight(intent.op_key, state)
     if begun.decision == "held":
-        return Held(intent.op_key, begun.state)
+        return Held(intent.op_key, state)
     if begun.decision == "rejected":
-        return Rejected(intent.op_key, begun.state, differences(intent, recorded))
+        return Rejected(intent.op_key, state, differences(intent, recorded))
     if begun.decision == "stop":
-        return Stop(intent.op_key, begun.state, begun.result)
+        return Stop(intent.op_key, state, begun.result)
     if begun.decision == "overlap":
-        return Overlap(intent.op_key, begun.state, result.get("overlaps"))
+        return Overlap(intent.op_key, state, result.get("overlaps"))
     if begun.decision == "wait":
-        return Wait(intent.op_key, begun.state, float(result.get("retry_after_seconds", 60)))
+        return Wait(intent.op_key, state, float(result.get("retry_after_seconds", 60)))
     raise AssertionError(f"the ledger answered a decision this client does not know: {begun.decision}")
 
 
@@ -198,6 +222,58 @@ def outcome_of(error: BaseException) -> Outcome:
     if isinstance(error, (ValueError, KeyError, TypeError)):
         return Outcome("unknown", "invalid_response", None, described)
     return Outcome("unknown", None, None, described)
+
+
+@dataclass(frozen=True)
+class Ended:
+    """How an effect's block ended on an exception, kept on that exception
+    (`ended_by`) for whoever catches it — an agent framework's adapter — to
+    tell whether the provider may have acted: `dispatched` says the call was
+    claimed (the provider may have been reached), `recorded` what the ledger
+    was told of this call, at the end or before it (None: nothing, as on a
+    replay or another caller's effect)."""
+
+    op_key: str
+    dispatched: bool
+    recorded: Outcome | None
+
+    @property
+    def maybe_performed(self) -> bool:
+        if self.recorded is not None:
+            return self.recorded.outcome in ("unknown", "succeeded")
+        return self.dispatched
+
+
+def ended_with(op_key: str, dispatched: bool, seen: Outcome | None, recorded_before: str | None) -> Ended:
+    """The mark of a block that ends on an exception: what its end records
+    (`seen`), else what the block recorded itself (`succeeded()` without
+    `dispatched()` records unknown, then raises)."""
+    if seen is None and recorded_before is not None:
+        seen = Outcome(recorded_before, None, None, "recorded before the block ended")
+    return Ended(op_key, dispatched, seen)
+
+
+ENDED = "__effectwatch_ended__"
+
+
+def mark(error: BaseException, ended: Ended) -> None:
+    # The innermost effect says it: an effect around another leaves the mark.
+    if ENDED not in vars(error):
+        setattr(error, ENDED, ended)
+
+
+def ended_by(error: BaseException) -> Ended | None:
+    """The mark an effect's block left on `error`, or on the exception it
+    was raised from (a wrapper that turned one exception into another)."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        ended = vars(current).get(ENDED)
+        if isinstance(ended, Ended):
+            return ended
+        current = current.__cause__ or current.__context__
+    return None
 
 
 class Replayed(Exception):
@@ -255,25 +331,79 @@ def success_replayed(op_key: str) -> Misuse:
     )
 
 
+def annotated(function: Callable[..., Any], parameter: inspect.Parameter, *types: type) -> type | None:
+    """Which of `types` the parameter is annotated with, if any: resolved
+    where the function's module can resolve it, else read by its name."""
+    try:
+        annotation = typing.get_type_hints(function).get(parameter.name, parameter.annotation)
+    except Exception:  # an annotation that names what the module cannot resolve
+        annotation = parameter.annotation
+    for kind in types:
+        if annotation is kind or (isinstance(annotation, str) and annotation.rsplit(".", 1)[-1] == kind.__name__):
+            return kind
+    return None
+
+
+def effect_parameter(
+    function: Callable[..., Any], dispatch: str, effect_type: type, other_type: type
+) -> str | None:
+    """The parameter that receives the effect: with `dispatch="manual"`, the
+    function's first, and the function calls `dispatched()` itself just
+    before the provider call. None with `dispatch="auto"`, where an argument
+    annotated as an effect is a mistake said when the tool is declared."""
+    if dispatch not in ("auto", "manual"):
+        raise ValueError(f"dispatch={dispatch!r}: it is 'auto' (dispatched() before the function) or 'manual'")
+    parameters = list(inspect.signature(function).parameters.values())
+    if dispatch == "auto":
+        for parameter in parameters:
+            if annotated(function, parameter, effect_type, other_type):
+                raise ValueError(
+                    f"{function.__name__} takes {parameter.name} as an effect: say dispatch='manual' "
+                    f"(the effect is then its first parameter), or it would be an argument of the call"
+                )
+        return None
+    first = parameters[0] if parameters else None
+    if first is None or first.kind not in (first.POSITIONAL_ONLY, first.POSITIONAL_OR_KEYWORD):
+        raise ValueError(
+            f"{function.__name__} is declared with dispatch='manual': its first parameter receives the "
+            f"{effect_type.__name__}, e.g. def {function.__name__}(effect: {effect_type.__name__}, order_id: str)"
+        )
+    if annotated(function, first, other_type):
+        raise ValueError(
+            f"{function.__name__} takes {first.name}: {other_type.__name__}, which this ledger's tool cannot "
+            f"give: annotate it {effect_type.__name__}"
+        )
+    return first.name
+
+
 class ToolIntents:
     """What each call of a decorated tool is as an effect: its key, target
     and params, made by `_keys.ToolKeys` from the call's arguments as the
-    function binds them (its defaults included)."""
+    function binds them (its defaults included). With `dispatch="manual"`,
+    the function's first parameter is not an argument of the call: the
+    function gets the effect there (`effect_parameter`)."""
 
     def __init__(
         self,
         function: Callable[..., Any],
         *,
         action: str,
-        op_key: str,
-        target: str,
+        op_key: str | KeyMaker,
+        target: str | KeyMaker,
         params: Callable[..., Mapping[str, Any]] | None,
         normalise: Mapping[str, Sequence[str] | str] | None,
         amount_minor: str | None,
         currency: str | None,
         provider: str | None,
+        dispatch: str,
+        effect_type: type,
+        other_type: type,
     ) -> None:
-        self.signature = inspect.signature(function)
+        self.effect_parameter = effect_parameter(function, dispatch, effect_type, other_type)
+        signature = inspect.signature(function)
+        self.signature = signature.replace(
+            parameters=[p for p in signature.parameters.values() if p.name != self.effect_parameter]
+        )
         self.keys = ToolKeys(
             function.__name__,
             list(self.signature.parameters),
@@ -297,6 +427,24 @@ class ToolIntents:
         bound.arguments.update(terms.arguments)
         return self.of(terms), bound
 
+    def invoke(self, function: Callable[..., Any], call: inspect.BoundArguments, effect: Any) -> Any:
+        """Calls the function as the tool declared its arguments, with the
+        effect where it takes one."""
+        if self.effect_parameter is None:
+            return function(*call.args, **call.kwargs)
+        return function(effect, *call.args, **call.kwargs)
+
+    def present(self, run: Callable[..., Any], function: Callable[..., Any]) -> None:
+        """Shows the decorated tool with the business arguments only, for
+        the frameworks that read a tool's schema from its signature: the
+        effect a function takes is not the model's to give."""
+        if self.effect_parameter is None:
+            return
+        setattr(run, "__signature__", self.signature)
+        annotations = dict(getattr(function, "__annotations__", {}))
+        annotations.pop(self.effect_parameter, None)
+        run.__annotations__ = annotations
+
     def of_keywords(self, arguments: Mapping[str, Any]) -> Intent:
         """A call named by keyword, where an argument left out is missing
         rather than an error of Python's: the key says which."""
@@ -308,6 +456,24 @@ class ToolIntents:
         return Intent(
             terms.op_key, self.action, terms.target, terms.params, terms.amount_minor, terms.currency, self.provider
         )
+
+
+def registered(intents: Mapping[Callable[..., Any], ToolIntents], tool: Callable[..., Any]) -> ToolIntents:
+    """The intents of a tool this ledger decorated, found through any
+    wrappers around it that say what they wrap (`functools.wraps` sets
+    `__wrapped__`)."""
+    current: Any = tool
+    for _ in range(100):
+        found = intents.get(current) if callable(current) else None
+        if found is not None:
+            return found
+        current = getattr(current, "__wrapped__", None)
+        if current is None:
+            break
+    raise ValueError(
+        f"{getattr(tool, '__name__', tool)!r} is not a tool this ledger decorated, nor a wrapper of one "
+        "(a wrapper made with functools.wraps is followed)"
+    )
 
 
 def effect_intent(

@@ -5,6 +5,7 @@ same way; the cases are the `keys` section of clients/scenarios.json."""
 
 from __future__ import annotations
 
+import inspect
 import math
 import re
 import unicodedata
@@ -279,6 +280,66 @@ class Template:
         return "".join(part if isinstance(part, str) else part.key_form(arguments) for part in self.parts)
 
 
+class KeyFunction:
+    """A key or target made by a function of the call's canonical arguments
+    (as TypeScript's `opKey: (args) => ...`): it is passed, by keyword, the
+    arguments it names (all of them if it takes `**arguments`). Like a
+    template, it must name an argument of the tool, and what it makes must be
+    a string that is not blank."""
+
+    def __init__(self, what: str, function: Callable[..., Any], owner: str, takes: Collection[str]) -> None:
+        self.what = what
+        self.function = function
+        self.owner = owner
+        try:
+            parameters = list(inspect.signature(function).parameters.values())
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"{what} of {owner}: {function!r} has no signature to read ({error})") from error
+        self.takes_all = any(parameter.kind is parameter.VAR_KEYWORD for parameter in parameters)
+        named = [
+            parameter
+            for parameter in parameters
+            if parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)
+        ]
+        unknown = [p.name for p in named if p.name not in takes and p.default is inspect.Parameter.empty]
+        if unknown:
+            raise ValueError(
+                f"{what} function of {owner} takes {', '.join(unknown)}, which {owner} does not take "
+                f"(it takes {', '.join(takes)})"
+            )
+        if any(parameter.kind is parameter.POSITIONAL_ONLY for parameter in parameters):
+            raise ValueError(f"{what} function of {owner}: its arguments are passed by name, not by position")
+        self.names = [parameter.name for parameter in named if parameter.name in takes]
+        if not self.names and not self.takes_all:
+            raise ValueError(
+                f"{what} function of {owner} names no argument of {owner}: "
+                "build it from the call's business arguments, e.g. lambda order_id: f'refund:{order_id}'"
+            )
+
+    def render(self, arguments: Mapping[str, Any]) -> str:
+        given = dict(arguments) if self.takes_all else {name: arguments[name] for name in self.names if name in arguments}
+        made = self.function(**given)
+        if not isinstance(made, str) or not trimmed(made):
+            raise BadArgument(
+                self.what,
+                f"{self.what} of {self.owner} made {made!r} from this call's arguments, which is no key: "
+                "nothing was done; call again with the business values the key is made from",
+            )
+        return str.__str__(made)
+
+
+KeyMaker = Callable[..., str]
+
+
+def key_maker(what: str, form: str | KeyMaker, owner: str, takes: Collection[str]) -> Template | KeyFunction:
+    """A template (`"refund:{order_id}"`) or a function of the arguments."""
+    if isinstance(form, str):
+        return Template(what, form, owner, takes)
+    if callable(form):
+        return KeyFunction(what, form, owner, takes)
+    raise TypeError(f"{what} of {owner} must be a template string or a function of the arguments, not {form!r}")
+
+
 @dataclass(frozen=True)
 class Terms:
     """What a call is as an effect, and the arguments as the tool declared
@@ -304,8 +365,8 @@ class ToolKeys:
         owner: str,
         takes: Collection[str],
         *,
-        op_key: str,
-        target: str,
+        op_key: str | KeyMaker,
+        target: str | KeyMaker,
         params: Callable[..., Mapping[str, Any]] | None = None,
         normalise: Mapping[str, Sequence[str] | str] | None = None,
         amount_minor: str | None = None,
@@ -326,8 +387,8 @@ class ToolKeys:
                     f"the normalisers are {', '.join(NORMALISERS)}"
                 )
             self.normalise[name] = asked
-        self.op_key = Template("op_key", op_key, owner, takes)
-        self.target = Template("target", target, owner, takes)
+        self.op_key = key_maker("op_key", op_key, owner, takes)
+        self.target = key_maker("target", target, owner, takes)
         self.params = params
         self.amount_minor = amount_minor
         self.currency = currency

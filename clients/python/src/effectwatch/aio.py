@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import inspect
+import time
 from types import TracebackType
-from typing import Any, Awaitable, Callable, Mapping, ParamSpec, Sequence, TypeVar, cast
+from typing import Any, Awaitable, Callable, Concatenate, Literal, Mapping, ParamSpec, Sequence, TypeVar, cast, overload
 
 import psycopg
 from psycopg.rows import dict_row
 
 from . import _core
 from ._core import Begun, Completed, Dispatch, Intent
+from ._keys import KeyMaker
 from .errors import LedgerRefused
 
 P = ParamSpec("P")
@@ -98,6 +102,11 @@ class AsyncLedger:
     async def recorded(self, op_key: str) -> dict[str, Any] | None:
         return await self._one(_core.RECORDED_SQL, {"op_key": op_key})
 
+    async def state_of(self, op_key: str) -> str | None:
+        """See `effectwatch.Ledger.state_of`."""
+        row = await self._one(_core.STATE_SQL, {"op_key": op_key})
+        return None if row is None else str(row["state"])
+
     def effect(
         self,
         op_key: str,
@@ -109,26 +118,69 @@ class AsyncLedger:
         currency: str | None = None,
         provider: str | None = None,
         request_id: str | None = None,
+        wait_in_flight: float | None = None,
     ) -> AsyncEffect:
+        """See `effectwatch.Ledger.effect`."""
         intent = _core.effect_intent(op_key, action, target, params, amount_minor, currency, provider, request_id)
-        return AsyncEffect(self, intent)
+        return AsyncEffect(self, intent, wait_in_flight=wait_in_flight)
 
+    @overload
     def tool(
         self,
         *,
         action: str,
-        op_key: str,
-        target: str,
+        op_key: str | KeyMaker,
+        target: str | KeyMaker,
         params: Callable[..., Mapping[str, Any]] | None = None,
         normalise: Mapping[str, Sequence[str] | str] | None = None,
         amount_minor: str | None = None,
         currency: str | None = None,
         provider: str | None = None,
         external_ref: Callable[[Any], str | None] | None = None,
-    ) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]:
-        """See `effectwatch.Ledger.tool`."""
+        validate: Callable[..., object] | None = None,
+        wait_in_flight: float | None = None,
+        dispatch: Literal["auto"] = "auto",
+    ) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]: ...
 
-        def decorate(function: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+    @overload
+    def tool(
+        self,
+        *,
+        action: str,
+        op_key: str | KeyMaker,
+        target: str | KeyMaker,
+        params: Callable[..., Mapping[str, Any]] | None = None,
+        normalise: Mapping[str, Sequence[str] | str] | None = None,
+        amount_minor: str | None = None,
+        currency: str | None = None,
+        provider: str | None = None,
+        external_ref: Callable[[Any], str | None] | None = None,
+        validate: Callable[..., object] | None = None,
+        wait_in_flight: float | None = None,
+        dispatch: Literal["manual"],
+    ) -> Callable[[Callable[Concatenate[AsyncEffect, P], Awaitable[R]]], Callable[P, Awaitable[R]]]: ...
+
+    def tool(
+        self,
+        *,
+        action: str,
+        op_key: str | KeyMaker,
+        target: str | KeyMaker,
+        params: Callable[..., Mapping[str, Any]] | None = None,
+        normalise: Mapping[str, Sequence[str] | str] | None = None,
+        amount_minor: str | None = None,
+        currency: str | None = None,
+        provider: str | None = None,
+        external_ref: Callable[[Any], str | None] | None = None,
+        validate: Callable[..., object] | None = None,
+        wait_in_flight: float | None = None,
+        dispatch: Literal["auto", "manual"] = "auto",
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """See `effectwatch.Ledger.tool`. `validate` may be a coroutine
+        function; with `dispatch="manual"` the function takes its
+        `AsyncEffect` first and awaits `effect.dispatched()`."""
+
+        def decorate(function: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
             intents = _core.ToolIntents(
                 function,
                 action=action,
@@ -139,17 +191,29 @@ class AsyncLedger:
                 amount_minor=amount_minor,
                 currency=currency,
                 provider=provider,
+                dispatch=dispatch,
+                effect_type=AsyncEffect,
+                other_type=_sync_effect_type(),
             )
 
             @functools.wraps(function)
-            async def run(*args: P.args, **kwargs: P.kwargs) -> R:
+            async def run(*args: Any, **kwargs: Any) -> R:
                 intent, call = intents.of_call(args, kwargs)
-                async with AsyncEffect(self, intent) as effect:
-                    await effect.dispatched()
-                    value = await cast(Callable[..., Awaitable[R]], function)(*call.args, **call.kwargs)
-                    await effect.succeeded(external_ref(value) if external_ref else None, value)
+                async with AsyncEffect(self, intent, wait_in_flight=wait_in_flight) as effect:
+                    if not effect.replayed:
+                        if validate is not None:
+                            checked = validate(*call.args, **call.kwargs)
+                            if inspect.isawaitable(checked):
+                                await checked
+                        if intents.effect_parameter is None:
+                            await effect.dispatched()
+                        value = await cast(Awaitable[R], intents.invoke(function, call, effect))
+                        if effect.completed:  # the function recorded its outcome itself
+                            return value
+                        await effect.succeeded(external_ref(value) if external_ref else None, value)
                 return cast(R, effect.result)
 
+            intents.present(run, function)
             self._intents[run] = intents
             return run
 
@@ -157,27 +221,56 @@ class AsyncLedger:
 
     def intent_of(self, tool: Callable[..., Any], **arguments: Any) -> Intent:
         """See `effectwatch.Ledger.intent_of`."""
-        intents = self._intents.get(tool)
-        if intents is None:
-            raise ValueError(f"{getattr(tool, '__name__', tool)!r} is not a tool this ledger decorated")
-        return intents.of_keywords(arguments)
+        return _core.registered(self._intents, tool).of_keywords(arguments)
+
+
+def _sync_effect_type() -> type:
+    from .ledger import Effect  # each of the two modules imports the other late
+
+    return Effect
 
 
 class AsyncEffect:
     """One effect in progress (see `effectwatch.Effect`)."""
 
-    def __init__(self, ledger: AsyncLedger, intent: Intent) -> None:
+    def __init__(self, ledger: AsyncLedger, intent: Intent, *, wait_in_flight: float | None = None) -> None:
         self.ledger = ledger
         self.intent = intent
+        self.wait_in_flight = wait_in_flight
         self.begun: Begun | None = None
         self.result: Any = None
         self.replayed = False
         self._dispatched = False
         self._completed = False
         self._not_ours = False
+        self._recorded: str | None = None  # the outcome this call recorded
+
+    @property
+    def completed(self) -> bool:
+        """Whether this call recorded the effect's outcome."""
+        return self._completed
+
+    async def _begin(self) -> Begun:
+        begun = await self.ledger.begin(self.intent)
+        if not self.wait_in_flight or begun.decision != "in_flight":
+            return begun
+        deadline = time.monotonic() + self.wait_in_flight
+        pause = _core.FIRST_PAUSE
+        state = begun.state
+        while _core.keeps_waiting(begun, state):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            await asyncio.sleep(min(pause, left))
+            pause = min(pause * 2, _core.LAST_PAUSE)
+            state = await self.ledger.state_of(self.intent.op_key)
+            if state != "pending":
+                begun = await self.ledger.begin(self.intent)
+                state = begun.state
+        return begun
 
     async def __aenter__(self) -> AsyncEffect:
-        begun = await self.ledger.begin(self.intent)
+        begun = await self._begin()
         self.begun = begun
         if begun.decision == "replay":
             self.replayed = True
@@ -221,6 +314,7 @@ class AsyncEffect:
         if completed.refused:
             raise LedgerRefused(completed.refused)
         self._completed = True
+        self._recorded = outcome
         return completed
 
     async def __aexit__(
@@ -233,6 +327,8 @@ class AsyncEffect:
             not_ours=self._not_ours,
             error=error,
         )
+        if error is not None and not isinstance(error, _core.Replayed):
+            _core.mark(error, _core.ended_with(self.intent.op_key, self._dispatched, seen, self._recorded))
         if seen is not None:
             await self._complete(
                 seen.outcome,

@@ -105,6 +105,22 @@ class Wait(EffectError):
         self.retry_after = retry_after
 
 
+class NotYours(EffectError):
+    """The key is another caller's (another login of the ledger, outside its
+    tenant): the ledger answered `refused` and told nothing of the effect —
+    no state, no result. `state` is empty."""
+
+    decision = "refused"
+
+    def __init__(self, op_key: str) -> None:
+        super().__init__(
+            op_key,
+            "",
+            f"{op_key} belongs to another caller: nothing was done, and nothing of its effect can be told. "
+            "Do not retry it; make the key from your own business arguments, or ask an operator.",
+        )
+
+
 class NotPerformed(Exception):
     """Raise it when the provider certainly did nothing (a refusal before
     the call, or a provider answer that says so): the effect is recorded

@@ -5,14 +5,16 @@ from __future__ import annotations
 import functools
 import os
 import threading
+import time
 from types import TracebackType
-from typing import Any, Callable, Mapping, ParamSpec, Sequence, TypeVar, cast
+from typing import Any, Callable, Concatenate, Literal, Mapping, ParamSpec, Sequence, TypeVar, cast, overload
 
 import psycopg
 from psycopg.rows import dict_row
 
 from . import _core
 from ._core import Begun, Completed, Dispatch, Intent
+from ._keys import KeyMaker
 from .errors import LedgerRefused
 
 P = ParamSpec("P")
@@ -116,6 +118,11 @@ class Ledger:
     def recorded(self, op_key: str) -> dict[str, Any] | None:
         return self._one(_core.RECORDED_SQL, {"op_key": op_key})
 
+    def state_of(self, op_key: str) -> str | None:
+        """The key's state as the ledger has it now (None: no such effect)."""
+        row = self._one(_core.STATE_SQL, {"op_key": op_key})
+        return None if row is None else str(row["state"])
+
     # The primitive and the decorator.
 
     def effect(
@@ -129,28 +136,72 @@ class Ledger:
         currency: str | None = None,
         provider: str | None = None,
         request_id: str | None = None,
+        wait_in_flight: float | None = None,
     ) -> Effect:
         """Begins the effect: `proceed` and `retry` run the block; `replay`
         ends it at `dispatched()` with the stored result in `.result`; any
         other decision raises its exception (`effectwatch.errors`). Numbers
         in `params` are sent by value; `amount_minor` must be a whole
-        number (else `BadArgument`, before anything is written)."""
+        number (else `BadArgument`, before anything is written).
+        `wait_in_flight` (seconds): told `in_flight` while another caller's
+        call of this key is at the provider (`pending`), wait up to that long
+        for it to settle, then begin again (a replay returns its result);
+        an `unknown` key is answered at once."""
         intent = _core.effect_intent(op_key, action, target, params, amount_minor, currency, provider, request_id)
-        return Effect(self, intent)
+        return Effect(self, intent, wait_in_flight=wait_in_flight)
 
+    @overload
     def tool(
         self,
         *,
         action: str,
-        op_key: str,
-        target: str,
+        op_key: str | KeyMaker,
+        target: str | KeyMaker,
         params: Callable[..., Mapping[str, Any]] | None = None,
         normalise: Mapping[str, Sequence[str] | str] | None = None,
         amount_minor: str | None = None,
         currency: str | None = None,
         provider: str | None = None,
         external_ref: Callable[[Any], str | None] | None = None,
-    ) -> Callable[[Callable[P, R]], Callable[P, R]]:
+        validate: Callable[..., object] | None = None,
+        wait_in_flight: float | None = None,
+        dispatch: Literal["auto"] = "auto",
+    ) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
+
+    @overload
+    def tool(
+        self,
+        *,
+        action: str,
+        op_key: str | KeyMaker,
+        target: str | KeyMaker,
+        params: Callable[..., Mapping[str, Any]] | None = None,
+        normalise: Mapping[str, Sequence[str] | str] | None = None,
+        amount_minor: str | None = None,
+        currency: str | None = None,
+        provider: str | None = None,
+        external_ref: Callable[[Any], str | None] | None = None,
+        validate: Callable[..., object] | None = None,
+        wait_in_flight: float | None = None,
+        dispatch: Literal["manual"],
+    ) -> Callable[[Callable[Concatenate[Effect, P], R]], Callable[P, R]]: ...
+
+    def tool(
+        self,
+        *,
+        action: str,
+        op_key: str | KeyMaker,
+        target: str | KeyMaker,
+        params: Callable[..., Mapping[str, Any]] | None = None,
+        normalise: Mapping[str, Sequence[str] | str] | None = None,
+        amount_minor: str | None = None,
+        currency: str | None = None,
+        provider: str | None = None,
+        external_ref: Callable[[Any], str | None] | None = None,
+        validate: Callable[..., object] | None = None,
+        wait_in_flight: float | None = None,
+        dispatch: Literal["auto", "manual"] = "auto",
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Wraps a provider call: its key and target come from the call's
         business arguments through the templates (`"refund:{order_id}"`),
         filled with each value's key form, so one action written two ways
@@ -163,9 +214,21 @@ class Ledger:
         canonical arguments (or what `params(**arguments)` returns from
         them). An argument that cannot make the key raises `BadArgument`
         before the ledger is written. The result must be JSON: a replay
-        returns it as stored."""
+        returns it as stored. `op_key` and `target` may instead be functions
+        of the canonical arguments (passed by keyword, those they name).
 
-        def decorate(function: Callable[P, R]) -> Callable[P, R]:
+        Where the provider call starts: by default the effect is claimed
+        (`dispatched()`) just before the function runs, so anything it raises
+        may have happened (`unknown`). `validate`, called before that with
+        the arguments as the function gets them, refuses a call by raising:
+        recorded `failed`, retryable, the provider never called. Or, with `dispatch="manual"`, the function
+        gets the effect as its first parameter (`effect: Effect`, not an
+        argument of the call) and calls `effect.dispatched()` itself just
+        before the provider call: what it raises before that is `failed`,
+        retryable; after it, `unknown`. `wait_in_flight`: see
+        `Ledger.effect`."""
+
+        def decorate(function: Callable[..., R]) -> Callable[..., R]:
             intents = _core.ToolIntents(
                 function,
                 action=action,
@@ -176,17 +239,27 @@ class Ledger:
                 amount_minor=amount_minor,
                 currency=currency,
                 provider=provider,
+                dispatch=dispatch,
+                effect_type=Effect,
+                other_type=_async_effect_type(),
             )
 
             @functools.wraps(function)
-            def run(*args: P.args, **kwargs: P.kwargs) -> R:
+            def run(*args: Any, **kwargs: Any) -> R:
                 intent, call = intents.of_call(args, kwargs)
-                with Effect(self, intent) as effect:
-                    effect.dispatched()
-                    value = cast(Callable[..., R], function)(*call.args, **call.kwargs)
-                    effect.succeeded(external_ref(value) if external_ref else None, value)
+                with Effect(self, intent, wait_in_flight=wait_in_flight) as effect:
+                    if not effect.replayed:
+                        if validate is not None:
+                            validate(*call.args, **call.kwargs)
+                        if intents.effect_parameter is None:
+                            effect.dispatched()
+                        value = intents.invoke(function, call, effect)
+                        if effect.completed:  # the function recorded its outcome itself
+                            return cast(R, value)
+                        effect.succeeded(external_ref(value) if external_ref else None, value)
                 return cast(R, effect.result)
 
+            intents.present(run, function)
             self._intents[run] = intents
             return run
 
@@ -195,28 +268,58 @@ class Ledger:
     def intent_of(self, tool: Callable[..., Any], **arguments: Any) -> Intent:
         """The effect a call of `tool` (decorated by this ledger's `tool`)
         with these keyword arguments is: its key, target and params, made
-        from the canonical arguments as the call would make them."""
-        intents = self._intents.get(tool)
-        if intents is None:
-            raise ValueError(f"{getattr(tool, '__name__', tool)!r} is not a tool this ledger decorated")
-        return intents.of_keywords(arguments)
+        from the canonical arguments as the call would make them. A wrapper
+        of such a tool (made with `functools.wraps`) is followed to it."""
+        return _core.registered(self._intents, tool).of_keywords(arguments)
+
+
+def _async_effect_type() -> type:
+    from .aio import AsyncEffect  # each of the two modules imports the other late
+
+    return AsyncEffect
 
 
 class Effect:
     """One effect in progress (see `Ledger.effect`)."""
 
-    def __init__(self, ledger: Ledger, intent: Intent) -> None:
+    def __init__(self, ledger: Ledger, intent: Intent, *, wait_in_flight: float | None = None) -> None:
         self.ledger = ledger
         self.intent = intent
+        self.wait_in_flight = wait_in_flight
         self.begun: Begun | None = None
         self.result: Any = None
         self.replayed = False
         self._dispatched = False
         self._completed = False
         self._not_ours = False
+        self._recorded: str | None = None  # the outcome this call recorded
+
+    @property
+    def completed(self) -> bool:
+        """Whether this call recorded the effect's outcome."""
+        return self._completed
+
+    def _begin(self) -> Begun:
+        begun = self.ledger.begin(self.intent)
+        if not self.wait_in_flight or begun.decision != "in_flight":
+            return begun
+        deadline = time.monotonic() + self.wait_in_flight
+        pause = _core.FIRST_PAUSE
+        state = begun.state
+        while _core.keeps_waiting(begun, state):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            time.sleep(min(pause, left))
+            pause = min(pause * 2, _core.LAST_PAUSE)
+            state = self.ledger.state_of(self.intent.op_key)
+            if state != "pending":
+                begun = self.ledger.begin(self.intent)
+                state = begun.state
+        return begun
 
     def __enter__(self) -> Effect:
-        begun = self.ledger.begin(self.intent)
+        begun = self._begin()
         self.begun = begun
         if begun.decision == "replay":
             self.replayed = True
@@ -264,6 +367,7 @@ class Effect:
         if completed.refused:
             raise LedgerRefused(completed.refused)
         self._completed = True
+        self._recorded = outcome
         return completed
 
     def __exit__(
@@ -276,6 +380,8 @@ class Effect:
             not_ours=self._not_ours,
             error=error,
         )
+        if error is not None and not isinstance(error, _core.Replayed):
+            _core.mark(error, _core.ended_with(self.intent.op_key, self._dispatched, seen, self._recorded))
         if seen is not None:
             self._complete(
                 seen.outcome,

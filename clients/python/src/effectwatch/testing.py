@@ -8,19 +8,43 @@ assert the provider's state, not only local logs.
                         provider_calls=lambda args: staging.count(args["order_id"]))
     assert report.all_held, report
 
-Each line says whether it held and what the provider showed. The failure
-list needs more than the wrapper: pass `ledger` (the `Ledger` that decorated
-the tool) and `crashed` for a crash after dispatch and a late message;
-`lost` and `lose_reply` (a context manager under which your staging provider
-acts and then drops its reply) for a lost reply. A line that was not given
-what it needs says "not checked", and `all_held` is false until every line
-was checked and held."""
+`tool` is the function `Ledger.tool` decorated, or your wrapper around it
+(made with `functools.wraps`, which the ledger follows to the tool). Each
+line says whether it held and what the provider showed. The failure list
+needs more than the wrapper: pass `ledger` (the `Ledger` that decorated the
+tool) and `crashed` for a crash after dispatch and a late message; `lost`
+and `lose_reply` (a context manager under which your staging provider acts
+and then drops its reply) for a lost reply. A line that was not given what
+it needs says "not checked", and `all_held` is false until every line was
+checked and held.
+
+The report (`Report`):
+- `lines`: one `Line` per check, in the order run, each with `check` (what
+  must hold, e.g. `CRASH`), `held`, `provider_state` (what
+  `provider_calls` answered: a count, or a list of counts), `detail` (what
+  was seen, in one line: the refusal's fields, the errors and how many
+  times each) and `checked` (false: not given what it needs).
+- `all_held`: every line checked and held. `not_checked`: the checks that
+  were not run.
+- `str(report)`: one line per check,
+  `[held|NOT HELD|not checked] CHECK: provider STATE (DETAIL)`.
+
+As a pytest test against a staging ledger and provider:
+
+    def test_the_refund_tool_holds_the_replay_set(staging) -> None:
+        report = replay_set(refund, same=..., changed=..., distinct=[...],
+                            provider_calls=staging.count, concurrent=...,
+                            ledger=ledger, crashed=..., lost=..., lose_reply=staging.lose_reply)
+        assert report.all_held, str(report)
+"""
 
 from __future__ import annotations
 
 import threading
+from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, ContextManager, Mapping, Sequence
+from typing import Any, Callable, ContextManager, Iterator, Mapping, Sequence
 
 from .errors import EffectError, InFlight, Rejected
 from .ledger import Ledger
@@ -33,6 +57,9 @@ class Line:
     provider_state: Any
     detail: str = ""
     checked: bool = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "detail", one_line(self.detail))
 
 
 @dataclass
@@ -52,10 +79,59 @@ class Report:
             return "not checked" if not line.checked else "held" if line.held else "NOT HELD"
 
         return "\n".join(
-            f"[{mark(line)}] {line.check}: provider {line.provider_state!r}"
-            + (f" ({line.detail})" if line.detail else "")
+            one_line(
+                f"[{mark(line)}] {line.check}: provider {line.provider_state!r}"
+                + (f" ({line.detail})" if line.detail else "")
+            )
             for line in self.lines
         )
+
+
+def one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def tally(errors: Sequence[BaseException]) -> str:
+    """Each error once, with how many times it was raised."""
+    counted = Counter(one_line(f"{type(error).__name__}: {error}") for error in errors)
+    return "; ".join(said if times == 1 else f"{times}x {said}" for said, times in counted.items())
+
+
+class FakePayments:
+    """An in-memory payment provider for examples and tests, as a staging
+    provider would be: `refund(...)` makes a refund every time it is called
+    and counts them by idempotency key (`refunds_for`). Under `lose_reply()`,
+    or for an order in `lose_replies_for`, it makes the refund and then loses
+    the answer (`ConnectionResetError`), as a provider whose reply was lost
+    after it acted."""
+
+    def __init__(self) -> None:
+        self.made: Counter[str] = Counter()
+        self.lose_replies_for: set[str] = set()
+        self._losing = False
+        self._lock = threading.Lock()
+
+    def refund(self, order_id: str, amount_minor: int, currency: str, *, idempotency_key: str) -> dict[str, Any]:
+        with self._lock:
+            self.made[idempotency_key] += 1
+            lost = self._losing or order_id in self.lose_replies_for
+        if lost:
+            raise ConnectionResetError(f"the connection was reset after the refund of {order_id} was made")
+        return {"id": f"re_{idempotency_key}", "order_id": order_id, "amount_minor": amount_minor,
+                "currency": currency, "status": "succeeded"}
+
+    def refunds_for(self, idempotency_key: str) -> int:
+        with self._lock:
+            return self.made[idempotency_key]
+
+    @contextmanager
+    def lose_reply(self) -> Iterator[None]:
+        """Every refund made in the block loses its reply."""
+        self._losing = True
+        try:
+            yield
+        finally:
+            self._losing = False
 
 
 CRASH = "a crash after dispatch is never repeated"
@@ -78,7 +154,8 @@ def replay_set(
     lost: Mapping[str, Any] | None = None,
     lose_reply: Callable[[], ContextManager[object]] | None = None,
 ) -> Report:
-    """Drives `tool` (a `Ledger.tool`-decorated function) with keyword
+    """Drives `tool` (a `Ledger.tool`-decorated function, or a wrapper of
+    one made with `functools.wraps`) with keyword
     arguments: `same` twice, `changed` (same key, a material parameter
     changed), each of `distinct` (two genuinely different actions),
     `concurrent` delivered `deliveries` times at once, `crashed` after a
@@ -131,7 +208,7 @@ def replay_set(
             thread.join()
         calls = provider_calls(concurrent)
         report.lines.append(Line(f"{deliveries} deliveries at once act once", calls == 1 and not errors, calls,
-                                 "; ".join(map(str, errors))))
+                                 tally(errors)))
 
     report.lines.append(_crash_after_dispatch(tool, ledger, crashed, provider_calls))
     report.lines.extend(_lost_reply_then_late(tool, ledger, lost, lose_reply, provider_calls))
@@ -153,7 +230,10 @@ def _crash_after_dispatch(
     rerun must be told it is in flight and must not call."""
     if ledger is None or crashed is None:
         return _not_checked(CRASH, "ledger= and crashed=")
-    intent = ledger.intent_of(tool, **crashed)
+    try:
+        intent = ledger.intent_of(tool, **crashed)
+    except ValueError as error:
+        return Line(CRASH, False, None, f"not checked: {error}", checked=False)
     ledger.begin(intent)
     ledger.mark_dispatched(intent.op_key, target=intent.target)
     try:
@@ -182,7 +262,7 @@ def _lost_reply_then_late(
             tool(**lost)
         raised = "the call answered although its reply was to be lost"
     except Exception as error:  # whatever the wrapper raises for a dropped reply
-        raised = f"{type(error).__name__}"
+        raised = type(error).__name__
     try:
         tool(**lost)
         repeat = "ran again"
@@ -196,7 +276,10 @@ def _lost_reply_then_late(
         return lines + [_not_checked(LATE, "ledger="), _not_checked(REOPEN, "ledger=")]
 
     # The provider's answer arrives after all (a webhook, a reconciliation).
-    intent = ledger.intent_of(tool, **lost)
+    try:
+        intent = ledger.intent_of(tool, **lost)
+    except ValueError as error:
+        return lines + [Line(check, False, None, f"not checked: {error}", checked=False) for check in (LATE, REOPEN)]
     late = ledger.complete(intent.op_key, target=intent.target, outcome="succeeded",
                            external_ref="late-answer", result={"late": True})
     try:
