@@ -843,3 +843,52 @@ async fn a_policy_can_declare_every_caller_of_the_gateway_one_tenant() {
         let _ = client.cancel().await;
     }
 }
+
+/// Each caller's authorization gets a connection of its own, but only so
+/// many are kept, and none idle for long: the least recently used is let
+/// go, and a call already made on it still has its answer.
+#[tokio::test]
+async fn connections_to_the_tool_server_are_bounded_and_idle_ones_let_go() {
+    use effectwatch::gateway::upstream::{Upstream, UpstreamSpec};
+    let Some(rig) = Rig::new().await else { return };
+    let mut tools = tokio::process::Command::new(env!("CARGO_BIN_EXE_effectwatch"));
+    tools.args(&rig.tools_words(&["--listen", "127.0.0.1:0"])[1..]);
+    let (_tools, url) = listening(tools).await;
+
+    let bounded = Upstream::with_limits(
+        UpstreamSpec::Url(url.clone()),
+        2,
+        Duration::from_secs(300),
+        Duration::from_secs(10),
+    );
+    let first = bounded.peer(Some("Bearer caller-0")).await.unwrap();
+    for caller in 1..6 {
+        bounded
+            .peer(Some(&format!("Bearer caller-{caller}")))
+            .await
+            .unwrap();
+        assert!(bounded.open_connections().await <= 2, "caller {caller}");
+    }
+    let listed = first.list_all_tools().await.unwrap();
+    assert!(
+        listed.iter().any(|tool| tool.name == "refund"),
+        "a connection let go still answers the calls made on it"
+    );
+    bounded.close().await;
+
+    let idle = Upstream::with_limits(
+        UpstreamSpec::Url(url),
+        10,
+        Duration::from_millis(200),
+        Duration::from_secs(10),
+    );
+    idle.peer(Some("Bearer early")).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    idle.peer(Some("Bearer later")).await.unwrap();
+    assert_eq!(
+        idle.open_connections().await,
+        1,
+        "the idle connection was let go"
+    );
+    idle.close().await;
+}

@@ -95,7 +95,12 @@ pub async fn start(
     pool: LedgerPool,
     allow_unmapped: bool,
 ) -> Result<(Gateway, StartupReport), String> {
-    let upstream = Upstream::new(spec);
+    // A connection let go stays open while a recorded call on it may still
+    // be waiting for its answer.
+    let upstream = Upstream::new(
+        spec,
+        policy.upstream_timeout() + std::time::Duration::from_secs(5),
+    );
     let peer = upstream.peer(None).await?;
     let tools: Vec<Tool> = peer
         .list_all_tools()
