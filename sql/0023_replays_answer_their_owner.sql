@@ -118,8 +118,13 @@ begin
 end
 $$;
 
--- The writer API's front door, as in 0022, and now: an answer about a key
--- that exists goes only to the caller it is answered to.
+-- The writer API's front door, as in 0004, and now: the params are stored
+-- and compared by value (0022), and an answer about a key that exists goes
+-- only to the caller it is answered to. Only params with a number spelt
+-- with a fractional part are walked (the text test costs next to nothing
+-- on every other call). A key recorded before 0022, with params spelt as
+-- they came, is still answered by the spelling it was recorded with: its
+-- retry replays rather than turning into a mismatch.
 create or replace function ledger.begin_effect(
     op_key           text,
     action           text,
