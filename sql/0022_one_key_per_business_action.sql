@@ -14,20 +14,34 @@
 -- Every number by its value: 1500.0 is 1500, 0.10 is 0.1, -0.0 is 0.
 -- (jsonb already reads 1e20 and 1.5e3 as plain numbers; only a scale of
 -- trailing zeros survives, which trim_scale drops.)
+-- plpgsql rather than sql: a recursive sql function is planned again at
+-- every level of every call (2,000 calls on four fields took 290-400 ms
+-- as sql, 42-54 ms as this).
 create function ledger.params_by_value(value jsonb) returns jsonb
-language sql immutable strict parallel safe as $$
-    select case jsonb_typeof(value)
-        when 'number' then to_jsonb(trim_scale(value::numeric))
-        when 'object' then coalesce(
-            (select jsonb_object_agg(member.key, ledger.params_by_value(member.value))
-               from jsonb_each(value) as member),
-            '{}'::jsonb)
-        when 'array' then coalesce(
-            (select jsonb_agg(ledger.params_by_value(element.value) order by element.position)
-               from jsonb_array_elements(value) with ordinality as element(value, position)),
-            '[]'::jsonb)
-        else value
-    end
+language plpgsql immutable strict parallel safe as $$
+declare
+    kind text := jsonb_typeof(value);
+    walked jsonb;
+    member record;
+begin
+    if kind = 'number' then
+        return to_jsonb(trim_scale(value::numeric));
+    elsif kind = 'object' then
+        walked := '{}'::jsonb;
+        for member in select * from jsonb_each(value) loop
+            walked := walked || jsonb_build_object(member.key, ledger.params_by_value(member.value));
+        end loop;
+        return walked;
+    elsif kind = 'array' then
+        walked := '[]'::jsonb;
+        for member in select element.value from jsonb_array_elements(value) with ordinality as element(value, position)
+                       order by element.position loop
+            walked := walked || jsonb_build_array(ledger.params_by_value(member.value));
+        end loop;
+        return walked;
+    end if;
+    return value;
+end
 $$;
 
 -- Canonical JSON, RFC 8785 as the model: members sorted by code point (the
