@@ -2,6 +2,8 @@
 // and wrap helpers that make the right order of calls the obvious one.
 // Every rule of the ledger stays in the database.
 
+import { randomUUID } from "node:crypto";
+import { setTimeout as sleep } from "node:timers/promises";
 import pg from "pg";
 import {
   BadArgument,
@@ -40,6 +42,73 @@ const COMPLETE_SQL = `select applied, state, late, refused from ledger.complete_
 const RECORDED_SQL = `select action, target, params, amount_minor::float8 as amount_minor, currency, provider
     from ledger.effects where op_key = $1`;
 
+// Read only when a call's reply was lost, before it is sent again and
+// after: whether its first send was carried out for this attempt. An agent
+// login reads its own effects only.
+const OWN_SQL = `select id, state, dispatched_at is not null as dispatched, request_id,
+    owner_role = session_user::text as owned from ledger.effects where op_key = $1`;
+
+/** An effect as a call sent again after a lost reply reads it back. */
+interface Own {
+  id: string;
+  state: string;
+  dispatched: boolean;
+  request_id: string | null;
+  owned: boolean;
+}
+
+/** A call whose connection is lost is sent again after each of these pauses: three more tries over about two seconds. */
+const RETRY_PAUSES_MS = [200, 600, 1200];
+
+// What node-postgres and Node's sockets say when a connection is lost.
+const LOST_SOCKET_CODES = new Set(["ECONNRESET", "ECONNREFUSED", "ECONNABORTED", "EPIPE", "ETIMEDOUT", "EHOSTUNREACH", "ENETUNREACH", "EAI_AGAIN"]);
+const LOST_CONNECTION = /connection terminated|terminated unexpectedly|connection error|not queryable|timeout exceeded when trying to connect/i;
+
+/**
+ * Whether a ledger call failed for its connection rather than being
+ * answered: a socket error, the connection ended or unreachable, a
+ * connection exception (SQLSTATE 08) or the server shutting down (57P01 to
+ * 57P03). The ledger may have carried the call out. An error the ledger
+ * answered — a refusal, a check, a statement it cancelled — is never sent
+ * again.
+ */
+function connectionLost(error: unknown): boolean {
+  if (!(error instanceof Error)) return false;
+  const { code, severity } = error as { code?: unknown; severity?: unknown };
+  if (error instanceof pg.DatabaseError || typeof severity === "string") {
+    // The server answered, with its SQLSTATE.
+    return typeof code === "string" && (code.startsWith("08") || ["57P01", "57P02", "57P03"].includes(code));
+  }
+  if (typeof code === "string" && LOST_SOCKET_CODES.has(code)) return true;
+  return LOST_CONNECTION.test(error.message);
+}
+
+/** A begin whose reply was lost began the effect for this attempt: pending, not dispatched, this login's, with its id. */
+function ownBegin(own: Own | undefined, attemptId: string | null): own is Own {
+  return attemptId !== null && own !== undefined && own.state === "pending" && !own.dispatched && own.owned && own.request_id === attemptId;
+}
+
+/** A dispatch whose reply was lost claimed the effect for this attempt (a claim writes its id over the begin's). */
+function ownClaim(own: Own | undefined, attemptId: string | null): boolean {
+  return attemptId !== null && own !== undefined && own.state === "pending" && own.dispatched && own.owned && own.request_id === attemptId;
+}
+
+/**
+ * A completion whose reply was lost must not be sent again: the key carries
+ * another attempt's id and that attempt has gone past its begin, so this
+ * completion was recorded and the key taken again since; sent again, it
+ * would settle the other attempt's call.
+ */
+function movedOn(own: Own | undefined, attemptId: string | null): own is Own {
+  return (
+    attemptId !== null &&
+    own !== undefined &&
+    own.request_id !== null &&
+    own.request_id !== attemptId &&
+    (own.dispatched || own.state !== "pending")
+  );
+}
+
 export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
 
 /** What the agent is about to do, named by a key made from its business arguments. */
@@ -53,6 +122,7 @@ export interface Intent {
   amountMinor?: number | bigint | null;
   currency?: string | null;
   provider?: string | null;
+  /** This attempt's id, one per attempt (never shared by two callers): `effect` makes one when it is not given (README, "A lost reply"). */
   requestId?: string | null;
 }
 
@@ -110,7 +180,9 @@ const MAY_RUN = new Set(["proceed", "retry"]);
  * A writer of the effect ledger. Each call is one statement, its own short
  * transaction, on a pooled connection released before the provider is
  * called; statements are never prepared, so the ledger may sit behind
- * PgBouncer in transaction mode.
+ * PgBouncer in transaction mode. A call whose connection is lost is sent
+ * again, a few times; a call sent again recognises what its first send did
+ * for the same request id (README, "A lost reply").
  */
 export class Ledger {
   readonly requestedBy: string;
@@ -130,58 +202,122 @@ export class Ledger {
     await this.pool.end();
   }
 
-  private async one<Row extends pg.QueryResultRow>(sql: string, values: unknown[]): Promise<Row> {
-    const answer = await this.pool.query<Row>(sql, values);
-    const row = answer.rows[0];
-    if (row === undefined) throw new Error("the ledger answered no row");
-    return row;
+  /**
+   * Runs one statement, sent again when its connection is lost
+   * (connectionLost) — the pool drops that connection — and never when the
+   * ledger answered an error. Answers the row and whether it was sent
+   * again: a lost reply may hide a call the ledger carried out. Before
+   * sending it again, `instead` may answer a row in its place.
+   */
+  private async call<Row extends pg.QueryResultRow>(
+    sql: string,
+    values: unknown[],
+    instead?: () => Promise<Row | null>,
+  ): Promise<{ row: Row | undefined; again: boolean }> {
+    for (let tries = 0; ; tries++) {
+      const again = tries > 0;
+      try {
+        if (again && instead !== undefined) {
+          const answered = await instead();
+          if (answered !== null) return { row: answered, again };
+        }
+        const answer = await this.pool.query<Row>(sql, values);
+        return { row: answer.rows[0], again };
+      } catch (error) {
+        const pause = RETRY_PAUSES_MS[tries];
+        if (pause === undefined || !connectionLost(error)) throw error;
+        await sleep(pause);
+      }
+    }
   }
 
-  // The three SQL calls, answered as they are.
+  private async one<Row extends pg.QueryResultRow>(sql: string, values: unknown[], instead?: () => Promise<Row | null>): Promise<{ row: Row; again: boolean }> {
+    const { row, again } = await this.call<Row>(sql, values, instead);
+    if (row === undefined) throw new Error("the ledger answered no row");
+    return { row, again };
+  }
+
+  private async own(opKey: string): Promise<Own | undefined> {
+    return (await this.call<Own>(OWN_SQL, [opKey])).row;
+  }
+
+  // The three SQL calls, answered as they are; a call sent again after its
+  // reply was lost recognises what its first send did for the same request
+  // id (README, "A lost reply").
 
   /** Refuses params or an amount the ledger cannot hold (BadArgument) before anything is written. */
   async begin(intent: Intent): Promise<Begun> {
     const params = canonicalParams(intent.params);
-    const row = await this.one<{ decision: string; effect_id: string | null; state: string | null; result: unknown }>(BEGIN_SQL, [
-      intent.opKey,
-      intent.action,
-      intent.target,
-      params,
-      this.requestedBy,
-      amountOf(intent),
-      intent.currency ?? null,
-      intent.provider ?? null,
-      intent.requestId ?? null,
-    ]);
+    const attemptId = intent.requestId ?? null;
+    type Row = { decision: string; effect_id: string | null; state: string | null; result: unknown };
+    const begunBefore = async (): Promise<Row | null> => {
+      const own = (await this.pool.query<Own>(OWN_SQL, [intent.opKey])).rows[0];
+      return ownBegin(own, attemptId) ? { decision: "proceed", effect_id: own.id, state: "pending", result: null } : null;
+    };
+    const { row, again } = await this.one<Row>(
+      BEGIN_SQL,
+      [
+        intent.opKey,
+        intent.action,
+        intent.target,
+        params,
+        this.requestedBy,
+        amountOf(intent),
+        intent.currency ?? null,
+        intent.provider ?? null,
+        attemptId,
+      ],
+      begunBefore,
+    );
+    if (again && row.decision === "in_flight" && ownBegin(await this.own(intent.opKey), attemptId)) {
+      return { decision: "proceed", effectId: row.effect_id, state: "pending", result: null };
+    }
     return { decision: row.decision, effectId: row.effect_id, state: row.state, result: row.result };
   }
 
   async markDispatched(opKey: string, target: string, requestId: string | null = null): Promise<Dispatch> {
-    return this.one<Dispatch>(DISPATCH_SQL, [opKey, requestId, this.requestedBy, target]);
+    const claimedBefore = async (): Promise<Dispatch | null> => {
+      const own = (await this.pool.query<Own>(OWN_SQL, [opKey])).rows[0];
+      return ownClaim(own, requestId) ? { claimed: true, state: "pending", refused: null } : null;
+    };
+    const { row, again } = await this.one<Dispatch>(DISPATCH_SQL, [opKey, requestId, this.requestedBy, target], claimedBefore);
+    if (again && !row.claimed && !row.refused && ownClaim(await this.own(opKey), requestId)) {
+      return { claimed: true, state: "pending", refused: null };
+    }
+    return row;
   }
 
   /** Refuses a result JSON cannot hold (TypeError) before anything is written. */
   async complete(opKey: string, target: string, outcome: string, fields: Completion = {}): Promise<Completed> {
     const unstorable = unstorablePart(fields.result, "result");
     if (unstorable !== null) throw new TypeError(`${opKey}: the result holds ${unstorable}, which the ledger cannot store; nothing was written`);
-    return this.one<Completed>(COMPLETE_SQL, [
-      opKey,
-      outcome,
-      fields.externalRef ?? null,
-      fields.result === undefined || fields.result === null ? null : JSON.stringify(fields.result),
-      fields.retryable ?? null,
-      fields.reason ?? null,
-      fields.requestId ?? null,
-      this.requestedBy,
-      fields.errorClass ?? null,
-      fields.retryAfter ?? null,
-      target,
-    ]);
+    const attemptId = fields.requestId ?? null;
+    const recordedAndMovedOn = async (): Promise<Completed | null> => {
+      const own = (await this.pool.query<Own>(OWN_SQL, [opKey])).rows[0];
+      return movedOn(own, attemptId) ? { applied: false, state: own.state, late: false, refused: null } : null;
+    };
+    const { row } = await this.one<Completed>(
+      COMPLETE_SQL,
+      [
+        opKey,
+        outcome,
+        fields.externalRef ?? null,
+        fields.result === undefined || fields.result === null ? null : JSON.stringify(fields.result),
+        fields.retryable ?? null,
+        fields.reason ?? null,
+        attemptId,
+        this.requestedBy,
+        fields.errorClass ?? null,
+        fields.retryAfter ?? null,
+        target,
+      ],
+      recordedAndMovedOn,
+    );
+    return row;
   }
 
   async recorded(opKey: string): Promise<Record<string, unknown> | null> {
-    const answer = await this.pool.query(RECORDED_SQL, [opKey]);
-    return answer.rows[0] ?? null;
+    return (await this.call<Record<string, unknown>>(RECORDED_SQL, [opKey])).row ?? null;
   }
 
   /** The error for a decision that forbids calling the provider. */
@@ -199,15 +335,17 @@ export class Ledger {
    * without running it; any other decision throws its error.
    */
   async effect<T>(intent: Intent, body: (effect: Effect) => Promise<T>): Promise<T> {
+    // This attempt's id, sent with its begin, dispatch and completion.
+    const attemptId = intent.requestId || randomUUID();
     let begun: Begun;
     try {
-      begun = await this.begin(intent);
+      begun = await this.begin({ ...intent, requestId: attemptId });
     } catch (error) {
       throw noted(error, { intent, dispatched: false, recorded: null });
     }
     if (begun.decision === "replay") return begun.result as T;
     if (!MAY_RUN.has(begun.decision)) throw await this.refusalFor(begun, intent);
-    const effect = new Effect(this, intent);
+    const effect = new Effect(this, intent, attemptId);
     let value: T;
     try {
       value = await body(effect);
@@ -400,11 +538,13 @@ export class Effect {
   constructor(
     private readonly ledger: Ledger,
     readonly intent: Intent,
+    /** This attempt's id, sent with each of its calls: the intent's requestId, else one made for it. */
+    readonly attemptId: string = intent.requestId || randomUUID(),
   ) {}
 
   /** Call it just before the provider call: claims the effect. Anything thrown after it records unknown. */
   async dispatched(): Promise<void> {
-    const dispatch = await this.ledger.markDispatched(this.intent.opKey, this.intent.target, this.intent.requestId ?? null);
+    const dispatch = await this.ledger.markDispatched(this.intent.opKey, this.intent.target, this.attemptId);
     if (dispatch.refused || !dispatch.claimed) {
       // Not ours to settle: another caller holds the dispatch, or the ledger
       // already decided (an approval that lapsed cancels the effect).
@@ -468,7 +608,7 @@ export class Effect {
   private async complete(outcome: string, fields: Completion): Promise<Completed> {
     const completed = await this.ledger.complete(this.intent.opKey, this.intent.target, outcome, {
       ...fields,
-      requestId: this.intent.requestId ?? null,
+      requestId: this.attemptId,
     });
     if (completed.refused) throw new LedgerRefused(completed.refused);
     this.isClosedForThisCaller = true;

@@ -11,6 +11,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
+import psycopg
 from psycopg.types.json import Jsonb
 
 from ._keys import KeyMaker, Terms, ToolKeys, params_by_value, whole_minor_units
@@ -51,7 +52,78 @@ RECORDED_SQL = """select action, target, params, amount_minor, currency, provide
 # Read while a caller waits for another's call of its key to settle.
 STATE_SQL = """select state from ledger.effects where op_key = %(op_key)s"""
 
+# Read only when a call's reply was lost, before it is sent again and after:
+# whether its first send was carried out for this attempt (`own_begin`,
+# `own_claim`, `moved_on`). An agent login reads its own effects only.
+OWN_SQL = """select id, state, dispatched_at is not null as dispatched, request_id,
+    owner_role = session_user::text as owned from ledger.effects where op_key = %(op_key)s"""
+
 MAY_RUN = ("proceed", "retry")
+
+# A call whose connection was lost is sent again, on a new connection, after
+# each of these pauses (seconds): three more tries over about two seconds.
+RETRY_PAUSES = (0.2, 0.6, 1.2)
+
+
+def connection_lost(error: BaseException) -> bool:
+    """Whether a ledger call failed for its connection rather than being
+    answered: no SQLSTATE (the connection closed or was refused, the reply
+    never came), a connection exception (08) or the server shutting down
+    (57P01-57P03). The ledger may have carried the call out. An error the
+    ledger answered (a refusal, a check, a timeout it cancelled) is never
+    sent again."""
+    if not isinstance(error, psycopg.OperationalError):
+        return False
+    state = error.sqlstate
+    return state is None or state.startswith("08") or state in ("57P01", "57P02", "57P03")
+
+
+def own_begin(row: Mapping[str, Any] | None, attempt_id: str | None) -> bool:
+    """Whether a begin whose reply was lost began the effect for this
+    attempt: pending, not dispatched, this login's, and carrying this
+    attempt's id. Read before the begin is sent again (it then need not be:
+    the attempt goes on as `proceed`), and after, when the repeat answers
+    `in_flight` (the first send may commit after the read). Who calls the
+    provider is still decided by `mark_dispatched`, which claims once."""
+    return (
+        attempt_id is not None
+        and row is not None
+        and row["state"] == "pending"
+        and not row["dispatched"]
+        and bool(row["owned"])
+        and row["request_id"] == attempt_id
+    )
+
+
+def own_claim(row: Mapping[str, Any] | None, attempt_id: str | None) -> bool:
+    """Whether a dispatch whose reply was lost claimed the effect for this
+    attempt: pending, dispatched, this login's, and carrying this attempt's
+    id (a claim writes its id over the begin's). Read before the dispatch is
+    sent again, and after, when the repeat answers not claimed."""
+    return (
+        attempt_id is not None
+        and row is not None
+        and row["state"] == "pending"
+        and bool(row["dispatched"])
+        and bool(row["owned"])
+        and row["request_id"] == attempt_id
+    )
+
+
+def moved_on(row: Mapping[str, Any] | None, attempt_id: str | None) -> bool:
+    """Whether a completion whose reply was lost must not be sent again:
+    the key carries another attempt's id and that attempt has gone past its
+    begin (dispatched, or settled), so this completion was recorded and the
+    key reopened since. Sent again, it would settle the other attempt's
+    call. (A key taken again but not yet dispatched is completed again:
+    that attempt's claim then fails and it never calls the provider.)"""
+    return (
+        attempt_id is not None
+        and row is not None
+        and row["request_id"] is not None
+        and row["request_id"] != attempt_id
+        and (bool(row["dispatched"]) or row["state"] != "pending")
+    )
 
 # How long a waiting caller sleeps between two looks at the key's state:
 # from the first pause, doubled each time, up to the last.

@@ -6,6 +6,8 @@ import asyncio
 import functools
 import inspect
 import time
+import uuid
+from dataclasses import replace
 from types import TracebackType
 from typing import Any, Awaitable, Callable, Concatenate, Literal, Mapping, ParamSpec, Sequence, TypeVar, cast, overload
 
@@ -50,12 +52,7 @@ class AsyncLedger:
             return None
         return f"-c statement_timeout={self.statement_timeout_ms}"
 
-    async def _checkout(self) -> psycopg.AsyncConnection[dict[str, Any]]:
-        # One event loop, no await between the check and the pop: no lock.
-        while self._idle:
-            connection = self._idle.pop()
-            if not (connection.closed or connection.broken):
-                return connection
+    async def _connect(self) -> psycopg.AsyncConnection[dict[str, Any]]:
         return await psycopg.AsyncConnection.connect(
             self.conninfo,
             autocommit=True,
@@ -65,8 +62,16 @@ class AsyncLedger:
             options=self._options(),
         )
 
-    async def _one(self, sql: str, args: Mapping[str, Any]) -> dict[str, Any] | None:
-        connection = await self._checkout()
+    async def _checkout(self) -> psycopg.AsyncConnection[dict[str, Any]]:
+        # One event loop, no await between the check and the pop: no lock.
+        while self._idle:
+            connection = self._idle.pop()
+            if not (connection.closed or connection.broken):
+                return connection
+        return await self._connect()
+
+    async def _one(self, sql: str, args: Mapping[str, Any], *, fresh: bool = False) -> dict[str, Any] | None:
+        connection = await (self._connect() if fresh else self._checkout())
         try:
             cursor = await connection.execute(sql, args)
             row = await cursor.fetchone()
@@ -79,32 +84,97 @@ class AsyncLedger:
             await connection.close()
         return row
 
+    async def _call(
+        self,
+        sql: str,
+        args: Mapping[str, Any],
+        *,
+        instead: Callable[[], Awaitable[dict[str, Any] | None]] | None = None,
+    ) -> tuple[dict[str, Any] | None, bool]:
+        """See `effectwatch.Ledger._call`."""
+        pauses = iter(_core.RETRY_PAUSES)
+        again = False
+        while True:
+            try:
+                if again and instead is not None:
+                    answered = await instead()
+                    if answered is not None:
+                        return answered, True
+                return await self._one(sql, args, fresh=again), again
+            except Exception as error:
+                pause = next(pauses, None)
+                if pause is None or not _core.connection_lost(error):
+                    raise
+            await asyncio.sleep(pause)
+            again = True
+
+    async def _own(self, op_key: str) -> dict[str, Any] | None:
+        return (await self._call(_core.OWN_SQL, {"op_key": op_key}))[0]
+
+    # See `effectwatch.Ledger`: a call sent again after its reply was lost
+    # recognises what its first send did for the same request id.
+
     async def begin(self, intent: Intent) -> Begun:
-        row = await self._one(_core.BEGIN_SQL, intent.begin_args(self.requested_by))
+        async def begun_before() -> dict[str, Any] | None:
+            own = await self._one(_core.OWN_SQL, {"op_key": intent.op_key}, fresh=True)
+            if not _core.own_begin(own, intent.request_id):
+                return None
+            assert own is not None
+            return {"decision": "proceed", "effect_id": own["id"], "state": "pending", "result": None}
+
+        row, again = await self._call(_core.BEGIN_SQL, intent.begin_args(self.requested_by), instead=begun_before)
         assert row is not None
-        return Begun(row["decision"], row["effect_id"], row["state"], row["result"])
+        begun = Begun(row["decision"], row["effect_id"], row["state"], row["result"])
+        if (
+            again
+            and begun.decision == "in_flight"
+            and _core.own_begin(await self._own(intent.op_key), intent.request_id)
+        ):
+            return Begun("proceed", begun.effect_id, "pending", None)
+        return begun
 
     async def mark_dispatched(self, op_key: str, *, target: str, request_id: str | None = None) -> Dispatch:
-        row = await self._one(
+        async def claimed_before() -> dict[str, Any] | None:
+            own = await self._one(_core.OWN_SQL, {"op_key": op_key}, fresh=True)
+            if not _core.own_claim(own, request_id):
+                return None
+            return {"claimed": True, "state": "pending", "refused": None}
+
+        row, again = await self._call(
             _core.DISPATCH_SQL,
             {"op_key": op_key, "target": target, "request_id": request_id, "worker": self.requested_by},
+            instead=claimed_before,
         )
         assert row is not None
-        return Dispatch(row["claimed"], row["state"], row["refused"])
+        dispatch = Dispatch(row["claimed"], row["state"], row["refused"])
+        if (
+            again
+            and not dispatch.claimed
+            and not dispatch.refused
+            and _core.own_claim(await self._own(op_key), request_id)
+        ):
+            return Dispatch(True, "pending", None)
+        return dispatch
 
     async def complete(self, op_key: str, *, target: str, outcome: str, **fields: Any) -> Completed:
-        row = await self._one(
-            _core.COMPLETE_SQL, _core.complete_args(op_key, target, outcome, self.requested_by, **fields)
-        )
+        args = _core.complete_args(op_key, target, outcome, self.requested_by, **fields)
+
+        async def recorded_and_moved_on() -> dict[str, Any] | None:
+            own = await self._one(_core.OWN_SQL, {"op_key": op_key}, fresh=True)
+            if own is None or not _core.moved_on(own, args["request_id"]):
+                return None
+            return {"applied": False, "state": own["state"], "late": False, "refused": None}
+
+        row, _ = await self._call(_core.COMPLETE_SQL, args, instead=recorded_and_moved_on)
         assert row is not None
         return Completed(row["applied"], row["state"], row["late"], row["refused"])
 
     async def recorded(self, op_key: str) -> dict[str, Any] | None:
-        return await self._one(_core.RECORDED_SQL, {"op_key": op_key})
+        return (await self._call(_core.RECORDED_SQL, {"op_key": op_key}))[0]
 
     async def state_of(self, op_key: str) -> str | None:
         """See `effectwatch.Ledger.state_of`."""
-        row = await self._one(_core.STATE_SQL, {"op_key": op_key})
+        row = (await self._call(_core.STATE_SQL, {"op_key": op_key}))[0]
         return None if row is None else str(row["state"])
 
     def effect(
@@ -236,6 +306,9 @@ class AsyncEffect:
     def __init__(self, ledger: AsyncLedger, intent: Intent, *, wait_in_flight: float | None = None) -> None:
         self.ledger = ledger
         self.intent = intent
+        # See `effectwatch.Effect`: this attempt's id, sent with each call.
+        self.attempt_id = intent.request_id or str(uuid.uuid4())
+        self._sent = replace(intent, request_id=self.attempt_id)
         self.wait_in_flight = wait_in_flight
         self.begun: Begun | None = None
         self.result: Any = None
@@ -251,7 +324,7 @@ class AsyncEffect:
         return self._completed
 
     async def _begin(self) -> Begun:
-        begun = await self.ledger.begin(self.intent)
+        begun = await self.ledger.begin(self._sent)
         if not self.wait_in_flight or begun.decision != "in_flight":
             return begun
         deadline = time.monotonic() + self.wait_in_flight
@@ -265,7 +338,7 @@ class AsyncEffect:
             pause = min(pause * 2, _core.LAST_PAUSE)
             state = await self.ledger.state_of(self.intent.op_key)
             if state != "pending":
-                begun = await self.ledger.begin(self.intent)
+                begun = await self.ledger.begin(self._sent)
                 state = begun.state
         return begun
 
@@ -286,7 +359,7 @@ class AsyncEffect:
         if self._dispatched or self._completed:
             raise _core.dispatched_twice(self.intent.op_key)
         dispatch = await self.ledger.mark_dispatched(
-            self.intent.op_key, target=self.intent.target, request_id=self.intent.request_id
+            self.intent.op_key, target=self.intent.target, request_id=self.attempt_id
         )
         if dispatch.refused or not dispatch.claimed:
             # Another caller or login holds the effect: it is theirs to complete.
@@ -309,7 +382,7 @@ class AsyncEffect:
 
     async def _complete(self, outcome: str, **fields: Any) -> Completed:
         completed = await self.ledger.complete(
-            self.intent.op_key, target=self.intent.target, outcome=outcome, **fields
+            self.intent.op_key, target=self.intent.target, outcome=outcome, request_id=self.attempt_id, **fields
         )
         if completed.refused:
             raise LedgerRefused(completed.refused)

@@ -6,6 +6,8 @@ import functools
 import os
 import threading
 import time
+import uuid
+from dataclasses import replace
 from types import TracebackType
 from typing import Any, Callable, Concatenate, Literal, Mapping, ParamSpec, Sequence, TypeVar, cast, overload
 
@@ -27,7 +29,10 @@ class Ledger:
     connection is only kept idle between calls (up to `max_idle`, 0 to
     connect for every call; opening one costs more than the call itself).
     Statements are never prepared, so the ledger may sit behind PgBouncer
-    in transaction mode, where an idle client holds no server connection."""
+    in transaction mode, where an idle client holds no server connection.
+    A call whose connection is lost is sent again, a few times, on a new
+    connection; a call sent again recognises what its first send did for
+    the same request id (README, "A lost reply")."""
 
     def __init__(
         self,
@@ -85,8 +90,8 @@ class Ledger:
                 return
         connection.close()
 
-    def _one(self, sql: str, args: Mapping[str, Any]) -> dict[str, Any] | None:
-        connection = self._checkout()
+    def _one(self, sql: str, args: Mapping[str, Any], *, fresh: bool = False) -> dict[str, Any] | None:
+        connection = self._connect() if fresh else self._checkout()
         try:
             row = connection.execute(sql, args).fetchone()
         except BaseException:
@@ -95,32 +100,93 @@ class Ledger:
         self._checkin(connection)
         return row
 
-    # The three SQL calls, answered as they are.
+    def _call(
+        self,
+        sql: str,
+        args: Mapping[str, Any],
+        *,
+        instead: Callable[[], dict[str, Any] | None] | None = None,
+    ) -> tuple[dict[str, Any] | None, bool]:
+        """Runs one statement, sent again on a new connection when its
+        connection is lost (`_core.connection_lost`) and never when the
+        ledger answered an error. Answers the row and whether it was sent
+        again: a lost reply may hide a call the ledger carried out. Before
+        sending it again, `instead` may answer a row in its place."""
+        pauses = iter(_core.RETRY_PAUSES)
+        again = False
+        while True:
+            try:
+                if again and instead is not None:
+                    answered = instead()
+                    if answered is not None:
+                        return answered, True
+                return self._one(sql, args, fresh=again), again
+            except Exception as error:
+                pause = next(pauses, None)
+                if pause is None or not _core.connection_lost(error):
+                    raise
+            time.sleep(pause)
+            again = True
+
+    def _own(self, op_key: str) -> dict[str, Any] | None:
+        return self._call(_core.OWN_SQL, {"op_key": op_key})[0]
+
+    # The three SQL calls, answered as they are; a call sent again after its
+    # reply was lost recognises what its first send did for the same
+    # request id (README, "A lost reply").
 
     def begin(self, intent: Intent) -> Begun:
-        row = self._one(_core.BEGIN_SQL, intent.begin_args(self.requested_by))
+        def begun_before() -> dict[str, Any] | None:
+            own = self._one(_core.OWN_SQL, {"op_key": intent.op_key}, fresh=True)
+            if not _core.own_begin(own, intent.request_id):
+                return None
+            assert own is not None
+            return {"decision": "proceed", "effect_id": own["id"], "state": "pending", "result": None}
+
+        row, again = self._call(_core.BEGIN_SQL, intent.begin_args(self.requested_by), instead=begun_before)
         assert row is not None
-        return Begun(row["decision"], row["effect_id"], row["state"], row["result"])
+        begun = Begun(row["decision"], row["effect_id"], row["state"], row["result"])
+        if again and begun.decision == "in_flight" and _core.own_begin(self._own(intent.op_key), intent.request_id):
+            return Begun("proceed", begun.effect_id, "pending", None)
+        return begun
 
     def mark_dispatched(self, op_key: str, *, target: str, request_id: str | None = None) -> Dispatch:
-        row = self._one(
+        def claimed_before() -> dict[str, Any] | None:
+            own = self._one(_core.OWN_SQL, {"op_key": op_key}, fresh=True)
+            if not _core.own_claim(own, request_id):
+                return None
+            return {"claimed": True, "state": "pending", "refused": None}
+
+        row, again = self._call(
             _core.DISPATCH_SQL,
             {"op_key": op_key, "target": target, "request_id": request_id, "worker": self.requested_by},
+            instead=claimed_before,
         )
         assert row is not None
-        return Dispatch(row["claimed"], row["state"], row["refused"])
+        dispatch = Dispatch(row["claimed"], row["state"], row["refused"])
+        if again and not dispatch.claimed and not dispatch.refused and _core.own_claim(self._own(op_key), request_id):
+            return Dispatch(True, "pending", None)
+        return dispatch
 
     def complete(self, op_key: str, *, target: str, outcome: str, **fields: Any) -> Completed:
-        row = self._one(_core.COMPLETE_SQL, _core.complete_args(op_key, target, outcome, self.requested_by, **fields))
+        args = _core.complete_args(op_key, target, outcome, self.requested_by, **fields)
+
+        def recorded_and_moved_on() -> dict[str, Any] | None:
+            own = self._one(_core.OWN_SQL, {"op_key": op_key}, fresh=True)
+            if own is None or not _core.moved_on(own, args["request_id"]):
+                return None
+            return {"applied": False, "state": own["state"], "late": False, "refused": None}
+
+        row, _ = self._call(_core.COMPLETE_SQL, args, instead=recorded_and_moved_on)
         assert row is not None
         return Completed(row["applied"], row["state"], row["late"], row["refused"])
 
     def recorded(self, op_key: str) -> dict[str, Any] | None:
-        return self._one(_core.RECORDED_SQL, {"op_key": op_key})
+        return self._call(_core.RECORDED_SQL, {"op_key": op_key})[0]
 
     def state_of(self, op_key: str) -> str | None:
         """The key's state as the ledger has it now (None: no such effect)."""
-        row = self._one(_core.STATE_SQL, {"op_key": op_key})
+        row = self._call(_core.STATE_SQL, {"op_key": op_key})[0]
         return None if row is None else str(row["state"])
 
     # The primitive and the decorator.
@@ -146,7 +212,10 @@ class Ledger:
         `wait_in_flight` (seconds): told `in_flight` while another caller's
         call of this key is at the provider (`pending`), wait up to that long
         for it to settle, then begin again (a replay returns its result);
-        an `unknown` key is answered at once."""
+        an `unknown` key is answered at once. `request_id` names this
+        attempt (one is made if not given): every call of the effect sends
+        it, and a call sent again after a lost reply knows its own by it;
+        two callers never share one."""
         intent = _core.effect_intent(op_key, action, target, params, amount_minor, currency, provider, request_id)
         return Effect(self, intent, wait_in_flight=wait_in_flight)
 
@@ -285,6 +354,10 @@ class Effect:
     def __init__(self, ledger: Ledger, intent: Intent, *, wait_in_flight: float | None = None) -> None:
         self.ledger = ledger
         self.intent = intent
+        # This attempt's id, sent with its begin, dispatch and completion:
+        # the intent's request_id, else one made for this call.
+        self.attempt_id = intent.request_id or str(uuid.uuid4())
+        self._sent = replace(intent, request_id=self.attempt_id)
         self.wait_in_flight = wait_in_flight
         self.begun: Begun | None = None
         self.result: Any = None
@@ -300,7 +373,7 @@ class Effect:
         return self._completed
 
     def _begin(self) -> Begun:
-        begun = self.ledger.begin(self.intent)
+        begun = self.ledger.begin(self._sent)
         if not self.wait_in_flight or begun.decision != "in_flight":
             return begun
         deadline = time.monotonic() + self.wait_in_flight
@@ -314,7 +387,7 @@ class Effect:
             pause = min(pause * 2, _core.LAST_PAUSE)
             state = self.ledger.state_of(self.intent.op_key)
             if state != "pending":
-                begun = self.ledger.begin(self.intent)
+                begun = self.ledger.begin(self._sent)
                 state = begun.state
         return begun
 
@@ -338,7 +411,7 @@ class Effect:
         if self._dispatched or self._completed:
             raise _core.dispatched_twice(self.intent.op_key)
         dispatch = self.ledger.mark_dispatched(
-            self.intent.op_key, target=self.intent.target, request_id=self.intent.request_id
+            self.intent.op_key, target=self.intent.target, request_id=self.attempt_id
         )
         if dispatch.refused or not dispatch.claimed:
             # Another caller or login holds the effect: it is theirs to complete.
@@ -363,7 +436,9 @@ class Effect:
         return completed
 
     def _complete(self, outcome: str, **fields: Any) -> Completed:
-        completed = self.ledger.complete(self.intent.op_key, target=self.intent.target, outcome=outcome, **fields)
+        completed = self.ledger.complete(
+            self.intent.op_key, target=self.intent.target, outcome=outcome, request_id=self.attempt_id, **fields
+        )
         if completed.refused:
             raise LedgerRefused(completed.refused)
         self._completed = True
