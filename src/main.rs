@@ -129,7 +129,8 @@ async fn run(cli: Cli, explicit_url: bool, explicit_operator: bool) -> Result<()
         _ => url,
     };
     let pool = ledger::connect(&config.connect_settings(url, command.name())).await?;
-    match command {
+    let migrating = matches!(command, LedgerCommand::Migrate);
+    let ran = match command {
         LedgerCommand::Migrate => cli::migrate::run(&pool).await,
         LedgerCommand::List {
             pane,
@@ -154,11 +155,15 @@ async fn run(cli: Cli, explicit_url: bool, explicit_operator: bool) -> Result<()
         },
         LedgerCommand::Finance(args) => cli::finance::run(&pool, args).await,
         LedgerCommand::Report(args) => cli::report::run(&pool, args).await,
-        LedgerCommand::Gateway(args) => cli::gateway::run(pool, args).await,
+        LedgerCommand::Gateway(args) => cli::gateway::run(pool.clone(), args).await,
         LedgerCommand::Prune(args) => cli::prune::run(&pool, &config, args).await,
         LedgerCommand::Policy { command } => cli::policy::run(&pool, &config, command).await,
         LedgerCommand::Approval { command } => cli::approval::run(&pool, &config, command).await,
         LedgerCommand::Settle(command) => cli::settle::run(&pool, &config, command).await,
+    };
+    match ran {
+        Err(failure) if !migrating => Err(cli::migrate::explain(&pool, failure).await),
+        ran => ran,
     }
 }
 

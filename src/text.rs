@@ -129,15 +129,58 @@ pub fn truncate_middle(text: &str, width: usize) -> String {
     out
 }
 
-/// Cuts each of `texts` to `width` as [`truncate_middle`] does, except
-/// that two different texts never read alike: a cut that would match
-/// another text's shows, between the two ends, the part where they differ
-/// (`refund:INV-0001-A:v1` and `refund:INV-0002-A:v1` read `ref…-0001-…:v1`
-/// and `ref…-0002-…:v1`).
-pub fn truncate_distinct(texts: &[&str], width: usize) -> Vec<String> {
+/// Longest name [`truncate_names`] cuts word by word; a longer one (a
+/// hostile 100 kB key) is cut in the middle at once.
+const NAME_WORDS_UP_TO: usize = 200;
+
+/// Names shown together (keys, targets, holders) cut to `width` where they
+/// say least, never where they tell items apart. In this order:
+/// 1. a remark after the name (from a space: a holder's overlap) goes
+///    first, leaving ` …`;
+/// 2. words (runs of letters and digits) that another name holds at the
+///    same place — the same `:`-separated part, shaped alike, the same
+///    word of it — those most names share first, then from the left; a
+///    run of cut words reads `…`, and words shared alike side by side
+///    (`7.024605`) go as one;
+/// 3. the kind (the first part: `refund`) and the labels of numbers
+///    (`INV-`, `room-`, `C-`), from the left: the numbers name the item
+///    (invoice, room, date, customer), and `first`, `second`, `welcome`
+///    say which of its effects it is;
+/// 4. the middle of what is left, keeping both ends.
+///
+/// So `refund:INV-2024-000813:second` beside `refund:INV-2024-000977:first`
+/// reads `…-000813:second`, and a lone `booking:room-204:2026-12-06:4`
+/// reads `…-204:2026-12-06:4`, never `booking:r…-06:4`. Two different
+/// names never read alike: where they would, the part where they differ
+/// is shown.
+pub fn truncate_names(texts: &[&str], width: usize) -> Vec<String> {
+    if texts.iter().all(|text| text.chars().count() <= width) {
+        return texts.iter().map(|text| text.to_string()).collect();
+    }
+    let mut distinct: Vec<&str> = texts.iter().map(|text| name_and_remark(text).0).collect();
+    distinct.sort_unstable();
+    distinct.dedup();
+    let mut holders: std::collections::HashMap<Place, usize> = std::collections::HashMap::new();
+    for name in distinct {
+        if name.chars().count() <= NAME_WORDS_UP_TO {
+            for word in words(name) {
+                *holders.entry(word.place(name)).or_default() += 1;
+            }
+        }
+    }
     let plain: Vec<String> = texts
         .iter()
-        .map(|text| truncate_middle(text, width))
+        .map(|text| {
+            if text.chars().count() <= width {
+                return text.to_string();
+            }
+            let (name, remark) = name_and_remark(text);
+            let (room, mark) = match remark {
+                "" => (width, ""),
+                _ => (width.saturating_sub(2), " …"),
+            };
+            format!("{}{mark}", cut_name(name, room, &holders))
+        })
         .collect();
     let mut cuts = plain.clone();
     for index in 0..texts.len() {
@@ -159,6 +202,155 @@ pub fn truncate_distinct(texts: &[&str], width: usize) -> Vec<String> {
         }
     }
     cuts
+}
+
+/// A name, and what follows it from its first space (`(12-06 14:00–16:00)`);
+/// a marker before it (`‖ `, `→ `) is part of the name.
+fn name_and_remark(text: &str) -> (&str, &str) {
+    let start = text.find(char::is_alphanumeric).unwrap_or(text.len());
+    match text[start..].find(char::is_whitespace) {
+        Some(at) => text.split_at(start + at),
+        None => (text, ""),
+    }
+}
+
+/// One name in `width`, by steps 2 to 4 of [`truncate_names`].
+fn cut_name<'a>(
+    name: &'a str,
+    width: usize,
+    holders: &std::collections::HashMap<Place<'a>, usize>,
+) -> String {
+    let length = name.chars().count();
+    if length <= width {
+        return name.to_string();
+    }
+    if length > NAME_WORDS_UP_TO {
+        return truncate_middle(name, width);
+    }
+    let words = words(name);
+    let shared = |index: usize| holders.get(&words[index].place(name)).copied().unwrap_or(0);
+    let text_of = |index: usize| &name[words[index].start..words[index].end];
+    // The kind (the first part) and a word of letters before a number in
+    // its part (`INV-`, `room-`, `C-`, `evt_`): they say what the number
+    // is; `first`, `second`, `welcome` say which.
+    let label = |index: usize| {
+        let word = &words[index];
+        text_of(index).chars().all(char::is_alphabetic)
+            && (word.part == 0
+                || words.get(index + 1).is_some_and(|next| {
+                    next.part == word.part && text_of(index + 1).chars().any(|c| c.is_numeric())
+                }))
+    };
+    // Each step: the word, and the group it is cut with.
+    let mut steps: Vec<(usize, usize)> = (0..words.len())
+        .filter(|&index| shared(index) > 1)
+        .map(|index| (index, shared(index)))
+        .collect();
+    steps.sort_by_key(|&(index, holders)| (std::cmp::Reverse(holders), index));
+    steps.extend(
+        (0..words.len())
+            .filter(|&index| shared(index) <= 1 && label(index))
+            .map(|index| (index, 0)),
+    );
+    let mut cut = vec![false; words.len()];
+    let (mut shown, mut length) = (name.to_string(), length);
+    // One word always stays: `…` alone names nothing.
+    for (step, &(index, group)) in steps.iter().take(words.len().saturating_sub(1)).enumerate() {
+        cut[index] = true;
+        let shorter = without(name, &words, &cut);
+        let shorter_length = shorter.chars().count();
+        // A word alone no longer than its `…` stays: cutting it hides
+        // something and gains nothing.
+        let run_goes_on = steps
+            .get(step + 1)
+            .is_some_and(|&(next, next_group)| next == index + 1 && next_group == group);
+        if shorter_length >= length && !run_goes_on {
+            cut[index] = false;
+            continue;
+        }
+        (shown, length) = (shorter, shorter_length);
+        if length <= width {
+            return shown;
+        }
+    }
+    truncate_middle(&shown, width)
+}
+
+/// Where a word stands in a name: its `:`-separated part, how many words
+/// that part has, and which of them it is; and the word.
+type Place<'a> = (usize, usize, usize, &'a str);
+
+/// A word of a name and where it stands.
+struct Word {
+    part: usize,
+    /// How many words its part has (`AP-12` two, `2026-12-06` three).
+    part_words: usize,
+    index: usize,
+    start: usize,
+    end: usize,
+}
+
+impl Word {
+    fn place<'a>(&self, name: &'a str) -> Place<'a> {
+        (
+            self.part,
+            self.part_words,
+            self.index,
+            &name[self.start..self.end],
+        )
+    }
+}
+
+fn words(text: &str) -> Vec<Word> {
+    let mut words: Vec<Word> = Vec::new();
+    let (mut part, mut index, mut start) = (0, 0, None);
+    for (at, ch) in text.char_indices().chain([(text.len(), ':')]) {
+        if ch.is_alphanumeric() {
+            start.get_or_insert(at);
+            continue;
+        }
+        if let Some(start) = start.take() {
+            words.push(Word {
+                part,
+                part_words: 0,
+                index,
+                start,
+                end: at,
+            });
+            index += 1;
+        }
+        if ch == ':' {
+            for word in words.iter_mut().rev().take(index) {
+                word.part_words = index;
+            }
+            part += 1;
+            index = 0;
+        }
+    }
+    words
+}
+
+/// `text` with the `cut` words left out: each run of them, with what
+/// stands between them, becomes one `…`.
+fn without(text: &str, words: &[Word], cut: &[bool]) -> String {
+    let mut out = String::with_capacity(text.len());
+    let (mut copied, mut index) = (0, 0);
+    while index < words.len() {
+        if !cut[index] {
+            index += 1;
+            continue;
+        }
+        let mut last = index;
+        while last + 1 < words.len() && cut[last + 1] {
+            last += 1;
+        }
+        out.push_str(&text[copied..words[index].start]);
+        out.push('…');
+        copied = words[last].end;
+        index = last + 1;
+    }
+    out.push_str(&text[copied..]);
+    out
 }
 
 /// `text` in `width` characters: its first and last few, and the part
@@ -208,24 +400,82 @@ mod distinct_tests {
             ["refund:INV-DBL:approval-1", "refund:INV-DBL:approval-2"],
         ] {
             for width in [9, 12, 14, 18] {
-                let cuts = truncate_distinct(&keys, width);
+                let cuts = truncate_names(&keys, width);
                 assert_ne!(cuts[0], cuts[1], "{keys:?} at {width}: {cuts:?}");
-                for (cut, key) in cuts.iter().zip(keys) {
+                for cut in &cuts {
                     assert!(cut.chars().count() <= width, "{cut}");
-                    assert_eq!(
-                        cut.chars().next(),
-                        key.chars().next(),
-                        "keeps the head: {cut}"
-                    );
-                    assert_eq!(
-                        cut.chars().last(),
-                        key.chars().last(),
-                        "keeps the tail: {cut}"
-                    );
                 }
             }
         }
-        assert_eq!(truncate_distinct(&["a:1", "a:2"], 10), ["a:1", "a:2"]);
+        assert_eq!(truncate_names(&["a:1", "a:2"], 10), ["a:1", "a:2"]);
+    }
+
+    /// #46: `refund:IN…-13:second`, `booking:r…024605-4-8` — cut in the
+    /// middle, the invoice, the room and the date were gone, and the
+    /// prefix every key shares was kept.
+    #[test]
+    fn names_are_cut_where_they_agree_never_where_they_differ() {
+        let keys = [
+            "refund:INV-2024-000813:second",
+            "refund:INV-2024-000977:first",
+            "booking:room-204:2026-12-06:4",
+            "booking:room-311:2026-12-06:2",
+            "message:C-1042:welcome",
+            "message:C-1057:welcome",
+        ];
+        let cuts = truncate_names(&keys, 19);
+        assert_eq!(
+            cuts,
+            [
+                "…-000813:second",
+                "…-2024-000977:first",
+                "…-204:2026-12-06:4",
+                "…-311:2026-12-06:2",
+                "…:C-1042:welcome",
+                "…:C-1057:welcome",
+            ]
+        );
+        // What all share goes first: the run every demo key ends with.
+        let demo = [
+            "refund:INV-513:AP-42:7.024605-4-8",
+            "booking:room-18:2026-12-23:7.024605-3-2",
+            "refund:INV-377:AP-11:7.024605-2-15",
+            "booking:room-31:2026-12-06:7.024605-1-9",
+        ];
+        assert_eq!(
+            truncate_names(&demo, 19),
+            [
+                "…-513:AP-42:…-4-8",
+                "…-18:…-12-23:…-3-2",
+                "…-377:AP-11:…-2-15",
+                "…-31:…-12-06:…-1-9"
+            ]
+        );
+        // A key alone of its kind loses its kind and labels first: the
+        // numbers name the item. Then the middle goes, keeping both ends.
+        let alone = ["booking:room-204:2026-12-06:4", "message:C-1042:welcome"];
+        assert_eq!(
+            truncate_names(&alone, 19),
+            ["…-204:2026-12-06:4", "…:C-1042:welcome"]
+        );
+        assert_eq!(
+            truncate_names(&alone, 15),
+            ["…-204:2…12-06:4", "…-1042:welcome"]
+        );
+        // A date's month is not an approval's number (`AP-12`): a word is
+        // shared only where the parts are shaped alike.
+        assert_eq!(
+            truncate_names(
+                &["refund:INV-417:AP-12:v1", "booking:room-204:2026-12-06:4"],
+                20
+            ),
+            ["…:INV-417:AP-12:v1", "…-204:2026-12-06:4"]
+        );
+        // A holder's remark goes before any word of its name.
+        assert_eq!(
+            truncate_names(&["→ booking:room-204:2026-12-06:3 (12-06 14:00–16:00)"], 33),
+            ["→ booking:room-204:2026-12-06:3 …"]
+        );
     }
 }
 

@@ -142,9 +142,12 @@ fn each_subcommand_has_its_own_line_in_the_help() {
     assert!(!resolve.contains("--pane"), "{resolve}");
     assert!(stdout(&effectwatch(&["escalate", "--help"])).contains("--to <NAME>"));
     assert!(stdout(&effectwatch(&["reverse-duplicate", "--help"])).contains("--ref <REF>"));
+    // An escalation verb takes one key or every open escalation.
     let close = stdout(&effectwatch(&["escalation", "resolve", "--help"]));
     assert!(
-        close.contains("<ESCALATION_KEY>") && !close.contains("--expect-version"),
+        close.contains("ESCALATION_KEY|--pane")
+            && close.contains("escalations: every open escalation")
+            && !close.contains("--expect-version"),
         "{close}"
     );
     let neither = effectwatch(&["resolve", "k", "--reason", "r"]);

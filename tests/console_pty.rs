@@ -376,6 +376,16 @@ async fn the_demo_shows_how_a_second_operator_joins_while_it_runs() {
                 && status_line(screen).contains("i: how a second operator joins")
         })
         .await;
+    // Said once: the welcome's words, then its keys as the hint.
+    let screen = console.screen_text();
+    assert_eq!(
+        status_line(&screen)
+            .matches("i: how a second operator joins")
+            .count(),
+        1,
+        "{}",
+        status_line(&screen)
+    );
     console.press("i");
     console
         .wait_for("the about overlay", Duration::from_secs(5), |screen| {
@@ -596,6 +606,11 @@ async fn a_long_shift_of_demo_traffic_is_cleared_with_bulk_actions() {
             })
             .await;
         press(&mut console, reason);
+        // Items whose agents stopped asking add the choice to cancel them
+        // instead: Enter passes over it, leaving it unchosen.
+        if console.screen_text().contains("cancel instead (space)") {
+            press(&mut console, "\r");
+        }
         console
             .wait_for("the releases", Duration::from_secs(60), |screen| {
                 screen.contains("nothing matches the filter")
@@ -757,7 +772,10 @@ async fn a_bulk_key_pressed_with_a_new_filter_acts_only_on_that_filters_rows() {
     }
     assert!(!screen.contains("booking:PTY46"), "{screen}");
 
-    console.press("the refunds' holders settled\r");
+    // Their agents never asked again: the dialog offers to cancel them
+    // instead, a field that Enter passes over, unchosen.
+    assert!(screen.contains("cancel instead (space)"), "{screen}");
+    console.press("the refunds' holders settled\r\r");
     console
         .wait_for("the result", Duration::from_secs(20), |screen| {
             status_line(screen).contains("2 of 2 done")

@@ -1288,7 +1288,7 @@ fn clear_all_acknowledges_every_item_of_the_duplicates_pane() {
     assert!(char(&mut app, 'C').is_empty());
     let dialog = app.dialog().expect("a dialog first");
     assert!(
-        dialog.summary.contains("acknowledge-duplicates 4 items of")
+        dialog.summary.contains("acknowledge-duplicates 6 items of")
             && dialog.summary.contains("with a mismatch")
             && dialog.summary.contains("replays only"),
         "{}",
@@ -1306,7 +1306,7 @@ fn clear_all_acknowledges_every_item_of_the_duplicates_pane() {
             },
         ] => {
             assert_eq!(call.name, "acknowledge-duplicates");
-            assert_eq!(targets.len(), 4);
+            assert_eq!(targets.len(), 6);
             assert_eq!(reason, "replays of a known retry storm");
         }
         other => panic!("{other:?}"),
@@ -1615,7 +1615,7 @@ fn a_row_that_stays_shows_its_new_version_and_waits_for_the_next_read() {
     assert!(char(&mut app, 'd').is_empty());
     assert!(app.dialog().is_none(), "a dialog opened");
     assert!(
-        status(&app).starts_with("cannot ack repeats: a changed with your annotate just now"),
+        status(&app).starts_with("cannot acknowledge: a changed with your annotate just now"),
         "{}",
         status(&app)
     );
@@ -1730,4 +1730,300 @@ fn a_bulk_key_waits_for_the_rows_of_the_filter_it_would_act_on() {
         app.dialog().unwrap().names.as_deref(),
         Some("a, b, c and 2 more")
     );
+}
+
+/// The demo's welcome names its keys once: its words are the first
+/// message, the keys it names the hint beside it — never both in each.
+#[test]
+fn the_welcome_says_its_hint_once() {
+    let hint = "i: how a second operator joins · ?: every key";
+    let app = app_with_settings(
+        &["a"],
+        Settings {
+            welcome: Some(format!("demo: agents are at work · {hint}")),
+            ..Settings::new("ops", false, Duration::from_secs(2))
+        },
+    );
+    assert_eq!(status(&app), "demo: agents are at work");
+    let mut terminal = ratatui::Terminal::new(ratatui::backend::TestBackend::new(160, 24)).unwrap();
+    terminal
+        .draw(|frame| {
+            effectwatch::console::views::draw(
+                frame,
+                &app,
+                &effectwatch::console::theme::Theme::default(),
+            )
+        })
+        .unwrap();
+    let buffer = terminal.backend().buffer();
+    let screen: String = (0..buffer.area.height)
+        .map(|y| {
+            (0..buffer.area.width)
+                .map(|x| buffer[(x, y)].symbol())
+                .collect::<String>()
+                + "\n"
+        })
+        .collect();
+    assert_eq!(
+        screen.matches("i: how a second operator joins").count(),
+        1,
+        "{screen}"
+    );
+    assert_eq!(
+        screen.matches("demo: agents are at work").count(),
+        1,
+        "{screen}"
+    );
+}
+
+/// The screen as drawn from the app, one line per row.
+fn drawn(app: &App) -> String {
+    let mut terminal = ratatui::Terminal::new(ratatui::backend::TestBackend::new(160, 40)).unwrap();
+    terminal
+        .draw(|frame| {
+            effectwatch::console::views::draw(
+                frame,
+                app,
+                &effectwatch::console::theme::Theme::default(),
+            )
+        })
+        .unwrap();
+    let buffer = terminal.backend().buffer();
+    (0..buffer.area.height)
+        .map(|y| {
+            (0..buffer.area.width)
+                .map(|x| buffer[(x, y)].symbol())
+                .collect::<String>()
+                + "\n"
+        })
+        .collect()
+}
+
+fn ctrl(app: &mut App, ch: char) -> Vec<Task> {
+    app.update(Message::Key(KeyEvent::new(
+        KeyCode::Char(ch),
+        KeyModifiers::CONTROL,
+    )))
+}
+
+/// Every escalation of the (filtered) escalations view is acknowledged
+/// with one key (C-k) and resolved with another (C-w): the dialog counts
+/// them by state, the compensation awaiting approval is not one of them,
+/// and what the ledger answered shows at once.
+#[test]
+fn every_escalation_of_the_view_is_acknowledged_or_resolved_with_one_key() {
+    let mut app = app_with(&["a"]);
+    let escalations = fixtures::escalation_rows();
+    let keys: Vec<String> = escalations
+        .iter()
+        .map(|row| row.escalation_key.clone())
+        .collect();
+    app.update(Message::Snapshot(Box::new(Snapshot {
+        escalations,
+        approvals: fixtures::approval_rows(),
+        ..snapshot(rows(&["a"]), 1, 0)
+    })));
+    // Elsewhere the key says where it works.
+    assert!(ctrl(&mut app, 'k').is_empty());
+    assert!(app.dialog().is_none());
+
+    char(&mut app, '5');
+    assert!(ctrl(&mut app, 'k').is_empty());
+    let dialog = app.dialog().expect("a dialog for every escalation");
+    assert_eq!(
+        dialog.subject,
+        Subject::Escalations {
+            escalation_keys: keys.clone()
+        }
+    );
+    assert!(
+        dialog
+            .summary
+            .contains("3 escalations: 1 delivered, 1 failed, 1 open"),
+        "{}",
+        dialog.summary
+    );
+    type_text(&mut app, "on it");
+    let tasks = key(&mut app, KeyCode::Enter);
+    let request = Request::AcknowledgeMany {
+        escalation_keys: keys.clone(),
+        reason: "on it".to_string(),
+    };
+    assert_eq!(settles(&tasks), [&request]);
+    let states: Vec<serde_json::Value> = keys
+        .iter()
+        .map(|key| json!([key, "acknowledged"]))
+        .collect();
+    app.update(done(
+        request,
+        "acknowledge: 3 of 3 escalations done",
+        json!({ "action": "acknowledge", "done": 3, "skipped": 0, "failed": 0, "states": states }),
+    ));
+    let state = app
+        .model()
+        .columns
+        .iter()
+        .position(|column| column.title == "state")
+        .unwrap();
+    let shown: Vec<&str> = app
+        .model()
+        .rows
+        .iter()
+        .filter(|row| keys.contains(&row.id))
+        .map(|row| row.cells[state].text.as_str())
+        .collect();
+    assert_eq!(shown, ["✓ acknowledged"; 3]);
+
+    assert!(ctrl(&mut app, 'w').is_empty());
+    type_text(&mut app, "decided");
+    let tasks = key(&mut app, KeyCode::Enter);
+    let request = Request::ResolveEscalationMany {
+        escalation_keys: keys.clone(),
+        reason: "decided".to_string(),
+    };
+    assert_eq!(settles(&tasks), [&request]);
+    let states: Vec<serde_json::Value> = keys.iter().map(|key| json!([key, "resolved"])).collect();
+    app.update(done(
+        request,
+        "resolve: 3 of 3 escalations done",
+        json!({ "done": 3, "skipped": 0, "failed": 0, "states": states }),
+    ));
+    assert!(
+        app.model().rows.iter().all(|row| !keys.contains(&row.id)),
+        "resolved escalations leave the view"
+    );
+}
+
+/// Held rows, the first `stopped` of them with agents that stopped asking.
+fn held_snapshot(stopped: usize) -> Snapshot {
+    let held: Vec<_> = fixtures::held_rows()
+        .into_iter()
+        .take(3)
+        .enumerate()
+        .map(|(index, row)| effectwatch::ledger::panes::HeldRow {
+            asked_since_held: index >= stopped,
+            ..row
+        })
+        .collect();
+    Snapshot {
+        panes: vec![(Pane::Held, PaneRows::Held(held))],
+        counts: vec![(Pane::Held, 3)],
+        ..snapshot(rows(&["a"]), 1, 0)
+    }
+}
+
+/// Releasing held items whose agents stopped asking would send them to
+/// Overdue undispatched: the release dialog says how many, and offers to
+/// cancel those instead, releasing the rest.
+#[test]
+fn a_release_offers_cancel_for_held_items_whose_agents_stopped_asking() {
+    let mut app = app_with(&["a"]);
+    app.update(Message::Snapshot(Box::new(held_snapshot(2))));
+    char(&mut app, '4');
+    let keys: Vec<(String, i64)> = app
+        .model()
+        .rows
+        .iter()
+        .map(|row| (row.op_key.clone().unwrap(), row.version.unwrap()))
+        .collect();
+    let stopped: Vec<(String, i64)> = fixtures::held_rows()
+        .into_iter()
+        .take(2)
+        .map(|row| (row.op_key, row.version))
+        .collect();
+
+    char(&mut app, 'L');
+    let dialog = app.dialog().expect("the release dialog");
+    assert_eq!(dialog.stopped_asking, stopped);
+    let (note, role) = dialog.note.clone().expect("a note");
+    assert_eq!(role, Role::Warn);
+    assert!(
+        note.contains(
+            "2 of these: their agents have not asked for them again since they were held; \
+             released, they go to Overdue undispatched"
+        ),
+        "{note}"
+    );
+    assert!(drawn(&app).contains("cancel instead (space)"));
+    type_text(&mut app, "holders settled");
+    key(&mut app, KeyCode::Enter);
+    assert_eq!(app.dialog().unwrap().focus, DialogField::CancelInstead);
+    char(&mut app, ' ');
+    assert!(app.dialog().unwrap().cancel_instead);
+    let tasks = key(&mut app, KeyCode::Enter);
+    let rest: Vec<(String, i64)> = keys
+        .iter()
+        .filter(|key| !stopped.contains(key))
+        .cloned()
+        .collect();
+    assert_eq!(
+        settles(&tasks),
+        [
+            &Request::OperatorMany {
+                call: &effectwatch::ledger::actions::CANCEL,
+                targets: stopped.clone(),
+                reason: "holders settled".to_string(),
+            },
+            &Request::OperatorMany {
+                call: &effectwatch::ledger::actions::RELEASE,
+                targets: rest,
+                reason: "holders settled".to_string(),
+            }
+        ]
+    );
+
+    // One of them alone: the same note, and released as asked when the
+    // offer is left alone.
+    let mut app = app_with(&["a"]);
+    app.update(Message::Snapshot(Box::new(held_snapshot(3))));
+    char(&mut app, '4');
+    let (op_key, seen) = keys[0].clone();
+    while app.selected_row().and_then(|row| row.op_key.clone()) != Some(op_key.clone()) {
+        key(&mut app, KeyCode::Down);
+    }
+    char(&mut app, 'l');
+    let dialog = app.dialog().expect("the release dialog");
+    assert!(
+        dialog
+            .note
+            .as_ref()
+            .is_some_and(|(note, _)| note.contains("its agent has not asked for it again")),
+        "{:?}",
+        dialog.note
+    );
+    type_text(&mut app, "holder settled");
+    key(&mut app, KeyCode::Enter);
+    assert_eq!(app.dialog().unwrap().focus, DialogField::CancelInstead);
+    let tasks = key(&mut app, KeyCode::Enter);
+    assert_eq!(
+        settles(&tasks),
+        [&Request::Operator {
+            call: &effectwatch::ledger::actions::RELEASE,
+            op_key,
+            seen: Some(seen),
+            reason: "holder settled".to_string(),
+        }]
+    );
+}
+
+/// The detail of an unknown effect names the error class its worker gave,
+/// when it gave no reason.
+#[test]
+fn the_detail_names_the_error_class_of_an_unknown_effect() {
+    let mut history = fixtures::history();
+    history.effect.failure_reason = None;
+    history.effect.error_class = Some("timeout".to_string());
+    let key_of = history.effect.op_key.clone();
+    let mut app = app_with(&["a"]);
+    app.update(Message::Snapshot(Box::new(fixtures::snapshot(1))));
+    char(&mut app, '2');
+    key(&mut app, KeyCode::Enter);
+    assert_eq!(app.detail().unwrap().op_key, key_of);
+    app.update(Message::Detail(key_of, Ok(Box::new(history))));
+    let screen = drawn(&app);
+    let failure = screen
+        .lines()
+        .find(|line| line.contains("failure"))
+        .unwrap_or_else(|| panic!("no failure line:\n{screen}"));
+    assert!(failure.contains("timeout"), "{failure}");
 }

@@ -664,8 +664,8 @@ fn every_cut_is_marked_even_on_narrow_terminals() {
     let app = app_with(full_snapshot(), false);
     let narrow = text(&render_sized(&app, &Theme::default(), 100, 20));
     for row in fixtures::overdue_rows(OVERDUE) {
-        // Keys are cut in the middle: their ends tell rows apart.
-        let line = line_with(&narrow, &row.op_key[row.op_key.len() - 6..]);
+        // Keys are cut where they agree: what follows the kind tells rows apart.
+        let line = line_with(&narrow, row.op_key.split_once(':').unwrap().1);
         for value in [&row.op_key, &row.target] {
             assert!(
                 line.contains(value.as_str()) || line.contains('…'),
@@ -678,9 +678,10 @@ fn every_cut_is_marked_even_on_narrow_terminals() {
     let finance = screen(&app);
     let suspects: Vec<&str> = finance.lines().filter(|l| l.contains("re_")).collect();
     assert!(!suspects.is_empty(), "{finance}");
-    for line in suspects {
+    for (line, suspect) in suspects.iter().zip(fixtures::finance().suspected) {
+        let end = suspect.op_key.rsplit(':').next().unwrap();
         assert!(
-            line.contains(":v1") || line.contains(":v2"),
+            line.contains(&format!(":{end}")),
             "the end that tells two refunds apart is visible: {line}"
         );
     }
@@ -859,9 +860,10 @@ fn the_key_bar_strikes_out_what_the_ledger_says_cannot_apply_to_the_selection() 
         },
     );
     let app = app_with(snapshot, false);
-    let buffer = render(&app, &Theme::default());
+    // Wide enough for every key: a narrower bar shows what applies first.
+    let buffer = render_sized(&app, &Theme::default(), 180, HEIGHT);
     let bar = HEIGHT - 1;
-    let line = columns(&buffer, 0, WIDTH);
+    let line = columns(&buffer, 0, 180);
     let line = line.lines().nth(bar as usize).unwrap();
     let struck = |label: &str| {
         let at = line
@@ -957,11 +959,33 @@ fn every_view_at_80x24() {
                 "tab {tab} missing: {tabs}"
             );
         }
-        assert!(tabs.contains("Fin 3"), "{name}: {tabs}");
+        assert!(tabs.contains("Fin 5"), "{name}: {tabs}");
     }
     let app = app_with_detail();
     let screen = text(&render_sized(&app, &Theme::default(), 80, 24));
     insta::assert_snapshot!("detail_80x24", screen);
+}
+
+/// Every view at 120×40, the operator's usual second screen.
+#[test]
+fn every_view_at_120x40() {
+    for (digit, name) in [
+        ('1', "overdue"),
+        ('2', "unknown"),
+        ('3', "duplicates"),
+        ('4', "held"),
+        ('5', "escalations"),
+        ('6', "audit"),
+        ('7', "finance"),
+    ] {
+        let mut app = app_with(full_snapshot(), false);
+        press(&mut app, KeyCode::Char(digit));
+        let screen = text(&render_sized(&app, &Theme::default(), 120, 40));
+        insta::assert_snapshot!(format!("{name}_120x40"), screen);
+    }
+    let app = app_with_detail();
+    let screen = text(&render_sized(&app, &Theme::default(), 120, 40));
+    insta::assert_snapshot!("detail_120x40", screen);
 }
 
 #[test]
@@ -970,8 +994,8 @@ fn at_80x24_money_keeps_its_currency_and_the_cut_key_is_in_the_footer() {
     let screen = text(&render_sized(&app, &Theme::default(), 80, 24));
     let row = line_with(&screen, "▶ ");
     assert!(row.contains("15.00 EUR"), "{row}");
-    // The key column keeps head and tail: rows that differ at the end read apart.
-    assert!(row.contains("refund:IN") && row.contains("v1"), "{row}");
+    // The key keeps what tells it apart: the invoice and which refund.
+    assert!(row.contains("INV-2024-000813:second"), "{row}");
     let key = first_overdue_key();
     let footer = screen.lines().find(|line| line.contains(" of 12")).unwrap();
     if !row.contains(&key) {
@@ -1115,8 +1139,16 @@ fn distinct_keys_never_read_alike_in_a_narrow_table() {
         for other in &shown[index + 1..] {
             assert_ne!(cut, other, "two keys read alike:\n{screen}");
         }
-        assert!(cut.starts_with("ref"), "{cut}");
     }
+    // What tells them apart stays; the prefix all four share goes first.
+    assert!(
+        shown[0].ends_with("-1") && shown[1].ends_with("-2"),
+        "{shown:?}"
+    );
+    assert!(
+        shown[2].contains("0001") && shown[3].contains("0002"),
+        "{shown:?}"
+    );
 }
 
 /// A result too long for the status line is cut with a hint, and the log
@@ -1305,7 +1337,12 @@ fn the_command_line_lists_a_pane_with_the_consoles_columns() {
         expected.insert(key + 1, "version".to_string());
         assert_eq!(cells(lines[1]), expected, "{table}");
         for (row, line) in model.rows.iter().zip(lines.iter().skip(3)) {
-            let mut wanted: Vec<String> = row.cells.iter().map(|c| c.text.clone()).collect();
+            // The command line cuts a cell at 48 characters.
+            let mut wanted: Vec<String> = row
+                .cells
+                .iter()
+                .map(|c| effectwatch::text::truncate(&c.text, 48))
+                .collect();
             wanted.insert(key + 1, row.version.unwrap().to_string());
             assert_eq!(cells(line), wanted, "{table}");
         }
@@ -1331,4 +1368,241 @@ fn work_running_beside_the_console_is_said_when_the_status_line_is_free() {
         !screen.contains("sim: 4 agents"),
         "a message comes first:\n{screen}"
     );
+}
+
+// ---------------------------------------------------------------------------
+// #46: what the operator decides by is never cut.
+
+/// At 80×24 the held pane keeps the target and the holder's state, and
+/// every key shows the words that tell it apart (invoice and which
+/// refund, room and date); context (ages, the holder's amount) goes first.
+#[test]
+fn at_80x24_held_keys_keep_their_distinguishing_tail_and_the_target() {
+    let mut app = app_with(full_snapshot(), false);
+    press(&mut app, KeyCode::Char('4'));
+    let screen = text(&render_sized(&app, &Theme::default(), 80, 24));
+    let header = line_with(&screen, "held key");
+    for column in ["target", "held key", "amount", "held by", "holder"] {
+        assert!(header.contains(column), "{column} missing: {header}");
+    }
+    for context in ["held for", "holder age", "holder amount"] {
+        assert!(!header.contains(context), "{context} kept: {header}");
+    }
+    // The held key's and the holder's words that tell them apart: the
+    // invoice and which refund; the room, the day and which booking.
+    for (held, holder, state) in [
+        (&["000813:second"][..], &["000813:first"][..], "unknown"),
+        (&["000977:second"], &["000977:first"], "pending"),
+        (&["-204:", "12-06:4"], &["-204:", "12-06:3"], "pending"),
+        (&["-311:", "12-07:2"], &["-311:", "12-07:1"], "succeeded"),
+        (&["466:AP-18:v1"], &["466:AP-17:v1"], "pending"),
+    ] {
+        let row = line_with(&screen, held[held.len() - 1]);
+        let (key, holder_cell) = row.split_once(" → ").unwrap();
+        for word in held {
+            assert!(key.contains(word), "{word}: {row}");
+        }
+        for word in holder {
+            assert!(holder_cell.contains(word), "{word}: {row}");
+        }
+        assert!(holder_cell.contains(state), "{state}: {row}");
+    }
+    let row = line_with(&screen, "000813:second");
+    assert!(
+        row.contains("223.69 GBP") && row.contains("…-2024-000813"),
+        "{row}"
+    );
+}
+
+/// At 120 columns (the issue's `refund:IN…-13:second`,
+/// `booking:r…024605-4-8`) every held key keeps its invoice, room and date.
+#[test]
+fn at_120_columns_held_keys_keep_their_invoice_room_and_date() {
+    let mut app = app_with(full_snapshot(), false);
+    press(&mut app, KeyCode::Char('4'));
+    let screen = text(&render_sized(&app, &Theme::default(), 120, 40));
+    for held in [
+        "2024-000813:second",
+        "2024-000977:second",
+        "204:2026-12-06:4",
+        "311:2026-12-07:2",
+        "INV-402:AP-92:v1",
+    ] {
+        let row = line_with(&screen, held);
+        assert!(row.starts_with("▶ ") || row.starts_with("  "), "{row}");
+    }
+    let header = line_with(&screen, "held key");
+    assert!(header.contains("holder age"), "{header}");
+}
+
+/// At 80×24 the overdue pane keeps the key's invoice and customer (the
+/// issue's `message:C-10…` for every customer), the target and the
+/// amount; the requester and how far past its window go first.
+#[test]
+fn at_80x24_overdue_keys_keep_the_customer_and_the_invoice() {
+    let app = app_with(full_snapshot(), false);
+    let screen = text(&render_sized(&app, &Theme::default(), 80, 24));
+    for row in fixtures::overdue_rows(OVERDUE) {
+        let tail = row.op_key.split_once(':').unwrap().1;
+        // `INV-2024-000813:second`, `room-204:2026-12-06:4`, `C-1042:welcome`.
+        let line = line_with(&screen, tail);
+        if let Some(amount) = row.amount_minor {
+            let money = effectwatch::format::money(amount, row.currency.as_deref().unwrap());
+            assert!(line.contains(&money), "{money}: {line}");
+        }
+    }
+    let header = line_with(&screen, "key ");
+    assert!(
+        header.contains("target") && header.contains("dispatched"),
+        "{header}"
+    );
+    assert!(!header.contains("requester"), "{header}");
+}
+
+/// At 80 columns the header keeps who is operating and whether the data
+/// is live; how it was polled gives way first (it stopped at `po`).
+#[test]
+fn at_80_columns_the_header_keeps_the_operator() {
+    let app = app_with(full_snapshot(), false);
+    let screen = text(&render_sized(&app, &Theme::default(), 80, 24));
+    let header = screen.lines().next().unwrap();
+    assert!(header.ends_with("│ alice"), "{header}");
+    assert!(header.contains("● live") && header.contains("ops_alice@payments"));
+    assert!(header.contains("polled 14:05:00 UTC"), "{header}");
+    // Narrower still, the program's name goes before the poll's time.
+    let narrow = text(&render_sized(&app, &Theme::default(), 60, 24));
+    let header = narrow.lines().next().unwrap();
+    assert!(
+        header.ends_with("│ alice") && header.contains("● live"),
+        "{header}"
+    );
+    // Wide, every part is there.
+    let wide = text(&render_sized(&app, &Theme::default(), 140, 30));
+    assert!(
+        wide.lines()
+            .next()
+            .unwrap()
+            .contains("(14 ms, every 2.0 s)")
+    );
+}
+
+/// A figure of the exposure never runs into the next (`1 · 223.69 GBP
+/// 106 · 13144.17 GBP`), and the flag of money at risk ends each row.
+#[test]
+fn at_80_columns_finance_figures_never_run_together() {
+    let mut app = app_with(full_snapshot(), false);
+    press(&mut app, KeyCode::Char('7'));
+    let screen = text(&render_sized(&app, &Theme::default(), 80, 24));
+    for currency in ["EUR", "GBP", "JPY"] {
+        let row = line_with(&screen, &format!("  {currency}  "));
+        assert!(row.ends_with(" ⚑"), "{row}");
+        assert!(row.chars().count() <= 80, "{row}");
+        // Every figure stands apart: `count · amount CUR`, a gap between.
+        let figures: Vec<&str> = row.split(&format!(" {currency} ")).collect();
+        assert!(figures.len() >= 3, "{row}");
+    }
+    let gbp = line_with(&screen, "  GBP  ");
+    assert!(gbp.contains(" 106 · 13144.17 GBP "), "{gbp}");
+    assert!(gbp.contains(" 1 · 223.69 GBP "), "{gbp}");
+}
+
+/// Help at 80×24 is taller than the screen: it says what is below, and
+/// j/k, the arrows, PgUp/PgDn and Home/End scroll it to the last key.
+#[test]
+fn help_at_80x24_scrolls_and_says_there_is_more() {
+    let mut app = app_with(full_snapshot(), false);
+    let at_80x24 = |app: &App| text(&render_sized(app, &Theme::default(), 80, 24));
+    press(&mut app, KeyCode::Char('?'));
+    let top = at_80x24(&app);
+    insta::assert_snapshot!("help_80x24", top);
+    assert!(top.contains("more below"), "{top}");
+    assert!(!top.contains("more above"), "{top}");
+    let last = "reject a compensation awaiting approval";
+    assert!(!top.contains(last), "{top}");
+    assert!(top.contains("↑↓ j k PgUp PgDn Home End scroll"), "{top}");
+    press(&mut app, KeyCode::End);
+    let bottom = at_80x24(&app);
+    assert!(bottom.contains(last), "{bottom}");
+    assert!(bottom.contains("more above") && !bottom.contains("more below"));
+    press(&mut app, KeyCode::Char('k'));
+    press(&mut app, KeyCode::Up);
+    let up = at_80x24(&app);
+    assert!(!up.contains(last) && up.contains("more below"), "{up}");
+    press(&mut app, KeyCode::Home);
+    assert_eq!(at_80x24(&app), top);
+    press(&mut app, KeyCode::Char('j'));
+    press(&mut app, KeyCode::Down);
+    press(&mut app, KeyCode::PageDown);
+    press(&mut app, KeyCode::PageUp);
+    let moved = at_80x24(&app);
+    assert!(moved.contains("more above") && moved.contains("more below"));
+    // Any other key closes it, and does nothing else.
+    press(&mut app, KeyCode::Char('x'));
+    assert_eq!(app.overlay(), None);
+    assert!(app.dialog().is_none());
+}
+
+/// A command in the `i` overlay is copied from there: it wraps between
+/// its words, never inside a path or a URL; one too long for the room
+/// beside its label starts under the label, whole.
+#[test]
+fn the_about_overlay_never_wraps_a_command_inside_a_path() {
+    let path = "/var/tmp/effectwatch-demo-operator-0123456789abcdef.toml";
+    let url = "postgres://operator@127.0.0.1:5433/effectwatch_demo_ledger_0123456789abcdef";
+    let about = vec![
+        (
+            "second operator".to_string(),
+            format!("effectwatch --config {path} --operator bob"),
+        ),
+        (
+            "MCP gateway".to_string(),
+            format!("effectwatch gateway --database-url {url} -- effectwatch mcp-tools"),
+        ),
+    ];
+    let mut app = app_with_settings(full_snapshot(), Settings { about, ..alice() });
+    press(&mut app, KeyCode::Char('i'));
+    let screen = text(&render_sized(&app, &Theme::default(), 80, 24));
+    for whole in [path, url, "--operator bob", "effectwatch mcp-tools"] {
+        assert!(screen.contains(whole), "{whole} broken:\n{screen}");
+    }
+}
+
+/// One word per verb, in the key bar, the help and the README's key
+/// table: acknowledge, resolve, release, cancel… (`C clear all` and
+/// `Z close` said other words for them). `X` is on the overdue pane's key
+/// bar, where it cancels what was never sent.
+#[test]
+fn the_key_bar_help_and_readme_name_each_verb_alike() {
+    use effectwatch::console::action::TABLE;
+    let label = |keys: &str| TABLE.iter().find(|e| e.keys == keys).unwrap().label;
+    for (keys, verb) in [
+        ("C", "acknowledge"),
+        ("d", "acknowledge"),
+        ("K", "acknowledge"),
+        ("Z", "resolve"),
+        ("o", "resolve"),
+        ("f", "resolve"),
+        ("L", "release"),
+        ("l", "release"),
+        ("X", "cancel"),
+        ("x", "cancel"),
+    ] {
+        assert!(label(keys).starts_with(verb), "{keys}: {}", label(keys));
+        let readme = include_str!("../README.md");
+        let line = readme
+            .lines()
+            .find(|line| line.starts_with("| `") && line.contains(&format!("`{keys}`")))
+            .unwrap_or_else(|| panic!("{keys} not in the README's key table"));
+        assert!(line.contains(verb), "{keys}: {line}");
+    }
+    let app = app_with(full_snapshot(), false);
+    let screen = text(&render_sized(&app, &Theme::default(), 120, 40));
+    let bar = screen.lines().last().unwrap();
+    assert!(bar.contains(" X  cancel all"), "{bar}");
+    let mut app = app_with(full_snapshot(), false);
+    press(&mut app, KeyCode::Char('3'));
+    let bar = text(&render_sized(&app, &Theme::default(), 120, 40));
+    let bar = bar.lines().last().unwrap();
+    assert!(bar.contains(" C  acknowledge all"), "{bar}");
+    assert!(!bar.contains("clear"), "{bar}");
 }

@@ -326,3 +326,130 @@ async fn check_warns_when_the_ledger_and_this_binary_differ() {
     assert_eq!(check.status.code(), Some(1), "{said}");
     assert!(said.contains("run `effectwatch migrate`"), "{said}");
 }
+
+/// A ledger a newer effectwatch upgraded: `migrate` has nothing to apply
+/// and says to upgrade effectwatch, with an exit code of its own (10) —
+/// not "schema missing" (5), not a demo's `--fresh`.
+#[tokio::test]
+async fn migrate_on_a_newer_ledger_says_upgrade_effectwatch() {
+    let db = common::test_db().await;
+    sqlx::query(
+        "insert into public._sqlx_migrations (version, description, success, checksum, execution_time)
+         values (9999, 'from a newer release', true, '\\x00', 0)",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let migrated = common::effectwatch_cli(&["--database-url", &db.url, "migrate"]);
+    let said = String::from_utf8_lossy(&migrated.stderr);
+    assert_eq!(migrated.status.code(), Some(10), "{said}");
+    assert_eq!(said.trim().lines().count(), 1, "{said}");
+    assert!(said.contains("is newer than this effectwatch's"), "{said}");
+    assert!(said.contains("9999"), "{said}");
+    assert!(said.contains("upgrade effectwatch"), "{said}");
+    assert!(said.contains("nothing changed"), "{said}");
+    assert!(
+        !said.contains("--fresh") && !said.contains("missing"),
+        "{said}"
+    );
+    // Nothing else changes: the ledger still serves this binary.
+    let listed = common::effectwatch_cli(&["--database-url", &db.url, "list", "held"]);
+    assert!(listed.status.success(), "{listed:?}");
+}
+
+/// A released migration edited after a ledger was made: `--version` and
+/// `check` name it instead of telling the operator to run a migrate that
+/// would refuse, and `migrate` refuses with an exit code of its own (11).
+#[tokio::test]
+async fn an_edited_released_migration_is_named_not_sent_to_migrate() {
+    let (_, through) = *RELEASED.last().unwrap();
+    let db = common::empty_db().await;
+    migrate::run_through(&db.pool, through).await.unwrap();
+    sqlx::query("update public._sqlx_migrations set checksum = '\\x00' where version = 7")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let edited = MIGRATOR.iter().find(|m| m.version == 7).unwrap();
+
+    let version = common::effectwatch_cli(&["--database-url", &db.url, "--version"]);
+    let said = String::from_utf8_lossy(&version.stdout);
+    assert!(version.status.success(), "{version:?}");
+    assert!(said.contains("migration 0007"), "{said}");
+    assert!(said.contains(edited.description.as_ref()), "{said}");
+    assert!(said.contains("edited"), "{said}");
+    assert!(!said.contains("run `effectwatch migrate`"), "{said}");
+
+    let check = common::effectwatch_cli(&["--database-url", &db.url, "check"]);
+    let said = String::from_utf8_lossy(&check.stdout);
+    assert_eq!(check.status.code(), Some(1), "{said}");
+    assert!(said.contains("migration 0007"), "{said}");
+    assert!(!said.contains("run `effectwatch migrate`"), "{said}");
+
+    let migrated = common::effectwatch_cli(&["--database-url", &db.url, "migrate"]);
+    let said = String::from_utf8_lossy(&migrated.stderr);
+    assert_eq!(migrated.status.code(), Some(11), "{said}");
+    assert_eq!(said.trim().lines().count(), 1, "{said}");
+    assert!(said.contains("migration 0007"), "{said}");
+    assert!(said.contains("cannot bring this ledger in line"), "{said}");
+    let applied: i64 = sqlx::query_scalar("select count(*) from public._sqlx_migrations")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(applied, through, "nothing applied");
+}
+
+/// This binary on a ledger of the last release, not migrated yet: a
+/// command that reads what the release lacks, and the console, say to run
+/// `effectwatch migrate` (exit 5), never the database's own words.
+#[tokio::test]
+async fn a_ledger_not_yet_migrated_is_told_to_migrate_not_given_a_database_error() {
+    let (release, through) = *RELEASED.last().unwrap();
+    if SchemaVersion::of_binary().unreleased.is_empty() {
+        return;
+    }
+    let db = common::empty_db().await;
+    migrate::run_through(&db.pool, through).await.unwrap();
+    // `list duplicates` reads a column 0020 added; the console polls it.
+    for args in [&["list", "duplicates"][..], &[]] {
+        let run = common::effectwatch_cli(&[&["--database-url", &db.url][..], args].concat());
+        let said = String::from_utf8_lossy(&run.stderr);
+        assert_eq!(run.status.code(), Some(5), "{args:?}: {said}");
+        assert_eq!(said.trim().lines().count(), 1, "{args:?}: {said}");
+        assert!(
+            said.contains(&format!(
+                "ledger schema {release} is older than this effectwatch's"
+            )),
+            "{args:?}: {said}"
+        );
+        assert!(
+            said.contains("run `effectwatch migrate`"),
+            "{args:?}: {said}"
+        );
+        assert!(!said.contains("database error"), "{args:?}: {said}");
+    }
+    let migrated = common::effectwatch_cli(&["--database-url", &db.url, "migrate"]);
+    assert!(migrated.status.success(), "{migrated:?}");
+    let listed = common::effectwatch_cli(&["--database-url", &db.url, "list", "duplicates"]);
+    assert!(listed.status.success(), "{listed:?}");
+}
+
+/// A build with migrations no release holds says it is not a release.
+#[test]
+fn a_development_build_says_it_is_not_a_release() {
+    let version = common::effectwatch_cli(&["--version"]);
+    let said = String::from_utf8_lossy(&version.stdout);
+    let first = said.lines().next().unwrap_or_default();
+    let package = env!("CARGO_PKG_VERSION");
+    if SchemaVersion::of_binary().unreleased.is_empty() {
+        assert!(
+            first.starts_with(&format!("effectwatch {package} (")),
+            "{said}"
+        );
+    } else {
+        assert!(
+            first.starts_with(&format!("effectwatch {package}+dev (")),
+            "{said}"
+        );
+        assert!(first.contains("not a release"), "{said}");
+    }
+}

@@ -135,3 +135,91 @@ async fn the_cli_releases_a_filtered_pane_and_asks_first() {
         .unwrap();
     assert_eq!(held, 0);
 }
+
+/// Releasing held items whose agents stopped asking sends them to Overdue
+/// undispatched: `release --pane held` says how many, and how to cancel
+/// those instead; the `stopped-asking` filter picks them; a release of one
+/// such key says so too.
+#[tokio::test]
+async fn a_release_says_which_agents_stopped_asking_and_how_to_cancel_them() {
+    let db = common::test_db().await;
+    for n in 0..3 {
+        let target = format!("invoice:QUIET-{n}");
+        writer::begin_effect(
+            &db.pool,
+            &common::intent(&format!("refund:QUIET-{n}:1"), &target),
+        )
+        .await
+        .unwrap();
+        let held = common::intent(&format!("refund:QUIET-{n}:2"), &target);
+        writer::begin_effect(&db.pool, &held).await.unwrap();
+        // The first agent still waits: it asks again, and is told held.
+        if n == 0 {
+            let again = writer::begin_effect(&db.pool, &held).await.unwrap();
+            assert_eq!(again.state.as_str(), "held");
+        }
+    }
+    let cli = |args: &[&str]| {
+        common::effectwatch_cli(
+            &[&["--database-url", &db.url, "--operator", "ops"][..], args].concat(),
+        )
+    };
+    let said = |output: &std::process::Output| String::from_utf8_lossy(&output.stderr).into_owned();
+
+    let asked = cli(&[
+        "release",
+        "--pane",
+        "held",
+        "--filter",
+        "QUIET",
+        "--reason",
+        "holders done",
+    ]);
+    assert_eq!(asked.status.code(), Some(2), "{asked:?}");
+    let stderr = said(&asked);
+    assert!(stderr.contains("3 items of pane held match"), "{stderr}");
+    assert!(
+        stderr.contains(
+            "2 of them: their agents have not asked for them again since they were held; \
+             released, they go to Overdue undispatched"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("effectwatch cancel --pane held --filter 'QUIET stopped-asking'"),
+        "{stderr}"
+    );
+
+    // One of them alone: said before it is released.
+    let one = cli(&["release", "refund:QUIET-1:2", "--reason", "holder done"]);
+    assert!(one.status.success(), "{one:?}");
+    assert!(
+        said(&one).contains("has not been asked for again since it was held"),
+        "{}",
+        said(&one)
+    );
+    // The one whose agent asks again is released without a word.
+    let asking = cli(&["release", "refund:QUIET-0:2", "--reason", "holder done"]);
+    assert!(asking.status.success(), "{asking:?}");
+    assert!(!said(&asking).contains("asked"), "{}", said(&asking));
+
+    // The offer taken: the filter picks the one left whose agent stopped.
+    let cancelled = cli(&[
+        "cancel",
+        "--pane",
+        "held",
+        "--filter",
+        "QUIET stopped-asking",
+        "--reason",
+        "its agent is gone",
+        "--yes",
+    ]);
+    assert!(cancelled.status.success(), "{cancelled:?}");
+    let states: Vec<String> = sqlx::query_scalar(
+        "select state from ledger.effects where op_key like 'refund:QUIET-%:2' order by op_key",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(states, ["pending", "pending", "cancelled"]);
+}

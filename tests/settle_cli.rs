@@ -621,3 +621,108 @@ async fn an_acknowledgement_of_repeats_is_undone_by_reopening_them() {
         ]
     );
 }
+
+/// Escalations in bulk: `escalation acknowledge|resolve --pane
+/// escalations` counts the open escalations (by state) first, then acts on
+/// each in its own transaction with its audit entry; one already in that
+/// state is skipped, and a verb on the wrong kind of pane is refused.
+#[tokio::test]
+async fn every_open_escalation_is_acknowledged_then_resolved_after_its_count() {
+    let rig = Rig::new().await;
+    let cli = Cli::new(&rig);
+    for n in 0..3 {
+        rig.unknown_effect(&format!("refund:BULKESC{n}:v1"), 100)
+            .await;
+    }
+    let out = cli
+        .run(&[
+            "escalate", "--pane", "unknown", "--reason", "outage", "--yes",
+        ])
+        .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+
+    let ack = [
+        "escalation",
+        "acknowledge",
+        "--pane",
+        "escalations",
+        "--reason",
+        "on it",
+    ];
+    let out = cli.run(&ack).await;
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("3 open escalations (3 delivered) match: pass --yes"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = cli.run(&[&ack[..], &["--yes"]].concat()).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("acknowledge: 3 of 3 escalations done, 0 skipped"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert_eq!(
+        rig.count("select count(*) from ledger.escalations where state = 'acknowledged'")
+            .await,
+        3
+    );
+    assert_eq!(
+        rig.count(
+            "select count(*) from ledger.audit_log where action = 'acknowledge_escalation' \
+             and operator = 'carol' and reason = 'on it'"
+        )
+        .await,
+        3,
+        "one audit entry per escalation"
+    );
+
+    let out = cli
+        .run(&[
+            "escalation",
+            "resolve",
+            "--pane",
+            "escalations",
+            "--filter",
+            "key:BULKESC1",
+            "--reason",
+            "refunded by hand",
+            "--yes",
+        ])
+        .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("1 of 1 escalations done"),
+        "{}",
+        text(&out.stdout)
+    );
+    // Again: the two left are acknowledged already.
+    let out = cli.run(&[&ack[..], &["--yes"]].concat()).await;
+    assert!(
+        text(&out.stdout).contains("0 of 2 escalations done, 2 skipped"),
+        "{}",
+        text(&out.stdout)
+    );
+
+    for wrong in [
+        &[
+            "escalation",
+            "resolve",
+            "--pane",
+            "held",
+            "--reason",
+            "x",
+            "--yes",
+        ][..],
+        &["release", "--pane", "escalations", "--reason", "x", "--yes"],
+    ] {
+        let out = cli.run(wrong).await;
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{wrong:?}: {}",
+            text(&out.stderr)
+        );
+    }
+}

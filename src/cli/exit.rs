@@ -13,12 +13,19 @@ pub const NOT_FOUND: u8 = 6;
 pub const CHANGED: u8 = 7;
 pub const REFUSED: u8 = 8;
 pub const NOT_APPLICABLE: u8 = 9;
+/// The ledger's schema is newer than this binary's: upgrade effectwatch.
+pub const LEDGER_NEWER: u8 = 10;
+/// The ledger's migrations are not this binary's (an edited released
+/// migration): migrate cannot mend it.
+pub const MIGRATIONS_DIFFER: u8 = 11;
 
 pub fn code_for(error: &LedgerError) -> u8 {
     match error {
         LedgerError::BadUrl(_) => BAD_CONFIG,
         LedgerError::Unreachable(_) | LedgerError::LoginRefused(_) => UNREACHABLE,
-        LedgerError::SchemaMissing(_) | LedgerError::OtherVersion(_) => SCHEMA_MISSING,
+        LedgerError::SchemaMissing(_) | LedgerError::SchemaBehind(_) => SCHEMA_MISSING,
+        LedgerError::LedgerNewer(_) => LEDGER_NEWER,
+        LedgerError::MigrationsDiffer(_) => MIGRATIONS_DIFFER,
         LedgerError::NotFound(_) => NOT_FOUND,
         LedgerError::Changed(_) => CHANGED,
         LedgerError::Refused(_) => REFUSED,

@@ -1,7 +1,7 @@
 use crate::ledger::LedgerPool;
 
-use super::exit::Failure;
-use crate::ledger::migrate;
+use super::exit::{Failure, SCHEMA_MISSING};
+use crate::ledger::migrate::{self, Standing};
 
 pub async fn run(pool: &LedgerPool) -> Result<(), Failure> {
     let report = migrate::run(pool).await?;
@@ -20,4 +20,21 @@ pub async fn run(pool: &LedgerPool) -> Result<(), Failure> {
         );
     }
     Ok(())
+}
+
+/// A command's failure on a schema it does not find, said as how the
+/// ledger's migrations stand against this binary's: `ledger schema 1 is
+/// older than this effectwatch's …: run effectwatch migrate` rather than
+/// the database's `column v.refused does not exist`. Where this login may
+/// not read the migrations, or none is recorded, the database's words stand.
+pub async fn explain(pool: &LedgerPool, failure: Failure) -> Failure {
+    if failure.code != SCHEMA_MISSING {
+        return failure;
+    }
+    // With no migration recorded, the database's words (which table or
+    // column it lacks) say more than "nothing installed".
+    match migrate::standing(pool).await {
+        Ok(Standing::Missing) | Err(_) => failure,
+        Ok(standing) => standing.error().map_or(failure, Failure::from),
+    }
 }

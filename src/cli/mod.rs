@@ -161,7 +161,7 @@ pub enum LedgerCommand {
         format: Format,
         #[arg(long, default_value_t = 100)]
         limit: i64,
-        /// Words that must match: plain text, field:value with key, target, action, state, provider, requester, or mismatch, replays-only, with-replays, holder:settled.
+        /// Words that must match: plain text, field:value with key, target, action, state, provider, requester, or mismatch, replays-only, with-replays, holder:settled, stopped-asking.
         #[arg(long)]
         filter: Option<String>,
         #[command(flatten)]

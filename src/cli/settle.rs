@@ -18,7 +18,7 @@ use super::Format;
 use super::exit::{BAD_CONFIG, FAILURE, Failure, REFUSED, USAGE, code_for};
 use crate::config::Config;
 use crate::ledger::escalations;
-use crate::ledger::panes::{self, Filter, Pane};
+use crate::ledger::panes::{self, Filter, Pane, PaneRows, Scope};
 use crate::settle::verbs::{self, Answers, Cli, Field, On, Outcome, Subject, Verb};
 use crate::settle::{BulkItem, Request, SettleError, Settled, Settler};
 use crate::text::{safe_json, sanitize_line, truncate};
@@ -43,8 +43,8 @@ pub enum SettleCommand {
 pub struct PaneArgs {
     /// Every item of this pane instead of one key (overdue, unknown, duplicates, held), one
     /// transaction and audit entry each.
-    #[arg(long, value_parser = parse_pane)]
-    pub pane: Option<Pane>,
+    #[arg(long, value_parser = parse_listing)]
+    pub pane: Option<Listing>,
     /// With --pane: words that must match, as in `list --filter`.
     #[arg(long, requires = "pane")]
     pub filter: Option<String>,
@@ -56,12 +56,41 @@ pub struct PaneArgs {
     pub limit: i64,
 }
 
+/// What `--pane` names: a pane of effects, or the open escalations (for
+/// the verbs on escalations).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listing {
+    Pane(Pane),
+    Escalations,
+}
+
+impl std::fmt::Display for Listing {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Listing::Pane(pane) => pane.fmt(formatter),
+            Listing::Escalations => formatter.write_str("escalations"),
+        }
+    }
+}
+
+fn parse_listing(text: &str) -> Result<Listing, String> {
+    if text == "escalations" {
+        return Ok(Listing::Escalations);
+    }
+    text.parse().map(Listing::Pane).map_err(|_| {
+        format!(
+            "unknown pane {text:?} (expected overdue, unknown, duplicates or held; escalations \
+             for `escalation acknowledge|resolve`)"
+        )
+    })
+}
+
 impl PaneArgs {
     /// `verb` for every item of the pane, when one is named.
     fn bulk(&self, verb: &'static str) -> Option<Bulk<'_>> {
         Some(Bulk {
             verb,
-            pane: self.pane?,
+            listing: self.pane?,
             each: self,
         })
     }
@@ -163,8 +192,17 @@ fn verb_subcommand(verb: &'static Verb) -> clap::Command {
     };
     let mut command = clap::Command::new(verb.name);
     command = if verb.every_item.is_some() {
-        PaneArgs::augment_args(command.arg(key))
-            .group(ArgGroup::new("which").required(true).args(["key", "pane"]))
+        let command = PaneArgs::augment_args(command.arg(key))
+            .group(ArgGroup::new("which").required(true).args(["key", "pane"]));
+        match verb.on {
+            On::Effect => command,
+            On::Escalation => command.mut_arg("pane", |pane| {
+                pane.help(
+                    "escalations: every open escalation instead of one key, one transaction \
+                     and audit entry each.",
+                )
+            }),
+        }
     } else {
         command.arg(key.required(true))
     };
@@ -351,13 +389,19 @@ impl<G> VerbCommand<G> {
         } = self;
         let bulk = each.as_ref().and_then(|each| each.bulk(verb.name));
         let subject = match (bulk, key) {
-            (Some(bulk), _) => {
-                let Some(targets) = bulk.items(settler, pool).await? else {
-                    return Ok(());
-                };
-                Subject::Pane { targets }
+            (Some(bulk), _) => match bulk.choose(verb, settler, pool).await? {
+                None => return Ok(()),
+                Some(Chosen::All(subject)) => subject,
+                Some(Chosen::CancelInstead { release, cancel }) => {
+                    return release_or_cancel(settler, release, cancel, answers, format).await;
+                }
+            },
+            (None, Some(op_key)) if verb.on == On::Effect => {
+                if *verb == verbs::RELEASE {
+                    say_if_stopped_asking(pool, &op_key).await?;
+                }
+                Subject::Effect { op_key, seen }
             }
-            (None, Some(op_key)) if verb.on == On::Effect => Subject::Effect { op_key, seen },
             (None, Some(escalation_key)) => Subject::Escalation { escalation_key },
             (None, None) => {
                 return Err(Failure::new(
@@ -366,7 +410,7 @@ impl<G> VerbCommand<G> {
                 ));
             }
         };
-        let many = matches!(subject, Subject::Pane { .. });
+        let many = matches!(subject, Subject::Pane { .. } | Subject::Escalations { .. });
         let request = verb
             .request(subject, answers)
             .ok_or_else(|| Failure::new(USAGE, format!("{}: not for what was named", verb.name)))?;
@@ -374,10 +418,6 @@ impl<G> VerbCommand<G> {
         print_settled(&settled, format);
         if many { failed_items(&settled) } else { Ok(()) }
     }
-}
-
-fn parse_pane(text: &str) -> Result<Pane, String> {
-    text.parse()
 }
 
 impl From<SettleError> for Failure {
@@ -461,57 +501,324 @@ fn print_settled(settled: &Settled, format: Format) {
 /// has seen how many items and said yes.
 struct Bulk<'a> {
     verb: &'static str,
-    pane: Pane,
+    listing: Listing,
     each: &'a PaneArgs,
 }
 
+/// What the operator chose to do to every item.
+enum Chosen {
+    All(Subject),
+    /// Release the held items whose agents still ask for them, and cancel
+    /// the ones whose agents stopped.
+    CancelInstead {
+        release: Vec<(String, i64)>,
+        cancel: Vec<(String, i64)>,
+    },
+}
+
+/// The operator's answer to the count.
+enum Answer {
+    No,
+    All,
+    CancelInstead,
+}
+
+/// At most this many open escalations are read to filter.
+const ESCALATIONS_READ: i64 = 100_000;
+
 impl Bulk<'_> {
-    /// Every `(key, version seen)` to act on, or None when there is
-    /// nothing to do or the operator said no (both said on stdout).
+    fn filter(&self) -> Result<Filter, Failure> {
+        Filter::parse(self.each.filter.as_deref().unwrap_or_default())
+            .map_err(|error| Failure::new(USAGE, error))
+    }
+
+    fn limit(&self) -> i64 {
+        self.each.limit.max(1)
+    }
+
+    /// `3`, or `500 (the first 500; raise --limit for more)` at the limit.
+    fn count(&self, items: usize, more: bool) -> String {
+        if more {
+            format!(
+                "{items} (the first {}; raise --limit for more)",
+                self.limit()
+            )
+        } else {
+            items.to_string()
+        }
+    }
+
+    /// The rows of an effect pane the verb acts on; None when there are
+    /// none (said on stdout).
+    async fn pane_rows(
+        &self,
+        settler: &Settler,
+        pool: &LedgerPool,
+        on: On,
+    ) -> Result<Option<(Pane, PaneRows)>, Failure> {
+        let verb = self.verb;
+        if settler.is_read_only() {
+            return Err(SettleError::ReadOnly(verb).into());
+        }
+        let pane = match (on, self.listing) {
+            (On::Effect, Listing::Pane(pane)) => pane,
+            (On::Effect, Listing::Escalations) => {
+                return Err(Failure::new(
+                    USAGE,
+                    format!(
+                        "{verb} acts on effects: --pane overdue, unknown, duplicates or held \
+                         (escalations: `effectwatch escalation acknowledge|resolve --pane \
+                         escalations`)"
+                    ),
+                ));
+            }
+            (On::Escalation, _) => {
+                return Err(Failure::new(
+                    USAGE,
+                    format!("escalation {verb} acts on escalations: --pane escalations"),
+                ));
+            }
+        };
+        let rows = panes::fetch(pool, pane, None, &self.filter()?, self.limit(), 0).await?;
+        if rows.is_empty() {
+            println!("{}: nothing to {verb}", pane.title());
+            return Ok(None);
+        }
+        Ok(Some((pane, rows)))
+    }
+
+    /// Every `(key, version seen)` of the pane to act on, or None when
+    /// there is nothing to do or the operator said no (both said on stdout).
     async fn items(
         &self,
         settler: &Settler,
         pool: &LedgerPool,
     ) -> Result<Option<Vec<(String, i64)>>, Failure> {
-        let (verb, pane) = (self.verb, self.pane);
+        let Some((pane, rows)) = self.pane_rows(settler, pool, On::Effect).await? else {
+            return Ok(None);
+        };
+        let items = rows.versions();
+        let count = self.count(items.len(), items.len() as i64 == self.limit());
+        match self.confirm(&format!("{count} items of pane {pane}"), None)? {
+            Answer::All => Ok(Some(items)),
+            Answer::No | Answer::CancelInstead => Ok(None),
+        }
+    }
+
+    /// What `verb` acts on: every item of the (filtered) pane, or every
+    /// open escalation, after the count and the question; None when there
+    /// is nothing to do or the operator said no. Releasing held items
+    /// whose agents stopped asking says so, and offers to cancel those.
+    async fn choose(
+        &self,
+        verb: &Verb,
+        settler: &Settler,
+        pool: &LedgerPool,
+    ) -> Result<Option<Chosen>, Failure> {
+        if verb.on == On::Escalation && self.listing == Listing::Escalations {
+            return self.choose_escalations(settler, pool).await;
+        }
+        let Some((pane, rows)) = self.pane_rows(settler, pool, verb.on).await? else {
+            return Ok(None);
+        };
+        let items = rows.versions();
+        let count = self.count(items.len(), items.len() as i64 == self.limit());
+        let stopped = if *verb == verbs::RELEASE {
+            rows.stopped_asking()
+        } else {
+            Vec::new()
+        };
+        let offer = match stopped.is_empty() {
+            true => None,
+            false => {
+                // The operator's filter, narrowed to those items.
+                let filter = self.filter()?;
+                let only_those = match filter.scopes.contains(&Scope::StoppedAsking) {
+                    true => filter.text(),
+                    false => filter.toggled(Scope::StoppedAsking).text(),
+                };
+                Some(StoppedAsking {
+                    stopped: stopped.len(),
+                    of: items.len(),
+                    cancel_first: format!(
+                        "effectwatch cancel --pane {pane} --filter '{only_those}' --reason … --yes"
+                    ),
+                })
+            }
+        };
+        let answer = self.confirm(&format!("{count} items of pane {pane}"), offer.as_ref())?;
+        Ok(match answer {
+            Answer::No => None,
+            Answer::All => Some(Chosen::All(Subject::Pane { targets: items })),
+            Answer::CancelInstead => Some(Chosen::CancelInstead {
+                release: items
+                    .into_iter()
+                    .filter(|item| !stopped.contains(item))
+                    .collect(),
+                cancel: stopped,
+            }),
+        })
+    }
+
+    /// Every open escalation the filter matches, newest first, after the
+    /// count (and how many of each state) and the question.
+    async fn choose_escalations(
+        &self,
+        settler: &Settler,
+        pool: &LedgerPool,
+    ) -> Result<Option<Chosen>, Failure> {
+        let verb = self.verb;
         if settler.is_read_only() {
             return Err(SettleError::ReadOnly(verb).into());
         }
-        let filter = Filter::parse(self.each.filter.as_deref().unwrap_or_default())
-            .map_err(|error| Failure::new(USAGE, error))?;
-        let limit = self.each.limit.max(1);
-        let rows = panes::fetch(pool, pane, None, &filter, limit, 0).await?;
-        let items = rows.versions();
-        if items.is_empty() {
-            println!("{}: nothing to {verb}", pane.title());
+        let filter = self.filter()?;
+        let mut matching: Vec<_> = escalations::open(pool, None, ESCALATIONS_READ)
+            .await?
+            .into_iter()
+            .filter(|row| filter.matches_fields(&row.filter_fields()))
+            .collect();
+        if matching.is_empty() {
+            println!("Escalations: nothing to {verb}");
             return Ok(None);
         }
-        let count = if items.len() as i64 == limit {
-            format!(
-                "{} (the first {limit}; raise --limit for more)",
-                items.len()
-            )
-        } else {
-            items.len().to_string()
-        };
-        if !self.each.yes {
-            if !std::io::stdin().is_terminal() {
-                return Err(Failure::new(
-                    USAGE,
-                    format!("{count} items of pane {pane} match: pass --yes to {verb} them all"),
-                ));
-            }
-            eprint!("{verb} {count} items of pane {pane}? [y/N] ");
-            let _ = std::io::stderr().flush();
-            let mut answer = String::new();
-            let _ = std::io::stdin().lock().read_line(&mut answer);
-            if !matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes") {
-                println!("nothing done");
-                return Ok(None);
-            }
+        let more = matching.len() as i64 > self.limit();
+        matching.truncate(self.limit() as usize);
+        let mut states = std::collections::BTreeMap::<&str, usize>::new();
+        for row in &matching {
+            *states.entry(row.state.as_str()).or_default() += 1;
         }
-        Ok(Some(items))
+        let split: Vec<String> = states.iter().map(|(s, n)| format!("{n} {s}")).collect();
+        let count = self.count(matching.len(), more);
+        let what = format!("{count} open escalations ({})", split.join(", "));
+        Ok(match self.confirm(&what, None)? {
+            Answer::All => Some(Chosen::All(Subject::Escalations {
+                escalation_keys: matching.into_iter().map(|row| row.escalation_key).collect(),
+            })),
+            Answer::No | Answer::CancelInstead => None,
+        })
     }
+
+    /// Asks the operator about `what` (`3 items of pane held`) unless
+    /// `--yes`; without a terminal to ask on, says what `--yes` would do.
+    fn confirm(&self, what: &str, offer: Option<&StoppedAsking>) -> Result<Answer, Failure> {
+        let verb = self.verb;
+        let said = offer.map(StoppedAsking::sentence);
+        if self.each.yes {
+            if let Some(said) = said {
+                eprintln!(
+                    "note: {said}; one released and never dispatched can still be withdrawn: \
+                     effectwatch cancel KEY --reason …"
+                );
+            }
+            return Ok(Answer::All);
+        }
+        if !std::io::stdin().is_terminal() {
+            let instead = offer
+                .zip(said)
+                .map(|(offer, said)| {
+                    format!(
+                        " ({said}; to cancel those instead, first: {})",
+                        offer.cancel_first
+                    )
+                })
+                .unwrap_or_default();
+            return Err(Failure::new(
+                USAGE,
+                format!("{what} match: pass --yes to {verb} them all{instead}"),
+            ));
+        }
+        let choices = match offer {
+            Some(offer) if offer.stopped == offer.of => {
+                format!("[y: {verb} them all / c: cancel them instead / N]")
+            }
+            Some(offer) => format!(
+                "[y: {verb} all {} / c: cancel those {}, {verb} the other {} / N]",
+                offer.of,
+                offer.stopped,
+                offer.of - offer.stopped
+            ),
+            None => "[y/N]".to_string(),
+        };
+        let said = said.map(|said| format!(" {said}.")).unwrap_or_default();
+        eprint!("{verb} {what}?{said} {choices} ");
+        let _ = std::io::stderr().flush();
+        let mut answer = String::new();
+        let _ = std::io::stdin().lock().read_line(&mut answer);
+        Ok(match answer.trim().to_ascii_lowercase().as_str() {
+            "y" | "yes" => Answer::All,
+            "c" | "cancel" if offer.is_some() => Answer::CancelInstead,
+            _ => {
+                println!("nothing done");
+                Answer::No
+            }
+        })
+    }
+}
+
+/// Held items whose agents have not asked for them again since they were
+/// held: released, they go to Overdue undispatched.
+struct StoppedAsking {
+    stopped: usize,
+    of: usize,
+    /// The command that cancels them before a release of the rest.
+    cancel_first: String,
+}
+
+impl StoppedAsking {
+    fn sentence(&self) -> String {
+        let which = if self.stopped == self.of {
+            "all of them".to_string()
+        } else {
+            format!("{} of them", self.stopped)
+        };
+        format!(
+            "{which}: their agents have not asked for them again since they were held; \
+             released, they go to Overdue undispatched"
+        )
+    }
+}
+
+/// A release of one held key whose agent stopped asking for it: said
+/// before it is done, with the cancel that withdraws it instead.
+async fn say_if_stopped_asking(pool: &LedgerPool, op_key: &str) -> Result<(), Failure> {
+    if let Some(held_ms) = panes::held_without_asking(pool, op_key).await? {
+        eprintln!(
+            "note: {} has not been asked for again since it was held {} ago: released, it goes \
+             to Overdue undispatched unless its agent asks again; `effectwatch cancel {} \
+             --reason …` withdraws it",
+            sanitize_line(op_key),
+            crate::format::duration_ms(held_ms),
+            sanitize_line(op_key)
+        );
+    }
+    Ok(())
+}
+
+/// Cancels the held items whose agents stopped asking, then releases the
+/// rest: each an operator call in its own transaction, as any bulk verb.
+async fn release_or_cancel(
+    settler: &Settler,
+    release: Vec<(String, i64)>,
+    cancel: Vec<(String, i64)>,
+    answers: Answers,
+    format: Format,
+) -> Result<(), Failure> {
+    let mut failed = 0;
+    for (verb, targets) in [(&verbs::CANCEL, cancel), (&verbs::RELEASE, release)] {
+        if targets.is_empty() {
+            continue;
+        }
+        let request = verb
+            .request(Subject::Pane { targets }, answers.clone())
+            .ok_or_else(|| Failure::new(USAGE, format!("{}: not for a pane", verb.name)))?;
+        let settled = settler.settle(request).await?;
+        print_settled(&settled, format);
+        failed += failed_items(&settled).map_or(1, |()| 0);
+    }
+    if failed > 0 {
+        return Err(Failure::already_said(FAILURE));
+    }
+    Ok(())
 }
 
 /// A bulk result's exit: a failure when any item failed.

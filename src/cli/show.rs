@@ -53,13 +53,10 @@ pub fn render(history: &EffectHistory) -> String {
         "external ref",
         effect.external_ref.clone().unwrap_or_else(|| "—".into()),
     );
-    if let Some(reason) = &effect.failure_reason {
+    if let Some(error) = effect.last_error() {
         field(
             "failure",
-            format!(
-                "{reason} (retryable: {})",
-                effect.retryable.unwrap_or(false)
-            ),
+            format!("{error} (retryable: {})", effect.retryable.unwrap_or(false)),
         );
     }
     if let Some(at) = effect.late_result_at {

@@ -127,7 +127,24 @@ async fn refuse_what_waiting_cannot_fix(connect: &ConnectSettings) -> Result<(),
     probe.max_connections = 1;
     let looked = async {
         let pool = ledger::connect(&probe).await?;
-        let counted = crate::ledger::panes::counts(&pool, None).await.map(|_| ());
+        let mut counted = crate::ledger::panes::counts(&pool, None).await.map(|_| ());
+        // A ledger this binary is ahead of fails its first poll on a column
+        // it lacks: said now, as the CLI says it, with what to run.
+        if let Ok(()) | Err(LedgerError::SchemaMissing(_)) = &counted
+            && let Ok(standing) = crate::ledger::migrate::standing(&pool).await
+            && let Some(error) = standing.error()
+        {
+            use crate::ledger::migrate::Standing;
+            match standing {
+                Standing::Older { .. } => counted = Err(error),
+                // A newer ledger or another line's may serve this console;
+                // one that already failed is said as it stands.
+                Standing::Newer { .. } | Standing::Differs { .. } if counted.is_err() => {
+                    counted = Err(error)
+                }
+                _ => {}
+            }
+        }
         pool.close().await;
         counted
     };

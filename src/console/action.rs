@@ -77,6 +77,8 @@ pub enum Scope {
     Pane,
     /// Needs a selected escalation.
     Escalation,
+    /// Every escalation the (filtered) escalations view lists.
+    Escalations,
     /// Only a time-travel console (`effectwatch --at`) has an instant to move.
     History,
 }
@@ -89,6 +91,9 @@ pub enum DialogField {
     Reason,
     /// Whether the same key may be dispatched again (resolve as failed).
     Retryable,
+    /// Of a release: cancel instead the held items whose agents stopped
+    /// asking for them (released, they would go to Overdue undispatched).
+    CancelInstead,
     KeySuffix,
     Buttons,
 }
@@ -157,7 +162,10 @@ const fn runs(
     label: &'static str,
 ) -> ActionInfo {
     let (scope, description) = match (how, &verb.every_item) {
-        (Use::EveryItem, Some(every_item)) => (Scope::Pane, every_item.summary),
+        (Use::EveryItem, Some(every_item)) => match verb.on {
+            On::Effect => (Scope::Pane, every_item.summary),
+            On::Escalation => (Scope::Escalations, every_item.summary),
+        },
         (Use::EveryItem, None) => {
             panic!("a key for every item of a pane runs a verb done to every item")
         }
@@ -463,7 +471,7 @@ pub const TABLE: &[ActionInfo] = &[
             Use::EveryItem,
             "C",
             &[key('C')],
-            "clear all",
+            "acknowledge all",
         )
     },
     ActionInfo {
@@ -477,7 +485,8 @@ pub const TABLE: &[ActionInfo] = &[
         )
     },
     ActionInfo {
-        featured_in: &[View::Pane(Pane::Held)],
+        // The overdue pane's items never sent are cancelled too.
+        featured_in: &[View::Pane(Pane::Held), View::Pane(Pane::Overdue)],
         ..runs(
             &verbs::CANCEL,
             Use::EveryItem,
@@ -556,7 +565,7 @@ pub const TABLE: &[ActionInfo] = &[
             Use::One,
             "d",
             &[key('d')],
-            "ack repeats",
+            "acknowledge",
         )
     },
     runs(
@@ -591,7 +600,27 @@ pub const TABLE: &[ActionInfo] = &[
             Use::One,
             "Z",
             &[key('Z')],
-            "close",
+            "resolve",
+        )
+    },
+    ActionInfo {
+        featured_in: &[View::Escalations],
+        ..runs(
+            &verbs::ACKNOWLEDGE_ESCALATION,
+            Use::EveryItem,
+            "C-k",
+            &[ctrl('k')],
+            "acknowledge all",
+        )
+    },
+    ActionInfo {
+        featured_in: &[View::Escalations],
+        ..runs(
+            &verbs::RESOLVE_ESCALATION,
+            Use::EveryItem,
+            "C-w",
+            &[ctrl('w')],
+            "resolve all",
         )
     },
 ];
@@ -601,7 +630,7 @@ impl ActionInfo {
     /// actions in the escalations view, the instant's keys in time travel.
     pub fn offered(&self, view: View, time_travel: bool) -> bool {
         match self.scope {
-            Scope::Escalation => view == View::Escalations,
+            Scope::Escalation | Scope::Escalations => view == View::Escalations,
             Scope::History => time_travel,
             Scope::Everywhere | Scope::Effect | Scope::Pane => true,
         }

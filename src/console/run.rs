@@ -132,30 +132,19 @@ async fn event_loop(
         input: Some(spawn_input_thread(sender.clone(), stop)),
         tasks: Vec::new(),
     };
-    // What the welcome says of keys (`i: …`, `?: …`) stays as the hint.
-    let hint = options.welcome.as_ref().and_then(|welcome| {
-        let keys: Vec<&str> = welcome
-            .split(" · ")
-            .filter(|part| part.chars().nth(1) == Some(':'))
-            .collect();
-        (!keys.is_empty()).then(|| keys.join(" · "))
-    });
     let mut app = App::new(Settings {
         at: options.at,
         theme: options.theme.name.clone(),
         replica_lag_stale_secs: options.replica_lag_stale_secs,
         server: Some(options.connect.server()),
         about: options.about.clone(),
-        hint,
+        welcome: options.welcome.clone(),
         ..Settings::new(
             options.operator.clone(),
             options.read_only,
             options.poll_interval,
         )
     });
-    if let Some(welcome) = &options.welcome {
-        app.set_status(welcome.clone(), super::theme::Role::Accent);
-    }
     let (settings_sender, settings) = watch::channel(poll_settings(&app));
     running.tasks.push(poller::spawn(
         options.connect.clone(),

@@ -18,10 +18,19 @@ pub enum LedgerError {
         "the ledger schema is missing or incomplete in this database ({0}): run `effectwatch migrate`"
     )]
     SchemaMissing(String),
+    /// The ledger lacks migrations of this binary: migrate applies them.
+    #[error("{0}: run `effectwatch migrate`")]
+    SchemaBehind(String),
+    /// A newer effectwatch upgraded the ledger: this binary has nothing to
+    /// apply, and may lack what the newer schema offers.
+    #[error("{0}: upgrade effectwatch")]
+    LedgerNewer(String),
+    /// The ledger's migrations are not this binary's (an edited released
+    /// migration, or one of another line): migrate cannot mend that.
     #[error(
-        "this ledger was made by another version of effectwatch: {0} (a demo ledger starts over with `effectwatch demo --fresh`)"
+        "{0}: `effectwatch migrate` cannot bring this ledger in line; use the effectwatch build that made it (a demo ledger starts over with `effectwatch demo --fresh`)"
     )]
-    OtherVersion(String),
+    MigrationsDiffer(String),
     #[error("no effect with key {0}")]
     NotFound(String),
     #[error("{0}: nothing written; refresh and decide again")]
@@ -51,7 +60,12 @@ impl LedgerError {
                         "{}: the time range overlaps another booking of the target",
                         strip_prefix(&message)
                     )),
-                    Some("42P01" | "3F000" | "42883") => LedgerError::SchemaMissing(message),
+                    // A table, schema, function or column the binary
+                    // expects and the ledger lacks: a schema it has not
+                    // been migrated to.
+                    Some("42P01" | "3F000" | "42883" | "42703") => {
+                        LedgerError::SchemaMissing(message)
+                    }
                     Some("42501") => LedgerError::Refused(message),
                     Some("22023" | "23514" | "22P02" | "23502") => {
                         LedgerError::Invalid(strip_prefix(&message))
@@ -86,8 +100,23 @@ impl LedgerError {
             LedgerError::LoginRefused(_)
                 | LedgerError::BadUrl(_)
                 | LedgerError::SchemaMissing(_)
-                | LedgerError::OtherVersion(_)
+                | LedgerError::SchemaBehind(_)
+                | LedgerError::LedgerNewer(_)
+                | LedgerError::MigrationsDiffer(_)
         )
+    }
+
+    /// The refusal of a migrate, saying it left the ledger as it was.
+    pub fn nothing_changed(self) -> LedgerError {
+        match self {
+            LedgerError::LedgerNewer(what) => {
+                LedgerError::LedgerNewer(format!("nothing changed: {what}"))
+            }
+            LedgerError::MigrationsDiffer(what) => {
+                LedgerError::MigrationsDiffer(format!("nothing changed: {what}"))
+            }
+            other => other,
+        }
     }
 }
 

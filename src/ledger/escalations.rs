@@ -30,6 +30,20 @@ pub struct EscalationRow {
     pub effect_version: i64,
 }
 
+impl EscalationRow {
+    /// What a filter's words search in it (the console's escalations view
+    /// and `escalation acknowledge|resolve --pane escalations --filter`).
+    pub fn filter_fields(&self) -> [(&'static str, &str); 5] {
+        [
+            ("key", &self.op_key),
+            ("state", &self.state),
+            ("operator", &self.created_by),
+            ("sink", &self.sink),
+            ("decision", &self.decision_needed),
+        ]
+    }
+}
+
 /// A compensation waiting for a second operator (`ledger.awaiting_approval`).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, sqlx::FromRow)]
 pub struct ApprovalRow {

@@ -75,6 +75,137 @@ impl std::fmt::Display for SchemaVersion {
     }
 }
 
+/// How a ledger's applied migrations stand against this binary's: what
+/// `--version` and `check` say of it, and what a command refuses it with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Standing {
+    /// No migration applied: no ledger schema in this database.
+    Missing,
+    /// The same migrations, with the same text.
+    Same(SchemaVersion),
+    /// Migrations of this binary not applied yet, and none it does not
+    /// know: `effectwatch migrate` brings it up to date.
+    Older {
+        ledger: SchemaVersion,
+        binary: SchemaVersion,
+    },
+    /// Every migration of this binary, then later ones it does not know:
+    /// a newer effectwatch upgraded it.
+    Newer {
+        ledger: SchemaVersion,
+        binary: SchemaVersion,
+        first_unknown: i64,
+    },
+    /// Not this binary's line of migrations: one applied with other text
+    /// (a released migration edited), or one it does not know among its
+    /// own. Migrate cannot mend it.
+    Differs { what: String },
+}
+
+impl Standing {
+    /// `applied` (version, checksum) against `ours` (version, checksum,
+    /// description).
+    pub fn between(applied: &[(i64, Vec<u8>)], ours: &[(i64, &[u8], &str)]) -> Standing {
+        if applied.is_empty() {
+            return Standing::Missing;
+        }
+        let ours_of = |version: i64| ours.iter().find(|(v, _, _)| *v == version);
+        for (version, checksum) in applied {
+            if let Some((_, theirs, description)) = ours_of(*version)
+                && *theirs != checksum.as_slice()
+            {
+                let released = RELEASED.iter().any(|(_, through)| version <= through);
+                let how = if released {
+                    "a released migration was edited"
+                } else {
+                    "an unreleased migration changed after this ledger applied it"
+                };
+                return Standing::Differs {
+                    what: format!(
+                        "migration {version:04} ({description}) in this ledger is not this \
+                         effectwatch's text of it ({how})"
+                    ),
+                };
+            }
+        }
+        let newest_ours = ours.iter().map(|(v, _, _)| *v).max().unwrap_or(0);
+        let unknown: Vec<i64> = applied
+            .iter()
+            .map(|(version, _)| *version)
+            .filter(|version| ours_of(*version).is_none())
+            .collect();
+        if let Some(stray) = unknown.iter().find(|version| **version < newest_ours) {
+            return Standing::Differs {
+                what: format!(
+                    "migration {stray:04} in this ledger is not one this effectwatch knows, though \
+                     older than its newest ({newest_ours:04})"
+                ),
+            };
+        }
+        let missing = ours
+            .iter()
+            .map(|(version, _, _)| *version)
+            .find(|version| !applied.iter().any(|(v, _)| v == version));
+        let ledger = SchemaVersion::of(&applied.iter().map(|(v, _)| *v).collect::<Vec<_>>());
+        let binary = SchemaVersion::of(&ours.iter().map(|(v, _, _)| *v).collect::<Vec<_>>());
+        match (unknown.first(), missing) {
+            (None, None) => Standing::Same(ledger),
+            (None, Some(_)) => Standing::Older { ledger, binary },
+            (Some(first_unknown), None) => Standing::Newer {
+                ledger,
+                binary,
+                first_unknown: *first_unknown,
+            },
+            (Some(first_unknown), Some(missing)) => Standing::Differs {
+                what: format!(
+                    "this ledger has migration {first_unknown:04}, which this effectwatch does not \
+                     know, but not {missing:04}, which it does"
+                ),
+            },
+        }
+    }
+
+    /// What a command that needs this binary's schema fails with on this
+    /// ledger, one line that says what to do; None when it is the same.
+    pub fn error(&self) -> Option<LedgerError> {
+        match self {
+            Standing::Same(_) => None,
+            Standing::Missing => Some(LedgerError::SchemaBehind(
+                "no ledger schema is installed in this database".to_string(),
+            )),
+            Standing::Older { ledger, binary } => Some(LedgerError::SchemaBehind(format!(
+                "ledger schema {ledger} is older than this effectwatch's {binary}"
+            ))),
+            Standing::Newer {
+                ledger,
+                binary,
+                first_unknown,
+            } => Some(LedgerError::LedgerNewer(format!(
+                "ledger schema {ledger} is newer than this effectwatch's {binary} (migration \
+                 {first_unknown:04} is not one it knows)"
+            ))),
+            Standing::Differs { what } => Some(LedgerError::MigrationsDiffer(what.clone())),
+        }
+    }
+}
+
+/// How the ledger's migrations stand against this binary's.
+pub async fn standing(pool: &LedgerPool) -> Result<Standing, LedgerError> {
+    let applied = applied_migrations(pool).await?;
+    let ours: Vec<(i64, &[u8], &str)> = MIGRATOR
+        .iter()
+        .filter(|migration| migration.migration_type.is_up_migration())
+        .map(|migration| {
+            (
+                migration.version,
+                migration.checksum.as_ref(),
+                migration.description.as_ref(),
+            )
+        })
+        .collect();
+    Ok(Standing::between(&applied, &ours))
+}
+
 /// The ledger's schema, or `None` when none is installed.
 pub async fn ledger_schema(pool: &LedgerPool) -> Result<Option<SchemaVersion>, LedgerError> {
     let applied = applied_migrations(pool).await?;
@@ -132,10 +263,15 @@ pub async fn run_through(pool: &LedgerPool, last: i64) -> Result<MigrationReport
             "migrate needs a connection of its own: run it with a URL straight to the server, not through the transaction pooler".to_string(),
         ));
     }
-    let applied = applied_migrations(pool).await?;
-    if let Some(problem) = foreign_migration(&applied) {
-        return Err(LedgerError::OtherVersion(problem));
+    // A ledger this binary is behind, or that is not of its line, is
+    // refused with one line saying which, never half-upgraded.
+    let standing = standing(pool).await?;
+    if matches!(standing, Standing::Newer { .. } | Standing::Differs { .. })
+        && let Some(error) = standing.error()
+    {
+        return Err(error.nothing_changed());
     }
+    let applied = applied_migrations(pool).await?;
     let done: Vec<i64> = applied.iter().map(|(version, _)| *version).collect();
     let pending: Vec<&sqlx::migrate::Migration> = MIGRATOR
         .iter()
@@ -239,23 +375,6 @@ async fn apply_in_one_transaction(
     tx.commit().await.map_err(|error| failed("commit", error))
 }
 
-/// The first applied migration these migrations do not contain as applied:
-/// one they lack, or one whose text differs.
-fn foreign_migration(applied: &[(i64, Vec<u8>)]) -> Option<String> {
-    applied.iter().find_map(|(version, checksum)| {
-        match MIGRATOR.iter().find(|m| m.version == *version) {
-            None => Some(format!(
-                "migration {version:04} is not one this effectwatch knows"
-            )),
-            Some(ours) if ours.checksum.as_ref() != checksum.as_slice() => Some(format!(
-                "migration {version:04} ({}) differs from this effectwatch's",
-                ours.description
-            )),
-            Some(_) => None,
-        }
-    })
-}
-
 async fn applied_migrations(pool: &LedgerPool) -> Result<Vec<(i64, Vec<u8>)>, LedgerError> {
     let exists: bool =
         sqlx::query_scalar("select to_regclass('public._sqlx_migrations') is not null")
@@ -269,4 +388,63 @@ async fn applied_migrations(pool: &LedgerPool) -> Result<Vec<(i64, Vec<u8>)>, Le
     )
     .fetch_all(pool)
     .await?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OURS: &[(i64, &[u8], &str)] = &[
+        (1, b"a", "tables"),
+        (2, b"b", "panes"),
+        (19, b"c", "asked again"),
+    ];
+
+    fn applied(list: &[(i64, &[u8])]) -> Vec<(i64, Vec<u8>)> {
+        list.iter().map(|(v, sum)| (*v, sum.to_vec())).collect()
+    }
+
+    #[test]
+    fn each_way_a_ledger_stands_has_its_own_sentence_and_error() {
+        assert_eq!(Standing::between(&[], OURS), Standing::Missing);
+        let same = Standing::between(&applied(&[(1, b"a"), (2, b"b"), (19, b"c")]), OURS);
+        assert!(matches!(same, Standing::Same(_)) && same.error().is_none());
+
+        let older = Standing::between(&applied(&[(1, b"a"), (2, b"b")]), OURS);
+        assert!(matches!(older.error(), Some(LedgerError::SchemaBehind(_))));
+        assert!(
+            older
+                .error()
+                .unwrap()
+                .to_string()
+                .ends_with("run `effectwatch migrate`")
+        );
+
+        let newer = Standing::between(
+            &applied(&[(1, b"a"), (2, b"b"), (19, b"c"), (25, b"d")]),
+            OURS,
+        );
+        assert!(matches!(
+            newer,
+            Standing::Newer {
+                first_unknown: 25,
+                ..
+            }
+        ));
+        assert!(matches!(newer.error(), Some(LedgerError::LedgerNewer(_))));
+
+        let edited = Standing::between(&applied(&[(1, b"a"), (2, b"x")]), OURS);
+        let said = edited.error().unwrap().to_string();
+        assert!(said.contains("migration 0002 (panes)"), "{said}");
+        assert!(said.contains("released migration was edited"), "{said}");
+        assert!(!said.contains("run `effectwatch migrate`"), "{said}");
+
+        let stray = Standing::between(&applied(&[(1, b"a"), (5, b"e")]), OURS);
+        assert!(matches!(
+            stray.error(),
+            Some(LedgerError::MigrationsDiffer(_))
+        ));
+        let other_line = Standing::between(&applied(&[(1, b"a"), (25, b"d")]), OURS);
+        assert!(matches!(other_line, Standing::Differs { .. }));
+    }
 }

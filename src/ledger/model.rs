@@ -137,6 +137,9 @@ pub struct Effect {
     #[sqlx(try_from = "BoundedJson")]
     pub result: Option<Value>,
     pub failure_reason: Option<String>,
+    /// The class of the worker's last error (timeout, connection_reset,
+    /// server_error, invalid_response, business_rejection, rate_limited).
+    pub error_class: Option<String>,
     pub retryable: Option<bool>,
     pub late_result_at: Option<DateTime<Utc>>,
     pub attention: Option<String>,
@@ -157,10 +160,22 @@ impl Effect {
         e.amount_minor, e.currency, e.provider, e.requested_by, e.owner_role, e.approval_ref, \
         e.approval_version, \
         e.request_id, e.state, extract(epoch from e.pending_window)::bigint as pending_window_secs, \
-        e.deadline_at, e.external_ref, e.result, e.failure_reason, e.retryable, e.late_result_at, \
+        e.deadline_at, e.external_ref, e.result, e.failure_reason, e.error_class, e.retryable, \
+        e.late_result_at, \
         e.attention, e.version, e.created_at, e.dispatched_at, e.dispatched_by, e.dispatched_role, \
         e.updated_at, \
         e.settled_at, e.compensates, e.held_by";
+
+    /// The last error as the unknown pane says it (sql/0024): the
+    /// worker's error class, then its reason when it gave one.
+    pub fn last_error(&self) -> Option<String> {
+        match (self.error_class.as_deref(), self.failure_reason.as_deref()) {
+            (None, reason) => reason.map(str::to_string),
+            (Some(class), None) => Some(class.to_string()),
+            (Some(class), Some(reason)) if reason.starts_with(class) => Some(reason.to_string()),
+            (Some(class), Some(reason)) => Some(format!("{class}: {reason}")),
+        }
+    }
 
     /// Who asked for it: the name given, and the owning login if it differs.
     pub fn requester(&self) -> String {

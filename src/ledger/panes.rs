@@ -92,15 +92,33 @@ pub enum Scope {
     /// Held: items whose holder has settled, so a person can release or
     /// cancel them now.
     HolderSettled,
+    /// Held: items whose key nobody asked for again since it was held:
+    /// its agent stopped waiting, and released it would go to Overdue
+    /// undispatched.
+    StoppedAsking,
 }
 
 /// Each scope as a filter spells it.
-pub const SCOPE_WORDS: [(&str, Scope); 4] = [
+pub const SCOPE_WORDS: [(&str, Scope); 5] = [
     ("replays-only", Scope::ReplaysOnly),
     ("with-replays", Scope::WithReplays),
     ("mismatch", Scope::Mismatch),
     ("holder:settled", Scope::HolderSettled),
+    ("stopped-asking", Scope::StoppedAsking),
 ];
+
+/// Whether a held effect's key was asked for again since it was held, by
+/// the instant the held view (aliased `v`) is read at: an agent that waits
+/// for a hold to end asks again (each call is an attempt, `held` while it
+/// lasts); one that has not since the hold began has stopped, and its
+/// effect, released, goes to Overdue undispatched. Served by the attempts'
+/// (effect_id, at) index.
+macro_rules! asked_since_held {
+    () => {
+        "exists (select 1 from ledger.attempts a where a.effect_id = v.effect_id \
+         and a.at > v.held_since and a.at <= v.held_since + v.held_for)"
+    };
+}
 
 impl Scope {
     pub fn word(self) -> &'static str {
@@ -126,6 +144,7 @@ impl Scope {
             (Scope::HolderSettled, Pane::Held) => {
                 Some("v.holder_state not in ('pending', 'unknown', 'held')")
             }
+            (Scope::StoppedAsking, Pane::Held) => Some(concat!("not ", asked_since_held!())),
             (Scope::WithReplays, _) => Some("true"),
             _ => None,
         }
@@ -134,7 +153,8 @@ impl Scope {
 
 /// An operator's filter: words, each plain (matches key, target, action,
 /// provider or requester), `field:value`, or a scope word (`replays-only`,
-/// `with-replays`, `mismatch`, `holder:settled`); all words must match.
+/// `with-replays`, `mismatch`, `holder:settled`, `stopped-asking`); all
+/// words must match.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Filter {
     pub terms: Vec<(Option<String>, String)>,
@@ -191,6 +211,22 @@ impl Filter {
     /// Whether it picks items only by text (no scope narrows what a view shows).
     pub fn only_text(&self) -> bool {
         self.scopes.iter().all(|scope| scope.widens())
+    }
+
+    /// Whether a row of a view filtered in Rust rather than SQL
+    /// (escalations, audit, finance) matches, meaning what a pane's SQL
+    /// filter means: every term must match, `field:value` searching that
+    /// field only (a row without it matches nothing), a plain word any
+    /// field the row has. A scope names items of the panes: nothing here.
+    pub fn matches_fields(&self, fields: &[(&str, &str)]) -> bool {
+        self.only_text()
+            && self.terms.iter().all(|(field, value)| {
+                let value = value.to_lowercase();
+                fields
+                    .iter()
+                    .filter(|(name, _)| field.as_deref().is_none_or(|wanted| wanted == *name))
+                    .any(|(_, text)| text.to_lowercase().contains(&value))
+            })
     }
 
     /// The filter with `scope` added, or taken away when it is there.
@@ -361,6 +397,10 @@ pub struct HeldRow {
     /// For bookings: the stretch of time the held one and its holder contend for.
     pub overlap_from: Option<DateTime<Utc>>,
     pub overlap_to: Option<DateTime<Utc>>,
+    /// Whether its key was asked for again since it was held: false, its
+    /// agent has stopped asking, and released it goes to Overdue
+    /// undispatched (the filter `stopped-asking` lists these).
+    pub asked_since_held: bool,
 }
 
 /// Rows of one pane; each pane keeps its own shape.
@@ -397,6 +437,19 @@ impl PaneRows {
                 rows.iter().map(|r| (r.op_key.clone(), r.version)).collect()
             }
             PaneRows::Held(rows) => rows.iter().map(|r| (r.op_key.clone(), r.version)).collect(),
+        }
+    }
+
+    /// The held items whose agents have stopped asking for them, with
+    /// their versions (none outside the held pane).
+    pub fn stopped_asking(&self) -> Vec<(String, i64)> {
+        match self {
+            PaneRows::Held(rows) => rows
+                .iter()
+                .filter(|row| !row.asked_since_held)
+                .map(|row| (row.op_key.clone(), row.version))
+                .collect(),
+            _ => Vec::new(),
         }
     }
 
@@ -515,13 +568,17 @@ fn pane_sql(pane: Pane) -> (&'static str, FilterColumns, &'static str) {
             " order by v.needs_look desc, v.has_mismatch desc, v.last_seen desc, v.effect_id",
         ),
         Pane::Held => (
-            "select v.op_key, v.effect_id, v.target, v.action, v.amount_minor, v.currency,
+            concat!(
+                "select v.op_key, v.effect_id, v.target, v.action, v.amount_minor, v.currency,
                     v.requested_by, v.held_since,
                     (extract(epoch from v.held_for) * 1000)::bigint as held_ms,
                     v.holder_op_key, v.holder_effect_id, v.holder_state,
                     (extract(epoch from v.holder_age) * 1000)::bigint as holder_age_ms,
                     v.holder_amount_minor, v.holder_currency, v.version, v.overlap_from,
-                    v.overlap_to",
+                    v.overlap_to, ",
+                asked_since_held!(),
+                " as asked_since_held"
+            ),
             &[
                 ("key", Some("v.op_key")),
                 ("target", Some("v.target")),
@@ -590,4 +647,20 @@ pub async fn count<'c>(
     push_source(&mut query, pane, at);
     filter.push_sql(&mut query, pane);
     Ok(query.build_query_scalar().fetch_one(executor).await?)
+}
+
+/// How long `op_key` has been held when its agent has not asked for it
+/// again since (milliseconds); None when it is not held, or was asked for.
+pub async fn held_without_asking<'c>(
+    executor: impl PgExecutor<'c>,
+    op_key: &str,
+) -> Result<Option<i64>, LedgerError> {
+    Ok(sqlx::query_scalar(concat!(
+        "select (extract(epoch from v.held_for) * 1000)::bigint from ledger.held_conflicts v
+          where v.op_key = $1 and not ",
+        asked_since_held!()
+    ))
+    .bind(op_key)
+    .fetch_optional(executor)
+    .await?)
 }

@@ -276,6 +276,65 @@ impl Settler {
         })
     }
 
+    /// Acknowledges (`resolve = false`) or resolves every escalation
+    /// named, one after the other, each in its own transaction with its
+    /// audit entry and its sink told: a failure stops nothing else. One
+    /// already in the state asked for, resolved since or gone is skipped.
+    pub(super) async fn close_escalations(
+        &self,
+        escalation_keys: &[String],
+        reason: &str,
+        resolve: bool,
+    ) -> Result<Settled, SettleError> {
+        let verb = if resolve { "resolve" } else { "acknowledge" };
+        require_reason(reason, verb)?;
+        let mut tally = Tally::default();
+        // Each one acted on and the state it is in now, for a console to
+        // show before its next read.
+        let mut states = Vec::new();
+        for escalation_key in escalation_keys {
+            let closed = match self.close_escalation(escalation_key, reason, resolve).await {
+                Ok(settled) => Ok(settled),
+                Err(SettleError::Ledger(error)) => Err(error),
+                Err(other) => Err(crate::ledger::LedgerError::Database(other.to_string())),
+            };
+            let Some(settled) = tally.counted(escalation_key, closed) else {
+                continue;
+            };
+            let state = settled.detail["state"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            if settled.detail["status"] == "changed" {
+                tally.done += 1;
+            } else {
+                tally.skipped += 1;
+            }
+            states.push(json!([escalation_key, state]));
+        }
+        let Tally {
+            done,
+            skipped,
+            failed,
+            ..
+        } = tally;
+        let already = if resolve {
+            "resolved"
+        } else {
+            "acknowledged or resolved"
+        };
+        Ok(Settled::new(
+            format!(
+                "{verb}: {done} of {} escalations done, {skipped} skipped (already {already}, or \
+                 gone), {failed} failed{}",
+                escalation_keys.len(),
+                tally.first_failure()
+            ),
+            json!({ "action": verb, "done": done, "skipped": skipped, "failed": failed,
+                    "states": states }),
+        ))
+    }
+
     pub(super) async fn close_escalation(
         &self,
         escalation_key: &str,

@@ -115,6 +115,18 @@ pub enum Request {
         escalation_key: String,
         reason: String,
     },
+    /// Acknowledge every escalation named, one after the other, each in
+    /// its own transaction with its audit entry; one acknowledged or
+    /// resolved since is skipped.
+    AcknowledgeMany {
+        escalation_keys: Vec<String>,
+        reason: String,
+    },
+    /// Resolve every escalation named, as [`Request::AcknowledgeMany`].
+    ResolveEscalationMany {
+        escalation_keys: Vec<String>,
+        reason: String,
+    },
 }
 
 /// How the items of a bulk action went, each in its own transaction: done,
@@ -170,8 +182,10 @@ impl Request {
             Request::Operator { call, .. } | Request::OperatorMany { call, .. } => call.name,
             Request::Approve { .. } => "approve",
             Request::Reject { .. } => "reject",
-            Request::Acknowledge { .. } => "acknowledge",
-            Request::ResolveEscalation { .. } => "resolve escalation",
+            Request::Acknowledge { .. } | Request::AcknowledgeMany { .. } => "acknowledge",
+            Request::ResolveEscalation { .. } | Request::ResolveEscalationMany { .. } => {
+                "resolve escalation"
+            }
         }
     }
 
@@ -194,6 +208,12 @@ impl Request {
                 .unwrap_or(""),
             Request::Acknowledge { escalation_key, .. }
             | Request::ResolveEscalation { escalation_key, .. } => escalation_key,
+            Request::AcknowledgeMany {
+                escalation_keys, ..
+            }
+            | Request::ResolveEscalationMany {
+                escalation_keys, ..
+            } => escalation_keys.first().map(String::as_str).unwrap_or(""),
             Request::SendCompensation {
                 compensation_key, ..
             } => compensation_key,
@@ -408,6 +428,20 @@ impl Settler {
                 escalation_key,
                 reason,
             } => self.close_escalation(&escalation_key, &reason, true).await,
+            Request::AcknowledgeMany {
+                escalation_keys,
+                reason,
+            } => {
+                self.close_escalations(&escalation_keys, &reason, false)
+                    .await
+            }
+            Request::ResolveEscalationMany {
+                escalation_keys,
+                reason,
+            } => {
+                self.close_escalations(&escalation_keys, &reason, true)
+                    .await
+            }
         }
     }
 

@@ -67,6 +67,10 @@ pub enum Subject {
     Escalation {
         escalation_key: String,
     },
+    /// Every escalation the (filtered) escalations view lists.
+    Escalations {
+        escalation_keys: Vec<String>,
+    },
 }
 
 /// What the operator gave, trimmed.
@@ -165,10 +169,12 @@ impl Verb {
         self.fields.contains(&field)
     }
 
-    /// The request for this subject and these answers; a pane only for a
-    /// verb done to every item.
+    /// The request for this subject and these answers; a pane (or every
+    /// escalation) only for a verb done to every item.
     pub fn request(&self, subject: Subject, answers: Answers) -> Option<Request> {
-        if matches!(subject, Subject::Pane { .. }) && self.every_item.is_none() {
+        if matches!(subject, Subject::Pane { .. } | Subject::Escalations { .. })
+            && self.every_item.is_none()
+        {
             return None;
         }
         match self.makes {
@@ -221,7 +227,7 @@ pub const RECONCILE: Verb = Verb {
     makes: Makes::Request(|subject, _| match subject {
         Subject::Effect { op_key, seen } => Some(Request::Reconcile { op_key, seen }),
         Subject::Pane { targets } => Some(Request::ReconcileMany { targets }),
-        Subject::Escalation { .. } => None,
+        Subject::Escalation { .. } | Subject::Escalations { .. } => None,
     }),
 };
 
@@ -298,7 +304,7 @@ pub const ESCALATE: Verb = Verb {
             sink: answers.sink,
             reason: answers.reason,
         }),
-        Subject::Escalation { .. } => None,
+        Subject::Escalation { .. } | Subject::Escalations { .. } => None,
     }),
 };
 
@@ -408,36 +414,63 @@ pub const REJECT: Verb = Verb {
 pub const ACKNOWLEDGE_ESCALATION: Verb = Verb {
     name: "acknowledge",
     on: On::Escalation,
-    about: "A person has it: delivery stops, it stays open.",
+    about: "A person has it: delivery stops, it stays open (or every open escalation, \
+            --pane escalations).",
     summary: "acknowledge an escalation",
     fields: &[Field::Reason],
     money: Money::Never,
     function: "ledger.op_acknowledge_escalation",
-    every_item: None,
+    every_item: Some(EveryItem {
+        summary: "acknowledge every escalation of this (filtered) view",
+        says: |name, items| {
+            format!(
+                "{name} {items}: delivery stops, each stays open. One transaction and one audit \
+                 entry each, and its sink told; one acknowledged or resolved since is skipped."
+            )
+        },
+    }),
     cli: Cli::Made,
-    makes: Makes::Request(|subject, answers| {
-        on_escalation(subject, |escalation_key| Request::Acknowledge {
+    makes: Makes::Request(|subject, answers| match subject {
+        Subject::Escalation { escalation_key } => Some(Request::Acknowledge {
             escalation_key,
             reason: answers.reason,
-        })
+        }),
+        Subject::Escalations { escalation_keys } => Some(Request::AcknowledgeMany {
+            escalation_keys,
+            reason: answers.reason,
+        }),
+        Subject::Effect { .. } | Subject::Pane { .. } => None,
     }),
 };
 
 pub const RESOLVE_ESCALATION: Verb = Verb {
     name: "resolve",
     on: On::Escalation,
-    about: "The decision was taken: close it.",
+    about: "The decision was taken: close it (or every open escalation, --pane escalations).",
     summary: "resolve an escalation (close the loop)",
     fields: &[Field::Reason],
     money: Money::Never,
     function: "ledger.op_resolve_escalation",
-    every_item: None,
+    every_item: Some(EveryItem {
+        summary: "resolve every escalation of this (filtered) view (close the loop)",
+        says: |name, items| {
+            format!(
+                "{name} {items}: each is closed. One transaction and one audit entry each, and \
+                 its sink told; one resolved since is skipped."
+            )
+        },
+    }),
     cli: Cli::Made,
-    makes: Makes::Request(|subject, answers| {
-        on_escalation(subject, |escalation_key| Request::ResolveEscalation {
+    makes: Makes::Request(|subject, answers| match subject {
+        Subject::Escalation { escalation_key } => Some(Request::ResolveEscalation {
             escalation_key,
             reason: answers.reason,
-        })
+        }),
+        Subject::Escalations { escalation_keys } => Some(Request::ResolveEscalationMany {
+            escalation_keys,
+            reason: answers.reason,
+        }),
+        Subject::Effect { .. } | Subject::Pane { .. } => None,
     }),
 };
 
@@ -476,14 +509,7 @@ fn on_effect(
 ) -> Option<Request> {
     match subject {
         Subject::Effect { op_key, seen } => Some(make(op_key, seen)),
-        Subject::Pane { .. } | Subject::Escalation { .. } => None,
-    }
-}
-
-fn on_escalation(subject: Subject, make: impl FnOnce(String) -> Request) -> Option<Request> {
-    match subject {
-        Subject::Escalation { escalation_key } => Some(make(escalation_key)),
-        Subject::Effect { .. } | Subject::Pane { .. } => None,
+        Subject::Pane { .. } | Subject::Escalation { .. } | Subject::Escalations { .. } => None,
     }
 }
 
@@ -505,7 +531,7 @@ fn operator_call(
             targets,
             reason: answers.reason,
         }),
-        Subject::Escalation { .. } => None,
+        Subject::Escalation { .. } | Subject::Escalations { .. } => None,
     }
 }
 
@@ -541,6 +567,9 @@ mod tests {
         let escalation = || Subject::Escalation {
             escalation_key: "escalate:k:decide".into(),
         };
+        let escalations = || Subject::Escalations {
+            escalation_keys: vec!["escalate:k:decide".into()],
+        };
         let answers = || Answers {
             reason: "why".into(),
             outcome: Some(Outcome::Failed),
@@ -550,9 +579,16 @@ mod tests {
             let on_effect = verb.request(effect(), answers()).is_some();
             let on_escalation = verb.request(escalation(), answers()).is_some();
             let on_pane = verb.request(pane(), answers()).is_some();
+            let on_escalations = verb.request(escalations(), answers()).is_some();
+            let every = verb.every_item.is_some();
             assert_eq!(on_effect, verb.on == On::Effect, "{verb:?}");
             assert_eq!(on_escalation, verb.on == On::Escalation, "{verb:?}");
-            assert_eq!(on_pane, verb.every_item.is_some(), "{verb:?}");
+            assert_eq!(on_pane, every && verb.on == On::Effect, "{verb:?}");
+            assert_eq!(
+                on_escalations,
+                every && verb.on == On::Escalation,
+                "{verb:?}"
+            );
         }
         assert_eq!(
             RESOLVE.request(effect(), Answers::default()),

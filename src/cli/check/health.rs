@@ -92,6 +92,10 @@ pub struct Health {
     /// The ledger's schema, when this login may read it: a binary older or
     /// newer than its ledger is a warning.
     pub ledger_schema: Option<crate::ledger::migrate::SchemaVersion>,
+    /// How the ledger's migrations stand against this binary's, when this
+    /// login may read them.
+    #[serde(skip)]
+    pub schema: Option<crate::ledger::migrate::Standing>,
 }
 
 /// How many items of unowned work a check names.
@@ -161,8 +165,10 @@ pub async fn measure(
         .await
         .ok()
         .flatten();
+    let schema = crate::ledger::migrate::standing(pool).await.ok();
     Ok(Health {
         ledger_schema,
+        schema,
         panes: counts,
         suspected,
         durability,
@@ -252,17 +258,14 @@ pub fn evaluate(health: &Health, thresholds: &Thresholds) -> Vec<Breach> {
             level: Level::Warning,
         });
     }
-    if let Some(ledger) = &health.ledger_schema {
-        let binary = crate::ledger::migrate::SchemaVersion::of_binary();
-        if let Some(what) = schema_difference(ledger, &binary) {
-            breaches.push(Breach {
-                what,
-                value: 1,
-                limit: 0,
-                unit: "schema",
-                level: Level::Warning,
-            });
-        }
+    if let Some(error) = health.schema.as_ref().and_then(|schema| schema.error()) {
+        breaches.push(Breach {
+            what: error.to_string(),
+            value: 1,
+            limit: 0,
+            unit: "schema",
+            level: Level::Warning,
+        });
     }
     if let Some(durability) = &health.durability {
         let verdict = durability.verdict();
@@ -320,35 +323,6 @@ pub fn worst(breaches: &[Breach]) -> Option<Level> {
     breaches.iter().map(|breach| breach.level).max()
 }
 
-/// What to do when the ledger's schema is not this binary's.
-pub fn schema_difference(
-    ledger: &crate::ledger::migrate::SchemaVersion,
-    binary: &crate::ledger::migrate::SchemaVersion,
-) -> Option<String> {
-    let last = |schema: &crate::ledger::migrate::SchemaVersion| {
-        schema
-            .unreleased
-            .last()
-            .copied()
-            .or_else(|| {
-                crate::ledger::migrate::RELEASED
-                    .iter()
-                    .find(|(version, _)| *version == schema.released)
-                    .map(|(_, through)| *through)
-            })
-            .unwrap_or(0)
-    };
-    match last(ledger).cmp(&last(binary)) {
-        std::cmp::Ordering::Equal => None,
-        std::cmp::Ordering::Less => Some(format!(
-            "ledger schema {ledger} is older than this effectwatch's {binary}: run `effectwatch migrate`"
-        )),
-        std::cmp::Ordering::Greater => Some(format!(
-            "ledger schema {ledger} is newer than this effectwatch's {binary}: upgrade effectwatch"
-        )),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -370,6 +344,7 @@ mod tests {
             suspected: Some(1),
             durability: None,
             ledger_schema: None,
+            schema: None,
             weak_triggers: Vec::new(),
             steps_owed: 0,
             unowned_work: Vec::new(),

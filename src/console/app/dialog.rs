@@ -35,12 +35,20 @@ pub struct Dialog {
     /// What confirming will lead to that the summary does not say (a
     /// compensation above the approval limit waits for a second operator).
     pub note: Option<(String, Role)>,
+    /// Of a release: the held items whose agents have not asked for them
+    /// again since they were held (released, they would go to Overdue
+    /// undispatched), which the operator may cancel instead.
+    pub stopped_asking: Vec<(String, i64)>,
+    /// Cancel those instead of releasing them; the others are released.
+    pub cancel_instead: bool,
 }
 
 impl App {
     pub(super) fn open_dialog(&mut self, action: Action) -> Vec<Task> {
         let info = action.info();
         let mut names = None;
+        let releases = matches!(action, Action::Verb(verb, _) if *verb == verbs::RELEASE);
+        let mut stopped_asking = Vec::new();
         let (subject, summary) = match info.scope {
             Scope::Pane => {
                 if let Some(why) = self.why_not_every_item(action) {
@@ -78,7 +86,60 @@ impl App {
                 };
                 let keys: Vec<&str> = targets.iter().map(|(key, _)| key.as_str()).collect();
                 names = Some(super::a_few_keys(&keys));
+                if releases {
+                    stopped_asking = targets
+                        .iter()
+                        .filter(|(op_key, _)| self.stopped_asking.contains(op_key))
+                        .cloned()
+                        .collect();
+                }
                 (Subject::Pane { targets }, summary)
+            }
+            Scope::Escalations => {
+                if self.current_view() != View::Escalations || self.detail.is_some() {
+                    self.set_status("every escalation: in view 5", Role::Muted);
+                    return Vec::new();
+                }
+                if !self.pane_rows_match_filter() {
+                    self.set_status(
+                        format!(
+                            "cannot {}: the escalations matching {:?} are still being read; {} \
+                             again once they show",
+                            info.label, self.filter_text, info.keys
+                        ),
+                        Role::Warn,
+                    );
+                    return Vec::new();
+                }
+                let escalation_keys: Vec<String> = self.models[View::Escalations]
+                    .rows
+                    .iter()
+                    .filter(|row| !row.id.starts_with(APPROVAL_ROW))
+                    .map(|row| row.id.clone())
+                    .collect();
+                if escalation_keys.is_empty() {
+                    self.set_status("no open escalation in this view", Role::Muted);
+                    return Vec::new();
+                }
+                let filtered = if self.filter.is_empty() {
+                    String::new()
+                } else {
+                    format!(" matching {:?}", self.filter_text)
+                };
+                let items = format!(
+                    "{}{filtered}{}",
+                    crate::format::count_of(escalation_keys.len(), "escalation", "escalations"),
+                    self.pane_split()
+                );
+                let summary = match action {
+                    Action::Verb(verb, _) => match &verb.every_item {
+                        Some(every_item) => (every_item.says)(verb.name, &items),
+                        None => items,
+                    },
+                    _ => items,
+                };
+                names = Some(super::a_few_keys(&escalation_keys));
+                (Subject::Escalations { escalation_keys }, summary)
             }
             Scope::Escalation => {
                 let Some(row) = self.selected_row().filter(|row| {
@@ -106,6 +167,9 @@ impl App {
                     crate::text::sanitize_line(&op_key),
                     self.selected_context()
                 );
+                if releases && self.stopped_asking.contains(&op_key) {
+                    stopped_asking = vec![(op_key.clone(), seen)];
+                }
                 let seen = Some(seen);
                 (Subject::Effect { op_key, seen }, summary)
             }
@@ -122,7 +186,11 @@ impl App {
             Subject::Effect { op_key, .. } if moves_money => Some(key_suffix(op_key)),
             _ => None,
         };
-        let fields = fields_of(action, required_suffix.is_some());
+        let fields = fields_of(
+            action,
+            required_suffix.is_some(),
+            !stopped_asking.is_empty(),
+        );
         let note = match action {
             Action::Verb(verb, _) if *verb == verbs::COMPENSATE => {
                 self.selected_applicability().map(approval_note)
@@ -137,6 +205,23 @@ impl App {
                 ))
             }
             _ => None,
+        };
+        let note = match &subject {
+            _ if stopped_asking.is_empty() => note,
+            Subject::Effect { .. } => Some((
+                "its agent has not asked for it again since it was held: released, it goes to \
+                 Overdue undispatched unless the agent asks again"
+                    .to_string(),
+                Role::Warn,
+            )),
+            _ => Some((
+                format!(
+                    "{} of these: their agents have not asked for them again since they were \
+                     held; released, they go to Overdue undispatched",
+                    stopped_asking.len()
+                ),
+                Role::Warn,
+            )),
         };
         self.mode = Mode::Dialog(Box::new(Dialog {
             action,
@@ -153,6 +238,8 @@ impl App {
             confirm_selected: false,
             error: None,
             note,
+            stopped_asking,
+            cancel_instead: false,
         }));
         Vec::new()
     }
@@ -161,7 +248,11 @@ impl App {
         let Mode::Dialog(dialog) = &mut self.mode else {
             return Vec::new();
         };
-        let fields = fields_of(dialog.action, dialog.required_suffix.is_some());
+        let fields = fields_of(
+            dialog.action,
+            dialog.required_suffix.is_some(),
+            !dialog.stopped_asking.is_empty(),
+        );
         match key.code {
             KeyCode::Esc => {
                 self.mode = Mode::Browse;
@@ -211,6 +302,9 @@ impl App {
                 self.set_status(
                     match &dialog.subject {
                         Subject::Pane { targets } => format!("… {what}: {} effects", targets.len()),
+                        Subject::Escalations { escalation_keys } => {
+                            format!("… {what}: {} escalations", escalation_keys.len())
+                        }
                         _ => format!("… {what}"),
                     },
                     Role::Muted,
@@ -221,6 +315,9 @@ impl App {
                     retryable: dialog.retryable,
                     ..Answers::default()
                 };
+                if dialog.cancel_instead && !dialog.stopped_asking.is_empty() {
+                    return cancel_instead(*dialog, answers);
+                }
                 return match dialog.action.request(dialog.subject, answers) {
                     Some(request) => vec![Task::Settle(request)],
                     None => {
@@ -235,11 +332,16 @@ impl App {
                 }
             }
             KeyCode::Char(ch) => {
-                if dialog.focus == DialogField::Retryable {
+                let toggled = match dialog.focus {
+                    DialogField::Retryable => Some(&mut dialog.retryable),
+                    DialogField::CancelInstead => Some(&mut dialog.cancel_instead),
+                    _ => None,
+                };
+                if let Some(toggled) = toggled {
                     match ch {
-                        ' ' => dialog.retryable = !dialog.retryable,
-                        'y' | 'Y' => dialog.retryable = true,
-                        'n' | 'N' => dialog.retryable = false,
+                        ' ' => *toggled = !*toggled,
+                        'y' | 'Y' => *toggled = true,
+                        'n' | 'N' => *toggled = false,
                         _ => {}
                     }
                 } else if dialog.focus == DialogField::Buttons {
@@ -291,8 +393,9 @@ impl App {
         })
     }
 
-    /// How the items of the pane split, for a bulk dialog: by mismatch in
-    /// the duplicates pane, by the holder's state in the held pane.
+    /// How the items of the view split, for a bulk dialog: by mismatch in
+    /// the duplicates pane, by the holder's state in the held pane, by
+    /// state among the escalations.
     fn pane_split(&self) -> String {
         let model = &self.models[self.view];
         let column = |title: &str| model.columns.iter().position(|c| c.title == title);
@@ -314,6 +417,19 @@ impl App {
             for row in &model.rows {
                 let state = row.cells.get(index).map_or("?", |cell| cell.text.as_str());
                 *groups.entry(format!("holder {state}")).or_default() += 1;
+            }
+        } else if self.view == View::Escalations
+            && let Some(index) = column("state")
+        {
+            for row in model
+                .rows
+                .iter()
+                .filter(|row| !row.id.starts_with(APPROVAL_ROW))
+            {
+                // The state's word, without its symbol.
+                let state = row.cells.get(index).map_or("?", |cell| cell.text.as_str());
+                let word = state.rsplit(' ').next().unwrap_or(state);
+                *groups.entry(word.to_string()).or_default() += 1;
             }
         }
         if groups.is_empty() {
@@ -362,14 +478,45 @@ impl App {
 }
 
 /// The dialog's fields: the action's, with the key's last characters asked
-/// before the buttons exactly when the action moves money.
-fn fields_of(action: Action, asks_key: bool) -> Vec<DialogField> {
+/// before the buttons exactly when the action moves money, and the choice
+/// to cancel instead when a release has items whose agents stopped asking.
+fn fields_of(action: Action, asks_key: bool, offers_cancel: bool) -> Vec<DialogField> {
     let mut fields = action.dialog_fields();
+    let buttons = fields.len().saturating_sub(1);
     if asks_key {
-        let buttons = fields.len().saturating_sub(1);
         fields.insert(buttons, DialogField::KeySuffix);
     }
+    if offers_cancel {
+        fields.insert(buttons, DialogField::CancelInstead);
+    }
     fields
+}
+
+/// A release with cancel chosen for the items whose agents stopped asking:
+/// those cancelled, the others released, each its own request.
+fn cancel_instead(dialog: Dialog, answers: Answers) -> Vec<Task> {
+    let stopped = dialog.stopped_asking;
+    let (cancel, release) = match dialog.subject {
+        Subject::Pane { targets } => {
+            let rest: Vec<(String, i64)> = targets
+                .into_iter()
+                .filter(|target| !stopped.contains(target))
+                .collect();
+            (
+                verbs::CANCEL.request(Subject::Pane { targets: stopped }, answers.clone()),
+                (!rest.is_empty())
+                    .then(|| verbs::RELEASE.request(Subject::Pane { targets: rest }, answers))
+                    .flatten(),
+            )
+        }
+        subject @ Subject::Effect { .. } => (verbs::CANCEL.request(subject, answers), None),
+        Subject::Escalation { .. } | Subject::Escalations { .. } => (None, None),
+    };
+    cancel
+        .into_iter()
+        .chain(release)
+        .map(Task::Settle)
+        .collect()
 }
 
 /// The dialog's title and the status line's word: the description up to its colon.
@@ -412,7 +559,7 @@ fn dialog_text(dialog: &mut Dialog) -> Option<&mut String> {
         DialogField::Reason => Some(&mut dialog.reason),
         DialogField::ExternalRef => Some(&mut dialog.external_ref),
         DialogField::KeySuffix => Some(&mut dialog.key_suffix),
-        DialogField::Retryable | DialogField::Buttons => None,
+        DialogField::Retryable | DialogField::CancelInstead | DialogField::Buttons => None,
     }
 }
 

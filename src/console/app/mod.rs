@@ -216,6 +216,11 @@ pub struct Settings {
     /// A first-run hint, kept at the right of the status line beside any
     /// message until the operator opens what it points to (`i`).
     pub hint: Option<String>,
+    /// What the console says first, in parts joined by ` · `: the parts
+    /// that name a key (`i: how a second operator joins`) become the hint
+    /// (unless one is given), the others the first message, so the
+    /// status line says each once.
+    pub welcome: Option<String>,
 }
 
 impl Settings {
@@ -231,8 +236,19 @@ impl Settings {
             server: None,
             about: Vec::new(),
             hint: None,
+            welcome: None,
         }
     }
+}
+
+/// A welcome's message and its hint: the parts that name a key (`i: …`,
+/// `?: …`) are the hint, the rest the message; either may be empty.
+fn split_welcome(welcome: &str) -> (Option<String>, Option<String>) {
+    let (keys, words): (Vec<&str>, Vec<&str>) = welcome
+        .split(" · ")
+        .partition(|part| part.chars().nth(1) == Some(':'));
+    let joined = |parts: Vec<&str>| (!parts.is_empty()).then(|| parts.join(" · "));
+    (joined(words), joined(keys))
 }
 
 pub struct App {
@@ -280,7 +296,26 @@ pub struct App {
     pub(crate) background: Option<String>,
     /// What the console's own actions did, until a read shows it.
     pub(crate) acted: Vec<Acted>,
+    /// The held items, as last read, whose agents have not asked for them
+    /// again since they were held: a release says so, and offers cancel.
+    pub(crate) stopped_asking: std::collections::HashSet<String>,
     pending_jump_to_end: bool,
+    /// The first line of the help shown: it scrolls when taller than the
+    /// terminal.
+    pub(crate) help_scroll: usize,
+    /// What the last frame's help could show, which the keys scroll
+    /// within: the one thing drawing tells the state, since only drawing
+    /// knows the terminal's size and how the help wraps in it.
+    pub(crate) help_room: std::cell::Cell<HelpRoom>,
+}
+
+/// How far the help scrolls, as the last frame laid it out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HelpRoom {
+    /// The greatest first line: 0 when the help fits.
+    pub last_first: usize,
+    /// Lines a page moves.
+    pub page: usize,
 }
 
 impl App {
@@ -297,8 +332,11 @@ impl App {
             server,
             about,
             hint,
+            welcome,
         } = settings;
-        App {
+        let (first_message, welcome_hint) =
+            welcome.as_deref().map(split_welcome).unwrap_or_default();
+        let mut app = App {
             view: VIEWS[0],
             lists: PerView::default(),
             models: PerView::default(),
@@ -324,11 +362,18 @@ impl App {
             page_size: 20,
             theme,
             replica_lag_stale_secs,
-            hint,
+            hint: hint.or(welcome_hint),
             background: None,
             acted: Vec::new(),
+            stopped_asking: Default::default(),
             pending_jump_to_end: false,
+            help_scroll: 0,
+            help_room: Default::default(),
+        };
+        if let Some(message) = first_message {
+            app.set_status(message, Role::Accent);
         }
+        app
     }
 
     /// The rows a view shows, as filtered and sorted.
@@ -770,6 +815,7 @@ impl App {
             Mode::Prompt(Prompt::Filter) => self.on_filter_key(key),
             Mode::Prompt(Prompt::Instant(_)) => self.on_instant_key(key),
             Mode::Prompt(Prompt::OpenKey(_)) => self.on_open_key_key(key),
+            Mode::Overlay(Overlay::Help) => self.on_help_key(key),
             Mode::Overlay(_) => {
                 self.mode = Mode::Browse;
                 Vec::new()
@@ -858,6 +904,26 @@ impl App {
 
     fn show(&mut self, overlay: Overlay) -> Vec<Task> {
         self.mode = Mode::Overlay(overlay);
+        self.help_scroll = 0;
+        Vec::new()
+    }
+
+    /// The keys that move scroll the help; any other closes it.
+    fn on_help_key(&mut self, key: KeyEvent) -> Vec<Task> {
+        let HelpRoom { last_first, page } = self.help_room.get();
+        let at = self.help_scroll.min(last_first);
+        self.help_scroll = match Action::from_key(key) {
+            Some(Action::Up) => at.saturating_sub(1),
+            Some(Action::Down) => (at + 1).min(last_first),
+            Some(Action::PageUp) => at.saturating_sub(page.max(1)),
+            Some(Action::PageDown) => (at + page.max(1)).min(last_first),
+            Some(Action::Home) => 0,
+            Some(Action::End) => last_first,
+            _ => {
+                self.mode = Mode::Browse;
+                return Vec::new();
+            }
+        };
         Vec::new()
     }
 

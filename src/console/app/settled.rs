@@ -150,6 +150,12 @@ fn keys_of(request: &Request) -> Vec<String> {
         | Request::EscalateMany { targets, .. } => {
             targets.iter().map(|(op_key, _)| op_key.clone()).collect()
         }
+        Request::AcknowledgeMany {
+            escalation_keys, ..
+        }
+        | Request::ResolveEscalationMany {
+            escalation_keys, ..
+        } => escalation_keys.clone(),
         one => vec![one.key().to_string()],
     }
 }
@@ -183,6 +189,20 @@ fn acted_on(request: &Request, report: &Settled) -> Vec<ActedOn> {
                 state,
             })
             .into_iter()
+            .collect(),
+        // Each escalation acted on, in the state the ledger answered.
+        Request::AcknowledgeMany { .. } | Request::ResolveEscalationMany { .. } => report
+            .detail
+            .get("states")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|pair| {
+                Some(ActedOn::Escalation {
+                    escalation_key: pair.get(0)?.as_str()?.to_string(),
+                    state: pair.get(1)?.as_str()?.to_string(),
+                })
+            })
             .collect(),
         Request::Approve { op_key, .. } | Request::Reject { op_key, .. } => vec![
             ActedOn::Approval {

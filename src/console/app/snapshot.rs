@@ -72,6 +72,13 @@ impl App {
             let index = View::Pane(pane);
             if let Some((_, rows)) = snapshot.panes.iter().find(|(p, _)| *p == pane) {
                 self.models[index] = model::pane_model(rows);
+                if pane == Pane::Held {
+                    self.stopped_asking = rows
+                        .stopped_asking()
+                        .into_iter()
+                        .map(|(op_key, _)| op_key)
+                        .collect();
+                }
             }
             self.totals[index] = snapshot
                 .counts
@@ -157,15 +164,7 @@ impl App {
 
     fn filtered_escalations(&self, rows: &[EscalationRow]) -> Vec<EscalationRow> {
         rows.iter()
-            .filter(|row| {
-                self.matches_filter(&[
-                    ("key", &row.op_key),
-                    ("state", &row.state),
-                    ("operator", &row.created_by),
-                    ("sink", &row.sink),
-                    ("decision", &row.decision_needed),
-                ])
-            })
+            .filter(|row| self.matches_filter(&row.filter_fields()))
             .cloned()
             .collect()
     }
@@ -175,15 +174,7 @@ impl App {
     /// match; `field:value` searches that field only (a view without it
     /// shows nothing), a plain word any field the view has.
     fn matches_filter(&self, fields: &[(&str, &str)]) -> bool {
-        // A scope (`mismatch`, `holder:settled`…) names items of the panes.
-        self.filter.only_text()
-            && self.filter.terms.iter().all(|(field, value)| {
-                let value = value.to_lowercase();
-                fields
-                    .iter()
-                    .filter(|(name, _)| field.as_deref().is_none_or(|wanted| wanted == *name))
-                    .any(|(_, text)| text.to_lowercase().contains(&value))
-            })
+        self.filter.matches_fields(fields)
     }
 }
 

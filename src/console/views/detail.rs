@@ -160,14 +160,11 @@ fn record_lines<'a>(history: &EffectHistory, theme: &Theme) -> Vec<Line<'a>> {
         effect.external_ref.clone().unwrap_or_else(|| "—".into()),
         Role::Text,
     ));
-    if let Some(reason) = &effect.failure_reason {
+    if let Some(error) = effect.last_error() {
         lines.push(field(
             theme,
             "failure",
-            format!(
-                "{reason} (retryable: {})",
-                effect.retryable.unwrap_or(false)
-            ),
+            format!("{error} (retryable: {})", effect.retryable.unwrap_or(false)),
             Role::Critical,
         ));
     }

@@ -4,6 +4,7 @@ use ratatui::style::Modifier;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Clear, Paragraph, Wrap};
 
+use crate::console::action::Subject;
 use crate::console::app::{Dialog, DialogField};
 use crate::console::theme::{Role, Theme};
 use crate::text::sanitize_line;
@@ -65,6 +66,29 @@ pub fn draw(frame: &mut Frame, area: Rect, dialog: &Dialog, theme: &Theme) {
         lines.push(Line::from(vec![
             Span::styled(format!("{:>22}: ", "retryable (space)"), style),
             Span::styled(format!("{mark} {meaning}"), theme.base()),
+        ]));
+    }
+    if !dialog.stopped_asking.is_empty() {
+        let focused = dialog.focus == DialogField::CancelInstead;
+        let stopped = dialog.stopped_asking.len();
+        let meaning = match (dialog.cancel_instead, &dialog.subject) {
+            (false, Subject::Effect { .. }) => "[ ] no: release it".to_string(),
+            (false, _) => "[ ] no: release them too".to_string(),
+            (true, Subject::Pane { targets }) if targets.len() > stopped => format!(
+                "[x] yes: cancel those {stopped}, release the other {}",
+                targets.len() - stopped
+            ),
+            (true, Subject::Pane { .. }) => format!("[x] yes: cancel all {stopped}"),
+            (true, _) => "[x] yes: cancel it".to_string(),
+        };
+        let style = if focused {
+            theme.role(Role::Accent)
+        } else {
+            theme.role(Role::Muted)
+        };
+        lines.push(Line::from(vec![
+            Span::styled(format!("{:>22}: ", "cancel instead (space)"), style),
+            Span::styled(meaning, theme.base()),
         ]));
     }
     if let Some(required) = &dialog.required_suffix {

@@ -43,26 +43,44 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             ),
             theme.role(Role::Accent).add_modifier(Modifier::BOLD),
         ));
-    // Four figures a row, as wide as the terminal allows: at 80 columns
-    // the awaiting-approval figure and the risk flag still fit.
-    let figure = ((area.width as usize).saturating_sub(12) / 4).clamp(17, 26);
+    let rows: Vec<[(String, Role); 4]> = exposure
+        .iter()
+        .map(|row| {
+            let cur = sanitize_line(&row.currency);
+            let cell = |count: i64, minor: i64| format!("{count} · {}", money(minor, &cur));
+            let loud = |minor: i64, role: Role| if minor > 0 { role } else { Role::Text };
+            [
+                (
+                    cell(row.unknown_effects, row.unknown_minor),
+                    loud(row.unknown_minor, Role::Warn),
+                ),
+                (
+                    cell(row.suspected_effects, row.suspected_excess_minor),
+                    loud(row.suspected_excess_minor, Role::Critical),
+                ),
+                (
+                    cell(row.compensated_effects, row.compensated_minor),
+                    Role::Ok,
+                ),
+                (
+                    cell(row.awaiting_approval, row.awaiting_approval_minor),
+                    Role::Text,
+                ),
+            ]
+        })
+        .collect();
+    let layout = Figures::fit(&rows, area.width as usize);
+    let mut header = format!("  {:<5}", "cur");
+    for &figure in &layout.shown {
+        let title = if layout.width >= FIGURES[figure].0.len() {
+            FIGURES[figure].0
+        } else {
+            FIGURES[figure].1
+        };
+        header.push_str(&format!(" {title:>width$}", width = layout.width));
+    }
     let mut lines = vec![Line::from(Span::styled(
-        format!(
-            "  {:<5} {:>figure$} {:>figure$} {:>figure$} {:>figure$}",
-            "cur",
-            "unknown",
-            if figure >= 18 {
-                "suspected excess"
-            } else {
-                "excess"
-            },
-            "compensated",
-            if figure >= 18 {
-                "awaiting approval"
-            } else {
-                "to approve"
-            }
-        ),
+        header,
         theme.role(Role::Muted).add_modifier(Modifier::BOLD),
     ))];
     let failed = app
@@ -83,47 +101,25 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         };
         lines.push(Line::from(Span::styled(text, theme.role(Role::Muted))));
     }
-    for row in &exposure {
+    for (row, cells) in exposure.iter().zip(&rows) {
         let cur = sanitize_line(&row.currency);
-        let cell = |count: i64, minor: i64| format!("{count} · {}", money(minor, &cur));
         let risky = row.unknown_minor > 0 || row.suspected_excess_minor > 0;
-        lines.push(Line::from(vec![
-            Span::styled(format!("  {cur:<5} "), theme.role(Role::Accent)),
-            Span::styled(
-                format!("{:>figure$} ", cell(row.unknown_effects, row.unknown_minor)),
-                theme.role(if row.unknown_minor > 0 {
-                    Role::Warn
-                } else {
-                    Role::Text
-                }),
-            ),
-            Span::styled(
-                format!(
-                    "{:>figure$} ",
-                    cell(row.suspected_effects, row.suspected_excess_minor)
-                ),
-                theme.role(if row.suspected_excess_minor > 0 {
-                    Role::Critical
-                } else {
-                    Role::Text
-                }),
-            ),
-            Span::styled(
-                format!(
-                    "{:>figure$} ",
-                    cell(row.compensated_effects, row.compensated_minor)
-                ),
-                theme.role(Role::Ok),
-            ),
-            Span::styled(
-                format!(
-                    "{:>figure$}",
-                    cell(row.awaiting_approval, row.awaiting_approval_minor)
-                ),
-                theme.base(),
-            ),
-            Span::styled(if risky { " ⚑" } else { "" }, theme.role(Role::Critical)),
-        ]));
+        let mut spans = vec![Span::styled(
+            format!("  {cur:<5}"),
+            theme.role(Role::Accent),
+        )];
+        for &figure in &layout.shown {
+            let (text, role) = &cells[figure];
+            spans.push(Span::styled(
+                format!(" {text:>width$}", width = layout.width),
+                theme.role(*role),
+            ));
+        }
+        spans.push(Span::styled(
+            if risky { " ⚑" } else { "" },
+            theme.role(Role::Critical),
+        ));
+        lines.push(Line::from(spans));
     }
     lines.push(Line::from(Span::styled(
         "  ⚑ money at risk · approved: allowed by the approvals on record · \
@@ -138,4 +134,48 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         theme,
         "Suspected double effects · c compensates · e escalates",
     );
+}
+
+/// The exposure's figures: the title when there is room, the short one
+/// when not, and whether it is context (what was already reversed) that
+/// goes first when the figures do not fit side by side.
+const FIGURES: [(&str, &str, bool); 4] = [
+    ("unknown", "unknown", false),
+    ("suspected excess", "excess", false),
+    ("compensated", "compensated", true),
+    ("awaiting approval", "to approve", false),
+];
+
+/// Which figures a row shows, and how wide each is.
+struct Figures {
+    shown: Vec<usize>,
+    width: usize,
+}
+
+impl Figures {
+    /// Every figure as wide as its widest value and short title, so no two
+    /// run together and the flag (` ⚑`) ends the row; the context figure
+    /// goes when they do not fit; the rest shares what is left, up to 26.
+    fn fit(rows: &[[(String, Role); 4]], total: usize) -> Figures {
+        // `  EUR  ` before the figures, ` ⚑` after them.
+        const AROUND: usize = 7 + 2;
+        let widest = |figure: usize| {
+            rows.iter()
+                .map(|row| row[figure].0.chars().count())
+                .chain([FIGURES[figure].1.len()])
+                .max()
+                .unwrap_or(0)
+        };
+        let mut shown: Vec<usize> = (0..FIGURES.len()).collect();
+        let needed = |shown: &[usize]| shown.iter().map(|&f| widest(f)).max().unwrap_or(0);
+        let line = |shown: &[usize], width: usize| AROUND + shown.len() * (width + 1);
+        if line(&shown, needed(&shown)) > total {
+            shown.retain(|&figure| !FIGURES[figure].2);
+        }
+        let least = needed(&shown);
+        let width = (total.saturating_sub(AROUND) / shown.len().max(1))
+            .saturating_sub(1)
+            .clamp(least, 26.max(least));
+        Figures { shown, width }
+    }
 }

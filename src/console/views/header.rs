@@ -10,30 +10,35 @@ use crate::console::theme::{Role, Theme};
 use crate::format::duration_ms;
 use crate::ledger::panes::FILTER_FIELDS;
 
-use crate::text::sanitize_line;
+use crate::text::{sanitize_line, truncate_middle};
 
 pub fn draw_header(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     let header = theme.header();
-    let mut spans = vec![Span::styled(
-        " effectwatch ",
+    let mut parts = Vec::new();
+    parts.push(Part::new(
+        Gives::First,
         header.add_modifier(Modifier::BOLD),
-    )];
+        [" effectwatch ", ""],
+    ));
     // First, where a long database name or a narrow terminal cannot cut it off.
     if app.read_only {
-        spans.push(Span::styled(
-            " READ-ONLY ",
+        parts.push(Part::new(
+            Gives::Never,
             theme.selection().bg(theme.warn),
+            [" READ-ONLY "],
         ));
-        spans.push(Span::styled(" ", header));
+        parts.push(Part::new(Gives::Never, header, [" "]));
     }
     if let Some(snapshot) = &app.snapshot {
-        spans.push(Span::styled(
-            format!(
-                "│ {}@{} ",
-                sanitize_line(&snapshot.role),
-                sanitize_line(&snapshot.database)
-            ),
+        let role = sanitize_line(&snapshot.role);
+        let database = sanitize_line(&snapshot.database);
+        parts.push(Part::new(
+            Gives::Last,
             header,
+            [
+                format!("│ {role}@{database} "),
+                format!("│ {} ", truncate_middle(&format!("{role}@{database}"), 16)),
+            ],
         ));
     }
     // Age is the data's own: from the poll that read it, not from when a
@@ -62,32 +67,42 @@ pub fn draw_header(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             Role::Critical,
         ),
     };
-    spans.push(Span::styled("│ ", header));
-    spans.push(Span::styled(
-        format!("{connection} "),
-        header.fg(theme.role(role).fg.unwrap_or(theme.text)),
-    ));
+    let said = header.fg(theme.role(role).fg.unwrap_or(theme.text));
+    parts.push(Part::new(Gives::Never, header, ["│ "]));
+    parts.push(Part::new(Gives::Never, said, [format!("{connection} ")]));
     if !matches!(app.connection, Connection::Live)
         && let Some(server) = &app.server
     {
-        spans.push(Span::styled(
-            format!("· {} ", sanitize_line(server)),
-            header.fg(theme.role(role).fg.unwrap_or(theme.text)),
+        parts.push(Part::new(
+            Gives::Early,
+            said,
+            [format!("· {} ", sanitize_line(server)), String::new()],
         ));
     }
     let replica_lag = app.snapshot.as_ref().and_then(|s| s.replica_lag);
     if let Some(lag) = replica_lag {
         // A standby sends no notifications: such a console polls, and its
         // data is as old as the replay behind the primary.
-        let (text, colour) = if lag > app.replica_lag_stale_secs {
-            (
-                format!("· replica {lag:.1} s behind: stale "),
-                theme.critical,
+        let part = if lag > app.replica_lag_stale_secs {
+            Part::new(
+                Gives::Last,
+                header.fg(theme.critical),
+                [
+                    format!("· replica {lag:.1} s behind: stale "),
+                    format!("· {lag:.0} s behind: stale "),
+                ],
             )
         } else {
-            (format!("· replica, {lag:.1} s behind "), theme.muted)
+            Part::new(
+                Gives::Early,
+                header.fg(theme.muted),
+                [
+                    format!("· replica, {lag:.1} s behind "),
+                    format!("· replica {lag:.0} s "),
+                ],
+            )
         };
-        spans.push(Span::styled(text, header.fg(colour)));
+        parts.push(part);
     }
     let notifications = app
         .snapshot
@@ -96,15 +111,19 @@ pub fn draw_header(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         .filter(|_| matches!(app.connection, Connection::Live))
         .map(|s| s.notifications);
     let deaf = match notifications {
-        Some(Notifications::Reconnecting) => {
-            Some("· not listening: changes show at the next poll ")
-        }
+        Some(Notifications::Reconnecting) => Some([
+            "· not listening: changes show at the next poll ",
+            "· not listening ",
+        ]),
         // A transaction pooler took the subscription with the transaction.
-        Some(Notifications::Lost) => Some("· notifications do not arrive (a pooler?): polling "),
+        Some(Notifications::Lost) => Some([
+            "· notifications do not arrive (a pooler?): polling ",
+            "· no notifications: polling ",
+        ]),
         Some(Notifications::Arriving) | None => None,
     };
-    if let Some(text) = deaf {
-        spans.push(Span::styled(text, header.fg(theme.warn)));
+    if let Some(forms) = deaf {
+        parts.push(Part::new(Gives::Last, header.fg(theme.warn), forms));
     }
     // Said beside the connection, where it is not cut off on a small
     // terminal; `i` has the sentence.
@@ -118,38 +137,113 @@ pub fn draw_header(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             crate::ledger::durability::Risk::Failover => theme.warn,
             crate::ledger::durability::Risk::Severe => theme.critical,
         };
-        spans.push(Span::styled(
-            "│ ⚠ not failover-safe (i) ",
+        parts.push(Part::new(
+            Gives::Last,
             header.fg(colour),
+            ["│ ⚠ not failover-safe (i) ", "│ ⚠ failover (i) "],
         ));
     }
     if let Some(snapshot) = &app.snapshot {
-        let polled = match app.at {
-            Some(_) => format!(
-                "│ read {} UTC ({} ms) ",
-                snapshot.polled_at.format("%H:%M:%S"),
-                snapshot.latency.as_millis()
-            ),
-            None => format!(
-                "│ polled {} UTC ({} ms, every {:.1} s) ",
-                snapshot.polled_at.format("%H:%M:%S"),
-                snapshot.latency.as_millis(),
-                app.poll_interval.as_secs_f64()
-            ),
+        let at = snapshot.polled_at.format("%H:%M:%S");
+        let latency = snapshot.latency.as_millis();
+        let forms = match app.at {
+            Some(_) => vec![
+                format!("│ read {at} UTC ({latency} ms) "),
+                format!("│ read {at} UTC "),
+                String::new(),
+            ],
+            None => vec![
+                format!(
+                    "│ polled {at} UTC ({latency} ms, every {:.1} s) ",
+                    app.poll_interval.as_secs_f64()
+                ),
+                format!("│ polled {at} UTC "),
+                format!("│ {at} "),
+                String::new(),
+            ],
         };
-        spans.push(Span::styled(polled, header));
+        parts.push(Part::new(Gives::First, header, forms));
     }
     if let Some(at) = app.at {
-        spans.push(Span::styled(
-            format!("│ ⏲ AS OF {} ", at.format("%Y-%m-%d %H:%M:%S UTC")),
+        parts.push(Part::new(
+            Gives::Never,
             header.fg(theme.warn),
+            [format!("│ ⏲ AS OF {} ", at.format("%Y-%m-%d %H:%M:%S UTC"))],
         ));
     }
-    spans.push(Span::styled(
-        format!("│ {} ", sanitize_line(&app.operator)),
+    parts.push(Part::new(
+        Gives::Never,
         header,
+        [format!("│ {} ", sanitize_line(&app.operator))],
     ));
+    let spans = fit(parts, area.width as usize);
     frame.render_widget(Paragraph::new(Line::from(spans)).style(header), area);
+}
+
+/// When a part of the header gives way on a narrow terminal: how the
+/// data was polled and the program's name first, then what can be said
+/// shorter or left out (the server, the replica), then the warnings'
+/// longer words and the ledger's name, cut in its middle. Who is
+/// operating, whether the data is live and as of when never do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Gives {
+    First,
+    Early,
+    Last,
+    Never,
+}
+
+/// One part of the header: its forms, longest first (the last may be
+/// empty: the part goes).
+struct Part {
+    gives: Gives,
+    style: ratatui::style::Style,
+    forms: Vec<String>,
+    /// Forms given up so far.
+    given: usize,
+}
+
+impl Part {
+    fn new<S: Into<String>>(
+        gives: Gives,
+        style: ratatui::style::Style,
+        forms: impl IntoIterator<Item = S>,
+    ) -> Part {
+        Part {
+            gives,
+            style,
+            forms: forms.into_iter().map(Into::into).collect(),
+            given: 0,
+        }
+    }
+
+    fn shown(&self) -> &str {
+        &self.forms[self.given]
+    }
+}
+
+/// The parts in `width`: until the line fits, a part takes its next,
+/// shorter form — the first to give way by [`Gives`], among those the one
+/// that has given least, then the rightmost.
+fn fit(mut parts: Vec<Part>, width: usize) -> Vec<Span<'static>> {
+    let length =
+        |parts: &[Part]| -> usize { parts.iter().map(|part| part.shown().chars().count()).sum() };
+    while length(&parts) > width {
+        let next = parts
+            .iter_mut()
+            .enumerate()
+            .filter(|(_, part)| part.gives != Gives::Never && part.given + 1 < part.forms.len())
+            .min_by_key(|(index, part)| (part.gives, part.given, std::cmp::Reverse(*index)));
+        match next {
+            Some((_, part)) => part.given += 1,
+            None => break,
+        }
+    }
+    parts
+        .into_iter()
+        .filter(|part| !part.shown().is_empty())
+        .map(|mut part| Span::styled(part.forms.swap_remove(part.given), part.style))
+        .collect()
 }
 
 pub fn draw_tabs(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {

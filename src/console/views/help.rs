@@ -5,11 +5,16 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Clear, Paragraph};
 
 use crate::console::action::TABLE;
-use crate::console::app::App;
+use crate::console::app::{App, HelpRoom};
 use crate::console::theme::{Role, Theme};
 
 /// Generated from the action table: the keys of the active view, and why
-/// the writing ones are missing when the console is read-only.
+/// the writing ones are missing when the console is read-only. Sized from
+/// its content: in one column, or two side by side when one is too tall
+/// and two fit; else one column that scrolls (↑↓ j k PgUp PgDn Home End),
+/// its footer saying what is above and below. A description too long for
+/// the box wraps under itself. What it could show is left in
+/// [`App::help_room`] for the keys that scroll it.
 pub fn draw(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     let mut entries = Vec::new();
     for entry in TABLE {
@@ -32,52 +37,98 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             Span::styled(entry.description, style),
         ]));
     }
-    let mut footer_lines = vec![Line::default()];
-    let footer = if app.read_only {
+    let note = if app.read_only {
         " ✎ writes to the ledger — disabled: this console is READ-ONLY"
     } else {
         " ✎ writes to the ledger, after a confirmation whose default is Back"
     };
-    footer_lines.push(Line::from(Span::styled(footer, theme.role(Role::Muted))));
-    footer_lines.push(Line::from(Span::styled(
-        " any key closes this help",
-        theme.role(Role::Muted),
-    )));
+    // What is above and below, the note, and what the keys do here.
+    const FOOTER: usize = 3;
+    let inner_width = (area.width as usize).saturating_sub(2);
+    let rows = (area.height as usize).saturating_sub(2 + FOOTER);
+    let wrapped = |width: usize| -> Vec<Vec<Line<'static>>> {
+        entries
+            .iter()
+            .map(|entry| super::hanging(entry.clone(), width))
+            .collect()
+    };
+    // One column when it fits; else two side by side when they fit; else
+    // one that scrolls. An entry's wrapped lines stay together.
+    let one = wrapped(inner_width);
+    let one_lines: usize = one.iter().map(Vec::len).sum();
+    let half = inner_width.saturating_sub(2) / 2;
+    let two = wrapped(half);
+    let two_lines: usize = two.iter().map(Vec::len).sum();
+    let mut split = 0;
+    let mut left = 0;
+    while split < two.len() && left < two_lines.div_ceil(2) {
+        left += two[split].len();
+        split += 1;
+    }
+    let two_fit = left.max(two_lines - left) <= rows;
+    let columns: Vec<Vec<Line<'static>>> = if one_lines > rows && two_fit {
+        vec![two[..split].concat(), two[split..].concat()]
+    } else {
+        vec![one.concat()]
+    };
+    let per_column = columns.iter().map(Vec::len).max().unwrap_or(0);
+    let shown = per_column.min(rows);
+    let last_first = per_column - shown;
+    app.help_room.set(HelpRoom {
+        last_first,
+        page: shown.saturating_sub(1).max(1),
+    });
+    let first = app.help_scroll.min(last_first);
+    // Scrolling, the first line says what is above and below, the last
+    // which keys scroll.
+    let (position, keys) = match (first, last_first - first) {
+        (0, 0) => (String::new(), " any key closes this help"),
+        (above, below) => {
+            let mut said = Vec::new();
+            if above > 0 {
+                said.push(format!("▲ {above} more above"));
+            }
+            if below > 0 {
+                said.push(format!("▼ {below} more below"));
+            }
+            (
+                format!(" {}", said.join(" · ")),
+                " ↑↓ j k PgUp PgDn Home End scroll · any other key closes this help",
+            )
+        }
+    };
+    let footer_lines = vec![
+        Line::from(Span::styled(position, theme.role(Role::Accent))),
+        Line::from(Span::styled(note, theme.role(Role::Muted))),
+        Line::from(Span::styled(keys, theme.role(Role::Muted))),
+    ];
     let block = Block::default()
         .borders(Borders::ALL)
         .border_style(theme.role(Role::Accent))
         .title(format!(" Keys — {} ", app.current_view().title()));
-    // Sized from its content; when the terminal is too short for one
-    // column of keys, they go in two, so no key and no footer is ever cut.
-    let widest = entries
+    let column_width = columns.iter().flatten().map(Line::width).max().unwrap_or(0);
+    let box_width = footer_lines
         .iter()
-        .chain(&footer_lines)
         .map(Line::width)
+        .chain([column_width * columns.len() + 2 * (columns.len() - 1)])
         .max()
-        .unwrap_or(0) as u16;
-    let one_column = entries.len() + footer_lines.len() + 2;
-    let columns: u16 = if one_column as u16 > area.height {
-        2
-    } else {
-        1
-    };
-    let per_column = entries.len().div_ceil(columns as usize);
-    let height = (per_column + footer_lines.len() + 2) as u16;
-    let width = widest * columns + 2 * columns + 2;
+        .unwrap_or(0)
+        .min(inner_width);
+    let width = (box_width + 2) as u16;
+    let height = (shown + FOOTER + 2) as u16;
     let rect = super::centered(area, width, height);
     frame.render_widget(Clear, rect);
     let inner = block.inner(rect);
     frame.render_widget(block.style(theme.base()), rect);
-    let [keys_area, footer_area] = Layout::vertical([
-        Constraint::Min(1),
-        Constraint::Length(footer_lines.len() as u16),
-    ])
-    .areas(inner);
+    let [keys_area, footer_area] =
+        Layout::vertical([Constraint::Min(1), Constraint::Length(FOOTER as u16)]).areas(inner);
     let column_areas =
-        Layout::horizontal(vec![Constraint::Ratio(1, columns as u32); columns as usize])
+        Layout::horizontal(vec![Constraint::Length(column_width as u16); columns.len()])
+            .spacing(2)
             .split(keys_area);
-    for (chunk, column) in entries.chunks(per_column.max(1)).zip(column_areas.iter()) {
-        frame.render_widget(Paragraph::new(chunk.to_vec()).style(theme.base()), *column);
+    for (lines, column) in columns.into_iter().zip(column_areas.iter()) {
+        let visible: Vec<Line> = lines.into_iter().skip(first).take(shown).collect();
+        frame.render_widget(Paragraph::new(visible).style(theme.base()), *column);
     }
     frame.render_widget(
         Paragraph::new(footer_lines).style(theme.base()),
@@ -89,7 +140,8 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
 /// added (the demo: how a second operator joins). Values are wrapped, never
 /// cut: a command line is only useful whole.
 pub fn draw_about(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
-    let width = area.width.saturating_sub(4).clamp(20, 100);
+    // As wide as the terminal allows: a command is read whole.
+    let width = area.width.saturating_sub(2).clamp(20, 100);
     let mut about = app.about.clone();
     if let Some(verdict) = app.snapshot.as_ref().and_then(|s| s.durability.as_ref()) {
         about.push(("durability".to_string(), verdict.said()));
@@ -102,14 +154,32 @@ pub fn draw_about(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         .min(24);
     let mut lines = Vec::new();
     for (label, value) in &about {
-        let line = Line::from(vec![
-            Span::styled(
-                format!(" {label:>label_width$}  "),
-                theme.role(Role::Accent),
-            ),
-            Span::styled(crate::text::sanitize_line(value), theme.base()),
-        ]);
-        lines.extend(super::hanging(line, width as usize));
+        let value = Span::styled(crate::text::sanitize_line(value), theme.base());
+        let label = Span::styled(
+            format!(" {label:>label_width$}  "),
+            theme.role(Role::Accent),
+        );
+        // A command is copied from here: a path or a URL too long for the
+        // room beside its label starts under the label, where it fits whole.
+        let room = (width as usize).saturating_sub(label.width());
+        let longest = value
+            .content
+            .split(' ')
+            .map(|word| word.chars().count())
+            .max()
+            .unwrap_or(0);
+        if longest > room {
+            lines.push(Line::from(label));
+            lines.extend(super::hanging(
+                Line::from(vec![Span::raw("  "), value]),
+                width as usize,
+            ));
+        } else {
+            lines.extend(super::hanging(
+                Line::from(vec![label, value]),
+                width as usize,
+            ));
+        }
     }
     draw_popup(frame, area, width, " About this console ", lines, theme);
 }

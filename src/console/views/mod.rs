@@ -63,10 +63,11 @@ pub fn centered(area: Rect, width: u16, height: u16) -> Rect {
 }
 
 /// A line of a label (every span but the last) and a value, laid out in
-/// `width` columns: the value is wrapped at word boundaries (a word longer
-/// than the room is broken) and every line after the first starts under
-/// the value, not at column 0, so a wrapped key still reads as one value.
-/// A line whose label leaves too little room is left to the paragraph.
+/// `width` columns: the value is wrapped at its spaces only — never inside
+/// a path, a URL or a key at a `-` or `/`; only a word longer than the
+/// room is broken — and every line after the first starts under the
+/// value, not at column 0, so a wrapped key still reads as one value. A
+/// line whose label leaves too little room is left to the paragraph.
 pub fn hanging(line: Line<'static>, width: usize) -> Vec<Line<'static>> {
     let Some((value, label)) = line.spans.split_last() else {
         return vec![line];
@@ -76,8 +77,7 @@ pub fn hanging(line: Line<'static>, width: usize) -> Vec<Line<'static>> {
     if label.is_empty() || room < 12 || value.width() <= room {
         return vec![line];
     }
-    let options = textwrap::Options::new(room).break_words(true);
-    textwrap::wrap(&value.content, options)
+    textwrap::wrap(&value.content, at_spaces(room))
         .into_iter()
         .enumerate()
         .map(|(index, piece)| {
@@ -90,6 +90,14 @@ pub fn hanging(line: Line<'static>, width: usize) -> Vec<Line<'static>> {
             Line::from(spans).style(line.style)
         })
         .collect()
+}
+
+/// Wrapping at spaces only, breaking only a word longer than `width`.
+fn at_spaces(width: usize) -> textwrap::Options<'static> {
+    textwrap::Options::new(width)
+        .word_separator(textwrap::WordSeparator::AsciiSpace)
+        .word_splitter(textwrap::WordSplitter::NoHyphenation)
+        .break_words(true)
 }
 
 /// [`hanging`] for every line.

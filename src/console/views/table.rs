@@ -5,10 +5,10 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Cell, Paragraph, Row, Table, TableState};
 
 use crate::console::app::{App, View};
-use crate::console::model::TableModel;
+use crate::console::model::{Row as ModelRow, SortValue, TableModel};
 use crate::console::theme::{Role, Theme};
 use crate::ledger::panes::Pane;
-use crate::text::{truncate, truncate_distinct, truncate_middle};
+use crate::text::{truncate, truncate_middle, truncate_names};
 
 pub fn draw(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     let view = app.current_view();
@@ -82,7 +82,12 @@ pub fn draw_titled(frame: &mut Frame, area: Rect, app: &App, theme: &Theme, titl
     }
 
     let inner_height = area.height.saturating_sub(2) as usize;
-    let widths = column_widths(model, area.width);
+    // Only the rows that can be seen are laid out: a frame's cost follows
+    // the terminal's height, not the number of items loaded.
+    let first = first_visible(list.selected, inner_height, model.rows.len());
+    let last = (first + inner_height).min(model.rows.len());
+    let shown = &model.rows[first..last];
+    let widths = column_widths(model, shown, area.width);
     // A key cut to fit is still there whole, for the selected row.
     let block = match cut_key(model, &widths, list.selected) {
         Some(key) => {
@@ -97,24 +102,15 @@ pub fn draw_titled(frame: &mut Frame, area: Rect, app: &App, theme: &Theme, titl
         }
         None => block,
     };
-    // Only the rows that can be seen are laid out: a frame's cost follows
-    // the terminal's height, not the number of items loaded.
-    let first = first_visible(list.selected, inner_height, model.rows.len());
-    let last = (first + inner_height).min(model.rows.len());
-    // Identifiers are cut so that two different ones on screen never read
-    // alike; the rest keep their head.
-    let shown = &model.rows[first..last];
-    let distinct: Vec<Option<Vec<String>>> = model
-        .columns
-        .iter()
-        .enumerate()
-        .map(|(index, column)| {
-            keeps_its_end(column.title).then(|| {
+    // Names are cut where the names on screen agree; the rest keep their head.
+    let distinct: Vec<Option<Vec<String>>> = (0..model.columns.len())
+        .map(|index| {
+            (kind(model, index) == Kind::Names).then(|| {
                 let texts: Vec<&str> = shown
                     .iter()
                     .map(|row| row.cells.get(index).map_or("", |cell| cell.text.as_str()))
                     .collect();
-                truncate_distinct(&texts, widths[index] as usize)
+                truncate_names(&texts, widths[index] as usize)
             })
         })
         .collect();
@@ -152,7 +148,10 @@ pub fn draw_titled(frame: &mut Frame, area: Rect, app: &App, theme: &Theme, titl
                     Some((sorted, true)) if sorted == index => " ↓",
                     _ => "",
                 };
-                Cell::from(format!("{}{arrow}", column.title))
+                Cell::from(truncate(
+                    &format!("{}{arrow}", column.title),
+                    widths[index] as usize,
+                ))
             }),
     )
     .style(theme.role(Role::Muted).add_modifier(Modifier::BOLD));
@@ -190,143 +189,171 @@ fn first_visible(selected: usize, height: usize, rows: usize) -> usize {
 }
 
 /// Widths that add up to at most the table's width, so every cut is made
-/// here, with an ellipsis, and never silently by the layout: flexible
-/// columns share what is left over, or give up space first when short.
-pub(crate) fn column_widths(model: &TableModel, total_width: u16) -> Vec<u16> {
-    const HIGHLIGHT: u16 = 2;
-    let count = model.columns.len() as u16;
-    let available = total_width.saturating_sub(HIGHLIGHT + count.saturating_sub(1));
-    let mut widths: Vec<u16> = model.columns.iter().map(|c| c.width).collect();
-    let wanted: u16 = widths.iter().sum();
-    if wanted <= available {
-        let mut spare = available - wanted;
-        // The key is what an operator reads and types back: it gets the
-        // room it needs first, before the context columns share the rest.
-        for (index, column) in model.columns.iter().enumerate() {
-            if matches!(column.title, "key" | "held key") {
-                let longest = model
-                    .rows
-                    .iter()
-                    .filter_map(|row| row.cells.get(index))
-                    .map(|cell| cell.text.chars().count())
-                    .max()
-                    .unwrap_or(0) as u16;
-                let extra = longest.saturating_sub(widths[index]).min(spare);
+/// here, with an ellipsis, and never silently by the layout. When every
+/// column has its room, the names and then the decisions in words get
+/// what their longest value on screen needs, and flexible columns share
+/// the rest. Short of room, columns give way by what an operator decides
+/// by ([`Kind`]):
+/// 1. every column gives up what no value on screen fills;
+/// 2. context goes, whole, from the right;
+/// 3. free text, then names, are cut down to [`FLOOR`], the widest first
+///    (a name is cut where the names on screen agree: [`truncate_names`]);
+/// 4. what the operator decides by goes, whole, from the right (what is
+///    said in words first), then the names but the first, which is cut to
+///    what is left.
+///
+/// Money is never cut: it keeps its currency or goes whole.
+pub(crate) fn column_widths(model: &TableModel, shown: &[ModelRow], total_width: u16) -> Vec<u16> {
+    let columns = &model.columns;
+    let kinds: Vec<Kind> = (0..columns.len()).map(|i| kind(model, i)).collect();
+    // What each column's values on screen and its title need.
+    let needs: Vec<u16> = columns
+        .iter()
+        .enumerate()
+        .map(|(index, column)| {
+            shown
+                .iter()
+                .filter_map(|row| row.cells.get(index))
+                .map(|cell| cell.text.chars().count())
+                .chain([column.title.chars().count()])
+                .max()
+                .unwrap_or(0) as u16
+        })
+        .collect();
+    let total = total_width as usize;
+    // The highlight symbol, each column shown and the gap between two.
+    let used = |widths: &[u16]| -> usize {
+        let shown: Vec<usize> = widths
+            .iter()
+            .filter(|w| **w > 0)
+            .map(|w| *w as usize)
+            .collect();
+        HIGHLIGHT + shown.iter().sum::<usize>() + shown.len().saturating_sub(1)
+    };
+    let mut widths: Vec<u16> = columns.iter().map(|c| c.width).collect();
+    let names_short: usize = (0..widths.len())
+        .filter(|&i| kinds[i] == Kind::Names)
+        .map(|i| needs[i].saturating_sub(widths[i]) as usize)
+        .sum();
+    if used(&widths) + names_short > total {
+        for (width, need) in widths.iter_mut().zip(&needs) {
+            *width = (*width).min(*need);
+        }
+        drop_from_the_right(&mut widths, &kinds, Kind::Context, total, used);
+        for cut in [Kind::Text, Kind::Names] {
+            while used(&widths) > total {
+                let widest = (0..widths.len())
+                    .filter(|&i| kinds[i] == cut && widths[i] > FLOOR)
+                    .max_by_key(|&i| (widths[i], std::cmp::Reverse(i)));
+                match widest {
+                    Some(index) => widths[index] -= 1,
+                    None => break,
+                }
+            }
+        }
+        drop_from_the_right(&mut widths, &kinds, Kind::Text, total, used);
+        drop_from_the_right(&mut widths, &kinds, Kind::Decides, total, used);
+        let first_name = kinds.iter().position(|kind| *kind == Kind::Names);
+        for index in (0..widths.len()).rev() {
+            if used(&widths) <= total {
+                break;
+            }
+            if Some(index) != first_name {
+                widths[index] = 0;
+            }
+        }
+        if let Some(index) = first_name {
+            let over = used(&widths).saturating_sub(total) as u16;
+            widths[index] = widths[index].saturating_sub(over);
+        }
+    }
+    // Room left over: the names first, then what is decided by in words,
+    // up to what their values need; the flexible columns share the rest.
+    let mut spare = total.saturating_sub(used(&widths)) as u16;
+    for kind in [Kind::Names, Kind::Text] {
+        for index in 0..widths.len() {
+            if kinds[index] == kind && widths[index] > 0 {
+                let extra = needs[index].saturating_sub(widths[index]).min(spare);
                 widths[index] += extra;
                 spare -= extra;
             }
         }
-        let flexible: Vec<usize> = (0..widths.len())
-            .filter(|&i| model.columns[i].flexible)
-            .collect();
-        if let Some(&first) = flexible.first() {
-            for &index in &flexible {
-                widths[index] += spare / flexible.len() as u16;
-            }
-            widths[first] += spare % flexible.len() as u16;
-        }
-        return widths;
     }
-    // Short of room, columns give way by what an operator can spare:
-    // context (target, requester…) first, down to nothing; then the other
-    // columns; the key last, keeping its head and tail; money never drops
-    // its currency.
-    let mut deficit = wanted - available;
-    for giving in [
-        Gives::First,
-        Gives::Whole,
-        Gives::Flexibly,
-        Gives::Some,
-        Gives::Last,
-    ] {
-        // Columns that repeat what the detail says go whole, from the
-        // right, once the context is gone and before anything else is cut.
-        if giving == Gives::Whole {
-            for index in (0..widths.len()).rev() {
-                if deficit > 0 && gives_way(model, index) == Gives::Whole {
-                    // A column with no room is left out, and its gap with it.
-                    deficit = deficit.saturating_sub(widths[index] + 1);
-                    widths[index] = 0;
-                }
-            }
-            continue;
+    let flexible: Vec<usize> = (0..widths.len())
+        .filter(|&i| columns[i].flexible && widths[i] > 0)
+        .collect();
+    if let Some(&first) = flexible.first() {
+        for &index in &flexible {
+            widths[index] += spare / flexible.len() as u16;
         }
-        while deficit > 0 {
-            let mut shrunk = false;
-            for (index, column) in model.columns.iter().enumerate() {
-                let gives = gives_way(model, index);
-                if deficit > 0 && gives == giving && widths[index] > gives.floor(column.width) {
-                    widths[index] -= 1;
-                    deficit -= 1;
-                    shrunk = true;
-                }
-            }
-            if !shrunk {
-                break;
-            }
-        }
-    }
-    // Still too wide with every column at its floor: whole columns go,
-    // context first, from the right, so that no cut is left to the layout
-    // (which cuts without an ellipsis, and can make two keys read alike).
-    for giving in [Gives::Flexibly, Gives::Some, Gives::Never] {
-        for index in (0..widths.len()).rev() {
-            if deficit == 0 {
-                break;
-            }
-            if gives_way(model, index) == giving && widths[index] > 0 {
-                deficit = deficit.saturating_sub(widths[index] + 1);
-                widths[index] = 0;
-            }
-        }
+        widths[first] += spare % flexible.len() as u16;
     }
     widths
 }
 
-/// How a column gives up room when the terminal is narrow, in the order
-/// the variants are listed; money does not.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Gives {
-    /// Goes whole when short of room: it repeats what the detail says.
-    Whole,
-    First,
-    Flexibly,
-    Some,
-    Last,
-    Never,
-}
+/// The highlight symbol's width, before the first column.
+const HIGHLIGHT: usize = 2;
 
-impl Gives {
-    /// The narrowest a column of this kind becomes.
-    fn floor(self, width: u16) -> u16 {
-        match self {
-            Gives::Whole | Gives::First => 0,
-            Gives::Flexibly | Gives::Some => 4.min(width),
-            Gives::Last => 14.min(width),
-            Gives::Never => width,
+/// The narrowest a name or a free text is cut to before columns go whole.
+const FLOOR: u16 = 12;
+
+/// Sets to nothing the columns of `kind`, from the right, until the table fits.
+fn drop_from_the_right(
+    widths: &mut [u16],
+    kinds: &[Kind],
+    kind: Kind,
+    total: usize,
+    used: impl Fn(&[u16]) -> usize,
+) {
+    for index in (0..widths.len()).rev() {
+        if used(widths) <= total {
+            return;
+        }
+        if kinds[index] == kind {
+            widths[index] = 0;
         }
     }
 }
 
-fn gives_way(model: &TableModel, index: usize) -> Gives {
+/// What a column is to an operator choosing what to do with an item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Tells the items apart: the key, the target, the holder's key. Cut
+    /// where the names on screen agree, and the last to go.
+    Names,
+    /// What the operator decides by, read whole: an amount, a state,
+    /// whether it was sent, when and by whom (the audit log).
+    Decides,
+    /// What the operator decides by, said in words (what a duplicate
+    /// needs, the decision an escalation asks for, a reason): cut at its
+    /// end before a name is cut.
+    Text,
+    /// Context the detail repeats: ages, counts, requesters, errors,
+    /// references. The first to go, whole.
+    Context,
+}
+
+fn kind(model: &TableModel, index: usize) -> Kind {
     let column = &model.columns[index];
+    let money = model
+        .rows
+        .first()
+        .and_then(|row| row.cells.get(index))
+        .is_some_and(|cell| matches!(cell.sort, SortValue::Money { .. }));
     match column.title {
-        // The finance review's context: the group's sum, what was approved
-        // and why it is suspected are in the detail.
-        "group total" | "approved" | "why" => Gives::Whole,
-        _ if column.kept => Gives::Last,
-        "target" | "requester" | "requesters" | "by" | "role" | "sink" | "provider ref"
-        | "holder" | "holder age" | "last error" | "first seen" | "tries" | "replays"
-        | "in flight" => Gives::First,
-        "amount" | "holder amount" | "excess" => Gives::Never,
-        "needs" => Gives::Last,
-        title if keeps_its_end(title) => Gives::Last,
-        _ if column.flexible => Gives::Flexibly,
-        _ => Gives::Some,
+        _ if column.kept => Kind::Names,
+        title if is_name(title) => Kind::Names,
+        "holder amount" | "group total" | "approved" => Kind::Context,
+        _ if money => Kind::Decides,
+        "action" | "state" | "holder" | "dispatched" | "mismatch" | "when" | "operator" => {
+            Kind::Decides
+        }
+        "needs" | "reconciled" | "decision needed" | "reason" | "compensation" => Kind::Text,
+        _ => Kind::Context,
     }
 }
 
-/// Columns of identifiers, whose ends tell rows apart.
-fn keeps_its_end(title: &str) -> bool {
+/// Columns of names, whose words tell rows apart.
+fn is_name(title: &str) -> bool {
     matches!(title, "key" | "held key" | "held by" | "target")
 }
