@@ -410,10 +410,13 @@ async fn other_terms_under_the_same_key_never_reach_the_tool() {
     let _ = client.cancel().await;
 }
 
+/// A tool server that states no outcome: its wording is the fallback.
 #[tokio::test]
 async fn a_refusal_by_the_tool_is_failed_and_not_an_unknown() {
     let Some(rig) = Rig::new().await else { return };
-    let (client, _) = rig.stdio_client(&["--decline-over", "1000"], &[]).await;
+    let (client, _) = rig
+        .stdio_client(&["--decline-over", "1000", "--unsigned"], &[])
+        .await;
     let declined = client
         .call_tool(refund("INV-BIG", 5000, "EUR"))
         .await
@@ -434,6 +437,17 @@ async fn an_unmapped_destructive_tool_is_refused_and_said_so_first() {
         first.contains("refusing 1 tool") && first.contains("close_account"),
         "{stderr:?}"
     );
+    let names = |tools: Vec<rmcp::model::Tool>| -> Vec<String> {
+        tools
+            .into_iter()
+            .map(|tool| tool.name.to_string())
+            .collect()
+    };
+    let offered = names(client.list_all_tools().await.unwrap());
+    assert!(
+        offered.contains(&"refund".to_string()) && !offered.contains(&"close_account".to_string()),
+        "a tool the gateway refuses is not offered to the model: {offered:?}"
+    );
     let close = CallToolRequestParams::new("close_account")
         .with_arguments(json!({"account_id": "ACC-1"}).as_object().cloned().unwrap());
     let refused = client.call_tool(close.clone()).await.unwrap();
@@ -451,6 +465,11 @@ async fn an_unmapped_destructive_tool_is_refused_and_said_so_first() {
             .first()
             .is_some_and(|line| line.contains("UNRECORDED")),
         "{stderr:?}"
+    );
+    let offered = names(allowed.list_all_tools().await.unwrap());
+    assert!(
+        offered.contains(&"close_account".to_string()),
+        "{offered:?}"
     );
     let closed = allowed.call_tool(close).await.unwrap();
     assert!(
@@ -478,8 +497,13 @@ async fn the_tool_list_and_read_only_tools_are_relayed_untouched() {
         .await
         .unwrap();
     let listed_through = serde_json::to_value(through.list_all_tools().await.unwrap()).unwrap();
-    let listed_direct = serde_json::to_value(direct.list_all_tools().await.unwrap()).unwrap();
-    assert_eq!(listed_through, listed_direct);
+    // Untouched but for the tool the gateway would refuse: not offered.
+    let mut offered_direct = direct.list_all_tools().await.unwrap();
+    offered_direct.retain(|tool| tool.name != "close_account");
+    assert_eq!(
+        listed_through,
+        serde_json::to_value(offered_direct).unwrap()
+    );
 
     through
         .call_tool(refund("INV-LOOK", 100, "EUR"))
@@ -707,6 +731,17 @@ async fn only_the_policy_says_a_tool_reads_and_a_lookalike_never_passes() {
     let (allowed, _) = rig
         .stdio_client(&["--impostor"], &["--allow-unmapped"])
         .await;
+    let offered: Vec<String> = allowed
+        .list_all_tools()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|tool| tool.name.to_string())
+        .collect();
+    assert!(
+        offered.contains(&"refund".to_string()) && !offered.contains(&"r\u{435}fund".to_string()),
+        "a lookalike is never offered, --allow-unmapped or not: {offered:?}"
+    );
     let mut call = refund_with(json!({
         "order_id": "INV-IMP", "amount_minor": 900, "currency": "EUR"
     }));
@@ -891,4 +926,171 @@ async fn connections_to_the_tool_server_are_bounded_and_idle_ones_let_go() {
         "the idle connection was let go"
     );
     idle.close().await;
+}
+
+/// The policy with no wording to read refusals by and no result field to
+/// read the provider's reference from: only the server's statement tells.
+fn unworded_policy() -> String {
+    let policy = POLICY
+        .replace("refused_when = [\"declined\"]\n", "")
+        .replace("external_ref = \"id\"\n", "");
+    assert_ne!(policy, POLICY);
+    policy
+}
+
+/// A server whose SDK hides an error's text ("Error executing tool
+/// refund") still says by structure that nothing was done: the decline is
+/// failed, not an unknown for an operator, and the model is told the
+/// server's own answer.
+#[tokio::test]
+async fn a_decline_stated_by_structure_is_failed_whatever_its_wording() {
+    let Some(rig) = Rig::new().await else { return };
+    std::fs::write(rig.policy(), unworded_policy()).unwrap();
+    let (client, _) = rig
+        .stdio_client(&["--decline-over", "1000", "--hidden-errors"], &[])
+        .await;
+    let declined = client
+        .call_tool(refund("INV-HID", 5000, "EUR"))
+        .await
+        .unwrap();
+    assert_eq!(declined.is_error, Some(true));
+    assert_eq!(text(&declined), "Error executing tool refund");
+    assert_eq!(rig.effect("refund:INV-HID:5000").await.0, "failed");
+    let (class, reason): (Option<String>, Option<String>) = sqlx::query_as(
+        "select error_class, failure_reason from ledger.effects where op_key = 'refund:INV-HID:5000'",
+    )
+    .fetch_one(&rig.db.pool)
+    .await
+    .unwrap();
+    assert_eq!(class.as_deref(), Some("business_rejection"));
+    assert!(
+        reason
+            .as_deref()
+            .is_some_and(|reason| reason.contains("said nothing was done")),
+        "{reason:?}"
+    );
+    let again = client
+        .call_tool(refund("INV-HID", 5000, "EUR"))
+        .await
+        .unwrap();
+    assert!(
+        text(&again).contains("closed"),
+        "a repeat is answered with the recorded failure: {}",
+        text(&again)
+    );
+    assert_eq!(rig.refunds_of("INV-HID"), 0);
+
+    let done = client
+        .call_tool(refund("INV-REF", 500, "EUR"))
+        .await
+        .unwrap();
+    assert_ne!(done.is_error, Some(true), "{}", text(&done));
+    let (external_ref,): (Option<String>,) = sqlx::query_as(
+        "select external_ref from ledger.effects where op_key = 'refund:INV-REF:500'",
+    )
+    .fetch_one(&rig.db.pool)
+    .await
+    .unwrap();
+    let provider_id = done.structured_content.unwrap()["id"].clone();
+    assert_eq!(
+        external_ref.map(Value::String),
+        Some(provider_id),
+        "the provider reference the server stated is the effect's"
+    );
+    let _ = client.cancel().await;
+}
+
+/// An error that states nothing and whose words say nothing of a refusal:
+/// the outcome is in doubt, and the model is told what the server said —
+/// not that its answer was lost.
+#[tokio::test]
+async fn an_error_that_states_no_outcome_says_what_the_server_answered() {
+    let Some(rig) = Rig::new().await else { return };
+    std::fs::write(rig.policy(), unworded_policy()).unwrap();
+    let (client, _) = rig
+        .stdio_client(&["--decline-over", "1000", "--unsigned"], &[])
+        .await;
+    let answered = client
+        .call_tool(refund("INV-DOUBT", 5000, "EUR"))
+        .await
+        .unwrap();
+    let said = text(&answered);
+    assert_eq!(answered.is_error, Some(true));
+    assert!(said.contains("declined: 5000 is over"), "{said}");
+    assert!(said.contains("did not say whether"), "{said}");
+    assert!(said.contains("may already have happened"), "{said}");
+    assert!(!said.contains("was lost"), "{said}");
+    assert_eq!(rig.effect("refund:INV-DOUBT:5000").await.0, "unknown");
+    let _ = client.cancel().await;
+}
+
+/// Arguments the ledger refuses are the model's to correct: a tool error
+/// naming the argument and the rule, nothing sent upstream, nothing
+/// recorded — never an outage to try again later.
+#[tokio::test]
+async fn arguments_the_ledger_refuses_are_a_tool_error_naming_them() {
+    let Some(rig) = Rig::new().await else { return };
+    let with_reason = POLICY.replace(
+        "params = [\"order_id\", \"amount_minor\", \"currency\"]",
+        "params = [\"order_id\", \"amount_minor\", \"currency\", \"reason\"]",
+    );
+    std::fs::write(rig.policy(), with_reason).unwrap();
+    let (client, _) = rig.stdio_client(&[], &[]).await;
+    let mut deep = json!("bottom");
+    for _ in 0..70 {
+        deep = json!({ "deeper": deep });
+    }
+    let long_order = "A".repeat(600);
+    let cases: Vec<(&str, Value, &str, &str)> = vec![
+        (
+            "a currency of four letters",
+            json!({"order_id": "INV-BAD1", "amount_minor": 100, "currency": "EURO"}),
+            "currency",
+            "three capital letters",
+        ),
+        (
+            "a currency sign",
+            json!({"order_id": "INV-BAD2", "amount_minor": 100, "currency": "€"}),
+            "currency",
+            "three capital letters",
+        ),
+        (
+            "a negative amount",
+            json!({"order_id": "INV-BAD3", "amount_minor": -100, "currency": "EUR"}),
+            "amount_minor",
+            "not negative",
+        ),
+        (
+            "a key too long",
+            json!({"order_id": long_order, "amount_minor": 100, "currency": "EUR"}),
+            "order_id",
+            "1 to 512 characters",
+        ),
+        (
+            "params nested too deep",
+            json!({"order_id": "INV-BAD5", "amount_minor": 100, "currency": "EUR", "reason": deep}),
+            "reason",
+            "deeper than 64 levels",
+        ),
+    ];
+    for (case, arguments, argument, rule) in cases {
+        let answer = client
+            .call_tool(refund_with(arguments.clone()))
+            .await
+            .unwrap_or_else(|error| panic!("{case}: answered as an outage: {error}"));
+        let said = text(&answer);
+        assert_eq!(answer.is_error, Some(true), "{case}: {said}");
+        assert!(said.contains(argument), "{case} names {argument}: {said}");
+        assert!(said.contains(rule), "{case} names the rule: {said}");
+        assert!(said.contains("do not retry it unchanged"), "{case}: {said}");
+        assert!(!said.contains("Try again later"), "{case}: {said}");
+        let order = arguments["order_id"].as_str().unwrap();
+        assert_eq!(rig.refunds_of(order), 0, "{case}: nothing sent upstream");
+    }
+    let recorded: i64 = sqlx::query_scalar("select count(*) from ledger.effects")
+        .fetch_one(&rig.db.pool)
+        .await
+        .unwrap();
+    assert_eq!(recorded, 0, "nothing recorded, so nothing is left unknown");
+    let _ = client.cancel().await;
 }

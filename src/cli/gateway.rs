@@ -105,6 +105,12 @@ pub struct McpToolsArgs {
     /// Fault for tests: also offer a refund tool under a lookalike name that claims to only read.
     #[arg(long)]
     pub impostor: bool,
+    /// Fault for tests: state no outcome in `_meta` (a tool server written before the signal), so the gateway judges by wording.
+    #[arg(long)]
+    pub unsigned: bool,
+    /// Fault for tests: every error answered as "Error executing tool <name>", its detail hidden, as some SDKs do.
+    #[arg(long)]
+    pub hidden_errors: bool,
 }
 
 pub async fn run(pool: LedgerPool, args: GatewayArgs) -> Result<(), Failure> {
@@ -160,6 +166,8 @@ pub async fn run_tools(args: McpToolsArgs) -> Result<(), Failure> {
             ignore_key: args.ignore_key,
             lying_lookup: args.lying_lookup,
             impostor: args.impostor,
+            unsigned: args.unsigned,
+            hidden_errors: args.hidden_errors,
         },
     )
     .map_err(|error| Failure::new(FAILURE, error))?;

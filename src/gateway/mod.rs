@@ -7,6 +7,7 @@
 pub mod certify;
 pub mod policy;
 pub mod proxy;
+pub mod told;
 pub mod tools;
 pub mod upstream;
 
@@ -50,7 +51,7 @@ impl StartupReport {
             )
         } else {
             format!(
-                "refusing {} tool(s) that may change the world and have no rule in {policy_path}: {} (map them, mark them read_only, or pass --allow-unmapped)",
+                "refusing {} tool(s) that may change the world and have no rule in {policy_path}, and hiding them from the agent's tools/list: {} (map them, mark them read_only, or pass --allow-unmapped)",
                 self.unmapped.len(),
                 self.unmapped.join(", ")
             )
@@ -69,7 +70,7 @@ impl StartupReport {
             .map(|(name, of)| format!("\"{}\" looks like {of}", name.escape_default()))
             .collect();
         Some(format!(
-            "refusing {} tool(s) whose names only look like mapped ones, even with --allow-unmapped: {}",
+            "refusing {} tool(s) whose names only look like mapped ones, even with --allow-unmapped, and hiding them from the agent's tools/list: {}",
             named.len(),
             named.join(", ")
         ))

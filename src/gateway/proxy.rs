@@ -17,6 +17,7 @@ use serde_json::{Map, Value, json};
 use sqlx::types::Json;
 
 use super::policy::{MappedCall, Policy, Replays, Route, ToolRule};
+use super::told::{self, Told};
 use super::upstream::Upstream;
 use crate::ledger::writer::{self, Completion, ErrorClass, Outcome, RequesterAnswer};
 use crate::ledger::{Decision, LedgerError, LedgerPool, State};
@@ -88,6 +89,15 @@ impl Gateway {
             shared.requested_by = requested_by.to_string();
         }
         self
+    }
+
+    /// Whether a call routed so could succeed: refused tools are not offered.
+    fn offers(&self, route: &Route) -> bool {
+        match route {
+            Route::Recorded | Route::PassThrough => true,
+            Route::Unmapped => self.shared.allow_unmapped,
+            Route::Lookalike { .. } => false,
+        }
     }
 
     pub fn requested_by(&self) -> &str {
@@ -250,7 +260,21 @@ impl ServerHandler for Gateway {
         self.shared.info.clone()
     }
 
-    relay!(list_tools(Option<PaginatedRequestParams>) -> ListToolsResult);
+    /// The upstream's tools less those the gateway would refuse: a model
+    /// shown a tool tries it, and a refusal costs it a turn and the user a
+    /// wrong plan. Start-up names each one hidden.
+    async fn list_tools(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        let peer = self.peer(&context).await?;
+        let mut listed = peer.list_tools(request).await.map_err(upstream_error)?;
+        listed
+            .tools
+            .retain(|tool| self.offers(&self.shared.policy.route(&tool.name)));
+        Ok(listed)
+    }
 
     async fn call_tool(
         &self,
@@ -372,18 +396,15 @@ impl RecordedCall {
         shared: &Shared,
         intent: &writer::Intent,
         worker: &str,
-    ) -> Result<Option<writer::Begun>, McpError> {
+    ) -> Result<Option<writer::Begun>, LedgerError> {
         if shared.policy.replays == Replays::Tenant {
             return match writer::begin_effect(&shared.pool, intent).await {
                 Ok(begun) => Ok(Some(begun)),
                 Err(LedgerError::Refused(why)) if why == writer::NOT_YOURS => Ok(None),
-                Err(error) => Err(ledger_trouble(error)),
+                Err(error) => Err(error),
             };
         }
-        match writer::begin_effect_as_requester(&shared.pool, intent)
-            .await
-            .map_err(ledger_trouble)?
-        {
+        match writer::begin_effect_as_requester(&shared.pool, intent).await? {
             RequesterAnswer::Begun(begun) => Ok(Some(begun)),
             RequesterAnswer::Refused => Ok(None),
             RequesterAnswer::RefusedReopened => {
@@ -404,8 +425,7 @@ impl RecordedCall {
                     Outcome::Failed { retryable: true },
                     &completion,
                 )
-                .await
-                .map_err(ledger_trouble)?;
+                .await?;
                 Ok(None)
             }
         }
@@ -437,17 +457,25 @@ impl RecordedCall {
         // for which client, through which tool.
         let worker = format!("{requested_by} ({}, tool {})", self.client, self.tool);
         let intent = call.intent(&requested_by, self.request_id.clone());
-        let Some(begun) = self.begin(shared, &intent, &worker).await? else {
-            return Ok(tool_error(not_yours_text(&call)));
+        let begun = match self.begin(shared, &intent, &worker).await {
+            Ok(Some(begun)) => begun,
+            Ok(None) => return Ok(tool_error(not_yours_text(&call))),
+            // The ledger was reached and refused the call's own terms: no
+            // later try of the same arguments can succeed.
+            Err(LedgerError::Invalid(why)) => {
+                return Ok(tool_error(refused_terms_text(&self.tool, &self.rule, &why)));
+            }
+            Err(error) => return Err(ledger_trouble(error)),
         };
         let begun = if begun.decision == Decision::InFlight && begun.state == State::Pending {
             // Another caller is making this very call now (the model asked
             // twice, or eight agents at once): wait for its answer and give
             // the same one, rather than an error the model may work around.
             settle_wait(&shared.pool, &call.op_key, shared.in_flight_wait).await;
-            match self.begin(shared, &intent, &worker).await? {
-                Some(begun) => begun,
-                None => return Ok(tool_error(not_yours_text(&call))),
+            match self.begin(shared, &intent, &worker).await {
+                Ok(Some(begun)) => begun,
+                Ok(None) => return Ok(tool_error(not_yours_text(&call))),
+                Err(error) => return Err(ledger_trouble(error)),
             }
         } else {
             begun
@@ -530,33 +558,7 @@ impl RecordedCall {
             ..Completion::default()
         };
         let (outcome, reply) = match answer {
-            Ok(Ok(result)) if result.is_error != Some(true) => {
-                completion.external_ref = self
-                    .rule
-                    .external_ref
-                    .as_deref()
-                    .and_then(|field| result.structured_content.as_ref()?.get(field))
-                    .and_then(|value| match value {
-                        Value::String(text) => Some(text.clone()),
-                        Value::Number(number) => Some(number.to_string()),
-                        _ => None,
-                    });
-                completion.result = Some(stored_result(&result, shared.policy.result_limit()));
-                (Outcome::Succeeded, result)
-            }
-            Ok(Ok(result)) if self.rule.says_refused(&text_of(&result)) => {
-                completion.error_class = Some(ErrorClass::BusinessRejection);
-                completion.reason = Some(crate::text::message_line(&text_of(&result)));
-                (Outcome::Failed { retryable: false }, result)
-            }
-            Ok(Ok(result)) => {
-                completion.error_class = Some(ErrorClass::InvalidResponse);
-                completion.reason = Some(format!(
-                    "the tool answered an error that does not say nothing was done: {}",
-                    crate::text::message_line(&text_of(&result))
-                ));
-                (Outcome::Unknown, tool_error(unknown_text(&call)))
-            }
+            Ok(Ok(result)) => self.judge(result, &call, &mut completion, shared),
             Ok(Err(error)) => {
                 completion.error_class = Some(match error {
                     ServiceError::TransportClosed | ServiceError::TransportSend(_) => {
@@ -567,7 +569,7 @@ impl RecordedCall {
                     _ => ErrorClass::InvalidResponse,
                 });
                 completion.reason = Some(format!("the upstream tool server: {error}"));
-                (Outcome::Unknown, tool_error(unknown_text(&call)))
+                (Outcome::Unknown, tool_error(lost_answer_text(&call)))
             }
             Err(_elapsed) => {
                 completion.error_class = Some(ErrorClass::Timeout);
@@ -575,7 +577,7 @@ impl RecordedCall {
                     "the upstream tool server did not answer within {} s",
                     shared.policy.upstream_timeout().as_secs()
                 ));
-                (Outcome::Unknown, tool_error(unknown_text(&call)))
+                (Outcome::Unknown, tool_error(lost_answer_text(&call)))
             }
         };
         completion.result = completion.result.map(storable);
@@ -595,6 +597,60 @@ impl RecordedCall {
                 key = call.op_key,
                 error = crate::text::message_line(&error.to_string()),
             ))),
+        }
+    }
+
+    /// The outcome of an answer the tool server gave: what it stated by
+    /// structure first, then a success, then an error whose wording says
+    /// nothing was done; any other error leaves the outcome in doubt, and
+    /// the model is told what the server said and why it is in doubt.
+    fn judge(
+        &self,
+        result: CallToolResult,
+        call: &MappedCall,
+        completion: &mut Completion,
+        shared: &Shared,
+    ) -> (Outcome, CallToolResult) {
+        let said = crate::text::message_line(&text_of(&result));
+        let structured_ref = || {
+            let field = self.rule.external_ref.as_deref()?;
+            told::reference(result.structured_content.as_ref()?.get(field)?)
+        };
+        match told::told_outcome(&result) {
+            Some(Told::Performed { provider_ref }) => {
+                completion.external_ref = provider_ref.or_else(structured_ref);
+                completion.result = Some(stored_result(&result, shared.policy.result_limit()));
+                (Outcome::Succeeded, result)
+            }
+            Some(Told::NotPerformed { retryable }) => {
+                completion.error_class = (!retryable).then_some(ErrorClass::BusinessRejection);
+                completion.reason = Some(format!("the tool server said nothing was done: {said}"));
+                (Outcome::Failed { retryable }, result)
+            }
+            Some(Told::Unknown) => {
+                completion.error_class = Some(ErrorClass::ServerError);
+                completion.reason = Some(format!(
+                    "the tool server said it does not know whether it was done: {said}"
+                ));
+                (Outcome::Unknown, tool_error(in_doubt_text(call, &said)))
+            }
+            None if result.is_error != Some(true) => {
+                completion.external_ref = structured_ref();
+                completion.result = Some(stored_result(&result, shared.policy.result_limit()));
+                (Outcome::Succeeded, result)
+            }
+            None if self.rule.says_refused(&said) => {
+                completion.error_class = Some(ErrorClass::BusinessRejection);
+                completion.reason = Some(said);
+                (Outcome::Failed { retryable: false }, result)
+            }
+            None => {
+                completion.error_class = Some(ErrorClass::InvalidResponse);
+                completion.reason = Some(format!(
+                    "the tool answered an error that does not say nothing was done: {said}"
+                ));
+                (Outcome::Unknown, tool_error(in_doubt_text(call, &said)))
+            }
         }
     }
 }
@@ -676,13 +732,74 @@ async fn settle_wait(pool: &LedgerPool, op_key: &str, limit: std::time::Duration
     }
 }
 
-fn ledger_trouble(error: crate::ledger::LedgerError) -> McpError {
-    McpError::internal_error(
+fn ledger_trouble(error: LedgerError) -> McpError {
+    let message = if error.is_connection() {
         format!(
             "The gateway could not reach its effect ledger ({error}); nothing was sent. Try again later."
-        ),
-        None,
+        )
+    } else {
+        format!("The effect ledger could not record this call ({error}); nothing was sent.")
+    };
+    McpError::internal_error(message, None)
+}
+
+/// A call whose terms the ledger refuses (a currency that is not three
+/// capital letters, a key too long): a tool error naming the arguments the
+/// refused field is made of and the rule, never an outage to retry.
+fn refused_terms_text(tool: &str, rule: &ToolRule, why: &str) -> String {
+    let arguments = arguments_behind(rule, why);
+    let named = if arguments.is_empty() {
+        "its arguments".to_string()
+    } else {
+        format!(
+            "the argument{} {}",
+            if arguments.len() == 1 { "" } else { "s" },
+            arguments.join(", ")
+        )
+    };
+    format!(
+        "The effect ledger refuses this {tool} call: {why}. Nothing was sent and nothing was recorded. \
+         It cannot succeed as it is: do not retry it unchanged; correct {named}, or tell the user what is wrong."
     )
+}
+
+/// The tool's arguments a ledger refusal is about, read from the rule that
+/// makes each field of the effect from them.
+fn arguments_behind(rule: &ToolRule, why: &str) -> Vec<String> {
+    let field = ["currency", "amount", "op_key", "target", "params"]
+        .into_iter()
+        .find(|field| {
+            why.contains(&format!("effects_{field}_")) || why.starts_with(&format!("{field} "))
+        });
+    let field = field.or_else(|| why.starts_with("params are nested").then_some("params"));
+    let mut named: Vec<String> = match field {
+        Some("currency") => rule.currency.iter().cloned().collect(),
+        Some("amount") => rule.amount_minor.iter().cloned().collect(),
+        Some("op_key") => placeholders(rule.op_key.as_deref()),
+        Some("target") => placeholders(rule.target.as_deref()),
+        Some("params") => rule.params.clone(),
+        _ => Vec::new(),
+    };
+    named.dedup();
+    named
+}
+
+/// The arguments a template reads: `{order_id}` and `{customer.id}` name
+/// `order_id` and `customer`.
+fn placeholders(template: Option<&str>) -> Vec<String> {
+    let Some(template) = template else {
+        return Vec::new();
+    };
+    let mut names = Vec::new();
+    for piece in template.split('{').skip(1) {
+        if let Some((inside, _)) = piece.split_once('}') {
+            let root = inside.split('.').next().unwrap_or(inside);
+            if !root.is_empty() && !names.iter().any(|name| name == root) {
+                names.push(root.to_string());
+            }
+        }
+    }
+    names
 }
 
 /// A tool result as the ledger keeps it: whole up to the limit, beyond it
@@ -730,16 +847,44 @@ fn replayed(call: &MappedCall, stored: Option<Value>) -> CallToolResult {
     }
 }
 
+/// A call whose outcome is unknown, for a repeat of its key: the first
+/// answer told why.
 fn unknown_text(call: &MappedCall) -> String {
     format!(
-        "This {action} on {target} may already have happened: the tool server's answer was lost, so its outcome is unknown (key {key}). \
-         Do not retry it and do not try another way to do it; an operator has been shown it and it will be checked with the provider. \
-         Tell the user it is being checked.",
+        "This {action} on {target} may already have happened: its outcome is unknown (key {key}). {settling}",
         action = call.action,
         target = call.target,
-        key = call.op_key
+        key = call.op_key,
+        settling = SETTLING,
     )
 }
+
+/// No answer came back (a timeout, a closed connection).
+fn lost_answer_text(call: &MappedCall) -> String {
+    format!(
+        "This {action} on {target} may already have happened: it was sent, and the tool server's answer was lost, \
+         so its outcome is unknown (key {key}). {settling}",
+        action = call.action,
+        target = call.target,
+        key = call.op_key,
+        settling = SETTLING,
+    )
+}
+
+/// The server answered an error that does not say whether it acted.
+fn in_doubt_text(call: &MappedCall, said: &str) -> String {
+    format!(
+        "The tool server answered this {action} on {target} with an error: \"{said}\". It did not say whether \
+         the {action} was done, so it may already have happened (key {key}). {settling}",
+        action = call.action,
+        target = call.target,
+        key = call.op_key,
+        settling = SETTLING,
+    )
+}
+
+const SETTLING: &str = "Do not retry it and do not try another way to do it; an operator has been shown it \
+     and it will be checked with the provider. Tell the user it is being checked.";
 
 /// The answer to a caller whose key is another's: nothing of the effect.
 fn not_yours_text(call: &MappedCall) -> String {
