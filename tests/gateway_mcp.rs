@@ -1094,3 +1094,61 @@ async fn arguments_the_ledger_refuses_are_a_tool_error_naming_them() {
     assert_eq!(recorded, 0, "nothing recorded, so nothing is left unknown");
     let _ = client.cancel().await;
 }
+
+/// A client that ends its HTTP session is told it ended: 204, not the
+/// 202 the SDKs log as "Session termination failed".
+#[tokio::test]
+async fn closing_an_http_session_is_answered_no_content() {
+    let Some(rig) = Rig::new().await else { return };
+    let (url, mut children) = rig.http_gateway().await;
+    let http = reqwest::Client::new();
+    let initialize = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "closing-client", "version": "1"}
+        }
+    });
+    let opened = http
+        .post(&url)
+        .header("Accept", "application/json, text/event-stream")
+        .json(&initialize)
+        .send()
+        .await
+        .unwrap();
+    assert!(opened.status().is_success(), "{}", opened.status());
+    let session = opened
+        .headers()
+        .get("mcp-session-id")
+        .expect("a session id")
+        .to_str()
+        .unwrap()
+        .to_string();
+    drop(opened);
+    let closed = http
+        .delete(&url)
+        .header("mcp-session-id", &session)
+        .header("mcp-protocol-version", "2025-06-18")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(closed.status(), reqwest::StatusCode::NO_CONTENT);
+    let after = http
+        .post(&url)
+        .header("Accept", "application/json, text/event-stream")
+        .header("mcp-session-id", &session)
+        .header("mcp-protocol-version", "2025-06-18")
+        .json(&json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}))
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        after.status().is_client_error(),
+        "the session is closed: {}",
+        after.status()
+    );
+    for child in &mut children {
+        let _ = child.kill().await;
+    }
+}

@@ -151,6 +151,21 @@ pub async fn serve_stdio<S: Service<RoleServer>>(service: S) -> Result<(), Strin
         .map_err(|error| format!("the MCP session ended badly: {error}"))
 }
 
+/// A session's DELETE, answered 204: the SDK answers 202 ("accepted",
+/// as if the end were still to come), which clients log as a failed
+/// termination although the session is closed.
+async fn session_closed(
+    method: axum::http::Method,
+    mut response: axum::response::Response,
+) -> axum::response::Response {
+    if method == axum::http::Method::DELETE && response.status() == axum::http::StatusCode::ACCEPTED
+    {
+        *response.status_mut() = axum::http::StatusCode::NO_CONTENT;
+        *response.body_mut() = axum::body::Body::empty();
+    }
+    response
+}
+
 /// Serves MCP over streamable HTTP at `/mcp` on `address`; returns the
 /// bound address and the server to await.
 pub async fn serve_http<S, F>(
@@ -169,7 +184,9 @@ where
     }
     let service =
         StreamableHttpService::new(factory, Arc::new(LocalSessionManager::default()), config);
-    let router = axum::Router::new().nest_service("/mcp", service);
+    let router = axum::Router::new()
+        .nest_service("/mcp", service)
+        .layer(axum::middleware::map_response(session_closed));
     let listener = tokio::net::TcpListener::bind(address)
         .await
         .map_err(|error| format!("cannot listen on {address}: {error}"))?;
