@@ -44,6 +44,9 @@ impl Run {
     }
 }
 
+/// The call certification makes each case of.
+const ARGS: &str = r#"{"order_id": "CERT", "amount_minor": 1500, "currency": "EUR"}"#;
+
 async fn certify(faults: &[&str], extra: &[&str]) -> Run {
     let db = common::test_db().await;
     certify_on(&db.url, faults, extra).await
@@ -51,11 +54,16 @@ async fn certify(faults: &[&str], extra: &[&str]) -> Run {
 
 /// A certification run on the ledger at `url` (`--database-url`).
 async fn certify_on(url: &str, faults: &[&str], extra: &[&str]) -> Run {
+    certify_with(url, POLICY, ARGS, faults, extra).await
+}
+
+/// A certification run of `policy`'s refund tool, called with `call`.
+async fn certify_with(url: &str, policy: &str, call: &str, faults: &[&str], extra: &[&str]) -> Run {
     let (_provider, provider_url) = FakeProvider::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let policy = dir.path().join("gateway.toml");
-    std::fs::write(&policy, POLICY).unwrap();
-    let policy = policy.display().to_string();
+    let path = dir.path().join("gateway.toml");
+    std::fs::write(&path, policy).unwrap();
+    let policy = path.display().to_string();
     let mut args = vec![
         "--database-url",
         url,
@@ -66,7 +74,7 @@ async fn certify_on(url: &str, faults: &[&str], extra: &[&str]) -> Run {
         "--tool",
         "refund",
         "--args",
-        r#"{"order_id": "CERT", "amount_minor": 1500, "currency": "EUR"}"#,
+        call,
     ];
     args.extend_from_slice(extra);
     args.extend([
@@ -115,6 +123,104 @@ async fn an_honest_tool_server_holds_every_line_certify_can_check() {
         run.line("a replay long after (past a prune) is still answered")
             .starts_with("[not checked]")
     );
+    // What the lookup counted reads as a number, never as Rust's Option.
+    assert!(
+        !run.stdout.contains("Some(") && !run.stdout.contains("None"),
+        "{}",
+        run.stdout
+    );
+    for check in CHECKED {
+        assert!(
+            run.line(check).contains("provider holds 1"),
+            "{}",
+            run.line(check)
+        );
+    }
+    assert!(
+        run.line("distinct actions stay distinct")
+            .ends_with("provider holds 1 and 1"),
+        "{}",
+        run.stdout
+    );
+}
+
+/// A key made of the currency and the amount as well as the order: only
+/// the order is marked with the run, so each case is still a refund the
+/// ledger takes, in EUR, of 1500.
+const POLICY_WITH_MONEY_IN_THE_KEY: &str = r#"
+alias = "billing"
+upstream_timeout_secs = 10
+
+[tools.refund]
+action = "refund"
+op_key = "refund:{order_id}:{currency}:{amount_minor}"
+target = "invoice:{order_id}"
+params = ["order_id", "amount_minor", "currency", "reason"]
+amount_minor = "amount_minor"
+currency = "currency"
+external_ref = "id"
+refused_when = ["declined"]
+lookup = "lookup_refunds"
+lookup_count = "count"
+
+[tools.lookup_refunds]
+read_only = true
+"#;
+
+#[tokio::test]
+async fn a_key_made_of_the_currency_and_the_amount_holds_every_line() {
+    let db = common::test_db().await;
+    let run = certify_with(
+        &db.url,
+        POLICY_WITH_MONEY_IN_THE_KEY,
+        r#"{"order_id": "CERT", "amount_minor": 1500, "currency": "EUR", "reason": "damaged"}"#,
+        &[],
+        &["--staging"],
+    )
+    .await;
+    assert_eq!(run.code, Some(0), "{}\n{}", run.stdout, run.stderr);
+    for check in CHECKED {
+        assert!(run.line(check).starts_with("[held]"), "{}", run.line(check));
+    }
+    let id = run.run_id();
+    let made: Vec<(String, Option<String>, Option<i64>)> =
+        sqlx::query_as("select op_key, currency, amount_minor from ledger.effects order by id")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert!(made.len() >= 8, "{made:?}");
+    for (key, currency, amount) in &made {
+        assert!(
+            key.starts_with(&format!("refund:CERT-certify-{id}-")) && key.ends_with(":EUR:1500"),
+            "{key}"
+        );
+        assert_eq!(
+            (currency.as_deref(), *amount),
+            (Some("EUR"), Some(1500)),
+            "{key}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_key_with_nothing_to_mark_but_its_money_is_refused_in_one_line() {
+    let policy = POLICY_WITH_MONEY_IN_THE_KEY.replace(
+        "op_key = \"refund:{order_id}:{currency}:{amount_minor}\"",
+        "op_key = \"refund:{currency}:{amount_minor}\"",
+    );
+    let db = common::test_db().await;
+    let run = certify_with(&db.url, &policy, ARGS, &[], &["--staging"]).await;
+    assert_eq!(run.code, Some(3), "{}\n{}", run.stdout, run.stderr);
+    assert_eq!(run.stderr.trim().lines().count(), 1, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("cannot make each case a call of its own")
+            && run.stderr.contains("refund:{currency}:{amount_minor}"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stdout.is_empty(), "{}", run.stdout);
+    assert!(effects(&db.pool).await.is_empty());
 }
 
 #[tokio::test]
@@ -123,7 +229,7 @@ async fn a_tool_server_that_refunds_again_on_a_repeated_request_fails_the_identi
     assert_eq!(run.code, Some(1), "{}\n{}", run.stdout, run.stderr);
     let identity = run.line("retries reuse the stable identity");
     assert!(identity.starts_with("[NOT HELD]"), "{identity}");
-    assert!(identity.contains("provider holds Some(2)"), "{identity}");
+    assert!(identity.contains("provider holds 2 "), "{identity}");
     // What the gateway itself guarantees still holds in front of it.
     assert!(
         run.line("duplicates return the prior result")
@@ -147,7 +253,7 @@ async fn a_lookup_that_lies_is_caught() {
     ] {
         let line = run.line(check);
         assert!(
-            line.starts_with("[NOT HELD]") && line.contains("Some(0)"),
+            line.starts_with("[NOT HELD]") && line.contains("provider holds 0"),
             "{line}"
         );
     }

@@ -355,7 +355,7 @@ fn write_gateway_policy() -> Option<std::path::PathBuf> {
         "effectwatch-demo-gateway-{}.toml",
         std::process::id()
     ));
-    match std::fs::write(&path, include_str!("../../examples/gateway.toml")) {
+    match std::fs::write(&path, demo::GATEWAY_POLICY) {
         Ok(()) => Some(path),
         Err(error) => {
             tracing::warn!(%error, "cannot write the gateway's example policy");

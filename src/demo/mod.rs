@@ -17,6 +17,15 @@ use crate::localpg::{ClusterOptions, LocalCluster, LocalPgError};
 
 pub const DEMO_DATABASE: &str = "effectwatch_demo";
 
+/// The demo's provider, as its config names it: the simulated agents'
+/// effects and the gateway's refunds (examples/gateway.toml) name it, so
+/// the demo's reconciler can ask it about any of them.
+pub const DEMO_PROVIDER: &str = "demo-payments";
+
+/// The gateway's policy for the demo's tool server (`effectwatch
+/// mcp-tools`), which the demo writes out for a gateway started by hand.
+pub const GATEWAY_POLICY: &str = include_str!("../../examples/gateway.toml");
+
 /// Where the demo keeps its cluster between runs.
 pub fn data_dir() -> PathBuf {
     // The server runs as the `postgres` user when we are root, and it must be
@@ -185,6 +194,23 @@ pub async fn pane_counts(pool: &LedgerPool) -> Result<Vec<PaneCount>, LedgerErro
 pub fn demo_adapters_toml(provider_url: &str) -> String {
     format!(
         "{}\n[sinks.oncall]\nkind = \"webhook\"\nurl = \"{provider_url}/hooks/oncall\"\ntimeout_ms = 2000\n",
-        crate::fakeprovider::provider_toml("demo-payments", provider_url, 2000)
+        crate::fakeprovider::provider_toml(DEMO_PROVIDER, provider_url, 2000)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gateway::policy::Policy;
+
+    #[test]
+    fn the_gateway_policy_names_the_provider_the_demo_configures() {
+        let policy = Policy::parse(GATEWAY_POLICY).unwrap();
+        let config =
+            crate::config::Config::from_toml(&demo_adapters_toml("http://127.0.0.1:1")).unwrap();
+        for (tool, rule) in policy.tools.iter().filter(|(_, rule)| !rule.read_only) {
+            assert_eq!(rule.provider.as_deref(), Some(DEMO_PROVIDER), "{tool}");
+        }
+        assert!(config.providers.contains_key(DEMO_PROVIDER));
+    }
 }

@@ -223,7 +223,7 @@ impl Agent {
                     requested_by: self.name.clone(),
                     amount_minor: Some(amount),
                     currency: Some(currency.into()),
-                    provider: Some("demo-payments".into()),
+                    provider: Some(super::DEMO_PROVIDER.into()),
                     approval_ref: Some(approval),
                     approval_version: Some(1),
                     request_id: Some(format!("req-{id}")),
@@ -241,7 +241,7 @@ impl Agent {
                     target: format!("room:{room}"),
                     params: json!({ "room": room, "nights": self.rng.random_range(1..5) }),
                     requested_by: self.name.clone(),
-                    provider: Some("demo-payments".into()),
+                    provider: Some(super::DEMO_PROVIDER.into()),
                     request_id: Some(format!("req-{id}")),
                     ..Intent::default()
                 }
@@ -254,7 +254,7 @@ impl Agent {
                     target: format!("customer:C-{customer}"),
                     params: json!({ "template": "refund-notice", "channel": "email" }),
                     requested_by: self.name.clone(),
-                    provider: Some("demo-payments".into()),
+                    provider: Some(super::DEMO_PROVIDER.into()),
                     request_id: Some(format!("req-{id}")),
                     ..Intent::default()
                 }

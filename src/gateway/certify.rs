@@ -9,13 +9,15 @@
 //!
 //! A run is never mistaken for production traffic: its effects are recorded
 //! as `certify:<alias>`, not as the gateway's `gateway:<alias>`, and every
-//! key carries the run's marker (`certify-<run>-<case>` appended to the key's
-//! string arguments). At its end [`Certification::settle`] closes what the
-//! run left open (a dropped reply is unknown, a dead caller's call pending)
-//! through the operator functions, each with its audit entry, so nothing of
-//! it waits in the overdue, unknown, held or duplicates panes.
+//! key carries the run's marker (`certify-<run>-<case>` appended to the
+//! string arguments that name the action — never to its amount or currency,
+//! which the ledger checks and the tool acts on as they are). At its end
+//! [`Certification::settle`] closes what the run left open (a dropped reply
+//! is unknown, a dead caller's call pending) through the operator
+//! functions, each with its audit entry, so nothing of it waits in the
+//! overdue, unknown, held or duplicates panes.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -215,12 +217,12 @@ impl Certification {
         // Each case is an action of its own, under a key marked with the run.
         let keys = certification.keys();
         let marker = certification.marker().to_lowercase();
-        let distinct: std::collections::BTreeSet<&String> = keys.iter().collect();
+        let distinct: BTreeSet<&String> = keys.iter().collect();
         if distinct.len() != keys.len()
             || keys.iter().any(|key| !key.to_lowercase().contains(&marker))
         {
             return Err(format!(
-                "the key of {tool} ({}) takes no string argument of --args: certification marks each case's key with its run through one",
+                "certify cannot make each case a call of its own: the key of {tool} ({}) has no string argument of --args to mark with the run besides its amount and currency, which are never marked (the ledger checks them); put an argument that names the action, such as an order id, in op_key",
                 certification.rule.op_key.as_deref().unwrap_or_default()
             ));
         }
@@ -280,15 +282,30 @@ impl Certification {
     }
 
     /// The call's arguments made a business action of this case's own:
-    /// every string argument the key is made of gets the case's tag.
+    /// every string argument of [`Certification::tagged_arguments`] gets
+    /// the case's tag; numbers never do.
     fn arguments_for(&self, case: &str) -> Map<String, Value> {
         let mut arguments = self.arguments.clone();
-        for name in self.rule.key_arguments() {
+        for name in self.tagged_arguments() {
             if let Some(Value::String(text)) = arguments.get_mut(&name) {
                 text.push_str(&format!("-{}-{case}", self.marker()));
             }
         }
         arguments
+    }
+
+    /// The arguments that name the action: those the key and the target
+    /// are made of, but not its amount or currency — an `EUR-certify-…`
+    /// is no currency, and the ledger refuses the call.
+    fn tagged_arguments(&self) -> BTreeSet<String> {
+        let mut names = self.rule.key_arguments();
+        for money in [&self.rule.amount_minor, &self.rule.currency]
+            .into_iter()
+            .flatten()
+        {
+            names.remove(money);
+        }
+        names
     }
 
     fn request(&self, arguments: &Map<String, Value>) -> CallToolRequestParams {
@@ -340,9 +357,12 @@ impl Certification {
             .map_err(|error| error.to_string())
     }
 
-    /// How many effects the tool server holds for these arguments, by its
-    /// lookup tool; `None` when there is no lookup or it cannot be read.
-    async fn provider_count(&self, arguments: &Map<String, Value>) -> Option<u64> {
+    /// How many effects the tool server holds for these arguments.
+    async fn provider_count(&self, arguments: &Map<String, Value>) -> Held {
+        Held(self.ask_lookup(arguments).await)
+    }
+
+    async fn ask_lookup(&self, arguments: &Map<String, Value>) -> Option<u64> {
         let (tool, field) = self.lookup.as_ref()?;
         let peer = self.gateway.upstream_peer().await.ok()?;
         let tools = peer.list_all_tools().await.ok()?;
@@ -397,9 +417,9 @@ impl Certification {
         let same = first.is_error != Some(true) && first == second;
         Line::judged(
             DUPLICATES,
-            same && count == Some(1),
+            same && count.is(1),
             format!(
-                "second answer the same: {same}; provider holds {count:?}; {}",
+                "second answer the same: {same}; provider holds {count}; {}",
                 summary(&second)
             ),
         )
@@ -419,8 +439,8 @@ impl Certification {
         let agreed = answers.windows(2).all(|pair| pair[0] == pair[1]);
         Line::judged(
             CONCURRENT,
-            count == Some(1) && agreed,
-            format!("4 at once; provider holds {count:?}; every answer the same: {agreed}"),
+            count.is(1) && agreed,
+            format!("4 at once; provider holds {count}; every answer the same: {agreed}"),
         )
     }
 
@@ -517,8 +537,8 @@ impl Certification {
             repeat.is_error == Some(true) && summary(&repeat).contains("may already have happened");
         Line::judged(
             AMBIGUOUS,
-            state == "unknown" && refused && count == Some(1),
-            format!("ledger {state}; the repeat refused: {refused}; provider holds {count:?}"),
+            state == "unknown" && refused && count.is(1),
+            format!("ledger {state}; the repeat refused: {refused}; provider holds {count}"),
         )
     }
 
@@ -555,9 +575,9 @@ impl Certification {
         let refused = repeat.is_error == Some(true);
         Line::judged(
             CRASH,
-            refused && count == Some(1),
+            refused && count.is(1),
             format!(
-                "the repeat refused: {refused}; provider holds {count:?}; {}",
+                "the repeat refused: {refused}; provider holds {count}; {}",
                 summary(&repeat)
             ),
         )
@@ -584,9 +604,9 @@ impl Certification {
         let count = self.provider_count(&arguments).await;
         Line::judged(
             IDENTITY,
-            first.is_ok() && second.is_ok() && count == Some(1),
+            first.is_ok() && second.is_ok() && count.is(1),
             format!(
-                "the same key sent twice past the ledger; provider holds {count:?} (a tool server that passes {OP_KEY_META} to its provider as the idempotency key holds one)"
+                "the same key sent twice past the ledger; provider holds {count} (a tool server that passes {OP_KEY_META} to its provider as the idempotency key holds one)"
             ),
         )
     }
@@ -626,8 +646,8 @@ impl Certification {
         let refused = second.is_error == Some(true) && summary(&second).contains("already used");
         Line::judged(
             CHANGED,
-            first.is_error != Some(true) && refused && count == Some(1),
-            format!("{name} changed; refused: {refused}; provider holds {count:?}"),
+            first.is_error != Some(true) && refused && count.is(1),
+            format!("{name} changed; refused: {refused}; provider holds {count}"),
         )
     }
 
@@ -698,9 +718,9 @@ impl Certification {
                 && !contrary.applied
                 && state == "succeeded"
                 && replay == answer
-                && count == Some(1),
+                && count.is(1),
             format!(
-                "late answer applied: {}; contrary message applied: {}; ledger {state}; the next call replays it: {}; provider holds {count:?}",
+                "late answer applied: {}; contrary message applied: {}; ledger {state}; the next call replays it: {}; provider holds {count}",
                 late.applied,
                 contrary.applied,
                 replay == answer
@@ -723,8 +743,9 @@ impl Certification {
             DISTINCT,
             first.is_error != Some(true)
                 && second.is_error != Some(true)
-                && counts == (Some(1), Some(1)),
-            format!("provider holds {:?} and {:?}", counts.0, counts.1),
+                && counts.0.is(1)
+                && counts.1.is(1),
+            format!("provider holds {} and {}", counts.0, counts.1),
         )
     }
 }
@@ -963,6 +984,27 @@ fn settle_with(state: &str, dispatched: bool) -> Option<&'static str> {
         ("held", _) | ("pending", false) => Some("cancel"),
         ("pending", true) | ("unknown", _) => Some("resolve"),
         _ => None,
+    }
+}
+
+/// How many effects the tool server holds, by its lookup tool; `None` when
+/// there is no lookup or it cannot be read. Shown as a person reads it:
+/// `1`, never `Some(1)`, and a missing count is never shown as 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Held(Option<u64>);
+
+impl Held {
+    fn is(self, count: u64) -> bool {
+        self.0 == Some(count)
+    }
+}
+
+impl std::fmt::Display for Held {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(count) => write!(f, "{count}"),
+            None => f.write_str("? (its lookup gave no count)"),
+        }
     }
 }
 
