@@ -16,7 +16,9 @@ use effectwatch::ledger::actions::{self, SeenVersion};
 use effectwatch::ledger::audit;
 use effectwatch::ledger::history::find_effect;
 use effectwatch::ledger::retention::{self, Cutoff, ExportSink};
-use effectwatch::ledger::writer::{Completion, Intent, Outcome, begin_effect, complete_effect};
+use effectwatch::ledger::writer::{
+    Completion, Intent, Outcome, begin_effect, complete_effect, mark_dispatched,
+};
 use effectwatch::ledger::{Decision, State};
 use serde_json::{Value, json};
 use sqlx::Connection;
@@ -688,4 +690,51 @@ async fn a_dry_run_says_what_the_real_run_does_and_a_bad_tombstone_age_prunes_no
     assert_eq!(code, Some(0), "{real}");
     assert!(real.contains("pruned 1 effects"), "{real}");
     assert!(real.contains("were not dropped"), "{real}");
+}
+
+/// A result nested deeper than a JSON reader walks (an agent's, stored
+/// before the ledger refused deep params, or a provider's answer) is
+/// exported cut where the readers cut it, and the prune goes on.
+#[tokio::test]
+async fn an_export_cuts_what_is_nested_too_deep_as_the_readers_do() {
+    let db = common::test_db().await;
+    let pool = &db.pool;
+    let key = "p:deep";
+    let request = intent(key, "invoice:deep");
+    begin_effect(pool, &request).await.unwrap();
+    mark_dispatched(pool, key, None, "worker-1").await.unwrap();
+    let mut deep = json!("bottom");
+    for _ in 0..200 {
+        deep = json!([deep]);
+    }
+    let completion = Completion {
+        result: Some(json!({"receipt": deep})),
+        ..Completion::default()
+    };
+    complete_effect(pool, key, Outcome::Succeeded, &completion)
+        .await
+        .unwrap();
+    let cutoff = checkpoint(pool).await;
+
+    let mut export = Collected::default();
+    let outcome = retention::prune(
+        pool,
+        Cutoff::Before(cutoff),
+        "retention-bot",
+        "older than the test",
+        Some(&mut export),
+        None,
+    )
+    .await
+    .expect("the prune is not stopped by a deep value");
+    assert_eq!(outcome.effects, 1);
+    assert!(export.finished);
+    let written = serde_json::to_string(&export.records).unwrap();
+    assert!(
+        written.contains(effectwatch::ledger::json::CUT_NOTE),
+        "{}",
+        &written[..200.min(written.len())]
+    );
+    assert!(written.contains("p:deep"));
+    assert_eq!(state(pool, key).await, None);
 }

@@ -155,12 +155,16 @@ pub async fn prune(
             "select effect_id, data from ledger.prune_export({})",
             Cutoff::OLDER_THAN
         );
-        let mut rows = sqlx::query_as::<_, (i64, Value)>(sqlx::AssertSqlSafe(sql))
-            .bind(older_than)
-            .bind(before)
-            .fetch(&mut tx);
+        // Read as every reader reads the ledger's JSON: what nests deeper
+        // than a reader walks is cut, not a prune stopped.
+        let mut rows =
+            sqlx::query_as::<_, (i64, super::json::BoundedJson)>(sqlx::AssertSqlSafe(sql))
+                .bind(older_than)
+                .bind(before)
+                .fetch(&mut tx);
         while let Some((id, data)) = rows.try_next().await.map_err(LedgerError::from)? {
-            sink.record(&data).map_err(PruneError::Export)?;
+            sink.record(&Value::from(data))
+                .map_err(PruneError::Export)?;
             ids.push(id);
         }
         drop(rows);
