@@ -7,7 +7,9 @@
 //! cargo bench --bench gateway
 //! EW_GATEWAY_ROUNDS (default 8) and EW_GATEWAY_CALLS (per round, default 40)
 //! make it longer; DATABASE_URL picks the server, else a private cluster
-//! with durable settings is started.
+//! with durable settings is started. EW_GATEWAY_EARLIER names an earlier
+//! build of effectwatch whose gateway runs in the same rounds, on the same
+//! ledger, for a before-and-after in one run.
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -58,8 +60,12 @@ fn agent() -> ClientConfig {
 }
 
 async fn stdio_client(args: &[String]) -> Result<Client, String> {
+    stdio_client_of(BINARY, args).await
+}
+
+async fn stdio_client_of(program: &str, args: &[String]) -> Result<Client, String> {
     let transport =
-        TokioChildProcess::builder(tokio::process::Command::new(BINARY).configure(|command| {
+        TokioChildProcess::builder(tokio::process::Command::new(program).configure(|command| {
             command.args(args);
         }))
         .stderr(Stdio::null())
@@ -205,12 +211,24 @@ async fn run() -> Result<(), String> {
 
     let direct = stdio_client(&tools[1..]).await?;
     let through = stdio_client(&gateway_args).await?;
+    let earlier_binary = std::env::var("EW_GATEWAY_EARLIER")
+        .ok()
+        .filter(|path| !path.trim().is_empty());
+    let earlier = match &earlier_binary {
+        Some(program) => Some(stdio_client_of(program, &gateway_args).await?),
+        None => None,
+    };
     let warm: Vec<String> = (0..20).map(|n| format!("WARM-{n}")).collect();
     timed_calls(&direct, &warm).await?;
     timed_calls(&through, &warm).await?;
+    if let Some(earlier) = &earlier {
+        let warm: Vec<String> = (0..20).map(|n| format!("WARM-E{n}")).collect();
+        timed_calls(earlier, &warm).await?;
+    }
 
     let (mut direct_times, mut recorded_times, mut replay_times) =
         (Vec::new(), Vec::new(), Vec::new());
+    let mut earlier_times = Vec::new();
     for round in 0..rounds {
         let orders = |tag: &str| -> Vec<String> {
             (0..per_round)
@@ -221,8 +239,16 @@ async fn run() -> Result<(), String> {
         let recorded = orders("GATEWAY");
         recorded_times.extend(timed_calls(&through, &recorded).await?);
         replay_times.extend(timed_calls(&through, &recorded).await?);
+        if let Some(earlier) = &earlier {
+            earlier_times.extend(timed_calls(earlier, &orders("EARLIER")).await?);
+        }
     }
-    for times in [&mut direct_times, &mut recorded_times, &mut replay_times] {
+    for times in [
+        &mut direct_times,
+        &mut recorded_times,
+        &mut replay_times,
+        &mut earlier_times,
+    ] {
         times.sort();
     }
     let one_client = |times: &[Duration]| {
@@ -284,10 +310,26 @@ async fn run() -> Result<(), String> {
             one_client(times)
         );
     }
-    let added = |fraction: f64| {
-        percentile(&recorded_times, fraction).as_secs_f64()
+    if !earlier_times.is_empty() {
+        println!(
+            "| through the earlier build's gateway, recorded (stdio) | {} | {} | {:.0} |",
+            ms(percentile(&earlier_times, 0.5)),
+            ms(percentile(&earlier_times, 0.99)),
+            one_client(&earlier_times)
+        );
+    }
+    let added_by = |times: &[Duration], fraction: f64| {
+        percentile(times, fraction).as_secs_f64()
             - percentile(&direct_times, fraction).as_secs_f64()
     };
+    let added = |fraction: f64| added_by(&recorded_times, fraction);
+    if !earlier_times.is_empty() {
+        println!(
+            "\nadded by the earlier build's gateway: p50 {:+.2} ms, p99 {:+.2} ms",
+            added_by(&earlier_times, 0.5) * 1000.0,
+            added_by(&earlier_times, 0.99) * 1000.0,
+        );
+    }
     println!(
         "\nadded by recording: p50 {:+.2} ms ({:.2}×), p99 {:+.2} ms ({:.2}×)",
         added(0.5) * 1000.0,
@@ -312,6 +354,9 @@ async fn run() -> Result<(), String> {
     );
     let _ = direct.cancel().await;
     let _ = through.cancel().await;
+    if let Some(earlier) = earlier {
+        let _ = earlier.cancel().await;
+    }
     pool.close().await;
     let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
         "drop database if exists \"{database}\" with (force)"

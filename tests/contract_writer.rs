@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use effectwatch::ledger::actions::{self, Finding, Resolution, SeenVersion};
 use effectwatch::ledger::history::find_effect;
 use effectwatch::ledger::writer::{
-    Begun, Completion, ErrorClass, Intent, Outcome, begin_effect, complete_effect, mark_dispatched,
-    mark_dispatched_on_target,
+    Begun, Completion, ErrorClass, Intent, Outcome, begin_and_dispatch, begin_effect,
+    complete_effect, mark_dispatched, mark_dispatched_on_target,
 };
 use effectwatch::ledger::{Decision, Effect, LedgerError, State};
 use serde_json::{Value, json};
@@ -1832,4 +1832,78 @@ async fn a_refused_completion_leaves_no_reason_behind_in_its_transaction() {
             .unwrap();
     assert!(!stored, "a plain creation is its row's own version");
     assert_eq!(effect(pool, refused_key).await.state, State::Pending);
+}
+
+/// `begin_and_dispatch` is `begin_effect` then `mark_dispatched` in one
+/// transaction: the first caller is claimed, the attempts are the two
+/// calls', a repeat is in flight and then a replay, and a rejected call is
+/// told what it changed, numbers compared by value.
+#[tokio::test]
+async fn one_call_begins_and_claims_and_a_rejected_call_is_told_what_it_changed() {
+    let db = common::test_db().await;
+    let pool = &db.pool;
+    let key = "refund:INV-990:v1";
+    let mut request = refund(key, "invoice:INV-990");
+    request.request_id = Some("req-1".into());
+    request.amount_minor = Some(1500);
+    request.currency = Some("EUR".into());
+
+    let first = begin_and_dispatch(pool, &request, "worker-1", false)
+        .await
+        .unwrap()
+        .expect("the caller's own key");
+    assert_eq!(first.begun.decision, Decision::Proceed);
+    assert!(first.dispatched, "the first caller is claimed");
+    assert!(effect(pool, key).await.dispatched_at.is_some());
+    assert_eq!(attempt_kinds(pool, key).await, ["dispatch"]);
+
+    let repeat = begin_and_dispatch(pool, &request, "worker-2", false)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(repeat.begun.decision, Decision::InFlight);
+    assert!(!repeat.dispatched, "a repeat is never claimed");
+
+    let stored = json!({"refund_id": "re_9"});
+    complete_effect(pool, key, Outcome::Succeeded, &done("re_9", stored.clone()))
+        .await
+        .unwrap();
+    let replay = begin_and_dispatch(pool, &request, "worker-2", false)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(replay.begun.decision, Decision::Replay);
+    assert_eq!(replay.begun.result, Some(stored));
+    assert!(!replay.dispatched);
+
+    // The same amount spelt otherwise is no difference; another amount
+    // and another target are.
+    let mut other = request.clone();
+    other.params = json!({"amount_minor": 1500.0, "currency": "EUR", "note": "again"});
+    other.target = "invoice:INV-991".into();
+    other.amount_minor = Some(2500);
+    let rejected = begin_and_dispatch(pool, &other, "worker-3", false)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(rejected.begun.decision, Decision::Rejected);
+    assert!(!rejected.dispatched);
+    let said: Vec<(String, Value, Value)> = rejected
+        .differences
+        .into_iter()
+        .map(|difference| (difference.field, difference.recorded, difference.now))
+        .collect();
+    assert_eq!(
+        said,
+        [
+            (
+                "target".to_string(),
+                json!("invoice:INV-990"),
+                json!("invoice:INV-991")
+            ),
+            ("amount_minor".to_string(), json!(1500), json!(2500)),
+            ("params.note".to_string(), Value::Null, json!("again")),
+        ]
+    );
+    assert_eq!(effect(pool, key).await.state, State::Succeeded);
 }

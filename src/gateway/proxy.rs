@@ -3,6 +3,7 @@
 //! the ledger's three calls, so that the model's retries — fresh request
 //! ids, eight clients at once, a lost reply — make one provider call.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use rmcp::model::{
@@ -13,8 +14,7 @@ use rmcp::model::{
 };
 use rmcp::service::{RequestContext, RoleServer, ServiceError};
 use rmcp::{ErrorData as McpError, ServerHandler};
-use serde_json::{Map, Value, json};
-use sqlx::types::Json;
+use serde_json::{Value, json};
 
 use super::policy::{MappedCall, Policy, Replays, Route, ToolRule};
 use super::told::{self, Told};
@@ -43,6 +43,7 @@ struct Shared {
     in_flight_wait: std::time::Duration,
     /// Who its effects are requested by (default: the policy's `gateway:<alias>`).
     requested_by: String,
+    in_flight: InFlightCalls,
 }
 
 impl Gateway {
@@ -59,6 +60,7 @@ impl Gateway {
                 pool,
                 in_flight_wait: policy.upstream_timeout(),
                 requested_by: policy.requested_by(),
+                in_flight: InFlightCalls::default(),
                 info,
                 allow_unmapped,
                 policy,
@@ -431,6 +433,80 @@ impl RecordedCall {
         }
     }
 
+    /// The call begun and, when the ledger lets it run, claimed, in one
+    /// round trip. A repeat of a call in progress (the model asked twice,
+    /// eight agents at once) waits for that call's answer and is answered
+    /// as the ledger answers then, rather than with an error the model may
+    /// work around.
+    async fn start(
+        &self,
+        shared: &Shared,
+        intent: &writer::Intent,
+        worker: &str,
+    ) -> Result<Option<writer::Started>, LedgerError> {
+        let as_requester = shared.policy.replays != Replays::Tenant;
+        let started =
+            writer::begin_and_dispatch(&shared.pool, intent, worker, as_requester).await?;
+        match started {
+            Some(started)
+                if started.begun.decision == Decision::InFlight
+                    && started.begun.state == State::Pending =>
+            {
+                settle_wait(shared, &intent.op_key).await;
+                writer::begin_and_dispatch(&shared.pool, intent, worker, as_requester).await
+            }
+            other => Ok(other),
+        }
+    }
+
+    /// The tool server cannot be reached: the ledger still answers what it
+    /// knows (a replay, a refusal), and a call it would have let run is
+    /// recorded failed, retryable — nothing was sent.
+    async fn unsent(
+        &self,
+        shared: &Shared,
+        call: &MappedCall,
+        intent: &writer::Intent,
+        worker: &str,
+        error: McpError,
+    ) -> Result<CallToolResult, McpError> {
+        let begun = match self.begin(shared, intent, worker).await {
+            Ok(Some(begun)) => begun,
+            Ok(None) => return Ok(tool_error(not_yours_text(call))),
+            Err(LedgerError::Invalid(why)) => {
+                return Ok(tool_error(refused_terms_text(&self.tool, &self.rule, &why)));
+            }
+            Err(ledger_error) => return Err(ledger_trouble(ledger_error)),
+        };
+        if !matches!(begun.decision, Decision::Proceed | Decision::Retry) {
+            let started = writer::Started {
+                begun,
+                dispatched: false,
+                differences: Vec::new(),
+            };
+            return Ok(answer_unsent(call, started));
+        }
+        let completion = Completion {
+            reason: Some(format!(
+                "the upstream tool server could not be reached: {}",
+                error.message
+            )),
+            request_id: Some(self.request_id.clone()),
+            worker: Some(worker.to_string()),
+            target: Some(call.target.clone()),
+            ..Completion::default()
+        };
+        writer::complete_effect(
+            &shared.pool,
+            &call.op_key,
+            Outcome::Failed { retryable: true },
+            &completion,
+        )
+        .await
+        .map_err(ledger_trouble)?;
+        Err(error)
+    }
+
     async fn run(
         self,
         shared: &Shared,
@@ -457,8 +533,12 @@ impl RecordedCall {
         // for which client, through which tool.
         let worker = format!("{requested_by} ({}, tool {})", self.client, self.tool);
         let intent = call.intent(&requested_by, self.request_id.clone());
-        let begun = match self.begin(shared, &intent, &worker).await {
-            Ok(Some(begun)) => begun,
+        let peer = match peer {
+            Ok(peer) => peer,
+            Err(error) => return self.unsent(shared, &call, &intent, &worker, error).await,
+        };
+        let started = match self.start(shared, &intent, &worker).await {
+            Ok(Some(started)) => started,
             Ok(None) => return Ok(tool_error(not_yours_text(&call))),
             // The ledger was reached and refused the call's own terms: no
             // later try of the same arguments can succeed.
@@ -467,77 +547,12 @@ impl RecordedCall {
             }
             Err(error) => return Err(ledger_trouble(error)),
         };
-        let begun = if begun.decision == Decision::InFlight && begun.state == State::Pending {
-            // Another caller is making this very call now (the model asked
-            // twice, or eight agents at once): wait for its answer and give
-            // the same one, rather than an error the model may work around.
-            settle_wait(&shared.pool, &call.op_key, shared.in_flight_wait).await;
-            match self.begin(shared, &intent, &worker).await {
-                Ok(Some(begun)) => begun,
-                Ok(None) => return Ok(tool_error(not_yours_text(&call))),
-                Err(error) => return Err(ledger_trouble(error)),
-            }
-        } else {
-            begun
-        };
-        match begun.decision {
-            Decision::Proceed | Decision::Retry => {}
-            Decision::Replay => return Ok(replayed(&call, begun.result)),
-            Decision::Rejected => {
-                let recorded = recorded_terms(&shared.pool, &call.op_key).await;
-                return Ok(tool_error(rejected_text(&call, recorded.as_ref())));
-            }
-            decision => {
-                return Ok(tool_error(refusal_text(
-                    decision,
-                    begun.state,
-                    &call,
-                    begun.result.as_ref(),
-                )));
-            }
+        if !started.dispatched {
+            return Ok(answer_unsent(&call, started));
         }
-        let peer = match peer {
-            Ok(peer) => peer,
-            Err(error) => {
-                // Nothing was sent: the same call may run again.
-                let completion = Completion {
-                    reason: Some(format!(
-                        "the upstream tool server could not be reached: {}",
-                        error.message
-                    )),
-                    request_id: Some(self.request_id.clone()),
-                    worker: Some(worker.clone()),
-                    target: Some(call.target.clone()),
-                    ..Completion::default()
-                };
-                writer::complete_effect(
-                    &shared.pool,
-                    &call.op_key,
-                    Outcome::Failed { retryable: true },
-                    &completion,
-                )
-                .await
-                .map_err(ledger_trouble)?;
-                return Err(error);
-            }
-        };
-        let dispatch = writer::mark_dispatched_on_target(
-            &shared.pool,
-            &call.op_key,
-            &call.target,
-            Some(&self.request_id),
-            &worker,
-        )
-        .await
-        .map_err(ledger_trouble)?;
-        if !dispatch.claimed {
-            return Ok(tool_error(refusal_text(
-                Decision::InFlight,
-                dispatch.state,
-                &call,
-                None,
-            )));
-        }
+        // Until its outcome is recorded, a repeat of this call made through
+        // this gateway waits for it here rather than asking the ledger.
+        let _in_flight = InFlight::register(shared, &call.op_key);
         // The tool server gets the key too: one that passes it to its
         // provider as an idempotency key makes even a retry from outside the
         // ledger (a reconciler's safe retry) one effect.
@@ -583,6 +598,9 @@ impl RecordedCall {
         completion.result = completion.result.map(storable);
         completion.reason = completion.reason.map(|reason| storable_text(&reason));
         completion.external_ref = completion.external_ref.map(|text| storable_text(&text));
+        // A success the provider can be asked about again is not worth a
+        // WAL flush on the reply's path (Completion::unflushed).
+        completion.unflushed = outcome == Outcome::Succeeded && self.rule.provider.is_some();
         match complete_after_dispatch(&shared.pool, &call.op_key, outcome, &completion).await {
             Ok(()) => Ok(reply),
             // The tool's own answer is the truth of what it did; the ledger
@@ -712,20 +730,71 @@ fn storable_text(text: &str) -> String {
     text.replace('\0', "\\u0000")
 }
 
-/// Waits until the effect under `op_key` is no longer pending, or `limit`.
-async fn settle_wait(pool: &LedgerPool, op_key: &str, limit: std::time::Duration) {
+/// The calls this gateway has sent and not yet recorded the outcome of,
+/// by key: a repeat waits on its call's channel, which closes when the
+/// call's [`InFlight`] is dropped.
+type InFlightCalls = std::sync::Mutex<HashMap<String, tokio::sync::watch::Receiver<()>>>;
+
+/// A call sent and not yet recorded, for as long as it lives.
+struct InFlight<'a> {
+    calls: &'a InFlightCalls,
+    op_key: String,
+    // Dropped with the call: its repeats' waits end.
+    _sender: tokio::sync::watch::Sender<()>,
+    receiver: tokio::sync::watch::Receiver<()>,
+}
+
+impl<'a> InFlight<'a> {
+    fn register(shared: &'a Shared, op_key: &str) -> InFlight<'a> {
+        let (sender, receiver) = tokio::sync::watch::channel(());
+        if let Ok(mut calls) = shared.in_flight.lock() {
+            calls.insert(op_key.to_string(), receiver.clone());
+        }
+        InFlight {
+            calls: &shared.in_flight,
+            op_key: op_key.to_string(),
+            _sender: sender,
+            receiver,
+        }
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut calls) = self.calls.lock() {
+            // Only this call's own entry: a later call of the key has its own.
+            if calls
+                .get(&self.op_key)
+                .is_some_and(|receiver| self.receiver.same_channel(receiver))
+            {
+                calls.remove(&self.op_key);
+            }
+        }
+    }
+}
+
+/// Waits until the effect under `op_key` is no longer pending, or the
+/// gateway's in-flight wait. A call this gateway sent is waited for
+/// directly; one another process sent is asked about, less and less often
+/// (the ledger announces only changes that move a pane, and a call's own
+/// success moves none).
+async fn settle_wait(shared: &Shared, op_key: &str) {
+    let limit = shared.in_flight_wait;
+    let here = shared
+        .in_flight
+        .lock()
+        .ok()
+        .and_then(|calls| calls.get(op_key).cloned());
+    if let Some(mut receiver) = here {
+        let _ = tokio::time::timeout(limit, receiver.changed()).await;
+        return;
+    }
     let deadline = tokio::time::Instant::now() + limit;
     let mut pause = std::time::Duration::from_millis(20);
     while tokio::time::Instant::now() < deadline {
-        let state: Option<String> =
-            sqlx::query_scalar("select state from ledger.effects where op_key = $1")
-                .bind(op_key)
-                .fetch_optional(pool)
-                .await
-                .ok()
-                .flatten();
-        if state.as_deref() != Some("pending") {
-            return;
+        match writer::state_of(&shared.pool, op_key).await {
+            Ok(Some(State::Pending)) => {}
+            _ => return,
         }
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(std::time::Duration::from_millis(250));
@@ -887,6 +956,25 @@ const SETTLING: &str = "Do not retry it and do not try another way to do it; an 
      and it will be checked with the provider. Tell the user it is being checked.";
 
 /// The answer to a caller whose key is another's: nothing of the effect.
+/// The answer to a call the ledger did not let this caller send.
+fn answer_unsent(call: &MappedCall, started: writer::Started) -> CallToolResult {
+    let begun = started.begun;
+    match begun.decision {
+        Decision::Replay => replayed(call, begun.result),
+        Decision::Rejected => tool_error(rejected_text(call, &started.differences)),
+        // Let run, but another caller claimed it first.
+        Decision::Proceed | Decision::Retry => {
+            tool_error(refusal_text(Decision::InFlight, begun.state, call, None))
+        }
+        decision => tool_error(refusal_text(
+            decision,
+            begun.state,
+            call,
+            begun.result.as_ref(),
+        )),
+    }
+}
+
 fn not_yours_text(call: &MappedCall) -> String {
     format!(
         "This {action} was not done: its key ({key}) belongs to another caller, and nothing of that caller's \
@@ -939,63 +1027,18 @@ fn refusal_text(
     }
 }
 
-#[derive(sqlx::FromRow)]
-struct RecordedTerms {
-    action: String,
-    target: String,
-    params: Json<Value>,
-    amount_minor: Option<i64>,
-    currency: Option<String>,
-}
-
-async fn recorded_terms(pool: &LedgerPool, op_key: &str) -> Option<RecordedTerms> {
-    sqlx::query_as::<_, RecordedTerms>(
-        "select action, target, params, amount_minor, currency from ledger.effects where op_key = $1",
-    )
-    .bind(op_key)
-    .fetch_optional(pool)
-    .await
-    .ok()
-    .flatten()
-}
-
-/// What a rejected call changed, field by field: the model reads it.
-fn rejected_text(call: &MappedCall, recorded: Option<&RecordedTerms>) -> String {
-    let mut differences = Vec::new();
-    if let Some(recorded) = recorded {
-        let mut compare = |field: &str, was: Value, now: Value| {
-            if was != now {
-                differences.push(format!("{field}: recorded {was}, now {now}"));
-            }
-        };
-        compare("action", json!(recorded.action), json!(call.action));
-        compare("target", json!(recorded.target), json!(call.target));
-        compare(
-            "amount_minor",
-            json!(recorded.amount_minor),
-            json!(call.amount_minor),
-        );
-        compare(
-            "currency",
-            json!(recorded.currency),
-            json!(call.currency.as_deref().map(str::to_uppercase)),
-        );
-        let empty = Map::new();
-        let was = recorded.params.0.as_object().unwrap_or(&empty);
-        let now = call.params.as_object().unwrap_or(&empty);
-        let mut names: Vec<&String> = was.keys().chain(now.keys()).collect();
-        names.sort();
-        names.dedup();
-        for name in names {
-            let (before, after) = (
-                was.get(name).cloned().unwrap_or(Value::Null),
-                now.get(name).cloned().unwrap_or(Value::Null),
-            );
-            if before != after {
-                differences.push(format!("params.{name}: recorded {before}, now {after}"));
-            }
-        }
-    }
+/// What a rejected call changed, field by field, as the ledger says: the
+/// model reads it.
+fn rejected_text(call: &MappedCall, differences: &[writer::Difference]) -> String {
+    let differences: Vec<String> = differences
+        .iter()
+        .map(|difference| {
+            format!(
+                "{}: recorded {}, now {}",
+                difference.field, difference.recorded, difference.now
+            )
+        })
+        .collect();
     format!(
         "The key {key} was already used for another {action} ({shown}). Nothing was sent. \
          If this is the same {action}, use the recorded terms; if it is a new one, it needs its own business arguments (and so its own key).",

@@ -185,6 +185,71 @@ pub async fn begin_effect_as_requester<'c>(
     })
 }
 
+/// A term of a rejected call that differs from the recorded effect's.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+pub struct Difference {
+    /// `action`, `target`, `amount_minor`, `currency`, `provider` or `params.<name>`.
+    pub field: String,
+    pub recorded: Value,
+    pub now: Value,
+}
+
+/// What [`begin_and_dispatch`] answers a caller the key is answered to.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Started {
+    pub begun: Begun,
+    /// Whether this call claimed the effect: only then may it call the
+    /// provider. `false` with a `proceed` or `retry`: another caller
+    /// claimed it first, and `begun.state` is what the claim saw.
+    pub dispatched: bool,
+    /// For [`Decision::Rejected`]: what this call changed, field by field.
+    pub differences: Vec<Difference>,
+}
+
+#[derive(sqlx::FromRow)]
+struct DispatchAnswer {
+    #[sqlx(flatten)]
+    answer: Answer,
+    dispatched: Option<bool>,
+    refused: Option<String>,
+    differences: Option<sqlx::types::Json<Vec<Difference>>>,
+}
+
+/// [`begin_effect`] and, when it lets the caller run, [`mark_dispatched`]
+/// in one transaction and one round trip: for a caller that calls the
+/// provider at once. `None`: the key is another caller's and nothing of
+/// it is told. `as_requester`: [`begin_effect_as_requester`]'s rule, for
+/// one login serving callers it names in `requested_by`.
+pub async fn begin_and_dispatch<'c>(
+    executor: impl PgExecutor<'c>,
+    intent: &Intent,
+    worker: &str,
+    as_requester: bool,
+) -> Result<Option<Started>, LedgerError> {
+    let row = bind_intent!(
+        sqlx::query_as::<_, DispatchAnswer>(
+            "select decision, effect_id, state, result, dispatched, refused, differences
+               from ledger.begin_and_dispatch(
+                op_key => $1, action => $2, target => $3, params => $4, requested_by => $5,
+                pending_window => make_interval(secs => $6::bigint), amount_minor => $7, currency => $8,
+                provider => $9, approval_ref => $10, approval_version => $11, request_id => $12,
+                during => case when $13::timestamptz is not null then tstzrange($13, $14) end,
+                worker => $15, as_requester => $16)"
+        ),
+        intent
+    )
+    .bind(worker)
+    .bind(as_requester)
+    .fetch_one(executor)
+    .await?;
+    refusal(row.refused)?;
+    Ok(row.answer.begun()?.map(|begun| Started {
+        begun,
+        dispatched: row.dispatched.unwrap_or(false),
+        differences: row.differences.map(|json| json.0).unwrap_or_default(),
+    }))
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Dispatch {
     /// Only a caller that claimed the effect may call the provider.
@@ -257,6 +322,20 @@ async fn claim<'c>(
     Ok(dispatch)
 }
 
+/// The state of the effect under `op_key` now, as this login may read it
+/// (`None`: no such effect, or another login's).
+pub async fn state_of<'c>(
+    executor: impl PgExecutor<'c>,
+    op_key: &str,
+) -> Result<Option<State>, LedgerError> {
+    Ok(
+        sqlx::query_scalar::<_, State>("select state from ledger.effects where op_key = $1")
+            .bind(op_key)
+            .fetch_optional(executor)
+            .await?,
+    )
+}
+
 /// The outcome a worker observed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
@@ -291,6 +370,13 @@ pub struct Completion {
     /// another target's is refused, and the call is routable on a ledger
     /// distributed by target.
     pub target: Option<String>,
+    /// Commit without waiting for the WAL flush (`synchronous_commit =
+    /// off`, for this completion's transaction alone), for an outcome the
+    /// provider can be asked about again: a server crash within a moment
+    /// of it leaves the effect dispatched, as a worker's crash before it
+    /// would, and the reconciler settles it with the provider. The
+    /// dispatch it completes was flushed.
+    pub unflushed: bool,
 }
 
 /// The error classes of the writer API (`ledger.outcome_of_class`).
@@ -338,35 +424,47 @@ pub async fn complete_effect<'c>(
         Outcome::Failed { retryable } => Some(retryable),
         _ => None,
     };
-    let (completed, refused) = sqlx::query_as::<_, (bool, State, bool, Option<String>)>(
-        "select applied, state, late, refused from ledger.complete_effect(
-            op_key => $1, outcome => $2, external_ref => $3, result => $4, retryable => $5,
-            reason => $6, request_id => $7, worker => $8, error_class => $9,
-            retry_after => $10, target => $11)",
-    )
-    .bind(op_key)
-    .bind(outcome.as_str())
-    .bind(&completion.external_ref)
-    .bind(&completion.result)
-    .bind(retryable)
-    .bind(&completion.reason)
-    .bind(&completion.request_id)
-    .bind(&completion.worker)
-    .bind(completion.error_class.map(ErrorClass::as_str))
-    .bind(completion.retry_after)
-    .bind(&completion.target)
-    .fetch_one(executor)
-    .await
-    .map(|(applied, state, late, refused)| {
-        (
-            Completed {
-                applied,
-                state,
-                late,
-            },
-            refused,
+    macro_rules! complete_call {
+        () => {
+            "select c.applied, c.state, c.late, c.refused from ledger.complete_effect(
+                op_key => $1, outcome => $2, external_ref => $3, result => $4, retryable => $5,
+                reason => $6, request_id => $7, worker => $8, error_class => $9,
+                retry_after => $10, target => $11) c"
+        };
+    }
+    // set_config(…, true) holds for this statement's transaction alone.
+    let sql = if completion.unflushed {
+        concat!(
+            complete_call!(),
+            ", pg_catalog.set_config('synchronous_commit', 'off', true)"
         )
-    })?;
+    } else {
+        complete_call!()
+    };
+    let (completed, refused) = sqlx::query_as::<_, (bool, State, bool, Option<String>)>(sql)
+        .bind(op_key)
+        .bind(outcome.as_str())
+        .bind(&completion.external_ref)
+        .bind(&completion.result)
+        .bind(retryable)
+        .bind(&completion.reason)
+        .bind(&completion.request_id)
+        .bind(&completion.worker)
+        .bind(completion.error_class.map(ErrorClass::as_str))
+        .bind(completion.retry_after)
+        .bind(&completion.target)
+        .fetch_one(executor)
+        .await
+        .map(|(applied, state, late, refused)| {
+            (
+                Completed {
+                    applied,
+                    state,
+                    late,
+                },
+                refused,
+            )
+        })?;
     refusal(refused)?;
     Ok(completed)
 }
