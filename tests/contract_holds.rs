@@ -272,3 +272,75 @@ async fn a_held_holder_cancelled_releases_what_waits_behind_it() {
     assert_eq!(rig.effect("refund:D").await.state, State::Pending);
     rig.audit_intact().await;
 }
+
+/// A hold begin_effect makes while its holder's failure is being written
+/// in another transaction is either seen by the holder's rule (released)
+/// or sees the failure (not held at all): never held behind a settled
+/// effect, waiting for a person for nothing. Raced over many rounds.
+#[tokio::test]
+async fn a_hold_made_while_its_holder_fails_is_never_left_behind_it() {
+    const ROUNDS: usize = 150;
+    let rig = Rig::new().await;
+    let pool = &rig.db.pool;
+    let (mut held_then_released, mut proceeded) = (0, 0);
+    for round in 0..ROUNDS {
+        let target = format!("invoice:RACE-{round}");
+        let (holder, asker) = (format!("refund:A-{round}"), format!("refund:B-{round}"));
+        begin_effect(pool, &common::intent(&holder, &target))
+            .await
+            .unwrap();
+        mark_dispatched(pool, &holder, None, "w").await.unwrap();
+        let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(2));
+        let failing = {
+            let (pool, barrier, holder) = (pool.clone(), barrier.clone(), holder.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                complete_effect(
+                    &pool,
+                    &holder,
+                    Outcome::Failed { retryable: false },
+                    &Completion {
+                        reason: Some("declined".into()),
+                        ..Completion::default()
+                    },
+                )
+                .await
+                .unwrap();
+            })
+        };
+        let asking = {
+            let (pool, barrier, intent) = (
+                pool.clone(),
+                barrier.clone(),
+                common::intent(&asker, &target),
+            );
+            tokio::spawn(async move {
+                barrier.wait().await;
+                begin_effect(&pool, &intent).await.unwrap().decision
+            })
+        };
+        failing.await.unwrap();
+        let decision = asking.await.unwrap();
+        let (state, held_by_state): (String, Option<String>) = sqlx::query_as(
+            "select e.state, h.state from ledger.effects e
+               left join ledger.effects h on h.id = e.held_by
+              where e.op_key = $1",
+        )
+        .bind(&asker)
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        assert!(
+            state == "pending",
+            "round {round}: {asker} answered {decision:?} is {state}, held by a {held_by_state:?} effect"
+        );
+        match decision {
+            Decision::Held => held_then_released += 1,
+            _ => proceeded += 1,
+        }
+    }
+    eprintln!(
+        "{ROUNDS} rounds: {held_then_released} held then released by the rule, {proceeded} proceeded"
+    );
+    assert_eq!(held_then_released + proceeded, ROUNDS);
+}
