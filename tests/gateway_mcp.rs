@@ -165,12 +165,25 @@ impl Rig {
             .count()
     }
 
+    /// The effect as the ledger has it once the gateway has recorded what
+    /// it answered: a success is recorded beside its reply, a moment after.
     async fn effect(&self, op_key: &str) -> (String, String, Option<Value>) {
-        sqlx::query_as("select state, requested_by, result from ledger.effects where op_key = $1")
-            .bind(op_key)
-            .fetch_one(&self.db.pool)
-            .await
-            .unwrap_or_else(|error| panic!("effect {op_key}: {error}"))
+        for _ in 0..100 {
+            let (state, requested_by, result, being_recorded): (String, String, Option<Value>, bool) =
+                sqlx::query_as(
+                    "select state, requested_by, result, state = 'pending' and dispatched_at is not null
+                       from ledger.effects where op_key = $1",
+                )
+                .bind(op_key)
+                .fetch_one(&self.db.pool)
+                .await
+                .unwrap_or_else(|error| panic!("effect {op_key}: {error}"));
+            if !being_recorded {
+                return (state, requested_by, result);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        panic!("effect {op_key} is still dispatched and unrecorded after 5 s")
     }
 
     fn cli(&self, args: &[&str]) -> std::process::Output {

@@ -143,16 +143,18 @@ pub async fn run(pool: LedgerPool, args: GatewayArgs) -> Result<(), Failure> {
         report.summary_line(&described, &requested_by)
     );
     let served = match args.listen {
-        None => serve_stdio(gateway.clone()).await,
+        None => until_stopped(serve_stdio(gateway.clone())).await,
         Some(address) => {
             let shared = gateway.clone();
             let (bound, server) = serve_http(move || Ok(shared.clone()), address)
                 .await
                 .map_err(|error| Failure::new(UNREACHABLE, error))?;
             eprintln!("effectwatch gateway: listening on http://{bound}/mcp");
-            server.await
+            until_stopped(server).await
         }
     };
+    // Successes answered and still being recorded are recorded before the
+    // process ends.
     gateway.close().await;
     served.map_err(|error| Failure::new(FAILURE, error))
 }
@@ -358,4 +360,18 @@ fn shell_word(text: &str) -> String {
         "'{}'",
         crate::text::sanitize_line(text).replace('\'', "'\\''")
     )
+}
+
+/// Serves until `serving` ends or the process is asked to stop (Ctrl-C,
+/// SIGTERM): either way the caller then closes the gateway in order.
+async fn until_stopped(
+    serving: impl std::future::Future<Output = Result<(), String>>,
+) -> Result<(), String> {
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|error| format!("cannot watch for SIGTERM: {error}"))?;
+    tokio::select! {
+        served = serving => served,
+        _ = tokio::signal::ctrl_c() => Ok(()),
+        _ = terminate.recv() => Ok(()),
+    }
 }

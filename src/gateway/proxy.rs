@@ -44,6 +44,8 @@ struct Shared {
     /// Who its effects are requested by (default: the policy's `gateway:<alias>`).
     requested_by: String,
     in_flight: InFlightCalls,
+    /// Successes being recorded after their reply went.
+    recording: tokio_util::task::TaskTracker,
 }
 
 impl Gateway {
@@ -61,6 +63,7 @@ impl Gateway {
                 in_flight_wait: policy.upstream_timeout(),
                 requested_by: policy.requested_by(),
                 in_flight: InFlightCalls::default(),
+                recording: tokio_util::task::TaskTracker::new(),
                 info,
                 allow_unmapped,
                 policy,
@@ -68,7 +71,11 @@ impl Gateway {
         }
     }
 
+    /// Waits for the successes still being recorded, then lets the
+    /// upstream go.
     pub async fn close(&self) {
+        self.shared.recording.close();
+        self.shared.recording.wait().await;
         self.shared.upstream.close().await;
     }
 
@@ -509,7 +516,7 @@ impl RecordedCall {
 
     async fn run(
         self,
-        shared: &Shared,
+        shared: &Arc<Shared>,
         peer: Result<rmcp::service::Peer<rmcp::service::RoleClient>, McpError>,
     ) -> Result<CallToolResult, McpError> {
         let arguments = self.request.arguments.clone().unwrap_or_default();
@@ -552,7 +559,7 @@ impl RecordedCall {
         }
         // Until its outcome is recorded, a repeat of this call made through
         // this gateway waits for it here rather than asking the ledger.
-        let _in_flight = InFlight::register(shared, &call.op_key);
+        let in_flight = InFlight::register(shared, &call.op_key);
         // The tool server gets the key too: one that passes it to its
         // provider as an idempotency key makes even a retry from outside the
         // ledger (a reconciler's safe retry) one effect.
@@ -598,15 +605,24 @@ impl RecordedCall {
         completion.result = completion.result.map(storable);
         completion.reason = completion.reason.map(|reason| storable_text(&reason));
         completion.external_ref = completion.external_ref.map(|text| storable_text(&text));
-        // A success the provider can be asked about again is not worth a
-        // WAL flush on the reply's path (Completion::unflushed).
-        completion.unflushed = outcome == Outcome::Succeeded && self.rule.provider.is_some();
+        if outcome == Outcome::Succeeded {
+            // The tool's own answer is the truth of what it did, whatever
+            // the ledger says to its recording: the model has it now, and
+            // the success is recorded beside the reply. A repeat through
+            // this gateway waits for the recording (its InFlight lives as
+            // long); close() waits for every one; and if this process
+            // ends first, the effect stays dispatched, which the overdue
+            // pane and the reconciler take up.
+            let pool = shared.pool.clone();
+            let op_key = call.op_key.clone();
+            shared.recording.spawn(async move {
+                let _ = complete_after_dispatch(&pool, &op_key, outcome, &completion).await;
+                drop(in_flight);
+            });
+            return Ok(reply);
+        }
         match complete_after_dispatch(&shared.pool, &call.op_key, outcome, &completion).await {
             Ok(()) => Ok(reply),
-            // The tool's own answer is the truth of what it did; the ledger
-            // keeps the effect pending and dispatched, which the overdue
-            // pane and the reconciler take up.
-            Err(_) if outcome == Outcome::Succeeded => Ok(reply),
             Err(error) => Ok(tool_error(format!(
                 "The {action} was sent to the tool server (key {key}) and may have happened, but the gateway \
                  could not record its outcome in the effect ledger ({error}). Do not call it again: \
@@ -736,22 +752,22 @@ fn storable_text(text: &str) -> String {
 type InFlightCalls = std::sync::Mutex<HashMap<String, tokio::sync::watch::Receiver<()>>>;
 
 /// A call sent and not yet recorded, for as long as it lives.
-struct InFlight<'a> {
-    calls: &'a InFlightCalls,
+struct InFlight {
+    shared: Arc<Shared>,
     op_key: String,
     // Dropped with the call: its repeats' waits end.
     _sender: tokio::sync::watch::Sender<()>,
     receiver: tokio::sync::watch::Receiver<()>,
 }
 
-impl<'a> InFlight<'a> {
-    fn register(shared: &'a Shared, op_key: &str) -> InFlight<'a> {
+impl InFlight {
+    fn register(shared: &Arc<Shared>, op_key: &str) -> InFlight {
         let (sender, receiver) = tokio::sync::watch::channel(());
         if let Ok(mut calls) = shared.in_flight.lock() {
             calls.insert(op_key.to_string(), receiver.clone());
         }
         InFlight {
-            calls: &shared.in_flight,
+            shared: shared.clone(),
             op_key: op_key.to_string(),
             _sender: sender,
             receiver,
@@ -759,9 +775,9 @@ impl<'a> InFlight<'a> {
     }
 }
 
-impl Drop for InFlight<'_> {
+impl Drop for InFlight {
     fn drop(&mut self) {
-        if let Ok(mut calls) = self.calls.lock() {
+        if let Ok(mut calls) = self.shared.in_flight.lock() {
             // Only this call's own entry: a later call of the key has its own.
             if calls
                 .get(&self.op_key)

@@ -370,13 +370,6 @@ pub struct Completion {
     /// another target's is refused, and the call is routable on a ledger
     /// distributed by target.
     pub target: Option<String>,
-    /// Commit without waiting for the WAL flush (`synchronous_commit =
-    /// off`, for this completion's transaction alone), for an outcome the
-    /// provider can be asked about again: a server crash within a moment
-    /// of it leaves the effect dispatched, as a worker's crash before it
-    /// would, and the reconciler settles it with the provider. The
-    /// dispatch it completes was flushed.
-    pub unflushed: bool,
 }
 
 /// The error classes of the writer API (`ledger.outcome_of_class`).
@@ -424,47 +417,35 @@ pub async fn complete_effect<'c>(
         Outcome::Failed { retryable } => Some(retryable),
         _ => None,
     };
-    macro_rules! complete_call {
-        () => {
-            "select c.applied, c.state, c.late, c.refused from ledger.complete_effect(
-                op_key => $1, outcome => $2, external_ref => $3, result => $4, retryable => $5,
-                reason => $6, request_id => $7, worker => $8, error_class => $9,
-                retry_after => $10, target => $11) c"
-        };
-    }
-    // set_config(…, true) holds for this statement's transaction alone.
-    let sql = if completion.unflushed {
-        concat!(
-            complete_call!(),
-            ", pg_catalog.set_config('synchronous_commit', 'off', true)"
+    let (completed, refused) = sqlx::query_as::<_, (bool, State, bool, Option<String>)>(
+        "select applied, state, late, refused from ledger.complete_effect(
+            op_key => $1, outcome => $2, external_ref => $3, result => $4, retryable => $5,
+            reason => $6, request_id => $7, worker => $8, error_class => $9,
+            retry_after => $10, target => $11)",
+    )
+    .bind(op_key)
+    .bind(outcome.as_str())
+    .bind(&completion.external_ref)
+    .bind(&completion.result)
+    .bind(retryable)
+    .bind(&completion.reason)
+    .bind(&completion.request_id)
+    .bind(&completion.worker)
+    .bind(completion.error_class.map(ErrorClass::as_str))
+    .bind(completion.retry_after)
+    .bind(&completion.target)
+    .fetch_one(executor)
+    .await
+    .map(|(applied, state, late, refused)| {
+        (
+            Completed {
+                applied,
+                state,
+                late,
+            },
+            refused,
         )
-    } else {
-        complete_call!()
-    };
-    let (completed, refused) = sqlx::query_as::<_, (bool, State, bool, Option<String>)>(sql)
-        .bind(op_key)
-        .bind(outcome.as_str())
-        .bind(&completion.external_ref)
-        .bind(&completion.result)
-        .bind(retryable)
-        .bind(&completion.reason)
-        .bind(&completion.request_id)
-        .bind(&completion.worker)
-        .bind(completion.error_class.map(ErrorClass::as_str))
-        .bind(completion.retry_after)
-        .bind(&completion.target)
-        .fetch_one(executor)
-        .await
-        .map(|(applied, state, late, refused)| {
-            (
-                Completed {
-                    applied,
-                    state,
-                    late,
-                },
-                refused,
-            )
-        })?;
+    })?;
     refusal(refused)?;
     Ok(completed)
 }
