@@ -116,6 +116,27 @@ async fn timed_calls(client: &Client, orders: &[String]) -> Result<Vec<Duration>
     Ok(took)
 }
 
+/// The read-only lookup, straight or relayed by the gateway untouched: the
+/// gateway's own hop, with no ledger call in it.
+async fn timed_lookups(client: &Client, orders: &[String]) -> Result<Vec<Duration>, String> {
+    let mut took = Vec::with_capacity(orders.len());
+    for order in orders {
+        let request = CallToolRequestParams::new("lookup_refunds").with_arguments(
+            json!({"order_id": order})
+                .as_object()
+                .cloned()
+                .unwrap_or_default(),
+        );
+        let started = Instant::now();
+        client
+            .call_tool(request)
+            .await
+            .map_err(|error| format!("a lookup: {error}"))?;
+        took.push(started.elapsed());
+    }
+    Ok(took)
+}
+
 fn percentile(sorted: &[Duration], fraction: f64) -> Duration {
     let index = ((sorted.len() as f64 - 1.0) * fraction).round() as usize;
     sorted[index.min(sorted.len() - 1)]
@@ -229,6 +250,7 @@ async fn run() -> Result<(), String> {
     let (mut direct_times, mut recorded_times, mut replay_times) =
         (Vec::new(), Vec::new(), Vec::new());
     let mut earlier_times = Vec::new();
+    let (mut direct_reads, mut relayed_reads) = (Vec::new(), Vec::new());
     for round in 0..rounds {
         let orders = |tag: &str| -> Vec<String> {
             (0..per_round)
@@ -239,6 +261,8 @@ async fn run() -> Result<(), String> {
         let recorded = orders("GATEWAY");
         recorded_times.extend(timed_calls(&through, &recorded).await?);
         replay_times.extend(timed_calls(&through, &recorded).await?);
+        direct_reads.extend(timed_lookups(&direct, &recorded).await?);
+        relayed_reads.extend(timed_lookups(&through, &recorded).await?);
         if let Some(earlier) = &earlier {
             earlier_times.extend(timed_calls(earlier, &orders("EARLIER")).await?);
         }
@@ -248,6 +272,8 @@ async fn run() -> Result<(), String> {
         &mut recorded_times,
         &mut replay_times,
         &mut earlier_times,
+        &mut direct_reads,
+        &mut relayed_reads,
     ] {
         times.sort();
     }
@@ -302,6 +328,8 @@ async fn run() -> Result<(), String> {
         ("direct to the tool server (stdio)", &direct_times),
         ("through the gateway, recorded (stdio)", &recorded_times),
         ("through the gateway, a repeat replayed", &replay_times),
+        ("a read-only lookup, direct (stdio)", &direct_reads),
+        ("a read-only lookup, relayed by the gateway", &relayed_reads),
     ] {
         println!(
             "| {name} | {} | {} | {:.0} |",
