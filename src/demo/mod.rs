@@ -134,13 +134,23 @@ pub async fn install_demo_policies(
         .into_iter()
         .map(|policy| policy.action)
         .collect();
+    // Bookings conflict as a hotel's do: a room is held only by a stay
+    // whose dates overlap (a policy the demo's own ledger is given even
+    // where it had the earlier one, exclusive per room).
     let policies = [
-        ("refund", 30.0, true, Some(20_000_i64), "reconcile_first"),
-        ("booking", 45.0, true, None, "reconcile_first"),
-        ("message", 20.0, false, None, "never_retry"),
-        ("webhook", 20.0, false, None, "safe_retry"),
+        (
+            "refund",
+            30.0,
+            true,
+            false,
+            Some(20_000_i64),
+            "reconcile_first",
+        ),
+        ("booking", 45.0, false, true, None, "reconcile_first"),
+        ("message", 20.0, false, false, None, "never_retry"),
+        ("webhook", 20.0, false, false, None, "safe_retry"),
     ];
-    for (action, seconds, exclusive, limit, semantics) in policies {
+    for (action, seconds, exclusive, by_range, limit, semantics) in policies {
         let exists = existing.iter().any(|name| name == action);
         if exists && !update_windows {
             continue;
@@ -149,7 +159,8 @@ pub async fn install_demo_policies(
         let change = crate::ledger::policies::PolicyChange {
             pending_window: Some(Duration::from_secs_f64(seconds)),
             // A ledger that has its policy keeps everything but the window.
-            exclusive_per_target: (!exists).then_some(exclusive),
+            exclusive_per_target: (!exists || by_range).then_some(exclusive),
+            conflicts_by_time_range: by_range.then_some(true),
             compensation_approval_limit_minor: (!exists).then_some(limit),
             retry_semantics: (!exists).then(|| semantics.to_string()),
             ..Default::default()

@@ -5,6 +5,7 @@
 //! results — so the panes fill within a minute (escalations, which wait
 //! for the reconciler's tries, within two).
 
+use chrono::{DateTime, Utc};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -232,17 +233,18 @@ impl Agent {
             }
             6..=7 => {
                 let room = self.rng.random_range(1..40);
+                let day = self.rng.random_range(1..28);
+                let nights = self.rng.random_range(1..5);
+                let during = stay(day, nights);
                 Intent {
-                    op_key: format!(
-                        "booking:room-{room}:2026-12-{:02}:{id}",
-                        self.rng.random_range(1..28)
-                    ),
+                    op_key: format!("booking:room-{room}:2026-12-{day:02}:{id}"),
                     action: "booking".into(),
                     target: format!("room:{room}"),
-                    params: json!({ "room": room, "nights": self.rng.random_range(1..5) }),
+                    params: json!({ "room": room, "nights": nights }),
                     requested_by: self.name.clone(),
                     provider: Some(super::DEMO_PROVIDER.into()),
                     request_id: Some(format!("req-{id}")),
+                    during,
                     ..Intent::default()
                 }
             }
@@ -569,4 +571,37 @@ pub fn provider_body(intent: &Intent) -> Value {
         "currency": intent.currency,
         "params": intent.params,
     })
+}
+
+/// A stay in December 2026 from `day`, for `nights`: check-in at 15:00,
+/// check-out at 11:00, so a stay ending on the day another begins does not
+/// overlap it — as a hotel's booking system sees it.
+fn stay(day: u32, nights: u32) -> Option<(DateTime<Utc>, DateTime<Utc>)> {
+    let check_in = chrono::NaiveDate::from_ymd_opt(2026, 12, day)?
+        .and_hms_opt(15, 0, 0)?
+        .and_utc();
+    let check_out =
+        check_in + chrono::Duration::days(i64::from(nights)) - chrono::Duration::hours(4);
+    Some((check_in, check_out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::stay;
+
+    fn overlap(a: (u32, u32), b: (u32, u32)) -> bool {
+        let (a, b) = (stay(a.0, a.1).unwrap(), stay(b.0, b.1).unwrap());
+        a.0 < b.1 && b.0 < a.1
+    }
+
+    #[test]
+    fn stays_overlap_only_when_their_nights_do() {
+        assert!(
+            !overlap((3, 2), (5, 1)),
+            "check-out on the 5th, check-in on the 5th"
+        );
+        assert!(overlap((3, 3), (5, 1)), "the night of the 5th is in both");
+        assert!(!overlap((1, 1), (20, 4)));
+        assert!(stay(31, 1).is_some() && stay(32, 1).is_none());
+    }
 }
