@@ -1,6 +1,9 @@
-"""The client's cost per effect against the same three SQL calls made by
-hand with the same driver, p50/p99 and effects per second, in one process
-and in several. A database with the ledger's migrations:
+"""The client's cost per effect against the same SQL calls made by hand
+with the same driver, p50/p99 and effects per second, in one process and
+in several: a decorated tool whose begin also claims the effect (one round
+trip before the provider call, two in all) against the same tool made to
+begin, then claim (two before it, three in all, as before
+begin_and_dispatch). A database with the ledger's migrations:
 
     python bench/bench_client.py postgres://.../ledger [effects] [processes]
 """
@@ -20,24 +23,33 @@ from effectwatch import Ledger
 from effectwatch._core import BEGIN_SQL, COMPLETE_SQL, DISPATCH_SQL, Intent, complete_args
 
 
-def by_client(url: str) -> Callable[[str], None]:
+def by_tool(url: str, *, one_round_trip: bool) -> Callable[[str], None]:
+    """The decorated tool (nothing to validate): its begin claims the
+    effect in the same round trip, or (`one_round_trip=False`, as before
+    begin_and_dispatch) begin, then dispatch: two."""
     ledger = Ledger(url, requested_by="bench")
+    ledger._one_round_trip = one_round_trip
+
+    @ledger.tool(action="refund", op_key="bench:{key}", target="invoice:{key}")
+    def refund(key: str) -> dict[str, bool]:
+        return {"ok": True}
 
     def one(key: str) -> None:
-        with ledger.effect(key, action="refund", target=f"invoice:{key}", params={"amount_minor": 100}) as e:
-            e.dispatched()
-            e.succeeded("re_1", {"ok": True})
+        refund(key)
 
     return one
 
 
-def by_hand(url: str) -> Callable[[str], None]:
+def by_hand(url: str, *, one_round_trip: bool) -> Callable[[str], None]:
     connection = psycopg.connect(url, autocommit=True, prepare_threshold=None)
 
     def one(key: str) -> None:
+        key = f"bench:{key}"
         target = f"invoice:{key}"
-        connection.execute(BEGIN_SQL, Intent(key, "refund", target, {"amount_minor": 100}).begin_args("bench"))
-        connection.execute(DISPATCH_SQL, {"op_key": key, "target": target, "request_id": None, "worker": "bench"})
+        intent = Intent(key, "refund", target, {"amount_minor": 100})
+        connection.execute(BEGIN_SQL, intent.begin_args("bench", dispatch=one_round_trip))
+        if not one_round_trip:
+            connection.execute(DISPATCH_SQL, {"op_key": key, "target": target, "request_id": None, "worker": "bench"})
         connection.execute(
             COMPLETE_SQL, complete_args(key, target, "succeeded", "bench", external_ref="re_1", result={"ok": True})
         )
@@ -45,10 +57,18 @@ def by_hand(url: str) -> Callable[[str], None]:
     return one
 
 
+WAYS: dict[str, Callable[[str], Callable[[str], None]]] = {
+    "by hand, begin + dispatch + complete": lambda url: by_hand(url, one_round_trip=False),
+    "by hand, begin_and_dispatch + complete": lambda url: by_hand(url, one_round_trip=True),
+    "decorated tool, 3 round trips (before)": lambda url: by_tool(url, one_round_trip=False),
+    "decorated tool, 2 round trips (now)": lambda url: by_tool(url, one_round_trip=True),
+}
+
+
 def run(args: tuple[str, str, int]) -> tuple[list[float], float]:
     url, how, effects = args
-    one = by_client(url) if how == "client" else by_hand(url)
-    prefix = f"bench:{how}:{uuid.uuid4().hex[:8]}:"
+    one = WAYS[how](url)
+    prefix = f"{uuid.uuid4().hex[:12]}-"
     took = []
     began = time.perf_counter()
     for n in range(effects):
@@ -62,7 +82,7 @@ def main() -> None:
     url = sys.argv[1]
     effects = int(sys.argv[2]) if len(sys.argv) > 2 else 500
     for processes in (1, int(sys.argv[3]) if len(sys.argv) > 3 else 8):
-        for how in ("by hand, one held connection", "client"):
+        for how in WAYS:
             with ProcessPoolExecutor(processes) as pool:
                 parts = list(pool.map(run, [(url, how, effects)] * processes))
             took = [t for part, _ in parts for t in part]

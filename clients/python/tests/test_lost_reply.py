@@ -116,18 +116,22 @@ def losing_async(ledger: AsyncLedger, statement: str, times: int = 1) -> Counter
     return sent
 
 
-def refund_tool(ledger: Ledger, provider_url: str) -> Callable[[str], dict[str, Any]]:
+def refund_tool(ledger: Ledger, provider_url: str, *, validated: bool = False) -> Callable[[str], dict[str, Any]]:
     @ledger.tool(action="refund", op_key="refund:{order_id}", target="invoice:{order_id}",
-                 external_ref=lambda answer: str(answer["id"]))
+                 external_ref=lambda answer: str(answer["id"]),
+                 validate=(lambda order_id: None) if validated else None)
     def refund(order_id: str) -> dict[str, Any]:
         return post_refund(provider_url, f"refund:{order_id}", {"amount_minor": 1500})
 
     return refund
 
 
-def async_refund_tool(ledger: AsyncLedger, provider_url: str) -> Callable[[str], Awaitable[dict[str, Any]]]:
+def async_refund_tool(
+    ledger: AsyncLedger, provider_url: str, *, validated: bool = False
+) -> Callable[[str], Awaitable[dict[str, Any]]]:
     @ledger.tool(action="refund", op_key="refund:{order_id}", target="invoice:{order_id}",
-                 external_ref=lambda answer: str(answer["id"]))
+                 external_ref=lambda answer: str(answer["id"]),
+                 validate=(lambda order_id: None) if validated else None)
     async def refund(order_id: str) -> dict[str, Any]:
         return post_refund(provider_url, f"refund:{order_id}", {"amount_minor": 1500})
 
@@ -158,7 +162,11 @@ def assert_done_once(
 # How many times the lost statement is sent, and the read that recognises
 # what its first send did: a begin or a dispatch found carried out for this
 # attempt is not sent again; a completion is, and the ledger answers the
-# repeat as one (applied = false, late = false, nothing flagged).
+# repeat as one (applied = false, late = false, nothing flagged). The tool
+# with nothing to validate begins and claims in one statement ("begin": its
+# first send committed means pending, dispatched, this attempt's: it goes
+# on dispatched); with a `validate`, begin and dispatch are two ("dispatch"
+# loses the second).
 SENDS = {"begin": 1, "dispatch": 1, "complete": 2}
 
 
@@ -168,10 +176,12 @@ def test_a_lost_reply_is_recognised_and_the_call_goes_on(
 ) -> None:
     ledger = Ledger(database_url, requested_by="agent-test")
     sent = losing(ledger, STATEMENTS[lost])
-    refund = refund_tool(ledger, provider_url)
+    refund = refund_tool(ledger, provider_url, validated=lost == "dispatch")
     order = f"LR-{lost}-{unique}"
     first = refund(order)
     assert (sent[STATEMENTS[lost]], sent[OWN_SQL]) == (SENDS[lost], 1)
+    # Begun and claimed in one round trip, but where a `validate` comes between.
+    assert sent[DISPATCH_SQL] == (1 if lost == "dispatch" else 0)
     assert_done_once(database_url, provider_url, f"refund:{order}")
     # The key is settled, not left in flight: the same call replays.
     assert refund(order) == first
@@ -184,10 +194,11 @@ async def test_an_asyncio_lost_reply_is_recognised_and_the_call_goes_on(
 ) -> None:
     ledger = AsyncLedger(database_url, requested_by="agent-test")
     sent = losing_async(ledger, STATEMENTS[lost])
-    refund = async_refund_tool(ledger, provider_url)
+    refund = async_refund_tool(ledger, provider_url, validated=lost == "dispatch")
     order = f"ALR-{lost}-{unique}"
     first = await refund(order)
     assert (sent[STATEMENTS[lost]], sent[OWN_SQL]) == (SENDS[lost], 1)
+    assert sent[DISPATCH_SQL] == (1 if lost == "dispatch" else 0)
     assert_done_once(database_url, provider_url, f"refund:{order}")
     assert await refund(order) == first
     assert provider_calls(provider_url, f"refund:{order}") == 1
@@ -199,11 +210,12 @@ def test_a_first_send_carried_out_after_the_client_looked_is_recognised(
 ) -> None:
     ledger = Ledger(database_url, requested_by="agent-test")
     sent = carried_out_late(ledger, STATEMENTS[lost])
-    refund = refund_tool(ledger, provider_url)
+    refund = refund_tool(ledger, provider_url, validated=lost == "dispatch")
     order = f"LRL-{lost}-{unique}"
     refund(order)
-    # Sent again, it is answered in flight (begin) or not claimed (dispatch):
-    # the read after says the first send was this attempt's.
+    # Sent again, it is answered in flight (begin, which claimed too) or not
+    # claimed (dispatch): the read after says the first send was this
+    # attempt's.
     assert (sent[STATEMENTS[lost]], sent[OWN_SQL]) == (2, 2)
     assert_done_once(database_url, provider_url, f"refund:{order}", unlooked=False)
 

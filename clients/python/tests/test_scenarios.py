@@ -98,11 +98,7 @@ class Runner:
                 if not bounds["at_least"] <= seconds <= bounds["at_most"]:
                     raise Divergence(f"{where}: retry_after_seconds {seconds} not in {bounds}")
             if begun.decision in EXCEPTION_OF:
-                recorded = None
-                if begun.decision == "rejected":
-                    rows = self.sql("select * from ledger.effects where op_key = %(k)s", {"k": intent.op_key})
-                    recorded = rows[0] if rows else None
-                raised = refusal_for(begun, intent, recorded)
+                raised = refusal_for(begun, intent)
                 same(where, "exception", EXCEPTION_OF[begun.decision], type(raised).__name__)
                 assert intent.op_key in str(raised)
         elif verb == "dispatch":

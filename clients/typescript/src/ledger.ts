@@ -26,9 +26,14 @@ import { outcomeOf } from "./outcome.js";
 
 // Every query is unnamed: node-postgres prepares only named queries, and a
 // prepared statement does not survive PgBouncer's transaction mode.
-const BEGIN_SQL = `select decision, effect_id, state, result from ledger.begin_effect(
+// begin_effect and, with dispatch => true when it answers proceed or retry,
+// mark_dispatched: one transaction, one round trip. A rejected call is
+// answered with what differs (`differences`).
+const BEGIN_SQL = `select decision, effect_id, state, result, dispatched, refused, differences
+    from ledger.begin_and_dispatch(
     op_key => $1, action => $2, target => $3, params => $4::jsonb, requested_by => $5,
-    amount_minor => $6::bigint, currency => $7, provider => $8, request_id => $9)`;
+    amount_minor => $6::bigint, currency => $7, provider => $8, request_id => $9,
+    worker => $10, dispatch => $11)`;
 
 const DISPATCH_SQL = `select claimed, state, refused from ledger.mark_dispatched(
     op_key => $1, request_id => $2, worker => $3, target => $4)`;
@@ -37,10 +42,6 @@ const COMPLETE_SQL = `select applied, state, late, refused from ledger.complete_
     op_key => $1, outcome => $2, external_ref => $3, result => $4::jsonb, retryable => $5,
     reason => $6, request_id => $7, worker => $8, error_class => $9,
     retry_after => make_interval(secs => $10::float8), target => $11)`;
-
-// Read only when a key is rejected, to say which terms differ.
-const RECORDED_SQL = `select action, target, params, amount_minor::float8 as amount_minor, currency, provider
-    from ledger.effects where op_key = $1`;
 
 // Read only when a call's reply was lost, before it is sent again and
 // after: whether its first send was carried out for this attempt. An agent
@@ -133,6 +134,46 @@ export interface Begun {
   effectId: string | null;
   state: string | null;
   result: unknown;
+  /** Asked to dispatch too (`begin(intent, { dispatch: true })`): whether this call claimed the effect. */
+  dispatched?: boolean;
+  /** Why that claim was refused (an approval that lapsed, another login). */
+  refused?: string | null;
+  /** A rejected call's terms that differ, as the ledger said them: `[{ field, recorded, now }]`. */
+  differences?: { field: string; recorded: unknown; now: unknown }[] | null;
+}
+
+/** begin_and_dispatch's answer, as the ledger sends it. */
+interface BegunRow {
+  decision: string;
+  effect_id: string | null;
+  state: string | null;
+  result: unknown;
+  dispatched: boolean | null;
+  refused: string | null;
+  differences: { field: string; recorded: unknown; now: unknown }[] | null;
+}
+
+/**
+ * What a begin whose reply was lost did for this attempt, from the effect
+ * read back: `proceed` if it began the effect (ownBegin), and, for a begin
+ * that also dispatches, `proceed` and dispatched if it claimed it too
+ * (ownClaim: the one transaction committed). Null: neither, as far as the
+ * row shows.
+ */
+function begunBefore(own: Own | undefined, attemptId: string | null, dispatch: boolean): BegunRow | null {
+  if (own === undefined) return null;
+  const row = { decision: "proceed", effect_id: own.id, state: "pending", result: null, refused: null, differences: null };
+  if (dispatch && ownClaim(own, attemptId)) return { ...row, dispatched: true };
+  if (ownBegin(own, attemptId)) return { ...row, dispatched: false };
+  return null;
+}
+
+function begunOf(row: BegunRow): Begun {
+  const begun: Begun = { decision: row.decision, effectId: row.effect_id, state: row.state, result: row.result };
+  if (row.dispatched) begun.dispatched = true;
+  if (row.refused) begun.refused = row.refused;
+  if (row.differences) begun.differences = row.differences;
+  return begun;
 }
 
 export interface Dispatch {
@@ -187,6 +228,12 @@ const MAY_RUN = new Set(["proceed", "retry"]);
 export class Ledger {
   readonly requestedBy: string;
   private readonly pool: pg.Pool;
+  /**
+   * Whether a wrapped call begins and claims its effect in one round trip
+   * (false: begin, then dispatch, two, as before begin_and_dispatch; the
+   * bench compares them).
+   */
+  private oneRoundTrip = true;
 
   constructor(options: LedgerOptions) {
     this.requestedBy = options.requestedBy;
@@ -245,16 +292,18 @@ export class Ledger {
   // reply was lost recognises what its first send did for the same request
   // id (README, "A lost reply").
 
-  /** Refuses params or an amount the ledger cannot hold (BadArgument) before anything is written. */
-  async begin(intent: Intent): Promise<Begun> {
+  /**
+   * begin_effect and, with `dispatch` when it answers proceed or retry,
+   * mark_dispatched, in one round trip (`Begun.dispatched`: this call
+   * claimed the effect). Refuses params or an amount the ledger cannot hold
+   * (BadArgument) before anything is written.
+   */
+  async begin(intent: Intent, { dispatch = false }: { dispatch?: boolean } = {}): Promise<Begun> {
     const params = canonicalParams(intent.params);
     const attemptId = intent.requestId ?? null;
-    type Row = { decision: string; effect_id: string | null; state: string | null; result: unknown };
-    const begunBefore = async (): Promise<Row | null> => {
-      const own = (await this.pool.query<Own>(OWN_SQL, [intent.opKey])).rows[0];
-      return ownBegin(own, attemptId) ? { decision: "proceed", effect_id: own.id, state: "pending", result: null } : null;
-    };
-    const { row, again } = await this.one<Row>(
+    const sentBefore = async (): Promise<BegunRow | null> =>
+      begunBefore((await this.pool.query<Own>(OWN_SQL, [intent.opKey])).rows[0], attemptId, dispatch);
+    const { row, again } = await this.one<BegunRow>(
       BEGIN_SQL,
       [
         intent.opKey,
@@ -266,13 +315,18 @@ export class Ledger {
         intent.currency ?? null,
         intent.provider ?? null,
         attemptId,
+        this.requestedBy,
+        dispatch,
       ],
-      begunBefore,
+      sentBefore,
     );
-    if (again && row.decision === "in_flight" && ownBegin(await this.own(intent.opKey), attemptId)) {
-      return { decision: "proceed", effectId: row.effect_id, state: "pending", result: null };
+    if (again && row.decision === "in_flight") {
+      // The first send may have committed after the read: in flight, by
+      // this attempt's own begin (and claim).
+      const before = begunBefore(await this.own(intent.opKey), attemptId, dispatch);
+      if (before !== null) return begunOf(before);
     }
-    return { decision: row.decision, effectId: row.effect_id, state: row.state, result: row.result };
+    return begunOf(row);
   }
 
   async markDispatched(opKey: string, target: string, requestId: string | null = null): Promise<Dispatch> {
@@ -316,14 +370,9 @@ export class Ledger {
     return row;
   }
 
-  async recorded(opKey: string): Promise<Record<string, unknown> | null> {
-    return (await this.call<Record<string, unknown>>(RECORDED_SQL, [opKey])).row ?? null;
-  }
-
   /** The error for a decision that forbids calling the provider. */
   async refusalFor(begun: Begun, intent: Intent): Promise<EffectError> {
-    const recorded = begun.decision === "rejected" ? await this.recorded(intent.opKey) : null;
-    return refusalFor(begun, intent, recorded);
+    return refusalFor(begun, intent);
   }
 
   // The primitive and the wrapper.
@@ -335,17 +384,30 @@ export class Ledger {
    * without running it; any other decision throws its error.
    */
   async effect<T>(intent: Intent, body: (effect: Effect) => Promise<T>): Promise<T> {
+    return this.run(intent, body, false);
+  }
+
+  /**
+   * `effect`; with `claim`, for a body whose first act is `dispatched()`,
+   * the begin claims the effect in the same round trip and that call takes
+   * the claim it made.
+   */
+  private async run<T>(intent: Intent, body: (effect: Effect) => Promise<T>, claim: boolean): Promise<T> {
     // This attempt's id, sent with its begin, dispatch and completion.
     const attemptId = intent.requestId || randomUUID();
     let begun: Begun;
     try {
-      begun = await this.begin({ ...intent, requestId: attemptId });
+      begun = await this.begin({ ...intent, requestId: attemptId }, { dispatch: claim });
     } catch (error) {
       throw noted(error, { intent, dispatched: false, recorded: null });
     }
     if (begun.decision === "replay") return begun.result as T;
     if (!MAY_RUN.has(begun.decision)) throw await this.refusalFor(begun, intent);
-    const effect = new Effect(this, intent, attemptId);
+    const claimed: Dispatch | null =
+      claim && (begun.dispatched || begun.refused)
+        ? { claimed: begun.dispatched ?? false, state: begun.state ?? "", refused: begun.refused ?? null }
+        : null;
+    const effect = new Effect(this, intent, attemptId, claimed);
     let value: T;
     try {
       value = await body(effect);
@@ -410,11 +472,11 @@ export class Ledger {
         throw noted(error, { intent: null, dispatched: false, recorded: null });
       }
       const [canonical, intent] = made;
-      return this.effect(intent, async (effect) => {
+      return this.run(intent, async (effect) => {
         await effect.dispatched();
         const value = await call(canonical, intent);
         return effect.succeeded(spec.externalRef?.(value) ?? null, value);
-      });
+      }, this.oneRoundTrip);
     };
   }
 }
@@ -540,11 +602,15 @@ export class Effect {
     readonly intent: Intent,
     /** This attempt's id, sent with each of its calls: the intent's requestId, else one made for it. */
     readonly attemptId: string = intent.requestId || randomUUID(),
+    /** The claim the begin made in the same round trip, taken by the first dispatched(). */
+    private claimedWithBegin: Dispatch | null = null,
   ) {}
 
   /** Call it just before the provider call: claims the effect. Anything thrown after it records unknown. */
   async dispatched(): Promise<void> {
-    const dispatch = await this.ledger.markDispatched(this.intent.opKey, this.intent.target, this.attemptId);
+    const dispatch =
+      this.claimedWithBegin ?? (await this.ledger.markDispatched(this.intent.opKey, this.intent.target, this.attemptId));
+    this.claimedWithBegin = null;
     if (dispatch.refused || !dispatch.claimed) {
       // Not ours to settle: another caller holds the dispatch, or the ledger
       // already decided (an approval that lapsed cancels the effect).
@@ -627,35 +693,14 @@ function describe(error: unknown): string {
   return error instanceof Error ? `${error.name}: ${error.message}` : String(error);
 }
 
-/** The terms a rejected call changed, field by field (params by key). */
-export function differences(intent: Intent, recorded: Record<string, unknown> | null): Differences {
+/** The terms a rejected call changed, field by field (params by key), as the ledger said them (none when pruned). */
+export function differences(begun: Begun): Differences {
   const found: Differences = {};
-  if (recorded === null) return found; // pruned: only the tombstone's hash is left
-  const amountMinor = amountOf(intent);
-  const offered: Record<string, unknown> = {
-    action: intent.action,
-    target: intent.target,
-    // Read back as float8, so compared and shown as a number.
-    amount_minor: amountMinor === null ? null : Number(amountMinor),
-    currency: intent.currency ? intent.currency.toUpperCase() : null,
-    provider: intent.provider ?? null,
-  };
-  for (const [field, now] of Object.entries(offered)) {
-    if (!sameJson(recorded[field] ?? null, now)) found[field] = { recorded: recorded[field] ?? null, now };
-  }
-  const was = (recorded["params"] ?? {}) as Record<string, unknown>;
-  const now = JSON.parse(canonicalParams(intent.params)) as Record<string, unknown>;
-  for (const key of [...new Set([...Object.keys(was), ...Object.keys(now)])].sort()) {
-    if (!sameJson(was[key] ?? null, now[key] ?? null)) found[`params.${key}`] = { recorded: was[key] ?? null, now: now[key] ?? null };
-  }
+  for (const { field, recorded, now } of begun.differences ?? []) found[field] = { recorded, now };
   return found;
 }
 
-function sameJson(a: unknown, b: unknown): boolean {
-  return JSON.stringify(a) === JSON.stringify(b);
-}
-
-export function refusalFor(begun: Begun, intent: Intent, recorded: Record<string, unknown> | null): EffectError {
+export function refusalFor(begun: Begun, intent: Intent): EffectError {
   const result = (typeof begun.result === "object" && begun.result !== null ? begun.result : {}) as Record<string, unknown>;
   const state = begun.state ?? "";
   switch (begun.decision) {
@@ -666,7 +711,7 @@ export function refusalFor(begun: Begun, intent: Intent, recorded: Record<string
     case "held":
       return new Held(intent.opKey, state);
     case "rejected":
-      return new Rejected(intent.opKey, state, differences(intent, recorded));
+      return new Rejected(intent.opKey, state, differences(begun));
     case "stop":
       return new Stop(intent.opKey, state, begun.result);
     case "overlap":

@@ -26,7 +26,7 @@ after(async () => {
 type Statement = "begin" | "dispatch" | "complete" | "own" | "other";
 
 function statementOf(text: string): Statement {
-  if (text.includes("ledger.begin_effect(")) return "begin";
+  if (text.includes("ledger.begin_and_dispatch(")) return "begin";
   if (text.includes("ledger.mark_dispatched(")) return "dispatch";
   if (text.includes("ledger.complete_effect(")) return "complete";
   if (text.includes("owner_role = session_user")) return "own";
@@ -93,6 +93,23 @@ function refundTool(ledger: Ledger) {
   );
 }
 
+/**
+ * The same call through `ledger.effect`, whose body claims the effect
+ * itself: begin, then dispatch, two statements (a wrapped call begins and
+ * claims in one).
+ */
+function refundInTwo(ledger: Ledger) {
+  return ({ orderId }: { orderId: string }) =>
+    ledger.effect(
+      { opKey: `refund:${orderId}`, action: "refund", target: `invoice:${orderId}`, params: { orderId } },
+      async (e) => {
+        await e.dispatched();
+        const answer = await provider.refund(`refund:${orderId}`, 1500);
+        return e.succeeded(answer.id, answer);
+      },
+    );
+}
+
 /** One provider call, succeeded with its reference, no late result, nothing flagged, and (unlooked) nothing for an operator in the duplicates pane. */
 async function assertDoneOnce(key: string, { unlooked = true } = {}): Promise<{ request_id: string | null }> {
   assert.equal(provider.callsFor(key), 1, "the provider was called once");
@@ -113,7 +130,10 @@ async function assertDoneOnce(key: string, { unlooked = true } = {}): Promise<{ 
 
 // How many times the lost statement is sent: a begin or a dispatch found
 // carried out for this attempt is not sent again; a completion is, and the
-// ledger answers the repeat as one (not applied, not late, not flagged).
+// ledger answers the repeat as one (not applied, not late, not flagged). A
+// wrapped call begins and claims in one statement ("begin": its first send
+// committed means pending, dispatched, this attempt's: it goes on
+// dispatched); "dispatch" is lost from a body that claims for itself.
 const SENDS = { begin: 1, dispatch: 1, complete: 2 } as const;
 
 for (const lost of ["begin", "dispatch", "complete"] as const) {
@@ -121,10 +141,12 @@ for (const lost of ["begin", "dispatch", "complete"] as const) {
     const ledger = new Ledger({ connectionString: databaseUrl(), requestedBy: "agent-ts-lost" });
     try {
       const sent = losing(ledger, lost);
-      const refund = refundTool(ledger);
+      const refund = lost === "dispatch" ? refundInTwo(ledger) : refundTool(ledger);
       const orderId = `LR-${lost}-${unique()}`;
       const first = await refund({ orderId });
       assert.deepEqual([sent.get(lost), sent.get("own")], [SENDS[lost], 1]);
+      // Begun and claimed in one round trip, but where the body claims itself.
+      assert.equal(sent.get("dispatch") ?? 0, lost === "dispatch" ? 1 : 0);
       await assertDoneOnce(`refund:${orderId}`);
       // The key is settled, not left in flight: the same call replays.
       assert.deepEqual(await refund({ orderId }), first);
@@ -141,8 +163,8 @@ for (const lost of ["begin", "dispatch"] as const) {
     try {
       const sent = losing(ledger, lost, { late: true });
       const orderId = `LRL-${lost}-${unique()}`;
-      await refundTool(ledger)({ orderId });
-      // Sent again, it is answered in flight (begin) or not claimed
+      await (lost === "dispatch" ? refundInTwo(ledger) : refundTool(ledger))({ orderId });
+      // Sent again, it is answered in flight (begin, which claimed too) or not claimed
       // (dispatch): the read after says the first send was this attempt's.
       assert.deepEqual([sent.get(lost), sent.get("own")], [2, 2]);
       await assertDoneOnce(`refund:${orderId}`, { unlooked: false });

@@ -133,7 +133,7 @@ class Runner {
           assert.ok(thrown.message.includes(intent.opKey), `${where}: the message names the key`);
           if (begun.decision === "wait") assert.ok("retryAfter" in thrown, `${where}: Wait carries retryAfter`);
         } else {
-          assert.throws(() => refusalFor(begun, intent, null), /does not know/, `${where}: ${begun.decision} raises nothing`);
+          assert.throws(() => refusalFor(begun, intent), /does not know/, `${where}: ${begun.decision} raises nothing`);
         }
         return;
       }

@@ -5,7 +5,6 @@ client does. Every rule of the ledger itself stays in the database."""
 from __future__ import annotations
 
 import inspect
-import json
 import socket
 import typing
 from dataclasses import dataclass
@@ -31,10 +30,15 @@ from .errors import (
 )
 
 # Integers are cast in the SQL: psycopg sends the smallest type that fits.
-BEGIN_SQL = """select decision, effect_id, state, result from ledger.begin_effect(
+# begin_effect and, with dispatch => true when it answers proceed or retry,
+# mark_dispatched: one transaction, one round trip. A rejected call is
+# answered with what differs (`differences`).
+BEGIN_SQL = """select decision, effect_id, state, result, dispatched, refused, differences
+    from ledger.begin_and_dispatch(
     op_key => %(op_key)s, action => %(action)s, target => %(target)s, params => %(params)s,
     requested_by => %(requested_by)s, amount_minor => %(amount_minor)s::bigint,
-    currency => %(currency)s, provider => %(provider)s, request_id => %(request_id)s)"""
+    currency => %(currency)s, provider => %(provider)s, request_id => %(request_id)s,
+    worker => %(worker)s, dispatch => %(dispatch)s)"""
 
 DISPATCH_SQL = """select claimed, state, refused from ledger.mark_dispatched(
     op_key => %(op_key)s, request_id => %(request_id)s, worker => %(worker)s, target => %(target)s)"""
@@ -44,10 +48,6 @@ COMPLETE_SQL = """select applied, state, late, refused from ledger.complete_effe
     result => %(result)s, retryable => %(retryable)s, reason => %(reason)s,
     request_id => %(request_id)s, worker => %(worker)s, error_class => %(error_class)s,
     retry_after => make_interval(secs => %(retry_after)s::float8), target => %(target)s)"""
-
-# Read only when a key is rejected, to say which terms differ.
-RECORDED_SQL = """select action, target, params, amount_minor, currency, provider
-    from ledger.effects where op_key = %(op_key)s"""
 
 # Read while a caller waits for another's call of its key to settle.
 STATE_SQL = """select state from ledger.effects where op_key = %(op_key)s"""
@@ -110,6 +110,28 @@ def own_claim(row: Mapping[str, Any] | None, attempt_id: str | None) -> bool:
     )
 
 
+def begun_before(row: Mapping[str, Any] | None, attempt_id: str | None, dispatch: bool) -> Begun | None:
+    """What a begin whose reply was lost did for this attempt, from the
+    effect read back: `proceed` if it began the effect (`own_begin`), and,
+    for a begin that also dispatches, `proceed` and dispatched if it claimed
+    it too (`own_claim`: the one transaction committed). None: it did
+    neither, as far as the row shows."""
+    if row is None:
+        return None
+    if dispatch and own_claim(row, attempt_id):
+        return Begun("proceed", row["id"], "pending", None, dispatched=True)
+    if own_begin(row, attempt_id):
+        return Begun("proceed", row["id"], "pending", None)
+    return None
+
+
+def begun_of(row: Mapping[str, Any]) -> Begun:
+    return Begun(
+        row["decision"], row["effect_id"], row["state"], row["result"],
+        dispatched=bool(row.get("dispatched")), refused=row.get("refused"), differences=row.get("differences"),
+    )
+
+
 def moved_on(row: Mapping[str, Any] | None, attempt_id: str | None) -> bool:
     """Whether a completion whose reply was lost must not be sent again:
     the key carries another attempt's id and that attempt has gone past its
@@ -148,6 +170,12 @@ class Begun:
     effect_id: int | None
     state: str | None
     result: Any
+    # Asked to dispatch too: whether this call claimed the effect, and why
+    # the claim was refused (mark_dispatched's answer).
+    dispatched: bool = False
+    refused: str | None = None
+    # A rejected call's terms that differ: [{field, recorded, now}].
+    differences: Any = None
 
 
 @dataclass(frozen=True)
@@ -176,8 +204,10 @@ class Intent:
     provider: str | None = None
     request_id: str | None = None
 
-    def begin_args(self, requested_by: str) -> dict[str, Any]:
+    def begin_args(self, requested_by: str, *, dispatch: bool = False) -> dict[str, Any]:
         return {
+            "worker": requested_by,
+            "dispatch": dispatch,
             "op_key": self.op_key,
             "action": self.action,
             "target": self.target,
@@ -219,30 +249,14 @@ def complete_args(
     }
 
 
-def differences(intent: Intent, recorded: Mapping[str, Any] | None) -> dict[str, tuple[Any, Any]]:
-    """The terms a rejected call changed, field by field (params by key)."""
-    if recorded is None:  # pruned: only the tombstone's hash is left
-        return {}
-    found: dict[str, tuple[Any, Any]] = {}
-    offered = {
-        "action": intent.action,
-        "target": intent.target,
-        "amount_minor": intent.amount_minor,
-        "currency": intent.currency.upper() if intent.currency else None,
-        "provider": intent.provider,
-    }
-    for field, now in offered.items():
-        if recorded.get(field) != now:
-            found[field] = (recorded.get(field), now)
-    was_params: Mapping[str, Any] = recorded.get("params") or {}
-    now_params = json.loads(json.dumps(dict(intent.params)))
-    for key in sorted(set(was_params) | set(now_params)):
-        if was_params.get(key) != now_params.get(key):
-            found[f"params.{key}"] = (was_params.get(key), now_params.get(key))
-    return found
+def differences(begun: Begun) -> dict[str, tuple[Any, Any]]:
+    """The terms a rejected call changed, field by field (params by key),
+    as the ledger said them (none when the effect was pruned)."""
+    said = begun.differences if isinstance(begun.differences, list) else []
+    return {str(d["field"]): (d.get("recorded"), d.get("now")) for d in said if isinstance(d, dict)}
 
 
-def refusal_for(begun: Begun, intent: Intent, recorded: Mapping[str, Any] | None) -> EffectError:
+def refusal_for(begun: Begun, intent: Intent) -> EffectError:
     """The exception for a decision that forbids calling the provider."""
     result = begun.result if isinstance(begun.result, dict) else {}
     state = begun.state or ""
@@ -253,7 +267,7 @@ def refusal_for(begun: Begun, intent: Intent, recorded: Mapping[str, Any] | None
     if begun.decision == "held":
         return Held(intent.op_key, state)
     if begun.decision == "rejected":
-        return Rejected(intent.op_key, state, differences(intent, recorded))
+        return Rejected(intent.op_key, state, differences(begun))
     if begun.decision == "stop":
         return Stop(intent.op_key, state, begun.result)
     if begun.decision == "overlap":

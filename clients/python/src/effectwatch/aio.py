@@ -45,6 +45,10 @@ class AsyncLedger:
         self._idle: list[psycopg.AsyncConnection[dict[str, Any]]] = []
         # What each tool this ledger decorated makes of its arguments.
         self._intents: dict[Callable[..., Any], _core.ToolIntents] = {}
+        # Whether a decorated tool with nothing to check first begins and
+        # claims its effect in one round trip (False: two, as before; the
+        # bench compares them).
+        self._one_round_trip = True
 
     def _options(self) -> str | None:
         # See Ledger._options: PgBouncer refuses the `options` startup parameter.
@@ -114,23 +118,30 @@ class AsyncLedger:
     # See `effectwatch.Ledger`: a call sent again after its reply was lost
     # recognises what its first send did for the same request id.
 
-    async def begin(self, intent: Intent) -> Begun:
+    async def begin(self, intent: Intent, *, dispatch: bool = False) -> Begun:
+        """begin_effect and, with `dispatch` when it answers proceed or
+        retry, mark_dispatched, in one round trip (`Begun.dispatched`: this
+        call claimed the effect)."""
+
         async def begun_before() -> dict[str, Any] | None:
             own = await self._one(_core.OWN_SQL, {"op_key": intent.op_key}, fresh=True)
-            if not _core.own_begin(own, intent.request_id):
+            before = _core.begun_before(own, intent.request_id, dispatch)
+            if before is None:
                 return None
-            assert own is not None
-            return {"decision": "proceed", "effect_id": own["id"], "state": "pending", "result": None}
+            return {"decision": before.decision, "effect_id": before.effect_id, "state": before.state,
+                    "result": None, "dispatched": before.dispatched, "refused": None, "differences": None}
 
-        row, again = await self._call(_core.BEGIN_SQL, intent.begin_args(self.requested_by), instead=begun_before)
+        row, again = await self._call(
+            _core.BEGIN_SQL, intent.begin_args(self.requested_by, dispatch=dispatch), instead=begun_before
+        )
         assert row is not None
-        begun = Begun(row["decision"], row["effect_id"], row["state"], row["result"])
-        if (
-            again
-            and begun.decision == "in_flight"
-            and _core.own_begin(await self._own(intent.op_key), intent.request_id)
-        ):
-            return Begun("proceed", begun.effect_id, "pending", None)
+        begun = _core.begun_of(row)
+        if again and begun.decision == "in_flight":
+            # The first send may have committed after the read: in flight,
+            # by this attempt's own begin (and claim).
+            before = _core.begun_before(await self._own(intent.op_key), intent.request_id, dispatch)
+            if before is not None:
+                return before
         return begun
 
     async def mark_dispatched(self, op_key: str, *, target: str, request_id: str | None = None) -> Dispatch:
@@ -168,9 +179,6 @@ class AsyncLedger:
         row, _ = await self._call(_core.COMPLETE_SQL, args, instead=recorded_and_moved_on)
         assert row is not None
         return Completed(row["applied"], row["state"], row["late"], row["refused"])
-
-    async def recorded(self, op_key: str) -> dict[str, Any] | None:
-        return (await self._call(_core.RECORDED_SQL, {"op_key": op_key}))[0]
 
     async def state_of(self, op_key: str) -> str | None:
         """See `effectwatch.Ledger.state_of`."""
@@ -269,7 +277,10 @@ class AsyncLedger:
             @functools.wraps(function)
             async def run(*args: Any, **kwargs: Any) -> R:
                 intent, call = intents.of_call(args, kwargs)
-                async with AsyncEffect(self, intent, wait_in_flight=wait_in_flight) as effect:
+                async with AsyncEffect(
+                    self, intent, wait_in_flight=wait_in_flight,
+                    claim=self._one_round_trip and validate is None and intents.effect_parameter is None,
+                ) as effect:
                     if not effect.replayed:
                         if validate is not None:
                             checked = validate(*call.args, **call.kwargs)
@@ -303,8 +314,15 @@ def _sync_effect_type() -> type:
 class AsyncEffect:
     """One effect in progress (see `effectwatch.Effect`)."""
 
-    def __init__(self, ledger: AsyncLedger, intent: Intent, *, wait_in_flight: float | None = None) -> None:
+    def __init__(
+        self, ledger: AsyncLedger, intent: Intent, *, wait_in_flight: float | None = None, claim: bool = False
+    ) -> None:
         self.ledger = ledger
+        # Claim the effect with its begin, one round trip: for a caller that
+        # calls `dispatched()` right after (the decorator with nothing to
+        # check first). That call then takes the claim the begin made.
+        self._claim = claim
+        self._claimed_with_begin: Dispatch | None = None
         self.intent = intent
         # See `effectwatch.Effect`: this attempt's id, sent with each call.
         self.attempt_id = intent.request_id or str(uuid.uuid4())
@@ -324,7 +342,7 @@ class AsyncEffect:
         return self._completed
 
     async def _begin(self) -> Begun:
-        begun = await self.ledger.begin(self._sent)
+        begun = await self.ledger.begin(self._sent, dispatch=self._claim)
         if not self.wait_in_flight or begun.decision != "in_flight":
             return begun
         deadline = time.monotonic() + self.wait_in_flight
@@ -338,7 +356,7 @@ class AsyncEffect:
             pause = min(pause * 2, _core.LAST_PAUSE)
             state = await self.ledger.state_of(self.intent.op_key)
             if state != "pending":
-                begun = await self.ledger.begin(self._sent)
+                begun = await self.ledger.begin(self._sent, dispatch=self._claim)
                 state = begun.state
         return begun
 
@@ -349,8 +367,9 @@ class AsyncEffect:
             self.replayed = True
             self.result = begun.result
         elif begun.decision not in _core.MAY_RUN:
-            recorded = await self.ledger.recorded(self.intent.op_key) if begun.decision == "rejected" else None
-            raise _core.refusal_for(begun, self.intent, recorded)
+            raise _core.refusal_for(begun, self.intent)
+        elif self._claim and (begun.dispatched or begun.refused):
+            self._claimed_with_begin = Dispatch(begun.dispatched, begun.state or "", begun.refused)
         return self
 
     async def dispatched(self) -> None:
@@ -358,16 +377,19 @@ class AsyncEffect:
             raise _core.Replayed()
         if self._dispatched or self._completed:
             raise _core.dispatched_twice(self.intent.op_key)
-        dispatch = await self.ledger.mark_dispatched(
-            self.intent.op_key, target=self.intent.target, request_id=self.attempt_id
-        )
+        dispatch = self._claimed_with_begin
+        self._claimed_with_begin = None
+        if dispatch is None:
+            dispatch = await self.ledger.mark_dispatched(
+                self.intent.op_key, target=self.intent.target, request_id=self.attempt_id
+            )
         if dispatch.refused or not dispatch.claimed:
             # Another caller or login holds the effect: it is theirs to complete.
             self._not_ours = True
         if dispatch.refused:
             raise LedgerRefused(dispatch.refused)
         if not dispatch.claimed:
-            raise _core.refusal_for(Begun("in_flight", 0, dispatch.state, None), self.intent, None)
+            raise _core.refusal_for(Begun("in_flight", 0, dispatch.state, None), self.intent)
         self._dispatched = True
 
     async def succeeded(self, external_ref: str | None = None, result: Any = None) -> Completed:
