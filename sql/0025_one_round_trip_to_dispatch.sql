@@ -96,11 +96,13 @@ language plpgsql security definer
 set search_path = pg_catalog, pg_temp
 as $$
 declare
+    ignored text;
     answer ledger.begin_answer;
     claim record;
     refused_answer constant ledger.dispatch_answer :=
         ('refused', null, null, null, false, null, null)::ledger.dispatch_answer;
 begin
+    ignored := ledger.forget_caller_settings();
     if begin_and_dispatch.as_requester
        and ledger.refused_to_requester(begin_and_dispatch.op_key, begin_and_dispatch.requested_by,
                                        begin_and_dispatch.request_id) then

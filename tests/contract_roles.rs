@@ -288,6 +288,8 @@ async fn an_agent_writes_through_the_writer_api_only() {
     assert_eq!(
         executable(pool, &role.name).await,
         [
+            // begin_effect and mark_dispatched in one round trip (0025).
+            "begin_and_dispatch",
             "begin_effect",
             // The key form, for SQL callers to make their keys (0022).
             "canonical_arguments",
