@@ -998,6 +998,7 @@ async fn a_decline_stated_by_structure_is_failed_whatever_its_wording() {
         .await
         .unwrap();
     assert_ne!(done.is_error, Some(true), "{}", text(&done));
+    assert_eq!(rig.effect("refund:INV-REF:500").await.0, "succeeded");
     let (external_ref,): (Option<String>,) = sqlx::query_as(
         "select external_ref from ledger.effects where op_key = 'refund:INV-REF:500'",
     )

@@ -10,7 +10,7 @@ use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
     ContentBlock, GetPromptRequestParams, GetPromptResponse, ListPromptsResult,
     ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
-    ReadResourceRequestParams, ReadResourceResponse, ServerConfig,
+    ReadResourceRequestParams, ReadResourceResponse, ResultType, ServerConfig,
 };
 use rmcp::service::{RequestContext, RoleServer, ServiceError};
 use rmcp::{ErrorData as McpError, ServerHandler};
@@ -282,6 +282,10 @@ impl ServerHandler for Gateway {
         listed
             .tools
             .retain(|tool| self.offers(&self.shared.policy.route(&tool.name)));
+        // An upstream on an older protocol answers without a result type,
+        // which the gateway's own client may have agreed a version that
+        // requires; the SDK drops it again for a client on an older one.
+        listed.result_type.get_or_insert(ResultType::COMPLETE);
         Ok(listed)
     }
 
@@ -295,12 +299,18 @@ impl ServerHandler for Gateway {
         match self.shared.policy.route(&name) {
             Route::PassThrough => {
                 let peer = self.peer(&context).await?;
-                peer.call_tool_once(request).await.map_err(upstream_error)
+                peer.call_tool_once(request)
+                    .await
+                    .map(typed_response)
+                    .map_err(upstream_error)
             }
             Route::Unmapped if self.shared.allow_unmapped => {
                 tracing::warn!(tool = %name, "an unmapped tool that may change the world, relayed unrecorded (--allow-unmapped)");
                 let peer = self.peer(&context).await?;
-                peer.call_tool_once(request).await.map_err(upstream_error)
+                peer.call_tool_once(request)
+                    .await
+                    .map(typed_response)
+                    .map_err(upstream_error)
             }
             Route::Lookalike { of } => Ok(CallToolResponse::Complete(tool_error(format!(
                 "The gateway refused \"{}\": its name looks like {of}, which the gateway records, but it is \
@@ -322,7 +332,10 @@ impl ServerHandler for Gateway {
                     peer,
                 )
                 .await
-                .map(CallToolResponse::Complete)
+                .map(|mut result| {
+                    result.result_type.get_or_insert(ResultType::COMPLETE);
+                    CallToolResponse::Complete(result)
+                })
             }
         }
     }
@@ -333,6 +346,17 @@ impl ServerHandler for Gateway {
     relay!(list_prompts(Option<PaginatedRequestParams>) -> ListPromptsResult);
     relay!(get_prompt(GetPromptRequestParams) -> GetPromptResponse, via get_prompt_once);
     relay!(complete(CompleteRequestParams) -> CompleteResult);
+}
+
+/// A relayed answer with the result type an older upstream leaves out.
+fn typed_response(response: CallToolResponse) -> CallToolResponse {
+    match response {
+        CallToolResponse::Complete(mut result) => {
+            result.result_type.get_or_insert(ResultType::COMPLETE);
+            CallToolResponse::Complete(result)
+        }
+        other => other,
+    }
 }
 
 /// The call with the client's own `_meta` (which the SDK hands over in the
@@ -666,7 +690,7 @@ impl RecordedCall {
                 completion.reason = Some(format!(
                     "the tool server said it does not know whether it was done: {said}"
                 ));
-                (Outcome::Unknown, tool_error(in_doubt_text(call, &said)))
+                (Outcome::Unknown, tool_error(told_unknown_text(call, &said)))
             }
             None if result.is_error != Some(true) => {
                 completion.external_ref = structured_ref();
@@ -968,10 +992,21 @@ fn in_doubt_text(call: &MappedCall, said: &str) -> String {
     )
 }
 
+/// The tool server said, by structure, that it does not know.
+fn told_unknown_text(call: &MappedCall, said: &str) -> String {
+    format!(
+        "The tool server answered this {action} on {target}: \"{said}\", and said it does not know whether \
+         the {action} was done, so it may already have happened (key {key}). {settling}",
+        action = call.action,
+        target = call.target,
+        key = call.op_key,
+        settling = SETTLING,
+    )
+}
+
 const SETTLING: &str = "Do not retry it and do not try another way to do it; an operator has been shown it \
      and it will be checked with the provider. Tell the user it is being checked.";
 
-/// The answer to a caller whose key is another's: nothing of the effect.
 /// The answer to a call the ledger did not let this caller send.
 fn answer_unsent(call: &MappedCall, started: writer::Started) -> CallToolResult {
     let begun = started.begun;
@@ -991,6 +1026,7 @@ fn answer_unsent(call: &MappedCall, started: writer::Started) -> CallToolResult 
     }
 }
 
+/// The answer to a caller whose key is another's: nothing of the effect.
 fn not_yours_text(call: &MappedCall) -> String {
     format!(
         "This {action} was not done: its key ({key}) belongs to another caller, and nothing of that caller's \
