@@ -623,7 +623,14 @@ async fn a_long_shift_of_demo_traffic_is_cleared_with_bulk_actions() {
             !screen.contains("filter: holder:settled") && !screen.contains(READING_NEW_FILTER)
         })
         .await;
-    if !console.screen_text().contains("nothing in held conflicts") {
+    // A cancel releases what the cancelled effect held, and what waited
+    // behind that is now held by the one released (a new version, which
+    // the bulk action skips as changed since it was read): what is left
+    // is cancelled in another pass, as an operator would.
+    for pass in 1..=3 {
+        if console.screen_text().contains("nothing in held conflicts") {
+            break;
+        }
         press(&mut console, "X");
         console
             .wait_for("the cancel-all dialog", Duration::from_secs(5), |screen| {
@@ -631,9 +638,16 @@ async fn a_long_shift_of_demo_traffic_is_cleared_with_bulk_actions() {
             })
             .await;
         press(&mut console, reason);
+        let settled = Instant::now();
+        while settled.elapsed() < Duration::from_secs(if pass == 3 { 60 } else { 15 }) {
+            if console.screen_text().contains("nothing in held conflicts") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
     }
     console
-        .wait_for("the held pane cleared", Duration::from_secs(60), |screen| {
+        .wait_for("the held pane cleared", Duration::from_secs(5), |screen| {
             screen.contains("nothing in held conflicts")
         })
         .await;
@@ -646,11 +660,14 @@ async fn a_long_shift_of_demo_traffic_is_cleared_with_bulk_actions() {
     assert_eq!(count("held").await, 0);
     let audited: i64 = sqlx::query_scalar(
         "select count(*) from ledger.audit_log
-          where action in ('acknowledge_duplicates', 'release', 'cancel')",
+          where action in ('acknowledge_duplicates', 'release', 'cancel',
+                           'release_by_rule', 'cancel_by_rule')",
     )
     .fetch_one(&db.pool)
     .await
     .unwrap();
+    // An operator's cancel may release or cancel, by rule, what the
+    // cancelled effect held: each item is still one audit entry.
     assert!(
         audited >= duplicates + held,
         "one audit entry per item: {audited} for {duplicates} + {held}"

@@ -161,6 +161,10 @@ pub async fn install_demo_policies(
             // A ledger that has its policy keeps everything but the window.
             exclusive_per_target: (!exists || by_range).then_some(exclusive),
             conflicts_by_time_range: by_range.then_some(true),
+            // A stay held behind one that was booked overlaps a booked
+            // room: it can never be made, so it is cancelled, not left
+            // for a person to free.
+            on_holder_success: by_range.then(|| "cancel".to_string()),
             compensation_approval_limit_minor: (!exists).then_some(limit),
             retry_semantics: (!exists).then(|| semantics.to_string()),
             ..Default::default()
