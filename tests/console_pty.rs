@@ -687,8 +687,11 @@ async fn a_bulk_key_pressed_with_a_new_filter_acts_only_on_that_filters_rows() {
         let pool = db.pool.clone();
         async move {
             for n in 1..=2 {
+                // The held one's agent asks once: its one-second window
+                // has passed by the time the console shows it.
                 let intent = effectwatch::ledger::writer::Intent {
                     action: action.to_string(),
+                    pending_window_secs: (n == 2).then_some(1),
                     ..intent(&format!("{key}:{n}"), &target)
                 };
                 let begun = begin_effect(&pool, &intent).await.unwrap();
@@ -723,6 +726,8 @@ async fn a_bulk_key_pressed_with_a_new_filter_acts_only_on_that_filters_rows() {
         "booking:PTY46:ROOM-3:2",
     ];
     let refunds = ["refund:PTY46:INV-1:2", "refund:PTY46:INV-2:2"];
+    // The held ones' one-second windows pass without another ask.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
 
     let mut console = Console::start(&db.url, &[]);
     console
@@ -789,7 +794,7 @@ async fn a_bulk_key_pressed_with_a_new_filter_acts_only_on_that_filters_rows() {
     }
     assert!(!screen.contains("booking:PTY46"), "{screen}");
 
-    // Their agents never asked again: the dialog offers to cancel them
+    // Their agents have not asked within their windows: the dialog offers to cancel them
     // instead, a field that Enter passes over, unchosen.
     assert!(screen.contains("cancel instead (space)"), "{screen}");
     console.press("the refunds' holders settled\r\r");

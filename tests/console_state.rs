@@ -1901,7 +1901,7 @@ fn held_snapshot(stopped: usize) -> Snapshot {
         .take(3)
         .enumerate()
         .map(|(index, row)| effectwatch::ledger::panes::HeldRow {
-            asked_since_held: index >= stopped,
+            still_asking: index >= stopped,
             ..row
         })
         .collect();
@@ -1939,7 +1939,7 @@ fn a_release_offers_cancel_for_held_items_whose_agents_stopped_asking() {
     assert_eq!(role, Role::Warn);
     assert!(
         note.contains(
-            "2 of these: their agents have not asked for them again since they were held; \
+            "2 of these: their agents have not asked for them within their pending window; \
              released, they go to Overdue undispatched"
         ),
         "{note}"
@@ -1987,7 +1987,8 @@ fn a_release_offers_cancel_for_held_items_whose_agents_stopped_asking() {
         dialog
             .note
             .as_ref()
-            .is_some_and(|(note, _)| note.contains("its agent has not asked for it again")),
+            .is_some_and(|(note, _)| note
+                .contains("its agent has not asked for it within its pending window")),
         "{:?}",
         dialog.note
     );

@@ -755,8 +755,8 @@ impl Bulk<'_> {
     }
 }
 
-/// Held items whose agents have not asked for them again since they were
-/// held: released, they go to Overdue undispatched.
+/// Held items whose agents have not asked for them within their pending
+/// window: released, they go to Overdue undispatched.
 struct StoppedAsking {
     stopped: usize,
     of: usize,
@@ -772,7 +772,7 @@ impl StoppedAsking {
             format!("{} of them", self.stopped)
         };
         format!(
-            "{which}: their agents have not asked for them again since they were held; \
+            "{which}: their agents have not asked for them within their pending window; \
              released, they go to Overdue undispatched"
         )
     }
@@ -783,7 +783,7 @@ impl StoppedAsking {
 async fn say_if_stopped_asking(pool: &LedgerPool, op_key: &str) -> Result<(), Failure> {
     if let Some(held_ms) = panes::held_without_asking(pool, op_key).await? {
         eprintln!(
-            "note: {} has not been asked for again since it was held {} ago: released, it goes \
+            "note: {} has not been asked for within its pending window (held {} ago): released, it goes \
              to Overdue undispatched unless its agent asks again; `effectwatch cancel {} \
              --reason …` withdraws it",
             sanitize_line(op_key),

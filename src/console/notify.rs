@@ -121,7 +121,7 @@ mod tests {
                 version: 1,
                 overlap_from: None,
                 overlap_to: None,
-                asked_since_held: true,
+                still_asking: true,
             })
             .collect();
         vec![(Pane::Held, PaneRows::Held(rows))]

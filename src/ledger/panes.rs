@@ -92,9 +92,9 @@ pub enum Scope {
     /// Held: items whose holder has settled, so a person can release or
     /// cancel them now.
     HolderSettled,
-    /// Held: items whose key nobody asked for again since it was held:
-    /// its agent stopped waiting, and released it would go to Overdue
-    /// undispatched.
+    /// Held: items whose key nobody asked for within its pending
+    /// window: its agent stopped waiting, and released it would go to
+    /// Overdue undispatched.
     StoppedAsking,
 }
 
@@ -107,16 +107,21 @@ pub const SCOPE_WORDS: [(&str, Scope); 5] = [
     ("stopped-asking", Scope::StoppedAsking),
 ];
 
-/// Whether a held effect's key was asked for again since it was held, by
-/// the instant the held view (aliased `v`) is read at: an agent that waits
-/// for a hold to end asks again (each call is an attempt, `held` while it
-/// lasts); one that has not since the hold began has stopped, and its
-/// effect, released, goes to Overdue undispatched. Served by the attempts'
-/// (effect_id, at) index.
-macro_rules! asked_since_held {
+/// Whether a held effect's key is still being asked for, by the instant
+/// the held view (aliased `v`) is read at: an agent that waits for a hold
+/// to end asks again (each call is an attempt, `held` while it lasts), so
+/// its last ask — the first, that made the effect, or a later attempt —
+/// lies within the effect's pending window. One whose last ask is older than the window
+/// has stopped, however often it asked before, and its effect, released,
+/// goes to Overdue undispatched. Served by the attempts' (effect_id, at)
+/// index.
+macro_rules! still_asking {
     () => {
-        "exists (select 1 from ledger.attempts a where a.effect_id = v.effect_id \
-         and a.at > v.held_since and a.at <= v.held_since + v.held_for)"
+        "(select e.created_at > v.held_since + v.held_for - e.pending_window \
+                 or exists (select 1 from ledger.attempts a where a.effect_id = e.id \
+                   and a.at > v.held_since + v.held_for - e.pending_window \
+                   and a.at <= v.held_since + v.held_for) \
+            from ledger.effects e where e.id = v.effect_id)"
     };
 }
 
@@ -144,7 +149,7 @@ impl Scope {
             (Scope::HolderSettled, Pane::Held) => {
                 Some("v.holder_state not in ('pending', 'unknown', 'held')")
             }
-            (Scope::StoppedAsking, Pane::Held) => Some(concat!("not ", asked_since_held!())),
+            (Scope::StoppedAsking, Pane::Held) => Some(concat!("not ", still_asking!())),
             (Scope::WithReplays, _) => Some("true"),
             _ => None,
         }
@@ -397,10 +402,10 @@ pub struct HeldRow {
     /// For bookings: the stretch of time the held one and its holder contend for.
     pub overlap_from: Option<DateTime<Utc>>,
     pub overlap_to: Option<DateTime<Utc>>,
-    /// Whether its key was asked for again since it was held: false, its
-    /// agent has stopped asking, and released it goes to Overdue
-    /// undispatched (the filter `stopped-asking` lists these).
-    pub asked_since_held: bool,
+    /// Whether its key was asked for within its pending window:
+    /// false, its agent has stopped asking, and released it goes to
+    /// Overdue undispatched (the filter `stopped-asking` lists these).
+    pub still_asking: bool,
 }
 
 /// Rows of one pane; each pane keeps its own shape.
@@ -446,7 +451,7 @@ impl PaneRows {
         match self {
             PaneRows::Held(rows) => rows
                 .iter()
-                .filter(|row| !row.asked_since_held)
+                .filter(|row| !row.still_asking)
                 .map(|row| (row.op_key.clone(), row.version))
                 .collect(),
             _ => Vec::new(),
@@ -576,8 +581,8 @@ fn pane_sql(pane: Pane) -> (&'static str, FilterColumns, &'static str) {
                     (extract(epoch from v.holder_age) * 1000)::bigint as holder_age_ms,
                     v.holder_amount_minor, v.holder_currency, v.version, v.overlap_from,
                     v.overlap_to, ",
-                asked_since_held!(),
-                " as asked_since_held"
+                still_asking!(),
+                " as still_asking"
             ),
             &[
                 ("key", Some("v.op_key")),
@@ -650,7 +655,8 @@ pub async fn count<'c>(
 }
 
 /// How long `op_key` has been held when its agent has not asked for it
-/// again since (milliseconds); None when it is not held, or was asked for.
+/// within its pending window (milliseconds); None when it is not
+/// held, or is still asked for.
 pub async fn held_without_asking<'c>(
     executor: impl PgExecutor<'c>,
     op_key: &str,
@@ -658,7 +664,7 @@ pub async fn held_without_asking<'c>(
     Ok(sqlx::query_scalar(concat!(
         "select (extract(epoch from v.held_for) * 1000)::bigint from ledger.held_conflicts v
           where v.op_key = $1 and not ",
-        asked_since_held!()
+        still_asking!()
     ))
     .bind(op_key)
     .fetch_optional(executor)

@@ -36,7 +36,7 @@ pub struct Dialog {
     /// compensation above the approval limit waits for a second operator).
     pub note: Option<(String, Role)>,
     /// Of a release: the held items whose agents have not asked for them
-    /// again since they were held (released, they would go to Overdue
+    /// within their pending window (released, they would go to Overdue
     /// undispatched), which the operator may cancel instead.
     pub stopped_asking: Vec<(String, i64)>,
     /// Cancel those instead of releasing them; the others are released.
@@ -209,15 +209,15 @@ impl App {
         let note = match &subject {
             _ if stopped_asking.is_empty() => note,
             Subject::Effect { .. } => Some((
-                "its agent has not asked for it again since it was held: released, it goes to \
+                "its agent has not asked for it within its pending window: released, it goes to \
                  Overdue undispatched unless the agent asks again"
                     .to_string(),
                 Role::Warn,
             )),
             _ => Some((
                 format!(
-                    "{} of these: their agents have not asked for them again since they were \
-                     held; released, they go to Overdue undispatched",
+                    "{} of these: their agents have not asked for them within their \
+                     pending window; released, they go to Overdue undispatched",
                     stopped_asking.len()
                 ),
                 Role::Warn,

@@ -297,7 +297,7 @@ pub struct App {
     /// What the console's own actions did, until a read shows it.
     pub(crate) acted: Vec<Acted>,
     /// The held items, as last read, whose agents have not asked for them
-    /// again since they were held: a release says so, and offers cancel.
+    /// within their pending window: a release says so, and offers cancel.
     pub(crate) stopped_asking: std::collections::HashSet<String>,
     pending_jump_to_end: bool,
     /// The first line of the help shown: it scrolls when taller than the
