@@ -296,6 +296,8 @@ async fn an_agent_writes_through_the_writer_api_only() {
             "canonical_json",
             "complete_effect",
             "current_actor",
+            // Beats while a provider call runs (0027).
+            "heartbeat",
             "key_form",
             "key_from_template",
             "mark_dispatched",

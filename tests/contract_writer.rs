@@ -1848,7 +1848,7 @@ async fn one_call_begins_and_claims_and_a_rejected_call_is_told_what_it_changed(
     request.amount_minor = Some(1500);
     request.currency = Some("EUR".into());
 
-    let first = begin_and_dispatch(pool, &request, "worker-1", false)
+    let first = begin_and_dispatch(pool, &request, "worker-1", false, None)
         .await
         .unwrap()
         .expect("the caller's own key");
@@ -1857,7 +1857,7 @@ async fn one_call_begins_and_claims_and_a_rejected_call_is_told_what_it_changed(
     assert!(effect(pool, key).await.dispatched_at.is_some());
     assert_eq!(attempt_kinds(pool, key).await, ["dispatch"]);
 
-    let repeat = begin_and_dispatch(pool, &request, "worker-2", false)
+    let repeat = begin_and_dispatch(pool, &request, "worker-2", false, None)
         .await
         .unwrap()
         .unwrap();
@@ -1868,7 +1868,7 @@ async fn one_call_begins_and_claims_and_a_rejected_call_is_told_what_it_changed(
     complete_effect(pool, key, Outcome::Succeeded, &done("re_9", stored.clone()))
         .await
         .unwrap();
-    let replay = begin_and_dispatch(pool, &request, "worker-2", false)
+    let replay = begin_and_dispatch(pool, &request, "worker-2", false, None)
         .await
         .unwrap()
         .unwrap();
@@ -1882,7 +1882,7 @@ async fn one_call_begins_and_claims_and_a_rejected_call_is_told_what_it_changed(
     other.params = json!({"amount_minor": 1500.0, "currency": "EUR", "note": "again"});
     other.target = "invoice:INV-991".into();
     other.amount_minor = Some(2500);
-    let rejected = begin_and_dispatch(pool, &other, "worker-3", false)
+    let rejected = begin_and_dispatch(pool, &other, "worker-3", false, None)
         .await
         .unwrap()
         .unwrap();

@@ -1166,3 +1166,92 @@ async fn closing_an_http_session_is_answered_no_content() {
         let _ = child.kill().await;
     }
 }
+
+/// A gateway SIGKILLed while its call is out to the tool server stops
+/// beating for the effect: the effect is unknown (worker_lost) once the
+/// lease ends, not at the end of its window, and `list unknown` shows it.
+#[tokio::test]
+async fn a_gateway_killed_mid_call_leaves_its_effect_unknown_within_the_lease() {
+    let Some(rig) = Rig::new().await else { return };
+    std::fs::write(
+        rig.policy(),
+        POLICY.replace(
+            "upstream_timeout_secs = 10",
+            "upstream_timeout_secs = 10\nheartbeat_lease_secs = 1",
+        ),
+    )
+    .unwrap();
+    // The provider makes the refund and never answers: the call stays out.
+    rig.provider.set_fault(
+        effectwatch::fakeprovider::Route::Create,
+        Some(effectwatch::fakeprovider::Fault::ApplyThenHang),
+    );
+    let (url, mut children) = rig.http_gateway().await;
+    let client = http_client(&url, "doomed-agent").await;
+    let call = tokio::spawn(async move { client.call_tool(refund("INV-KILL", 990, "EUR")).await });
+    let key = "refund:INV-KILL:990";
+    let beats = |minimum: i64| {
+        let pool = rig.db.pool.clone();
+        async move {
+            loop {
+                let beats: Option<i64> = sqlx::query_scalar(
+                    "select w.beats from ledger.worker_leases w join ledger.effects e on e.id = w.effect_id
+                      where e.op_key = $1",
+                )
+                .bind(key)
+                .fetch_optional(&pool)
+                .await
+                .unwrap();
+                if beats.is_some_and(|beats| beats >= minimum) {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    // Beating while the call is out, past one lease.
+    tokio::time::timeout(Duration::from_secs(10), beats(4))
+        .await
+        .expect("the gateway beats while its call is out");
+    let written: String = sqlx::query_scalar("select state from ledger.effects where op_key = $1")
+        .bind(key)
+        .fetch_one(&rig.db.pool)
+        .await
+        .unwrap();
+    assert_eq!(written, "pending");
+
+    children[1].start_kill().unwrap();
+    let killed = std::time::Instant::now();
+    let last_error: String = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let found: Option<String> = sqlx::query_scalar(
+                "select last_error from ledger.unknown_outcomes_at(null) where op_key = $1",
+            )
+            .bind(key)
+            .fetch_optional(&rig.db.pool)
+            .await
+            .unwrap();
+            if let Some(found) = found {
+                return found;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the effect is unknown once the lease ends");
+    let took = killed.elapsed();
+    eprintln!("gateway SIGKILLed mid-call: unknown in the pane after {took:?} (lease 1 s)");
+    assert!(last_error.starts_with("worker_lost"), "{last_error}");
+    assert!(took < Duration::from_secs(3), "{took:?}");
+    let listed = rig.cli(&["list", "unknown", "--format", "json"]);
+    let listed = String::from_utf8_lossy(&listed.stdout).into_owned();
+    assert!(
+        listed.contains(key) && listed.contains("worker_lost"),
+        "{listed}"
+    );
+    assert_eq!(rig.refunds_of("INV-KILL"), 1);
+    call.abort();
+    for child in &mut children {
+        let _ = child.kill().await;
+    }
+}

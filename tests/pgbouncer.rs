@@ -9,7 +9,7 @@ use std::time::Duration;
 use common::pgbouncer::PgBouncer;
 use effectwatch::console::app::{Message, Notifications};
 use effectwatch::ledger::writer::{
-    Completion, Outcome, begin_effect, complete_effect, mark_dispatched,
+    Completion, Outcome, begin_effect, complete_effect, heartbeat, mark_dispatched,
 };
 use effectwatch::ledger::{self, ConnectSettings, Decision, LedgerPool, Pooler};
 use serde_json::json;
@@ -85,6 +85,36 @@ async fn the_writer_api_works_unchanged_through_transaction_pooling() {
     assert_eq!(
         begin_effect(&pool, &in_flight).await.unwrap().decision,
         Decision::InFlight
+    );
+    // Heartbeats, each on whichever server connection is free: the lease
+    // moves, and ends with the call.
+    let lease = Duration::from_secs(5);
+    let mut lease_ends = Vec::new();
+    for _ in 0..4 {
+        let beat = heartbeat(&pool, &in_flight.op_key, lease, "agent-1")
+            .await
+            .unwrap();
+        assert!(beat.alive, "{beat:?}");
+        lease_ends.push(beat.lease_until.unwrap());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        lease_ends.windows(2).all(|pair| pair[0] < pair[1]),
+        "{lease_ends:?}"
+    );
+    complete_effect(
+        &pool,
+        &in_flight.op_key,
+        Outcome::Succeeded,
+        &Completion::default(),
+    )
+    .await
+    .unwrap();
+    assert!(
+        !heartbeat(&pool, &in_flight.op_key, lease, "agent-1")
+            .await
+            .unwrap()
+            .alive
     );
 }
 

@@ -28,6 +28,7 @@ pub(crate) struct Config {
     pub(crate) panes: bool,
     pub(crate) reconciler: bool,
     pub(crate) retention: bool,
+    pub(crate) heartbeats: bool,
 }
 
 pub(crate) fn env_num<T: FromStr>(name: &str, default: T) -> Result<T>
@@ -48,15 +49,16 @@ impl Config {
     pub(crate) fn from_env() -> Result<Config> {
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
         let only = std::env::var("EW_BENCH_ONLY").unwrap_or_default();
-        let (writer, pgbench, panes, reconciler, retention) = match only.trim() {
-            "" | "both" | "all" => (true, true, true, true, true),
-            "writer" => (true, true, false, false, false),
-            "pgbench" => (false, true, false, false, false),
-            "panes" => (false, false, true, false, false),
-            "reconciler" => (false, false, false, true, false),
-            "retention" => (false, false, false, false, true),
+        let (writer, pgbench, panes, reconciler, retention, heartbeats) = match only.trim() {
+            "" | "both" | "all" => (true, true, true, true, true, true),
+            "writer" => (true, true, false, false, false, false),
+            "pgbench" => (false, true, false, false, false, false),
+            "panes" => (false, false, true, false, false, false),
+            "reconciler" => (false, false, false, true, false, false),
+            "retention" => (false, false, false, false, true, false),
+            "heartbeats" => (false, false, false, false, false, true),
             other => bail!(
-                "EW_BENCH_ONLY={other:?}: expected writer, pgbench, panes, reconciler, retention or all"
+                "EW_BENCH_ONLY={other:?}: expected writer, pgbench, panes, reconciler, retention, heartbeats or all"
             ),
         };
         let config = Config {
@@ -80,6 +82,7 @@ impl Config {
             panes,
             reconciler,
             retention,
+            heartbeats,
         };
         if config.open < 4 || config.small < config.open || config.effects < config.small {
             bail!(

@@ -18,6 +18,8 @@
 //!    in month partitions, against the same prune deleting it row by row on a ledger built
 //!    alike whose history sits in the kept partitions; with the begin latency of a writer
 //!    running beside it and the database size before and after (`retention_bench`).
+//! 5. **Heartbeats**: 1,000 calls in flight beating: a beat's latency, and the writer alone
+//!    against the writer beside the beats at their real rate (`heartbeat_bench`).
 //!
 //! Server: `DATABASE_URL` if set (fresh databases `ew_bench_<pid>_*` are created on it and
 //! dropped afterwards), else a private cluster started with `effectwatch::localpg` (durable
@@ -34,13 +36,15 @@
 //! `EW_BENCH_BUILD_JOBS` [cores] parallel build connections, `EW_BENCH_RUNS` [15] timed runs per
 //! query, `EW_BENCH_WARMUPS` [3], `EW_BENCH_LIMIT` [500] rows per pane fetch, `EW_BENCH_RECONCILE` [10000] unknown
 //! effects for the reconciler, `EW_BENCH_RETAIN` [200000] settled effects per retention ledger,
-//! `EW_BENCH_ONLY` [all] `writer` (with pgbench), `pgbench`, `panes`, `reconciler` or `retention`,
+//! `EW_BENCH_ONLY` [all] `writer` (with pgbench), `pgbench`, `panes`, `reconciler`, `retention` or
+//! `heartbeats`,
 //! `EW_BENCH_KEEP` [unset] set to 1: keep the ledgers built (with `DATABASE_URL`) to inspect them.
 //!
 //! Results go to stdout; progress goes to stderr.
 
 mod build;
 mod config;
+mod heartbeat_bench;
 mod pane_bench;
 mod pgbench_bench;
 mod reconciler_bench;
@@ -65,6 +69,7 @@ use std::time::{Duration, Instant};
 
 pub(crate) use build::*;
 pub(crate) use config::*;
+pub(crate) use heartbeat_bench::*;
 pub(crate) use pane_bench::*;
 pub(crate) use pgbench_bench::*;
 pub(crate) use reconciler_bench::*;
@@ -125,6 +130,9 @@ async fn run(config: &Config, server: &Server) -> Result<()> {
     }
     if config.retention {
         println!("{}", retention_bench(config, server).await?);
+    }
+    if config.heartbeats {
+        println!("{}", heartbeat_bench(config, server).await?);
     }
     Ok(())
 }

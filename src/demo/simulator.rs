@@ -124,6 +124,7 @@ impl Simulator {
                 sequence: 0,
                 run: run.clone(),
                 held: std::sync::Mutex::new(Vec::new()),
+                beats: index % 2 == 0,
             };
             let mut stopped = stopped.clone();
             tasks.spawn(async move {
@@ -172,7 +173,15 @@ struct Agent {
     /// Intents that were held, to ask about again (when, what, tries left),
     /// as a real agent comes back to a call it was told to wait with.
     held: std::sync::Mutex<Vec<(tokio::time::Instant, Intent, u8)>>,
+    /// Runs on a client that beats while a provider call is out (as the
+    /// Python and TypeScript clients do): when it dies mid-call, its effect
+    /// is unknown once the lease ends. The others' crashes wait out their
+    /// window, as a bare SQL caller's do.
+    beats: bool,
 }
+
+/// The clients' default heartbeat lease.
+const HEARTBEAT_LEASE: Duration = Duration::from_secs(15);
 
 /// How long a held agent waits before it asks again, and how often it does.
 const HELD_RETRY_AFTER: Duration = Duration::from_secs(15);
@@ -309,6 +318,11 @@ impl Agent {
             }
             Scenario::CrashAfterDispatch => {
                 if self.begin_and_claim(&intent).await? {
+                    if self.beats {
+                        writer::heartbeat(&self.pool, &intent.op_key, HEARTBEAT_LEASE, &self.name)
+                            .await
+                            .map_err(describe)?;
+                    }
                     let _ = self.provider.create(&intent).await;
                     // The worker dies here: the ledger never hears back.
                     self.stats.crashes.fetch_add(1, Ordering::Relaxed);

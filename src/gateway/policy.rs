@@ -7,6 +7,7 @@
 //! alias = "billing"                 # the effects' requested_by: gateway:billing
 //! result_limit_bytes = 16384        # a larger tool result is stored summarised
 //! upstream_timeout_secs = 30        # no answer by then: the outcome is unknown
+//! heartbeat_lease_secs = 15         # a call out is beaten for; the gateway gone, it is unknown within this (0: off)
 //! replays = "caller"                # a repeat's stored answer goes only to the caller that made it
 //!
 //! [tools.refund]
@@ -41,6 +42,8 @@ use unicode_security::confusable_detection::skeleton;
 pub const DEFAULT_RESULT_LIMIT: usize = 16 * 1024;
 /// The default time the upstream has to answer a recorded call.
 pub const DEFAULT_UPSTREAM_TIMEOUT_SECS: u64 = 30;
+/// The default heartbeat lease of a call out to the tool server.
+pub const DEFAULT_HEARTBEAT_LEASE_SECS: u64 = 15;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -51,6 +54,11 @@ pub struct Policy {
     pub result_limit_bytes: Option<usize>,
     #[serde(default)]
     pub upstream_timeout_secs: Option<u64>,
+    /// While a recorded call is out to the tool server, the gateway beats
+    /// for its effect every third of this; if the gateway dies, the effect
+    /// is unknown once the lease ends instead of at the end of its window.
+    #[serde(default)]
+    pub heartbeat_lease_secs: Option<u64>,
     /// Who a repeated call is answered to (the stored result, the state).
     #[serde(default)]
     pub replays: Replays,
@@ -169,6 +177,11 @@ impl Policy {
         if policy.alias.trim().is_empty() {
             return Err("alias is blank: it names the gateway in the ledger".into());
         }
+        if let Some(lease @ 3601..) = policy.heartbeat_lease_secs {
+            return Err(format!(
+                "heartbeat_lease_secs = {lease}: a lease is at most 3600 seconds (0 turns heartbeats off)"
+            ));
+        }
         for (name, rule) in &policy.tools {
             rule.check_shape(name)?;
         }
@@ -188,6 +201,17 @@ impl Policy {
             self.upstream_timeout_secs
                 .unwrap_or(DEFAULT_UPSTREAM_TIMEOUT_SECS),
         )
+    }
+
+    /// The heartbeat lease of a call out to the tool server; None: off.
+    pub fn heartbeat_lease(&self) -> Option<std::time::Duration> {
+        match self
+            .heartbeat_lease_secs
+            .unwrap_or(DEFAULT_HEARTBEAT_LEASE_SECS)
+        {
+            0 => None,
+            secs => Some(std::time::Duration::from_secs(secs)),
+        }
     }
 
     /// How a call to the tool named `name` is handled. Only the policy

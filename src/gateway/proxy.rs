@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
@@ -476,15 +477,28 @@ impl RecordedCall {
         worker: &str,
     ) -> Result<Option<writer::Started>, LedgerError> {
         let as_requester = shared.policy.replays != Replays::Tenant;
-        let started =
-            writer::begin_and_dispatch(&shared.pool, intent, worker, as_requester).await?;
+        let started = writer::begin_and_dispatch(
+            &shared.pool,
+            intent,
+            worker,
+            as_requester,
+            shared.policy.heartbeat_lease(),
+        )
+        .await?;
         match started {
             Some(started)
                 if started.begun.decision == Decision::InFlight
                     && started.begun.state == State::Pending =>
             {
                 settle_wait(shared, &intent.op_key).await;
-                writer::begin_and_dispatch(&shared.pool, intent, worker, as_requester).await
+                writer::begin_and_dispatch(
+                    &shared.pool,
+                    intent,
+                    worker,
+                    as_requester,
+                    shared.policy.heartbeat_lease(),
+                )
+                .await
             }
             other => Ok(other),
         }
@@ -595,8 +609,13 @@ impl RecordedCall {
             .0
             .0
             .insert(OP_KEY_META.to_string(), Value::String(call.op_key.clone()));
+        let beating = shared
+            .policy
+            .heartbeat_lease()
+            .map(|lease| Heartbeat::start(&shared.pool, &call.op_key, lease, &worker));
         let answer =
             tokio::time::timeout(shared.policy.upstream_timeout(), peer.call_tool(request)).await;
+        drop(beating);
         let mut completion = Completion {
             request_id: Some(self.request_id.clone()),
             worker: Some(worker),
@@ -710,6 +729,45 @@ impl RecordedCall {
                 (Outcome::Unknown, tool_error(in_doubt_text(call, &said)))
             }
         }
+    }
+}
+
+/// Beats for a dispatched effect while its call is out to the tool server,
+/// from a task of its own, every third of the lease (begin_and_dispatch
+/// started the lease: a call answered sooner never beats). Dropped when the
+/// answer comes; a beat then in flight finishes.
+struct Heartbeat {
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+impl Heartbeat {
+    fn start(pool: &LedgerPool, op_key: &str, lease: Duration, worker: &str) -> Heartbeat {
+        let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+        let (pool, op_key, worker) = (pool.clone(), op_key.to_string(), worker.to_string());
+        tokio::spawn(async move {
+            let every = lease / 3;
+            let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = &mut stopped => return,
+                    _ = ticks.tick() => {}
+                }
+                match writer::heartbeat(&pool, &op_key, lease, &worker).await {
+                    Ok(beat) if beat.alive => {}
+                    Ok(beat) => {
+                        if beat.state == crate::ledger::State::Unknown {
+                            tracing::warn!(%op_key, "the ledger declared this call lost (its lease ran out); its answer will still be recorded");
+                        }
+                        return;
+                    }
+                    Err(error) => {
+                        tracing::warn!(%op_key, %error, "a heartbeat failed: trying again at the next beat");
+                    }
+                }
+            }
+        });
+        Heartbeat { _stop: stop }
     }
 }
 

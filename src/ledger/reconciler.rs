@@ -49,6 +49,18 @@ pub struct LeaseTerms {
 
 /// The ledger's clock: a pass is measured against it, not the reconciler's
 /// host, so reconcilers on hosts whose clocks differ agree on what is due.
+/// Writes unknown (worker_lost) every dispatched effect whose worker's
+/// heartbeat lease ran out; their keys.
+pub async fn declare_lost_workers<'c>(
+    executor: impl PgExecutor<'c>,
+) -> Result<Vec<String>, LedgerError> {
+    Ok(
+        sqlx::query_scalar("select op_key from ledger.declare_lost_workers()")
+            .fetch_all(executor)
+            .await?,
+    )
+}
+
 pub async fn ledger_now<'c>(executor: impl PgExecutor<'c>) -> Result<DateTime<Utc>, LedgerError> {
     Ok(sqlx::query_scalar("select now()")
         .fetch_one(executor)

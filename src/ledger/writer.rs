@@ -4,6 +4,7 @@
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::PgExecutor;
+use sqlx::postgres::types::PgInterval;
 
 use super::{Decision, LedgerError, State};
 
@@ -225,7 +226,9 @@ pub async fn begin_and_dispatch<'c>(
     intent: &Intent,
     worker: &str,
     as_requester: bool,
+    heartbeat_lease: Option<std::time::Duration>,
 ) -> Result<Option<Started>, LedgerError> {
+    let heartbeat_lease = heartbeat_lease.map(lease_interval).transpose()?;
     let row = bind_intent!(
         sqlx::query_as::<_, DispatchAnswer>(
             "select decision, effect_id, state, result, dispatched, refused, differences
@@ -234,12 +237,13 @@ pub async fn begin_and_dispatch<'c>(
                 pending_window => make_interval(secs => $6::bigint), amount_minor => $7, currency => $8,
                 provider => $9, approval_ref => $10, approval_version => $11, request_id => $12,
                 during => case when $13::timestamptz is not null then tstzrange($13, $14) end,
-                worker => $15, as_requester => $16)"
+                worker => $15, as_requester => $16, heartbeat_lease => $17)"
         ),
         intent
     )
     .bind(worker)
     .bind(as_requester)
+    .bind(heartbeat_lease)
     .fetch_one(executor)
     .await?;
     refusal(row.refused)?;
@@ -320,6 +324,48 @@ async fn claim<'c>(
         })?;
     refusal(refused)?;
     Ok(dispatch)
+}
+
+fn lease_interval(lease: std::time::Duration) -> Result<PgInterval, LedgerError> {
+    PgInterval::try_from(lease)
+        .map_err(|_| LedgerError::Invalid(format!("a heartbeat lease of {lease:?} is too long")))
+}
+
+/// What a heartbeat learned.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Beat {
+    /// The call is still the worker's to finish; false when the effect was
+    /// completed, or declared lost because an earlier lease ran out.
+    pub alive: bool,
+    pub state: State,
+    pub lease_until: Option<DateTime<Utc>>,
+}
+
+/// The worker running `op_key`'s provider call is alive: its lease runs
+/// `lease` from now. Beat every third of the lease or so while the call
+/// runs; when the beats stop for longer than the lease, the effect is
+/// unknown (worker_lost) and the reconciler takes it up.
+pub async fn heartbeat<'c>(
+    executor: impl PgExecutor<'c>,
+    op_key: &str,
+    lease: std::time::Duration,
+    worker: &str,
+) -> Result<Beat, LedgerError> {
+    let lease = lease_interval(lease)?;
+    let (alive, state, lease_until) = sqlx::query_as::<_, (bool, State, Option<DateTime<Utc>>)>(
+        "select alive, state, lease_until from ledger.heartbeat(
+                op_key => $1, lease => $2, worker => $3)",
+    )
+    .bind(op_key)
+    .bind(lease)
+    .bind(worker)
+    .fetch_one(executor)
+    .await?;
+    Ok(Beat {
+        alive,
+        state,
+        lease_until,
+    })
 }
 
 /// The state of the effect under `op_key` now, as this login may read it

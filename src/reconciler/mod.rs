@@ -108,6 +108,9 @@ pub struct PassSummary {
     pub steps_open: usize,
     /// Escalations delivered by the pass's delivery round.
     pub delivered: usize,
+    /// Effects whose workers stopped beating, written unknown (worker_lost)
+    /// before the pass leased anything.
+    pub workers_lost: usize,
 }
 
 impl PassSummary {
@@ -156,11 +159,12 @@ impl PassSummary {
         self.steps += other.steps;
         self.steps_open += other.steps_open;
         self.delivered += other.delivered;
+        self.workers_lost += other.workers_lost;
     }
 
     /// Whether the pass did anything at all.
     pub fn did_work(&self) -> bool {
-        self.leased > 0 || self.steps > 0 || self.delivered > 0
+        self.leased > 0 || self.steps > 0 || self.delivered > 0 || self.workers_lost > 0
     }
 
     /// One line for the log and `--once`.
@@ -174,6 +178,9 @@ impl PassSummary {
             .map(|(finding, count)| format!("{count} {finding}"))
             .collect();
         let mut parts = Vec::new();
+        if self.workers_lost > 0 {
+            parts.push(format!("{} workers lost mid-call", self.workers_lost));
+        }
         if self.leased > 0 {
             parts.push(format!("{} reconciled", self.leased));
         }
@@ -243,6 +250,15 @@ impl Reconciler {
         // them (one indexed read when they do).
         if let Err(error) = crate::ledger::retention::ensure_months(&self.pool).await {
             tracing::warn!(%error, "cannot make the history's next months");
+        }
+        // A worker whose heartbeats stopped: its effect is unknown now, and
+        // this pass takes it up with the rest.
+        match leases::declare_lost_workers(&self.pool).await {
+            Ok(lost) => summary.workers_lost = lost.len(),
+            Err(error) => {
+                self.counters.pass_failed();
+                return Err(error);
+            }
         }
         let began = match leases::ledger_now(&self.pool).await {
             Ok(began) => began,
