@@ -631,12 +631,32 @@ async fn a_long_shift_of_demo_traffic_is_cleared_with_bulk_actions() {
         if console.screen_text().contains("nothing in held conflicts") {
             break;
         }
-        press(&mut console, "X");
-        console
-            .wait_for("the cancel-all dialog", Duration::from_secs(5), |screen| {
-                screen.contains("cancel ") && screen.contains("reason (required)")
-            })
-            .await;
+        // A key for every item is refused until the rows on screen are the
+        // ones it would act on (the unfiltered pane read, the last pass's
+        // items read again): pressed again once they show, as the console asks.
+        let asked = Instant::now();
+        loop {
+            press(&mut console, "X");
+            console
+                .wait_for(
+                    "the cancel-all dialog, or the wait for the rows",
+                    Duration::from_secs(5),
+                    |screen| {
+                        (screen.contains("cancel ") && screen.contains("reason (required)"))
+                            || status_line(screen).contains("again once they show")
+                    },
+                )
+                .await;
+            if console.screen_text().contains("reason (required)") {
+                break;
+            }
+            assert!(
+                asked.elapsed() < Duration::from_secs(20),
+                "the rows never showed:\n{}",
+                console.screen_text()
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
         press(&mut console, reason);
         let settled = Instant::now();
         while settled.elapsed() < Duration::from_secs(if pass == 3 { 60 } else { 15 }) {
