@@ -29,19 +29,27 @@ import { outcomeOf } from "./outcome.js";
 // begin_effect and, with dispatch => true when it answers proceed or retry,
 // mark_dispatched: one transaction, one round trip. A rejected call is
 // answered with what differs (`differences`).
+// Both claims start the call's heartbeat lease with the claim itself, in the
+// same transaction, when heartbeat_lease is given (null: heartbeats off);
+// make_interval of a null is null.
 const BEGIN_SQL = `select decision, effect_id, state, result, dispatched, refused, differences
     from ledger.begin_and_dispatch(
     op_key => $1, action => $2, target => $3, params => $4::jsonb, requested_by => $5,
     amount_minor => $6::bigint, currency => $7, provider => $8, request_id => $9,
-    worker => $10, dispatch => $11)`;
+    worker => $10, dispatch => $11, heartbeat_lease => make_interval(secs => $12::float8))`;
 
 const DISPATCH_SQL = `select claimed, state, refused from ledger.mark_dispatched(
-    op_key => $1, request_id => $2, worker => $3, target => $4)`;
+    op_key => $1, request_id => $2, worker => $3, target => $4,
+    heartbeat_lease => make_interval(secs => $5::float8))`;
 
 const COMPLETE_SQL = `select applied, state, late, refused from ledger.complete_effect(
     op_key => $1, outcome => $2, external_ref => $3, result => $4::jsonb, retryable => $5,
     reason => $6, request_id => $7, worker => $8, error_class => $9,
     retry_after => make_interval(secs => $10::float8), target => $11)`;
+
+// A beat for a provider call in progress (README, "Heartbeats").
+const HEARTBEAT_SQL = `select alive, state, lease_until from ledger.heartbeat(
+    op_key => $1, lease => make_interval(secs => $2::float8), worker => $3)`;
 
 // Read only when a call's reply was lost, before it is sent again and
 // after: whether its first send was carried out for this attempt. An agent
@@ -200,6 +208,22 @@ export interface Completion {
   requestId?: string | null;
 }
 
+/** What a heartbeat learned. */
+export interface Beat {
+  /** The call is still this worker's to finish; false once the effect is completed, or declared lost because an earlier lease ran out. */
+  alive: boolean;
+  /** The effect's state: `unknown` when not alive because it was declared lost; any other, completed meanwhile. */
+  state: string;
+  /** Until when the lease now runs (null when not alive). */
+  leaseUntil: Date | null;
+}
+
+/** The lease a call holds from its claim and from each beat, by default (README, "Heartbeats"). */
+const HEARTBEAT_LEASE_MS = 15_000;
+// The ledger's own bounds on a lease (ledger.heartbeat).
+const SHORTEST_LEASE_MS = 1_000;
+const LONGEST_LEASE_MS = 3_600_000;
+
 export interface LedgerOptions {
   connectionString: string;
   /** Who asks: recorded with every attempt, and the worker that dispatches. */
@@ -213,6 +237,17 @@ export interface LedgerOptions {
   statementTimeoutMs?: number | null;
   /** Connections kept by the pool; each is held for one statement only. */
   maxConnections?: number;
+  /**
+   * The lease a provider call in progress holds, from 1000 (1 s) to
+   * 3600000 (1 h): started by its claim (in the same statement) and moved by
+   * a beat every third of it, the first a third of a lease after the claim,
+   * so a shorter call sends none. A worker that dies mid-call is unknown
+   * (worker_lost) once its lease runs out. Default 15000; null: no lease and
+   * no heartbeats (README, "Heartbeats").
+   */
+  heartbeatLeaseMs?: number | null;
+  /** Told what the client cannot throw into the call: a heartbeat that failed, or that found its call lost. Default console.warn. */
+  onWarning?: (message: string) => void;
 }
 
 const MAY_RUN = new Set(["proceed", "retry"]);
@@ -227,6 +262,9 @@ const MAY_RUN = new Set(["proceed", "retry"]);
  */
 export class Ledger {
   readonly requestedBy: string;
+  /** The lease a call in progress holds from its claim and each beat, or null: no heartbeats. */
+  readonly heartbeatLeaseMs: number | null;
+  private readonly warn: (message: string) => void;
   private readonly pool: pg.Pool;
   /**
    * Whether a wrapped call begins and claims its effect in one round trip
@@ -236,7 +274,13 @@ export class Ledger {
   private oneRoundTrip = true;
 
   constructor(options: LedgerOptions) {
+    const lease = options.heartbeatLeaseMs === undefined ? HEARTBEAT_LEASE_MS : options.heartbeatLeaseMs;
+    if (lease !== null && !(lease >= SHORTEST_LEASE_MS && lease <= LONGEST_LEASE_MS)) {
+      throw new RangeError(`heartbeatLeaseMs is from ${SHORTEST_LEASE_MS} (1 s) to ${LONGEST_LEASE_MS} (1 h), or null for no heartbeats, not ${lease}`);
+    }
     this.requestedBy = options.requestedBy;
+    this.heartbeatLeaseMs = lease;
+    this.warn = options.onWarning ?? ((message) => console.warn(message));
     this.pool = new pg.Pool({
       connectionString: options.connectionString,
       application_name: options.applicationName ?? "effectwatch-typescript",
@@ -296,9 +340,11 @@ export class Ledger {
    * begin_effect and, with `dispatch` when it answers proceed or retry,
    * mark_dispatched, in one round trip (`Begun.dispatched`: this call
    * claimed the effect). Refuses params or an amount the ledger cannot hold
-   * (BadArgument) before anything is written.
+   * (BadArgument) before anything is written. With `lease` (and heartbeats
+   * on), a claim starts the call's lease: the caller then beats for it
+   * (`beatFor`) until its completion.
    */
-  async begin(intent: Intent, { dispatch = false }: { dispatch?: boolean } = {}): Promise<Begun> {
+  async begin(intent: Intent, { dispatch = false, lease = false }: { dispatch?: boolean; lease?: boolean } = {}): Promise<Begun> {
     const params = canonicalParams(intent.params);
     const attemptId = intent.requestId ?? null;
     const sentBefore = async (): Promise<BegunRow | null> =>
@@ -317,6 +363,7 @@ export class Ledger {
         attemptId,
         this.requestedBy,
         dispatch,
+        lease ? this.leaseSeconds() : null,
       ],
       sentBefore,
     );
@@ -329,12 +376,26 @@ export class Ledger {
     return begunOf(row);
   }
 
-  async markDispatched(opKey: string, target: string, requestId: string | null = null): Promise<Dispatch> {
+  /**
+   * Claims the effect for its provider call. With `lease` (and heartbeats
+   * on), the claim starts the call's lease: the caller then beats for it
+   * (`beatFor`) until its completion.
+   */
+  async markDispatched(
+    opKey: string,
+    target: string,
+    requestId: string | null = null,
+    { lease = false }: { lease?: boolean } = {},
+  ): Promise<Dispatch> {
     const claimedBefore = async (): Promise<Dispatch | null> => {
       const own = (await this.pool.query<Own>(OWN_SQL, [opKey])).rows[0];
       return ownClaim(own, requestId) ? { claimed: true, state: "pending", refused: null } : null;
     };
-    const { row, again } = await this.one<Dispatch>(DISPATCH_SQL, [opKey, requestId, this.requestedBy, target], claimedBefore);
+    const { row, again } = await this.one<Dispatch>(
+      DISPATCH_SQL,
+      [opKey, requestId, this.requestedBy, target, lease ? this.leaseSeconds() : null],
+      claimedBefore,
+    );
     if (again && !row.claimed && !row.refused && ownClaim(await this.own(opKey), requestId)) {
       return { claimed: true, state: "pending", refused: null };
     }
@@ -370,6 +431,33 @@ export class Ledger {
     return row;
   }
 
+  /**
+   * One beat: the worker running `opKey`'s provider call is alive, and its
+   * lease runs `leaseMs` from now. Never sent again on a lost connection:
+   * the next beat is its retry.
+   */
+  async heartbeat(opKey: string, leaseMs: number): Promise<Beat> {
+    const [row] = (
+      await this.pool.query<{ alive: boolean; state: string; lease_until: Date | null }>(HEARTBEAT_SQL, [opKey, leaseMs / 1000, this.requestedBy])
+    ).rows;
+    if (row === undefined) throw new Error("the ledger answered no row");
+    return { alive: row.alive, state: row.state, leaseUntil: row.lease_until };
+  }
+
+  /**
+   * Heartbeats for `opKey`'s provider call, claimed just now (its claim
+   * started the lease), until they are stopped: the first a third of a
+   * lease from now. Null when they are off.
+   */
+  beatFor(opKey: string): Heartbeats | null {
+    return this.heartbeatLeaseMs === null ? null : new Heartbeats(this, opKey, this.heartbeatLeaseMs, this.warn);
+  }
+
+  /** The lease a claim starts, in seconds, or null: heartbeats off. */
+  private leaseSeconds(): number | null {
+    return this.heartbeatLeaseMs === null ? null : this.heartbeatLeaseMs / 1000;
+  }
+
   /** The error for a decision that forbids calling the provider. */
   async refusalFor(begun: Begun, intent: Intent): Promise<EffectError> {
     return refusalFor(begun, intent);
@@ -397,7 +485,7 @@ export class Ledger {
     const attemptId = intent.requestId || randomUUID();
     let begun: Begun;
     try {
-      begun = await this.begin({ ...intent, requestId: attemptId }, { dispatch: claim });
+      begun = await this.begin({ ...intent, requestId: attemptId }, { dispatch: claim, lease: claim });
     } catch (error) {
       throw noted(error, { intent, dispatched: false, recorded: null });
     }
@@ -591,9 +679,66 @@ function noted(error: unknown, aftermath: Aftermath): unknown {
   return error;
 }
 
+/**
+ * The beats of one provider call in progress, whose claim started its
+ * lease: one every third of the lease, the first a third of a lease after
+ * the claim — a call shorter than that sends none — so that two may be
+ * lost before it runs out. Each is one statement on the pool. None keeps
+ * the process alive, none is sent while another waits for its answer, and
+ * none throws into the call: a failed beat is said and tried again at the
+ * next tick. A beat told the call is no longer in flight is the last: it
+ * says so once if the ledger declared the call lost (unknown), and nothing
+ * if the call was completed meanwhile.
+ */
+export class Heartbeats {
+  private readonly timer: NodeJS.Timeout;
+  private inFlight: Promise<void> | null = null;
+
+  constructor(
+    private readonly ledger: Ledger,
+    private readonly opKey: string,
+    private readonly leaseMs: number,
+    private readonly warn: (message: string) => void,
+  ) {
+    this.timer = setInterval(() => this.beat(), leaseMs / 3).unref();
+  }
+
+  /** Stops the beats; resolves once none is left in flight. */
+  async stop(): Promise<void> {
+    clearInterval(this.timer);
+    await this.inFlight;
+  }
+
+  private beat(): void {
+    if (this.inFlight !== null) return;
+    this.inFlight = this.ledger
+      .heartbeat(this.opKey, this.leaseMs)
+      .then(
+        (beat) => {
+          if (beat.alive) return;
+          clearInterval(this.timer);
+          // Completed meanwhile (by this call racing its beat, or by an
+          // operator): nothing to say.
+          if (beat.state !== "unknown") return;
+          this.warn(
+            `effectwatch: the ledger declared this call lost (${this.opKey} is ${beat.state}, no longer in flight): ` +
+              "heartbeats stop; its answer will still be recorded",
+          );
+        },
+        (error: unknown) => {
+          this.warn(`effectwatch: a heartbeat for ${this.opKey} failed (${describe(error)}); the next is due in ${Math.round(this.leaseMs / 3)} ms`);
+        },
+      )
+      .finally(() => {
+        this.inFlight = null;
+      });
+  }
+}
+
 /** One effect in progress (see Ledger.effect). */
 export class Effect {
   private isDispatched = false;
+  private heartbeats: Heartbeats | null = null;
   private isClosedForThisCaller = false;
   private recordedByThisCaller: Recorded | null = null;
 
@@ -609,7 +754,8 @@ export class Effect {
   /** Call it just before the provider call: claims the effect. Anything thrown after it records unknown. */
   async dispatched(): Promise<void> {
     const dispatch =
-      this.claimedWithBegin ?? (await this.ledger.markDispatched(this.intent.opKey, this.intent.target, this.attemptId));
+      this.claimedWithBegin ??
+      (await this.ledger.markDispatched(this.intent.opKey, this.intent.target, this.attemptId, { lease: true }));
     this.claimedWithBegin = null;
     if (dispatch.refused || !dispatch.claimed) {
       // Not ours to settle: another caller holds the dispatch, or the ledger
@@ -620,6 +766,8 @@ export class Effect {
       throw new InFlight(this.intent.opKey, dispatch.state);
     }
     this.isDispatched = true;
+    // From here until its answer is recorded the provider call is in progress.
+    this.heartbeats ??= this.ledger.beatFor(this.intent.opKey);
   }
 
   /**
@@ -672,6 +820,8 @@ export class Effect {
   }
 
   private async complete(outcome: string, fields: Completion): Promise<Completed> {
+    // A beat after the completion would be told the call is lost.
+    await this.heartbeats?.stop();
     const completed = await this.ledger.complete(this.intent.opKey, this.intent.target, outcome, {
       ...fields,
       requestId: this.attemptId,

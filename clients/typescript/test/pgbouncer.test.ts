@@ -5,9 +5,10 @@
 
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import { setTimeout as sleep } from "node:timers/promises";
 import pg from "pg";
 import { Ledger } from "../src/index.js";
-import { unique } from "./support.js";
+import { historyOf, leaseBeats, unique } from "./support.js";
 
 const bouncerUrl = process.env["EFFECTWATCH_TEST_PGBOUNCER_URL"];
 const skip = bouncerUrl ? false : "PgBouncer is not installed";
@@ -50,6 +51,32 @@ test(`${CALLS} effects through PgBouncer in transaction mode: no error`, { skip 
     });
     assert.deepEqual(errors.map(String), []);
     t.diagnostic(`${CALLS} effects (begin, dispatch, complete, replay) by ${CALLERS} callers: 0 errors in ${Date.now() - started} ms`);
+  } finally {
+    await ledger.close();
+  }
+});
+
+test("a slow call through PgBouncer keeps beating: succeeded, never unknown", { skip }, async () => {
+  const ledger = new Ledger({ connectionString: bouncerUrl!, requestedBy: "agent-ts-bouncer",
+    statementTimeoutMs: null,
+    heartbeatLeaseMs: 1000,
+  });
+  const opKey = `refund:BNC-HB-${unique()}`;
+  const beats: (number | null)[] = [];
+  try {
+    await ledger.effect({ opKey, action: "refund", target: `invoice:${opKey}`, params: { amount_minor: 1 } }, async (e) => {
+      await e.dispatched();
+      // Two leases' length.
+      await sleep(2_300);
+      beats.push(await leaseBeats(opKey));
+      return e.succeeded("re_hb", { ok: true });
+    });
+    const states = (await historyOf(opKey)).map((version) => version.state);
+    assert.equal(states.at(-1), "succeeded", states.join(" → "));
+    assert.ok(!states.includes("unknown"), states.join(" → "));
+    // The claim's, then one every third of the lease: never fewer than the
+    // two without which the lease would run out.
+    assert.ok(beats[0] !== null && beats[0] !== undefined && beats[0] >= 3, `beats: ${beats[0]}`);
   } finally {
     await ledger.close();
   }

@@ -92,3 +92,21 @@ export class FakeProvider {
     return (await response.json()) as { id: string; amount_minor: number };
   }
 }
+
+/** How many beats the lease on `opKey`'s provider call has had, or null while it has none. */
+export async function leaseBeats(opKey: string): Promise<number | null> {
+  const [lease] = await sql<{ beats: string }>(
+    "select w.beats from ledger.worker_leases w join ledger.effects e on e.id = w.effect_id where e.op_key = $1",
+    [opKey],
+  );
+  return lease === undefined ? null : Number(lease.beats);
+}
+
+/** Each version of `opKey`'s effect: its state and error class. */
+export async function historyOf(opKey: string): Promise<{ state: string; error_class: string | null }[]> {
+  return sql(
+    `select v.state, v.error_class from ledger.effect_history v join ledger.effects e on e.id = v.effect_id
+      where e.op_key = $1 order by v.version`,
+    [opKey],
+  );
+}
