@@ -349,6 +349,11 @@ begin
      where w.lease_until >= now()
     returning w.lease_until into until;
     if until is not null then
+        -- A beat that only moved its lease is not worth a wait for the
+        -- disk: one lost in a server crash ends the lease sooner, and the
+        -- call is then reconciled (its own answer still settles it). A
+        -- beat that writes a loss, like every other write, stays durable.
+        perform set_config('synchronous_commit', 'off', true);
         return query select true, effect.state, until;
         return;
     end if;

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from typing import Any
 
 import psycopg
@@ -14,6 +15,7 @@ import pytest
 from psycopg.rows import dict_row
 
 from effectwatch import Ledger
+from test_heartbeats import LEASE, beats_of, history_of, shown
 
 EFFECTS = 500
 THREADS = 8
@@ -73,3 +75,26 @@ def test_prepared_statements_through_pgbouncer_fail(pgbouncer_url: str, unique: 
     assert errors, "prepared statements through PgBouncer in transaction mode raised nothing: the guard proves nothing"
     assert any(isinstance(error, psycopg.Error) and "prepared statement" in str(error) for error in errors), errors[:3]
     print(f"with preparation switched on: {len(errors)} of 100 effects failed, e.g. {errors[0]}")
+
+
+def test_a_slow_call_through_pgbouncer_keeps_beating(pgbouncer_url: str, unique: str) -> None:
+    ledger = Ledger(pgbouncer_url, requested_by="agent-pooled", heartbeat_lease=LEASE)
+    seen: dict[str, Any] = {}
+
+    @ledger.tool(action="refund", op_key="refund:{order_id}", target="invoice:{order_id}")
+    def refund(order_id: str) -> dict[str, str]:
+        time.sleep(2.3 * LEASE)
+        seen["beats"] = beats_of(pgbouncer_url, f"refund:{order_id}")
+        seen["during"] = shown(pgbouncer_url, f"refund:{order_id}")
+        return {"id": f"re_{order_id}"}
+
+    key = f"refund:PGB-HB-{unique}"
+    refund(f"PGB-HB-{unique}")
+    # The claim's, then one every third of a lease: never fewer than the
+    # claim's and one in each lease after it.
+    assert seen["beats"] is not None and seen["beats"] >= 3, f"{seen['beats']} beats in {2.3 * LEASE:g} s"
+    assert seen["during"] == ("pending", None)
+    history = history_of(pgbouncer_url, key)
+    assert set(history) == {"pending", "succeeded"} and history[-1] == "succeeded", history
+    print(f"PgBouncer transaction mode: a call of {2.3 * LEASE:g} s had {seen['beats']} beats (the claim's first), "
+          "never unknown")

@@ -682,8 +682,9 @@ function noted(error: unknown, aftermath: Aftermath): unknown {
 /**
  * The beats of one provider call in progress, whose claim started its
  * lease: one every third of the lease, the first a third of a lease after
- * the claim — a call shorter than that sends none — so that two may be
- * lost before it runs out. Each is one statement on the pool. None keeps
+ * the claim — a call shorter than that sends none — so that the lease
+ * outlasts one lost beat, not two in a row. Each is one statement on the
+ * pool. None keeps
  * the process alive, none is sent while another waits for its answer, and
  * none throws into the call: a failed beat is said and tried again at the
  * next tick. A beat told the call is no longer in flight is the last: it

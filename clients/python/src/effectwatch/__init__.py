@@ -8,7 +8,7 @@
         e.succeeded(refund["id"], refund)
 """
 
-from ._core import Begun, Completed, Dispatch, Intent
+from ._core import Beat, Begun, Completed, Dispatch, Intent
 from .aio import AsyncEffect, AsyncLedger
 from .errors import (
     BadArgument,
@@ -33,6 +33,7 @@ __all__ = [
     "AsyncEffect",
     "AsyncLedger",
     "BadArgument",
+    "Beat",
     "Begun",
     "BusinessRejection",
     "Completed",

@@ -5,9 +5,11 @@ client does. Every rule of the ledger itself stays in the database."""
 from __future__ import annotations
 
 import inspect
+import logging
 import socket
 import typing
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Callable, Mapping, Sequence
 
 import psycopg
@@ -33,21 +35,31 @@ from .errors import (
 # begin_effect and, with dispatch => true when it answers proceed or retry,
 # mark_dispatched: one transaction, one round trip. A rejected call is
 # answered with what differs (`differences`).
+# Both claims start the call's heartbeat lease with the claim itself, in the
+# same transaction, when heartbeat_lease is given (null: no lease; the
+# make_interval of a null is null).
 BEGIN_SQL = """select decision, effect_id, state, result, dispatched, refused, differences
     from ledger.begin_and_dispatch(
     op_key => %(op_key)s, action => %(action)s, target => %(target)s, params => %(params)s,
     requested_by => %(requested_by)s, amount_minor => %(amount_minor)s::bigint,
     currency => %(currency)s, provider => %(provider)s, request_id => %(request_id)s,
-    worker => %(worker)s, dispatch => %(dispatch)s)"""
+    worker => %(worker)s, dispatch => %(dispatch)s,
+    heartbeat_lease => make_interval(secs => %(heartbeat_lease)s::float8))"""
 
 DISPATCH_SQL = """select claimed, state, refused from ledger.mark_dispatched(
-    op_key => %(op_key)s, request_id => %(request_id)s, worker => %(worker)s, target => %(target)s)"""
+    op_key => %(op_key)s, request_id => %(request_id)s, worker => %(worker)s, target => %(target)s,
+    heartbeat_lease => make_interval(secs => %(heartbeat_lease)s::float8))"""
 
 COMPLETE_SQL = """select applied, state, late, refused from ledger.complete_effect(
     op_key => %(op_key)s, outcome => %(outcome)s, external_ref => %(external_ref)s,
     result => %(result)s, retryable => %(retryable)s, reason => %(reason)s,
     request_id => %(request_id)s, worker => %(worker)s, error_class => %(error_class)s,
     retry_after => make_interval(secs => %(retry_after)s::float8), target => %(target)s)"""
+
+# A beat for a provider call in progress: its worker is alive, and its
+# lease runs `lease` seconds from now (README, "Heartbeats").
+HEARTBEAT_SQL = """select alive, state, lease_until from ledger.heartbeat(
+    op_key => %(op_key)s, lease => make_interval(secs => %(lease)s::float8), worker => %(worker)s)"""
 
 # Read while a caller waits for another's call of its key to settle.
 STATE_SQL = """select state from ledger.effects where op_key = %(op_key)s"""
@@ -147,6 +159,95 @@ def moved_on(row: Mapping[str, Any] | None, attempt_id: str | None) -> bool:
         and (bool(row["dispatched"]) or row["state"] != "pending")
     )
 
+
+# The ledger's bounds on a heartbeat's lease (ledger.heartbeat), seconds.
+SHORTEST_LEASE = 1.0
+LONGEST_LEASE = 3600.0
+
+# Where a heartbeat says what it cannot raise into the caller's function.
+logger = logging.getLogger("effectwatch")
+
+
+def heartbeat_lease(lease: float | None) -> float | None:
+    """The lease each beat gives a provider call in progress, checked when
+    the ledger is made rather than at the first beat."""
+    if lease is not None and not SHORTEST_LEASE <= lease <= LONGEST_LEASE:
+        raise ValueError(
+            f"heartbeat_lease={lease!r}: a lease is from {SHORTEST_LEASE:g} to {LONGEST_LEASE:g} seconds, "
+            "or None for no heartbeats"
+        )
+    return lease
+
+
+def lease_of(lease: float | None, ledgers: float | None) -> float:
+    """The lease a beat asks for: the one given, else the ledger's."""
+    chosen = heartbeat_lease(lease if lease is not None else ledgers)
+    if chosen is None:
+        raise ValueError("no lease to beat with: this ledger's heartbeats are off (heartbeat_lease=None)")
+    return chosen
+
+
+def heartbeat_args(op_key: str, lease: float, worker: str) -> dict[str, Any]:
+    return {"op_key": op_key, "lease": lease, "worker": worker}
+
+
+def dispatch_args(
+    op_key: str, target: str, request_id: str | None, worker: str, lease: float | None = None
+) -> dict[str, Any]:
+    """mark_dispatched's arguments; `lease` (seconds) starts the call's
+    heartbeat lease with the claim."""
+    return {"op_key": op_key, "target": target, "request_id": request_id, "worker": worker,
+            "heartbeat_lease": lease}
+
+
+def beat_interval(lease: float) -> float:
+    """A beat every third of the lease, the first a third of a lease after
+    the claim that started it (a call shorter than that sends none): the
+    lease outlasts one lost beat, not two in a row."""
+    return lease / 3
+
+
+@dataclass(frozen=True)
+class Beat:
+    """What a heartbeat answered: whether the call is still this worker's
+    to finish (false once the effect was completed, or declared lost when
+    an earlier lease ran out: `state` says which, `unknown` for lost), and
+    until when its lease now runs (None when not alive)."""
+
+    alive: bool
+    state: str
+    lease_until: datetime | None = None
+
+
+def beat_of(row: Mapping[str, Any] | None) -> Beat:
+    if row is None:
+        raise AssertionError("the ledger answered a heartbeat with no row")
+    return Beat(bool(row["alive"]), str(row["state"]), row.get("lease_until"))
+
+
+def beat_failed(op_key: str, lease: float, error: BaseException) -> None:
+    logger.warning(
+        "a heartbeat for %s failed (%s: %s); the next is due in %.1f s",
+        op_key, type(error).__name__, error, beat_interval(lease),
+    )
+
+
+def beats_go_on(op_key: str, beat: Beat) -> bool:
+    """Whether the beats go on after this one. A beat told the call is no
+    longer in flight is the last: it says so, once, if the ledger declared
+    the call lost (`unknown`), and nothing if the call was completed
+    meanwhile (by an operator, or by this call racing its beat)."""
+    if beat.alive:
+        return True
+    if beat.state == "unknown":
+        logger.warning(
+            "the ledger declared this call lost (%s is %s, no longer in flight): heartbeats stop; "
+            "its answer will still be recorded",
+            op_key, beat.state,
+        )
+    return False
+
+
 # How long a waiting caller sleeps between two looks at the key's state:
 # from the first pause, doubled each time, up to the last.
 FIRST_PAUSE = 0.05
@@ -204,10 +305,15 @@ class Intent:
     provider: str | None = None
     request_id: str | None = None
 
-    def begin_args(self, requested_by: str, *, dispatch: bool = False) -> dict[str, Any]:
+    def begin_args(
+        self, requested_by: str, *, dispatch: bool = False, lease: float | None = None
+    ) -> dict[str, Any]:
+        """begin_and_dispatch's arguments; `lease` (seconds) starts the
+        call's heartbeat lease with the claim, when `dispatch` claims it."""
         return {
             "worker": requested_by,
             "dispatch": dispatch,
+            "heartbeat_lease": lease if dispatch else None,
             "op_key": self.op_key,
             "action": self.action,
             "target": self.target,

@@ -15,7 +15,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from . import _core
-from ._core import Begun, Completed, Dispatch, Intent
+from ._core import Beat, Begun, Completed, Dispatch, Intent
 from ._keys import KeyMaker
 from .errors import LedgerRefused
 
@@ -25,8 +25,10 @@ R = TypeVar("R")
 
 class AsyncLedger:
     """See `effectwatch.Ledger`: one short autocommit transaction per call,
-    a few connections kept idle between calls, no prepared statements.
-    Use one per event loop."""
+    a few connections kept idle between calls, no prepared statements; a
+    claim starts its call's heartbeat lease, and the beats while the call
+    runs are timers and tasks on the caller's event loop. Use one per
+    event loop."""
 
     def __init__(
         self,
@@ -36,12 +38,14 @@ class AsyncLedger:
         application_name: str = "effectwatch-python",
         statement_timeout_ms: int | None = None,
         max_idle: int = 4,
+        heartbeat_lease: float | None = 15.0,
     ) -> None:
         self.conninfo = conninfo
         self.requested_by = requested_by
         self.application_name = application_name
         self.statement_timeout_ms = statement_timeout_ms
         self.max_idle = max_idle
+        self.heartbeat_lease = _core.heartbeat_lease(heartbeat_lease)
         self._idle: list[psycopg.AsyncConnection[dict[str, Any]]] = []
         # What each tool this ledger decorated makes of its arguments.
         self._intents: dict[Callable[..., Any], _core.ToolIntents] = {}
@@ -74,6 +78,12 @@ class AsyncLedger:
                 return connection
         return await self._connect()
 
+    async def _checkin(self, connection: psycopg.AsyncConnection[dict[str, Any]]) -> None:
+        if len(self._idle) < self.max_idle:
+            self._idle.append(connection)
+        else:
+            await connection.close()
+
     async def _one(self, sql: str, args: Mapping[str, Any], *, fresh: bool = False) -> dict[str, Any] | None:
         connection = await (self._connect() if fresh else self._checkout())
         try:
@@ -82,10 +92,7 @@ class AsyncLedger:
         except BaseException:
             await connection.close()
             raise
-        if len(self._idle) < self.max_idle:
-            self._idle.append(connection)
-        else:
-            await connection.close()
+        await self._checkin(connection)
         return row
 
     async def _call(
@@ -118,10 +125,9 @@ class AsyncLedger:
     # See `effectwatch.Ledger`: a call sent again after its reply was lost
     # recognises what its first send did for the same request id.
 
-    async def begin(self, intent: Intent, *, dispatch: bool = False) -> Begun:
-        """begin_effect and, with `dispatch` when it answers proceed or
-        retry, mark_dispatched, in one round trip (`Begun.dispatched`: this
-        call claimed the effect)."""
+    async def begin(self, intent: Intent, *, dispatch: bool = False, lease: bool = False) -> Begun:
+        """See `effectwatch.Ledger.begin`: with `lease` (and heartbeats on),
+        the claim starts the call's heartbeat lease (`beat_for`)."""
 
         async def begun_before() -> dict[str, Any] | None:
             own = await self._one(_core.OWN_SQL, {"op_key": intent.op_key}, fresh=True)
@@ -132,7 +138,9 @@ class AsyncLedger:
                     "result": None, "dispatched": before.dispatched, "refused": None, "differences": None}
 
         row, again = await self._call(
-            _core.BEGIN_SQL, intent.begin_args(self.requested_by, dispatch=dispatch), instead=begun_before
+            _core.BEGIN_SQL,
+            intent.begin_args(self.requested_by, dispatch=dispatch, lease=self._lease_if(lease)),
+            instead=begun_before,
         )
         assert row is not None
         begun = _core.begun_of(row)
@@ -144,7 +152,11 @@ class AsyncLedger:
                 return before
         return begun
 
-    async def mark_dispatched(self, op_key: str, *, target: str, request_id: str | None = None) -> Dispatch:
+    async def mark_dispatched(
+        self, op_key: str, *, target: str, request_id: str | None = None, lease: bool = False
+    ) -> Dispatch:
+        """See `effectwatch.Ledger.mark_dispatched`."""
+
         async def claimed_before() -> dict[str, Any] | None:
             own = await self._one(_core.OWN_SQL, {"op_key": op_key}, fresh=True)
             if not _core.own_claim(own, request_id):
@@ -153,7 +165,7 @@ class AsyncLedger:
 
         row, again = await self._call(
             _core.DISPATCH_SQL,
-            {"op_key": op_key, "target": target, "request_id": request_id, "worker": self.requested_by},
+            _core.dispatch_args(op_key, target, request_id, self.requested_by, self._lease_if(lease)),
             instead=claimed_before,
         )
         assert row is not None
@@ -179,6 +191,20 @@ class AsyncLedger:
         row, _ = await self._call(_core.COMPLETE_SQL, args, instead=recorded_and_moved_on)
         assert row is not None
         return Completed(row["applied"], row["state"], row["late"], row["refused"])
+
+    async def heartbeat(self, op_key: str, *, lease: float | None = None) -> Beat:
+        """See `effectwatch.Ledger.heartbeat`."""
+        args = _core.heartbeat_args(op_key, _core.lease_of(lease, self.heartbeat_lease), self.requested_by)
+        return _core.beat_of(await self._one(_core.HEARTBEAT_SQL, args))
+
+    def beat_for(self, op_key: str) -> AsyncHeartbeats | None:
+        """See `effectwatch.Ledger.beat_for`: on the running event loop."""
+        if self.heartbeat_lease is None:
+            return None
+        return AsyncHeartbeats(self, op_key, self.heartbeat_lease)
+
+    def _lease_if(self, lease: bool) -> float | None:
+        return self.heartbeat_lease if lease else None
 
     async def state_of(self, op_key: str) -> str | None:
         """See `effectwatch.Ledger.state_of`."""
@@ -311,6 +337,59 @@ def _sync_effect_type() -> type:
     return Effect
 
 
+class AsyncHeartbeats:
+    """See `effectwatch.ledger.Heartbeats`: the beats of one provider call
+    in progress, whose claim started its lease, on the caller's event loop
+    (a call that blocks the loop holds its beats up too). Between beats,
+    only a timer: a beat is a task of its own, one statement on one of the
+    ledger's connections, made when it is due."""
+
+    def __init__(self, ledger: AsyncLedger, op_key: str, lease: float) -> None:
+        self.ledger = ledger
+        self.op_key = op_key
+        self.lease = lease
+        self._loop = asyncio.get_running_loop()
+        self._stopped = False
+        self._in_flight: asyncio.Task[None] | None = None
+        self._due = self._loop.time() + _core.beat_interval(lease)
+        self._timer: asyncio.TimerHandle | None = self._loop.call_at(self._due, self._tick)
+
+    async def stop(self) -> None:
+        """Stops the beats; returns once none is left in flight. With no
+        beat in flight (the usual case) it sends nothing and waits for
+        nothing. Cancelled while it waits, it cancels the beat too: none
+        outlives its call."""
+        self._stopped = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._in_flight is not None:
+            await self._in_flight
+
+    def _tick(self) -> None:
+        self._timer = None
+        self._in_flight = self._loop.create_task(self._beat(), name=f"effectwatch heartbeat: {self.op_key}")
+
+    async def _beat(self) -> None:
+        if self._stopped:  # stopped between its tick and its start: not sent
+            self._in_flight = None
+            return
+        try:
+            try:
+                going_on = _core.beats_go_on(self.op_key, await self.ledger.heartbeat(self.op_key, lease=self.lease))
+            except Exception as error:
+                _core.beat_failed(self.op_key, self.lease, error)
+                going_on = True
+        finally:
+            self._in_flight = None
+        if going_on and not self._stopped:
+            # The next tick from the claim's, ticks missed meanwhile skipped.
+            now = self._loop.time()
+            while self._due <= now:
+                self._due += _core.beat_interval(self.lease)
+            self._timer = self._loop.call_at(self._due, self._tick)
+
+
 class AsyncEffect:
     """One effect in progress (see `effectwatch.Effect`)."""
 
@@ -335,6 +414,7 @@ class AsyncEffect:
         self._completed = False
         self._not_ours = False
         self._recorded: str | None = None  # the outcome this call recorded
+        self._heartbeats: AsyncHeartbeats | None = None
 
     @property
     def completed(self) -> bool:
@@ -342,7 +422,7 @@ class AsyncEffect:
         return self._completed
 
     async def _begin(self) -> Begun:
-        begun = await self.ledger.begin(self._sent, dispatch=self._claim)
+        begun = await self.ledger.begin(self._sent, dispatch=self._claim, lease=self._claim)
         if not self.wait_in_flight or begun.decision != "in_flight":
             return begun
         deadline = time.monotonic() + self.wait_in_flight
@@ -356,7 +436,7 @@ class AsyncEffect:
             pause = min(pause * 2, _core.LAST_PAUSE)
             state = await self.ledger.state_of(self.intent.op_key)
             if state != "pending":
-                begun = await self.ledger.begin(self._sent, dispatch=self._claim)
+                begun = await self.ledger.begin(self._sent, dispatch=self._claim, lease=self._claim)
                 state = begun.state
         return begun
 
@@ -381,7 +461,7 @@ class AsyncEffect:
         self._claimed_with_begin = None
         if dispatch is None:
             dispatch = await self.ledger.mark_dispatched(
-                self.intent.op_key, target=self.intent.target, request_id=self.attempt_id
+                self.intent.op_key, target=self.intent.target, request_id=self.attempt_id, lease=True
             )
         if dispatch.refused or not dispatch.claimed:
             # Another caller or login holds the effect: it is theirs to complete.
@@ -391,6 +471,8 @@ class AsyncEffect:
         if not dispatch.claimed:
             raise _core.refusal_for(Begun("in_flight", 0, dispatch.state, None), self.intent)
         self._dispatched = True
+        # See `effectwatch.Effect.dispatched`: the claim started the lease.
+        self._heartbeats = self.ledger.beat_for(self.intent.op_key)
 
     async def succeeded(self, external_ref: str | None = None, result: Any = None) -> Completed:
         if self.replayed:
@@ -403,6 +485,12 @@ class AsyncEffect:
         return completed
 
     async def _complete(self, outcome: str, **fields: Any) -> Completed:
+        if self._heartbeats is not None:
+            # See `effectwatch.Effect._complete`: every way the call ends
+            # records it here; stopping the beats sends nothing, and waits
+            # only for a beat in flight.
+            heartbeats, self._heartbeats = self._heartbeats, None
+            await heartbeats.stop()
         completed = await self.ledger.complete(
             self.intent.op_key, target=self.intent.target, outcome=outcome, request_id=self.attempt_id, **fields
         )

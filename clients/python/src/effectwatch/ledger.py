@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import functools
+import heapq
+import itertools
+import math
 import os
 import threading
 import time
@@ -15,7 +18,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from . import _core
-from ._core import Begun, Completed, Dispatch, Intent
+from ._core import Beat, Begun, Completed, Dispatch, Intent
 from ._keys import KeyMaker
 from .errors import LedgerRefused
 
@@ -32,7 +35,12 @@ class Ledger:
     in transaction mode, where an idle client holds no server connection.
     A call whose connection is lost is sent again, a few times, on a new
     connection; a call sent again recognises what its first send did for
-    the same request id (README, "A lost reply")."""
+    the same request id (README, "A lost reply"). A provider call's claim
+    starts its lease of `heartbeat_lease` seconds (1 to 3600; None: no
+    lease, no heartbeats), in the same statement, and while the call runs
+    a thread beats for it every third of the lease, the first a third of a
+    lease after the claim, so that a worker that dies mid-call is unknown
+    once its lease runs out (README, "Heartbeats")."""
 
     def __init__(
         self,
@@ -42,12 +50,14 @@ class Ledger:
         application_name: str = "effectwatch-python",
         statement_timeout_ms: int | None = None,
         max_idle: int = 4,
+        heartbeat_lease: float | None = 15.0,
     ) -> None:
         self.conninfo = conninfo
         self.requested_by = requested_by
         self.application_name = application_name
         self.statement_timeout_ms = statement_timeout_ms
         self.max_idle = max_idle
+        self.heartbeat_lease = _core.heartbeat_lease(heartbeat_lease)
         self._idle: list[psycopg.Connection[dict[str, Any]]] = []
         self._lock = threading.Lock()
         self._pid = os.getpid()
@@ -57,6 +67,9 @@ class Ledger:
         # claims its effect in one round trip (False: two, as before; the
         # bench compares them).
         self._one_round_trip = True
+        # The thread that sends this ledger's heartbeats, made with the
+        # first call that beats (and again in a forked child).
+        self._metronome: Metronome | None = None
 
     def _options(self) -> str | None:
         # PgBouncer refuses the `options` startup parameter: behind it, set
@@ -139,10 +152,14 @@ class Ledger:
     # reply was lost recognises what its first send did for the same
     # request id (README, "A lost reply").
 
-    def begin(self, intent: Intent, *, dispatch: bool = False) -> Begun:
+    def begin(self, intent: Intent, *, dispatch: bool = False, lease: bool = False) -> Begun:
         """begin_effect and, with `dispatch` when it answers proceed or
         retry, mark_dispatched, in one round trip (`Begun.dispatched`: this
-        call claimed the effect)."""
+        call claimed the effect). With `lease` (and heartbeats on), the
+        claim starts the call's heartbeat lease: the caller then beats for
+        it (`beat_for`) until its completion, or the effect is unknown
+        once the lease runs out. Without it, the claim holds no lease and
+        keeps the pending window's rule."""
 
         def begun_before() -> dict[str, Any] | None:
             own = self._one(_core.OWN_SQL, {"op_key": intent.op_key}, fresh=True)
@@ -153,7 +170,9 @@ class Ledger:
                     "result": None, "dispatched": before.dispatched, "refused": None, "differences": None}
 
         row, again = self._call(
-            _core.BEGIN_SQL, intent.begin_args(self.requested_by, dispatch=dispatch), instead=begun_before
+            _core.BEGIN_SQL,
+            intent.begin_args(self.requested_by, dispatch=dispatch, lease=self._lease_if(lease)),
+            instead=begun_before,
         )
         assert row is not None
         begun = _core.begun_of(row)
@@ -165,7 +184,13 @@ class Ledger:
                 return before
         return begun
 
-    def mark_dispatched(self, op_key: str, *, target: str, request_id: str | None = None) -> Dispatch:
+    def mark_dispatched(
+        self, op_key: str, *, target: str, request_id: str | None = None, lease: bool = False
+    ) -> Dispatch:
+        """Claims the effect for its provider call. With `lease` (and
+        heartbeats on), the claim starts the call's heartbeat lease, as
+        with `begin`."""
+
         def claimed_before() -> dict[str, Any] | None:
             own = self._one(_core.OWN_SQL, {"op_key": op_key}, fresh=True)
             if not _core.own_claim(own, request_id):
@@ -174,7 +199,7 @@ class Ledger:
 
         row, again = self._call(
             _core.DISPATCH_SQL,
-            {"op_key": op_key, "target": target, "request_id": request_id, "worker": self.requested_by},
+            _core.dispatch_args(op_key, target, request_id, self.requested_by, self._lease_if(lease)),
             instead=claimed_before,
         )
         assert row is not None
@@ -195,6 +220,32 @@ class Ledger:
         row, _ = self._call(_core.COMPLETE_SQL, args, instead=recorded_and_moved_on)
         assert row is not None
         return Completed(row["applied"], row["state"], row["late"], row["refused"])
+
+    def heartbeat(self, op_key: str, *, lease: float | None = None) -> Beat:
+        """One beat: the worker running `op_key`'s provider call is alive,
+        and its lease runs `lease` seconds (default: `heartbeat_lease`)
+        from now. Never sent again on a lost connection: the next beat is
+        its retry."""
+        args = _core.heartbeat_args(op_key, _core.lease_of(lease, self.heartbeat_lease), self.requested_by)
+        return _core.beat_of(self._one(_core.HEARTBEAT_SQL, args))
+
+    def beat_for(self, op_key: str) -> Heartbeats | None:
+        """Heartbeats for `op_key`'s provider call, claimed just now with
+        its lease (`lease=True`), until they are stopped: the first a third
+        of a lease from now, then one every third of a lease, off the
+        caller's thread. None when heartbeats are off."""
+        if self.heartbeat_lease is None:
+            return None
+        with self._lock:
+            if self._metronome is None or self._metronome.pid != os.getpid():
+                self._metronome = Metronome(self)
+            metronome = self._metronome
+        return metronome.start(op_key, self.heartbeat_lease)
+
+    def _lease_if(self, lease: bool) -> float | None:
+        """The lease a claim starts, in seconds: none unless asked for, and
+        none with heartbeats off."""
+        return self.heartbeat_lease if lease else None
 
     def state_of(self, op_key: str) -> str | None:
         """The key's state as the ledger has it now (None: no such effect)."""
@@ -363,6 +414,119 @@ def _async_effect_type() -> type:
     return AsyncEffect
 
 
+class Heartbeats:
+    """The beats of one provider call in progress, whose claim started its
+    lease: one every third of the lease, the first a third of a lease after
+    the claim (a call shorter than that sends none), each one statement
+    sent by the ledger's `Metronome`. Nothing a beat meets is raised into
+    the call: a beat that fails is logged and tried again at the next tick;
+    one told the call is no longer in flight is the last (logged once if
+    the ledger declared the call lost, silent if it was completed)."""
+
+    def __init__(self, metronome: Metronome, op_key: str, lease: float, due: float) -> None:
+        self.op_key = op_key
+        self.lease = lease
+        self._metronome = metronome
+        self._due = due  # when the next beat is due (time.monotonic)
+        self._stopped = False
+        self._in_flight = False
+
+    def stop(self) -> None:
+        """Stops the beats; returns once none is left in flight. With no
+        beat in flight (the usual case) it sends nothing and waits for
+        nothing."""
+        self._metronome.stop(self)
+
+
+class Metronome:
+    """The one daemon thread that sends a ledger's heartbeats, for every
+    provider call of it in progress, one statement at a time, each on one
+    of the ledger's idle connections (else a new one), given back after.
+    It sleeps until the earliest beat is due: starting and stopping a
+    call's beats takes a lock, and sends nothing. Its thread starts with
+    the first call that beats (in each process), and ends once no call has
+    had beats due for a lease."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        self.ledger = ledger
+        self.pid = os.getpid()
+        self._condition = threading.Condition()
+        # (due, order, beats): the calls' next beats, earliest first; a
+        # stopped call's entry is dropped when it comes up.
+        self._due: list[tuple[float, int, Heartbeats]] = []
+        self._order = itertools.count()
+        self._thread: threading.Thread | None = None
+        self._wakes_at = math.inf
+
+    def start(self, op_key: str, lease: float) -> Heartbeats:
+        beats = Heartbeats(self, op_key, lease, time.monotonic() + _core.beat_interval(lease))
+        with self._condition:
+            self._schedule(beats)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="effectwatch heartbeats", daemon=True)
+                self._thread.start()
+        return beats
+
+    def stop(self, beats: Heartbeats) -> None:
+        with self._condition:
+            beats._stopped = True
+            while beats._in_flight:
+                self._condition.wait()
+
+    def _schedule(self, beats: Heartbeats) -> None:
+        # Under the lock.
+        heapq.heappush(self._due, (beats._due, next(self._order), beats))
+        if beats._due < self._wakes_at:
+            self._condition.notify_all()
+
+    def _next(self) -> Heartbeats | None:
+        """The call whose beat is due, marked in flight, once one is; None
+        once none has been in flight for a lease (the thread then ends)."""
+        with self._condition:
+            idle_since: float | None = None
+            while True:
+                while self._due and self._due[0][2]._stopped:
+                    heapq.heappop(self._due)
+                now = time.monotonic()
+                if not self._due:
+                    lease = self.ledger.heartbeat_lease or 15.0
+                    idle_since = now if idle_since is None else idle_since
+                    if now - idle_since >= lease:
+                        self._thread = None
+                        self._wakes_at = math.inf
+                        return None
+                    self._wakes_at = math.inf
+                    self._condition.wait(idle_since + lease - now)
+                    continue
+                idle_since = None
+                due, _, beats = self._due[0]
+                if due > now:
+                    self._wakes_at = due
+                    self._condition.wait(due - now)
+                    continue
+                heapq.heappop(self._due)
+                beats._in_flight = True
+                self._wakes_at = -math.inf  # busy: nobody need wake it
+                return beats
+
+    def _run(self) -> None:
+        while (beats := self._next()) is not None:
+            try:
+                going_on = _core.beats_go_on(beats.op_key, self.ledger.heartbeat(beats.op_key, lease=beats.lease))
+            except Exception as error:
+                _core.beat_failed(beats.op_key, beats.lease, error)
+                going_on = True
+            with self._condition:
+                beats._in_flight = False
+                self._condition.notify_all()  # a stop waiting for this beat
+                if going_on and not beats._stopped:
+                    # The next tick from the claim's, ticks missed meanwhile skipped.
+                    now = time.monotonic()
+                    while beats._due <= now:
+                        beats._due += _core.beat_interval(beats.lease)
+                    self._schedule(beats)
+
+
 class Effect:
     """One effect in progress (see `Ledger.effect`)."""
 
@@ -388,6 +552,7 @@ class Effect:
         self._completed = False
         self._not_ours = False
         self._recorded: str | None = None  # the outcome this call recorded
+        self._heartbeats: Heartbeats | None = None
 
     @property
     def completed(self) -> bool:
@@ -395,7 +560,7 @@ class Effect:
         return self._completed
 
     def _begin(self) -> Begun:
-        begun = self.ledger.begin(self._sent, dispatch=self._claim)
+        begun = self.ledger.begin(self._sent, dispatch=self._claim, lease=self._claim)
         if not self.wait_in_flight or begun.decision != "in_flight":
             return begun
         deadline = time.monotonic() + self.wait_in_flight
@@ -409,7 +574,7 @@ class Effect:
             pause = min(pause * 2, _core.LAST_PAUSE)
             state = self.ledger.state_of(self.intent.op_key)
             if state != "pending":
-                begun = self.ledger.begin(self._sent, dispatch=self._claim)
+                begun = self.ledger.begin(self._sent, dispatch=self._claim, lease=self._claim)
                 state = begun.state
         return begun
 
@@ -426,9 +591,12 @@ class Effect:
         return self
 
     def dispatched(self) -> None:
-        """Call it just before the provider call: claims the effect. Any
-        exception after it records the outcome as unknown. Called twice, it
-        raises `Misuse` and claims nothing more."""
+        """Call it just before the provider call: claims the effect, and
+        with heartbeats on starts its lease in the same statement (or takes
+        the claim and lease its begin made); the beats follow from a third
+        of a lease later until the outcome is recorded. Any exception after
+        it records the outcome as unknown. Called twice, it raises `Misuse`
+        and claims nothing more."""
         if self.replayed:
             raise _core.Replayed()
         if self._dispatched or self._completed:
@@ -437,7 +605,7 @@ class Effect:
         self._claimed_with_begin = None
         if dispatch is None:
             dispatch = self.ledger.mark_dispatched(
-                self.intent.op_key, target=self.intent.target, request_id=self.attempt_id
+                self.intent.op_key, target=self.intent.target, request_id=self.attempt_id, lease=True
             )
         if dispatch.refused or not dispatch.claimed:
             # Another caller or login holds the effect: it is theirs to complete.
@@ -447,6 +615,10 @@ class Effect:
         if not dispatch.claimed:
             raise _core.refusal_for(Begun("in_flight", 0, dispatch.state, None), self.intent)
         self._dispatched = True
+        # From here until its outcome is recorded the provider call is in
+        # progress; its claim started the lease, the first beat is a third
+        # of a lease away.
+        self._heartbeats = self.ledger.beat_for(self.intent.op_key)
 
     def succeeded(self, external_ref: str | None = None, result: Any = None) -> Completed:
         """Records the provider's success. Without `dispatched()` first it
@@ -462,6 +634,12 @@ class Effect:
         return completed
 
     def _complete(self, outcome: str, **fields: Any) -> Completed:
+        if self._heartbeats is not None:
+            # Every way the call ends records it here; a beat sent after that
+            # would be told the call is over. Stopping them sends nothing,
+            # and waits only for a beat in flight, if one is.
+            heartbeats, self._heartbeats = self._heartbeats, None
+            heartbeats.stop()
         completed = self.ledger.complete(
             self.intent.op_key, target=self.intent.target, outcome=outcome, request_id=self.attempt_id, **fields
         )
