@@ -13,6 +13,7 @@
 //!   a shared server, and a throwaway cluster does not fill the disk during long runs.
 #![allow(dead_code)] // each test file uses its own part of the harness
 
+pub mod patroni;
 pub mod pgbouncer;
 pub mod roles;
 pub mod toolchain;
