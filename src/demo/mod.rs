@@ -136,7 +136,12 @@ pub async fn install_demo_policies(
         .collect();
     // Bookings conflict as a hotel's do: a room is held only by a stay
     // whose dates overlap (a policy the demo's own ledger is given even
-    // where it had the earlier one, exclusive per room).
+    // where it had the earlier one, exclusive per room). What waits behind
+    // an effect that then succeeds is cancelled by rule where it can no
+    // longer be right: a stay overlapping a booked one, a second refund of
+    // an invoice refunded meanwhile (a new request after review, as a
+    // finance team has it, not a wait for a person) — so the held pane
+    // keeps what waits on an open holder, which a person may decide.
     let policies = [
         (
             "refund",
@@ -161,10 +166,7 @@ pub async fn install_demo_policies(
             // A ledger that has its policy keeps everything but the window.
             exclusive_per_target: (!exists || by_range).then_some(exclusive),
             conflicts_by_time_range: by_range.then_some(true),
-            // A stay held behind one that was booked overlaps a booked
-            // room: it can never be made, so it is cancelled, not left
-            // for a person to free.
-            on_holder_success: by_range.then(|| "cancel".to_string()),
+            on_holder_success: (by_range || (exclusive && !exists)).then(|| "cancel".to_string()),
             compensation_approval_limit_minor: (!exists).then_some(limit),
             retry_semantics: (!exists).then(|| semantics.to_string()),
             ..Default::default()
