@@ -11,6 +11,7 @@
 mod common;
 
 use common::pgbouncer::PgBouncer;
+use common::python_client;
 use common::toolchain::{self, run};
 
 use std::path::{Path, PathBuf};
@@ -21,99 +22,20 @@ fn database_of(url: &str) -> &str {
     path.split('?').next().unwrap_or(path)
 }
 
-fn target_dir(root: &Path) -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from)
-}
-
-/// What the wheel is built from: the package's sources, without what a
-/// build or a run left beside them.
-fn copy_sources(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).expect("creating the build copy");
-    for entry in std::fs::read_dir(from).expect("reading the package") {
-        let entry = entry.expect("reading the package");
-        let name = entry.file_name();
-        let name = name.to_string_lossy();
-        if name == "__pycache__" || name.ends_with(".egg-info") || name == "build" {
-            continue;
-        }
-        let path = entry.path();
-        if path.is_dir() {
-            copy_sources(&path, &to.join(&*name));
-        } else {
-            std::fs::copy(&path, to.join(&*name)).expect("copying the package");
-        }
-    }
-}
-
-/// The package's wheel, built from a copy of `package` under `work`.
-fn build_wheel(python: &Path, package: &Path, work: &Path) -> PathBuf {
-    if work.exists() {
-        std::fs::remove_dir_all(work).expect("removing the last build");
-    }
-    let source = work.join("source");
-    for part in ["pyproject.toml", "README.md"] {
-        std::fs::create_dir_all(&source).expect("creating the build copy");
-        std::fs::copy(package.join(part), source.join(part)).expect("copying the package");
-    }
-    copy_sources(&package.join("src"), &source.join("src"));
-    let dist = work.join("dist");
-    run(
-        "building the Python client's wheel",
-        Command::new(python)
-            .args([
-                "-m",
-                "pip",
-                "wheel",
-                "--quiet",
-                "--disable-pip-version-check",
-                "--no-deps",
-                "--wheel-dir",
-            ])
-            .arg(&dist)
-            .arg(&source),
-    );
-    let wheels: Vec<PathBuf> = std::fs::read_dir(&dist)
-        .expect("reading the built wheels")
-        .map(|entry| entry.expect("reading the built wheels").path())
-        .filter(|path| path.extension().is_some_and(|extension| extension == "whl"))
-        .collect();
-    assert_eq!(wheels.len(), 1, "one wheel built: {wheels:?}");
-    wheels.into_iter().next().expect("one wheel")
-}
-
 #[tokio::test]
 async fn the_python_client_passes_mypy_strict_and_its_suite() {
     if !toolchain::present(&["python3"], "Python") {
         return;
     }
     let python = PathBuf::from("python3");
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let package = root.join("clients/python");
-    let target = target_dir(root);
-    let venv = target.join("client-python-venv");
-    run(
-        "creating a clean virtual environment",
-        Command::new(&python)
-            .args(["-m", "venv", "--clear"])
-            .arg(&venv),
+    let package = python_client::package_dir();
+    let target = python_client::target_dir();
+    let venv = python_client::fresh_venv(
+        &python,
+        "client-python",
+        "test,langchain,openai-agents,pydantic-ai",
     );
     let venv_python = venv.join("bin/python");
-    let wheel = build_wheel(&venv_python, &package, &target.join("client-python-wheel"));
-    run(
-        "installing the Python client's wheel with its test and framework extras",
-        Command::new(&venv_python)
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-            ])
-            .arg(format!(
-                "{}[test,langchain,openai-agents,pydantic-ai]",
-                wheel.display()
-            )),
-    );
     // The suite imports the installed package, never the source tree.
     let installed = run(
         "finding the installed package",

@@ -15,6 +15,12 @@
 //! be written while the leader was away is succeeded (its completion
 //! retried), unknown or dispatched for the reconciler — never failed, never
 //! missing.
+//!
+//! Then the writers we ship, through a switchover, asserted the same way:
+//! the Python client, its wheel installed in a virtual environment, with
+//! agents on threads (tests/patroni/python_agents.py), and a real
+//! `effectwatch gateway` on the cluster's URL in front of `effectwatch
+//! mcp-tools`, called by an MCP client.
 
 mod common;
 
@@ -31,6 +37,8 @@ use effectwatch::ledger::writer::{
 use effectwatch::ledger::{self, ConnectSettings, Decision, LedgerPool};
 use serde_json::{Value, json};
 use sqlx::{Connection, PgConnection};
+use std::process::Stdio;
+use tokio::io::{AsyncBufReadExt, BufReader};
 
 const AGENTS: usize = 4;
 /// What an agent leaves between two keys: enough effects to cross the
@@ -238,6 +246,41 @@ async fn completions(record: &Record, count: usize) {
     }
 }
 
+/// A cluster of three nodes with a migrated ledger in database `ledger`,
+/// and how long the cluster took to come up. None where the cluster cannot
+/// be started here (said on stderr).
+async fn ledger_cluster() -> Option<(PatroniCluster, Duration)> {
+    let began = Instant::now();
+    let cluster = PatroniCluster::start(3).await?;
+    let cluster_up = began.elapsed();
+    let leader = cluster.leader().await.expect("a leader");
+    common::execute(
+        &cluster.node_url(&leader, "postgres"),
+        "create database ledger",
+    )
+    .await;
+    // Migrated as writers reach the ledger: through the URL of every node.
+    let migrated = common::effectwatch_cli(&["migrate", "--database-url", &cluster.url("ledger")]);
+    assert!(migrated.status.success(), "{migrated:?}");
+    Some((cluster, cluster_up))
+}
+
+/// What `node` (the leader) holds, key by key: (state, dispatched).
+async fn held_on(cluster: &PatroniCluster, node: &str) -> BTreeMap<String, (String, bool)> {
+    let mut on_leader = PgConnection::connect(&cluster.node_url(node, "ledger"))
+        .await
+        .unwrap();
+    sqlx::query_as::<_, (String, String, bool)>(
+        "select op_key, state::text, dispatched_at is not null from ledger.effects",
+    )
+    .fetch_all(&mut on_leader)
+    .await
+    .unwrap()
+    .into_iter()
+    .map(|(key, state, dispatched)| (key, (state, dispatched)))
+    .collect()
+}
+
 /// What moves the leader while the agents write.
 #[derive(Debug, Clone, Copy)]
 enum Disruption {
@@ -251,19 +294,7 @@ enum Disruption {
 /// checks what they were told against the provider and the new leader.
 /// None where the cluster cannot be started here (said on stderr).
 async fn writers_across(disruption: Disruption) -> Option<()> {
-    let began = Instant::now();
-    let mut cluster = PatroniCluster::start(3).await?;
-    let cluster_up = began.elapsed();
-    let leader = cluster.leader().await.expect("a leader");
-    common::execute(
-        &cluster.node_url(&leader, "postgres"),
-        "create database ledger",
-    )
-    .await;
-    // Migrated as writers reach the ledger: through the URL of every node.
-    let migrated = common::effectwatch_cli(&["migrate", "--database-url", &cluster.url("ledger")]);
-    assert!(migrated.status.success(), "{migrated:?}");
-
+    let (mut cluster, cluster_up) = ledger_cluster().await?;
     let (fake, provider) = FakeProvider::start().await.unwrap();
     let record = Arc::new(Record::default());
     let stop = Arc::new(AtomicBool::new(false));
@@ -298,19 +329,7 @@ async fn writers_across(disruption: Disruption) -> Option<()> {
         assert!(pool.switches() >= 1, "agent {index} never switched");
     }
 
-    // What the new leader holds, key by key: (state, dispatched).
-    let mut on_leader = PgConnection::connect(&cluster.node_url(&change.to, "ledger"))
-        .await
-        .unwrap();
-    let held: BTreeMap<String, (String, bool)> = sqlx::query_as::<_, (String, String, bool)>(
-        "select op_key, state::text, dispatched_at is not null from ledger.effects",
-    )
-    .fetch_all(&mut on_leader)
-    .await
-    .unwrap()
-    .into_iter()
-    .map(|(key, state, dispatched)| (key, (state, dispatched)))
-    .collect();
+    let held = held_on(&cluster, &change.to).await;
     let with = |wanted: &dyn Fn(&str, bool) -> bool| -> BTreeSet<String> {
         held.iter()
             .filter(|(_, (state, dispatched))| wanted(state, *dispatched))
@@ -444,4 +463,531 @@ async fn writers_lose_nothing_and_dispatch_nothing_twice_across_a_patroni_switch
 #[tokio::test]
 async fn writers_lose_nothing_and_dispatch_nothing_twice_when_the_leaders_node_dies() {
     writers_across(Disruption::LeaderKilled).await;
+}
+
+/// What a process's lines said so far: its stdout's JSON lines, its stderr.
+#[derive(Default)]
+struct Heard {
+    lines: Mutex<Vec<Value>>,
+    stderr: Mutex<Vec<String>>,
+}
+
+impl Heard {
+    fn count(&self, wanted: impl Fn(&Value) -> bool) -> usize {
+        self.lines
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| wanted(l))
+            .count()
+    }
+
+    fn stderr_tail(&self) -> String {
+        let stderr = self.stderr.lock().unwrap();
+        stderr[stderr.len().saturating_sub(30)..].join("\n")
+    }
+}
+
+fn told_succeeded(line: &Value) -> bool {
+    line["outcome"] == "succeeded"
+}
+
+/// Waits until the script has been told `count` effects recorded, failing
+/// at once on a line that says it met something else.
+async fn python_told(heard: &Heard, count: usize) {
+    let started = Instant::now();
+    loop {
+        let errors: Vec<Value> = heard
+            .lines
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|line| line.get("error").is_some())
+            .cloned()
+            .collect();
+        assert!(
+            errors.is_empty(),
+            "the Python agents met: {errors:?}\n{}",
+            heard.stderr_tail()
+        );
+        if heard.count(told_succeeded) >= count {
+            return;
+        }
+        assert!(
+            started.elapsed() < KEY_TIMEOUT,
+            "the Python agents stalled at {} effects told recorded\n{}",
+            heard.count(told_succeeded),
+            heard.stderr_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+const PYTHON_THREADS: usize = 4;
+
+/// The Python client as a user runs it — its wheel installed in a virtual
+/// environment, one `Ledger` shared by agents on threads, half of them
+/// through the decorator, half through `ledger.effect(...)` — through a
+/// switchover, the cluster's URL its only knowledge of where the leader
+/// is. Each agent makes a call that raised a connection error again under
+/// its key. Then, from what the script printed, the fake provider's record
+/// and the new leader's ledger: every effect the script was told recorded
+/// is succeeded there, no key reached the provider twice, every effect
+/// performed is recorded dispatched, nothing is failed.
+#[tokio::test]
+async fn python_agents_on_threads_lose_nothing_and_dispatch_nothing_twice_across_a_switchover() {
+    if !common::toolchain::present(&["python3"], "Python") {
+        return;
+    }
+    let began = Instant::now();
+    // The client's wheel is built and installed while the cluster starts.
+    let venv = tokio::task::spawn_blocking(|| {
+        let began = Instant::now();
+        let venv = common::python_client::fresh_venv(
+            std::path::Path::new("python3"),
+            "patroni-python",
+            "",
+        );
+        (venv, began.elapsed())
+    });
+    let Some((cluster, cluster_up)) = ledger_cluster().await else {
+        return;
+    };
+    let (venv, venv_took) = venv.await.unwrap();
+    let (fake, provider) = FakeProvider::start().await.unwrap();
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/patroni/python_agents.py");
+    let mut child = tokio::process::Command::new(venv.join("bin/python"))
+        .arg(&script)
+        .arg(cluster.url("ledger"))
+        .arg(&provider)
+        .arg(PYTHON_THREADS.to_string())
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env("PYTHONUNBUFFERED", "1")
+        .current_dir(std::env::temp_dir())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("starting the Python agents");
+    let heard = Arc::new(Heard::default());
+    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+    let reading = {
+        let heard = heard.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = stdout.next_line().await {
+                let value = serde_json::from_str(&line)
+                    .unwrap_or_else(|e| panic!("the Python agents printed {line:?}: {e}"));
+                heard.lines.lock().unwrap().push(value);
+            }
+        })
+    };
+    let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
+    {
+        let heard = heard.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = stderr.next_line().await {
+                heard.stderr.lock().unwrap().push(line);
+            }
+        });
+    }
+
+    let run = Instant::now();
+    python_told(&heard, COMPLETIONS_BEFORE).await;
+    let change = cluster.switchover().await;
+    let at_change = heard.count(told_succeeded);
+    python_told(&heard, at_change + COMPLETIONS_AFTER).await;
+    // Closing its stdin stops the agents, each once its key is done.
+    drop(child.stdin.take());
+    let status = tokio::time::timeout(KEY_TIMEOUT, child.wait())
+        .await
+        .expect("the Python agents did not stop")
+        .unwrap();
+    reading.await.unwrap();
+    let run_took = run.elapsed();
+    python_told(&heard, 0).await;
+    assert!(
+        status.success(),
+        "the Python agents ended {status}\n{}",
+        heard.stderr_tail()
+    );
+
+    let held = held_on(&cluster, &change.to).await;
+    let lines = heard.lines.lock().unwrap().clone();
+    let key_of = |line: &Value| line["key"].as_str().unwrap().to_string();
+    let recorded: BTreeSet<String> = lines
+        .iter()
+        .filter(|l| told_succeeded(l))
+        .map(key_of)
+        .collect();
+    let in_flight: BTreeSet<String> = lines
+        .iter()
+        .filter(|line| line["told"] == "in_flight")
+        .map(key_of)
+        .collect();
+    let lost: Vec<&String> = recorded
+        .iter()
+        .filter(|key| held.get(*key).map(|(state, _)| state.as_str()) != Some("succeeded"))
+        .collect();
+    assert!(lost.is_empty(), "told recorded, then lost: {lost:?}");
+    // Told in flight: a first try's claim (or completion) went through
+    // with its reply lost. It waits, dispatched, for the reconciler.
+    for key in &in_flight {
+        let state = held
+            .get(key)
+            .map(|(state, dispatched)| (state.as_str(), *dispatched));
+        assert!(
+            matches!(state, Some(("pending" | "unknown", true))),
+            "{key}, told in flight, is {state:?}"
+        );
+    }
+    let performed = fake.effects();
+    let performed_keys: BTreeSet<String> = performed
+        .iter()
+        .filter_map(|effect| effect.idempotency_key.clone())
+        .collect();
+    assert_eq!(
+        performed_keys.len(),
+        performed.len(),
+        "an effect without its key"
+    );
+    let twice: Vec<&String> = performed_keys
+        .iter()
+        .filter(|key| fake.requests_with_key(key) > 1)
+        .collect();
+    assert!(twice.is_empty(), "sent to the provider twice: {twice:?}");
+    let unrecorded: Vec<&String> = performed_keys
+        .iter()
+        .filter(|key| !held.get(*key).is_some_and(|(_, dispatched)| *dispatched))
+        .collect();
+    assert!(
+        unrecorded.is_empty(),
+        "performed, not recorded as dispatched: {unrecorded:?}"
+    );
+    let failed: Vec<&String> = held
+        .iter()
+        .filter(|(_, (state, _))| state == "failed")
+        .map(|(key, _)| key)
+        .collect();
+    assert!(failed.is_empty(), "failed: {failed:?}");
+    let retried = lines
+        .iter()
+        .filter(|line| line["retries"].as_u64().unwrap_or(0) > 0)
+        .count();
+    let most_retries = lines
+        .iter()
+        .filter_map(|line| line["retries"].as_u64())
+        .max()
+        .unwrap_or(0);
+    eprintln!(
+        "patroni, Python client ({PYTHON_THREADS} threads, one Ledger): the lead moved {} -> {} in {:.1} s\n  \
+         {} keys told recorded succeeded, {} told in flight; {} performed by the provider, \
+         {} effects in the ledger\n  \
+         {} keys made again after a connection error (at most {} times each)\n  \
+         0 acknowledged lost, 0 sent twice, 0 failed; wheel and venv {:.1} s (beside the cluster's \
+         start, {:.1} s), agents' run {:.1} s, test {:.1} s",
+        change.from,
+        change.to,
+        change.took.as_secs_f64(),
+        recorded.len(),
+        in_flight.len(),
+        performed.len(),
+        held.len(),
+        retried,
+        most_retries,
+        venv_took.as_secs_f64(),
+        cluster_up.as_secs_f64(),
+        run_took.as_secs_f64(),
+        began.elapsed().as_secs_f64(),
+    );
+}
+
+/// The gateway's policy: refunds recorded, the lookup let through.
+const GATEWAY_POLICY: &str = r#"
+alias = "billing"
+upstream_timeout_secs = 5
+
+[tools.refund]
+action = "refund"
+op_key = "refund:{order_id}:{amount_minor}"
+target = "invoice:{order_id}"
+params = ["order_id", "amount_minor", "currency"]
+amount_minor = "amount_minor"
+currency = "currency"
+provider = "fakepay"
+external_ref = "id"
+
+[tools.lookup_refunds]
+read_only = true
+"#;
+
+const GATEWAY_CALLERS: usize = 2;
+
+/// What the gateway answered the callers.
+#[derive(Default)]
+struct Answers {
+    /// Answered as a success, by key.
+    succeeded: Mutex<BTreeSet<String>>,
+    /// Answered with a tool error (the model is told not to call again), by key.
+    tool_errors: Mutex<Vec<(String, String)>>,
+    /// Calls answered with an MCP error (the ledger out of reach), made again.
+    failed_calls: AtomicUsize,
+    failed_messages: Mutex<BTreeSet<String>>,
+    waits: Mutex<Vec<Duration>>,
+}
+
+/// One caller of the gateway: its refunds in turn until told to stop, a
+/// call the gateway answered with an error made again with the same
+/// arguments, as a model does when told to try again later.
+async fn gateway_caller(
+    index: usize,
+    peer: rmcp::service::Peer<rmcp::service::RoleClient>,
+    answers: Arc<Answers>,
+    stop: Arc<AtomicBool>,
+) {
+    let mut k = 0;
+    while !stop.load(Ordering::Relaxed) {
+        let order_id = format!("GW{index}n{k}");
+        let key = format!("refund:{order_id}:1200");
+        let arguments = json!({"order_id": order_id, "amount_minor": 1200, "currency": "EUR"});
+        let started = Instant::now();
+        let mut first_failure: Option<Instant> = None;
+        loop {
+            let call = rmcp::model::CallToolRequestParams::new("refund")
+                .with_arguments(arguments.as_object().cloned().unwrap());
+            match peer.call_tool(call).await {
+                Ok(result) if result.is_error != Some(true) => {
+                    answers.succeeded.lock().unwrap().insert(key.clone());
+                    break;
+                }
+                Ok(result) => {
+                    let said: Vec<String> = result
+                        .content
+                        .iter()
+                        .filter_map(|block| block.as_text().map(|text| text.text.clone()))
+                        .collect();
+                    answers
+                        .tool_errors
+                        .lock()
+                        .unwrap()
+                        .push((key.clone(), said.join(" ")));
+                    break;
+                }
+                Err(rmcp::ServiceError::McpError(error)) => {
+                    answers.failed_calls.fetch_add(1, Ordering::Relaxed);
+                    answers
+                        .failed_messages
+                        .lock()
+                        .unwrap()
+                        .insert(error.message.to_string());
+                    first_failure.get_or_insert_with(Instant::now);
+                    assert!(
+                        started.elapsed() < KEY_TIMEOUT,
+                        "{key}: the gateway found no leader for {KEY_TIMEOUT:?}; last: {}",
+                        error.message
+                    );
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(error) => panic!("{key}: the gateway's session broke: {error}"),
+            }
+        }
+        if let Some(at) = first_failure {
+            answers.waits.lock().unwrap().push(at.elapsed());
+        }
+        k += 1;
+        tokio::time::sleep(PACE).await;
+    }
+}
+
+/// A real `effectwatch gateway`, its `--database-url` the cluster's URL,
+/// in front of `effectwatch mcp-tools` on stdio (told to ignore the key it
+/// is passed, so that the provider's count is the gateway's doing alone),
+/// called by an MCP client's callers through a switchover. Then: every
+/// call answered as a success is recorded succeeded on the new leader, no
+/// invoice was refunded twice at the provider, every refund performed is
+/// recorded dispatched, nothing is failed.
+#[tokio::test]
+async fn the_mcp_gateway_loses_nothing_and_refunds_nothing_twice_across_a_switchover() {
+    use rmcp::ServiceExt;
+    use rmcp::transport::{ConfigureCommandExt, TokioChildProcess};
+    let began = Instant::now();
+    let Some((cluster, cluster_up)) = ledger_cluster().await else {
+        return;
+    };
+    let (fake, provider) = FakeProvider::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("gateway.toml");
+    std::fs::write(&policy, GATEWAY_POLICY).unwrap();
+    let url = cluster.url("ledger");
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_effectwatch"));
+    command
+        .env("HOME", dir.path())
+        .env("XDG_CONFIG_HOME", dir.path())
+        .env_remove("DATABASE_URL");
+    let (transport, stderr) = TokioChildProcess::builder(command.configure(|command| {
+        command
+            .args(["--database-url", &url, "gateway", "--policy"])
+            .arg(&policy)
+            .args(["--upstream", env!("CARGO_BIN_EXE_effectwatch"), "mcp-tools"])
+            .args(["--provider-url", &provider, "--ignore-key"]);
+    }))
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let heard = Arc::new(Heard::default());
+    {
+        let heard = heard.clone();
+        let mut stderr = BufReader::new(stderr.unwrap()).lines();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = stderr.next_line().await {
+                heard.stderr.lock().unwrap().push(line);
+            }
+        });
+    }
+    let client = rmcp::model::ClientConfig::new(
+        rmcp::model::ClientCapabilities::default(),
+        rmcp::model::Implementation::new("patroni-agent", "1.0"),
+    )
+    .serve(transport)
+    .await
+    .unwrap_or_else(|e| panic!("the gateway did not start: {e}\n{}", heard.stderr_tail()));
+
+    let answers = Arc::new(Answers::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let callers: Vec<_> = (0..GATEWAY_CALLERS)
+        .map(|index| {
+            tokio::spawn(gateway_caller(
+                index,
+                client.peer().clone(),
+                answers.clone(),
+                stop.clone(),
+            ))
+        })
+        .collect();
+    let answered = |count: usize| {
+        let answers = answers.clone();
+        let heard = heard.clone();
+        async move {
+            let started = Instant::now();
+            while answers.succeeded.lock().unwrap().len() < count {
+                assert!(
+                    started.elapsed() < KEY_TIMEOUT,
+                    "the gateway's callers stalled at {} successes\n{}",
+                    answers.succeeded.lock().unwrap().len(),
+                    heard.stderr_tail()
+                );
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    };
+    let run = Instant::now();
+    answered(COMPLETIONS_BEFORE).await;
+    let change = cluster.switchover().await;
+    let at_change = answers.succeeded.lock().unwrap().len();
+    answered(at_change + COMPLETIONS_AFTER).await;
+    stop.store(true, Ordering::Relaxed);
+    for caller in callers {
+        caller.await.unwrap();
+    }
+    let run_took = run.elapsed();
+    // The gateway records a success beside its reply: once the session
+    // ends, it finishes recording before it exits.
+    client.cancel().await.unwrap();
+
+    let succeeded = answers.succeeded.lock().unwrap().clone();
+    let mut held = held_on(&cluster, &change.to).await;
+    let settling = Instant::now();
+    while succeeded
+        .iter()
+        .any(|key| held.get(key).is_some_and(|(state, _)| state == "pending"))
+        && settling.elapsed() < Duration::from_secs(15)
+    {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        held = held_on(&cluster, &change.to).await;
+    }
+    let lost: Vec<(&String, Option<&(String, bool)>)> = succeeded
+        .iter()
+        .map(|key| (key, held.get(key)))
+        .filter(|(_, held)| held.map(|(state, _)| state.as_str()) != Some("succeeded"))
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "answered as a success, not recorded succeeded: {lost:?}\n{}",
+        heard.stderr_tail()
+    );
+    let tool_errors = answers.tool_errors.lock().unwrap().clone();
+    for (key, said) in &tool_errors {
+        let state = held
+            .get(key)
+            .map(|(state, dispatched)| (state.as_str(), *dispatched));
+        assert!(
+            matches!(state, Some(("pending" | "unknown", true))),
+            "{key}, answered {said:?}, is {state:?}"
+        );
+    }
+    let performed = fake.effects();
+    let mut per_target: BTreeMap<String, usize> = BTreeMap::new();
+    for effect in &performed {
+        *per_target
+            .entry(effect.target.clone().expect("a refund's target"))
+            .or_default() += 1;
+    }
+    let twice: Vec<(&String, &usize)> = per_target.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(
+        twice.is_empty(),
+        "refunded twice at the provider: {twice:?}"
+    );
+    let unrecorded: Vec<&String> = per_target
+        .keys()
+        .filter(|target| {
+            let key = format!("refund:{}:1200", target.trim_start_matches("invoice:"));
+            !held.get(&key).is_some_and(|(_, dispatched)| *dispatched)
+        })
+        .collect();
+    assert!(
+        unrecorded.is_empty(),
+        "refunded, not recorded as dispatched: {unrecorded:?}"
+    );
+    let failed: Vec<&String> = held
+        .iter()
+        .filter(|(_, (state, _))| state == "failed")
+        .map(|(key, _)| key)
+        .collect();
+    assert!(failed.is_empty(), "failed: {failed:?}");
+    let waits = answers.waits.lock().unwrap().clone();
+    let open = held
+        .values()
+        .filter(|(state, _)| state == "pending" || state == "unknown")
+        .count();
+    eprintln!(
+        "patroni, MCP gateway ({GATEWAY_CALLERS} callers, one stdio session): the lead moved {} -> {} in {:.1} s\n  \
+         {} calls answered as a success, {} with a tool error {:?}; {} refunds at the provider, \
+         {} effects in the ledger, {} open\n  \
+         {} calls answered with the ledger out of reach, on {} keys, made again; the longest a caller \
+         waited: {:.1} s; what it was told: {:?}\n  \
+         0 acknowledged lost, 0 refunded twice, 0 failed; cluster up in {:.1} s, callers' run {:.1} s, \
+         test {:.1} s",
+        change.from,
+        change.to,
+        change.took.as_secs_f64(),
+        succeeded.len(),
+        tool_errors.len(),
+        tool_errors,
+        performed.len(),
+        held.len(),
+        open,
+        answers.failed_calls.load(Ordering::Relaxed),
+        waits.len(),
+        waits
+            .iter()
+            .max()
+            .copied()
+            .unwrap_or_default()
+            .as_secs_f64(),
+        answers.failed_messages.lock().unwrap(),
+        cluster_up.as_secs_f64(),
+        run_took.as_secs_f64(),
+        began.elapsed().as_secs_f64(),
+    );
 }

@@ -15,6 +15,7 @@
 
 pub mod patroni;
 pub mod pgbouncer;
+pub mod python_client;
 pub mod roles;
 pub mod toolchain;
 
