@@ -137,3 +137,50 @@ async fn no_primary_among_the_hosts_is_one_line_naming_each() {
         format!("127.0.0.1:{}/ledger", standby.port())
     );
 }
+
+/// What a writer meets while the primary moves — its connection ended by
+/// the server's shutdown, or a server that now refuses writes as a standby
+/// — is trouble reaching the primary, to try again, never a database error
+/// about the call (the gateway told a model "could not record this call"
+/// for the first, and nothing about trying again).
+#[tokio::test]
+async fn a_server_that_ends_the_connection_or_stops_taking_writes_is_out_of_reach() {
+    use effectwatch::ledger::LedgerError;
+    use sqlx::Connection;
+
+    let db = common::test_db().await;
+    let mut demoted = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    sqlx::query("set default_transaction_read_only = on")
+        .execute(&mut demoted)
+        .await
+        .unwrap();
+    let refused = sqlx::query("create table written_on_a_standby (x int)")
+        .execute(&mut demoted)
+        .await
+        .expect_err("a read-only server refuses a write");
+    let sorted = LedgerError::from_sqlx(refused);
+    assert!(matches!(sorted, LedgerError::NotPrimary(_)), "{sorted:?}");
+    assert!(sorted.is_connection());
+    assert!(
+        sorted.to_string().contains("not taking writes now"),
+        "{sorted}"
+    );
+
+    let mut ended = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    let pid: i32 = sqlx::query_scalar("select pg_backend_pid()")
+        .fetch_one(&mut ended)
+        .await
+        .unwrap();
+    let terminated: bool = sqlx::query_scalar("select pg_terminate_backend($1)")
+        .bind(pid)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert!(terminated);
+    let lost = sqlx::query("select 1")
+        .execute(&mut ended)
+        .await
+        .expect_err("a connection the server ended");
+    let sorted = LedgerError::from_sqlx(lost);
+    assert!(sorted.is_connection(), "{sorted:?}");
+}

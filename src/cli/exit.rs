@@ -22,7 +22,9 @@ pub const MIGRATIONS_DIFFER: u8 = 11;
 pub fn code_for(error: &LedgerError) -> u8 {
     match error {
         LedgerError::BadUrl(_) => BAD_CONFIG,
-        LedgerError::Unreachable(_) | LedgerError::LoginRefused(_) => UNREACHABLE,
+        LedgerError::Unreachable(_) | LedgerError::NotPrimary(_) | LedgerError::LoginRefused(_) => {
+            UNREACHABLE
+        }
         LedgerError::SchemaMissing(_) | LedgerError::SchemaBehind(_) => SCHEMA_MISSING,
         LedgerError::LedgerNewer(_) => LEDGER_NEWER,
         LedgerError::MigrationsDiffer(_) => MIGRATIONS_DIFFER,

@@ -10,6 +10,13 @@ pub enum LedgerError {
         "cannot reach the database: {0} (is the server running, and the host, port and credentials of the URL right?)"
     )]
     Unreachable(String),
+    /// The server answered but is not (or no longer) a primary: it is
+    /// shutting down, starting, or a standby — as while a failover moves
+    /// the primary. The call did not happen; it may once a primary answers.
+    #[error(
+        "the database is not taking writes now: {0} (a primary moving? list every host in the URL with target_session_attrs=read-write to follow it)"
+    )]
+    NotPrimary(String),
     /// The server answered and turned the login down (password, role,
     /// database): retrying will not help until someone fixes the settings.
     #[error("the database refused the connection: {0}")]
@@ -71,6 +78,15 @@ impl LedgerError {
                         LedgerError::Invalid(strip_prefix(&message))
                     }
                     Some("28P01" | "28000" | "3D000") => LedgerError::LoginRefused(message),
+                    // The server went away or stopped taking writes (shut
+                    // down, crashed, starting, demoted to a standby): the
+                    // call did not reach a primary, and may once one answers.
+                    Some(code)
+                        if code.starts_with("08")
+                            || matches!(code, "25006" | "57P01" | "57P02" | "57P03") =>
+                    {
+                        LedgerError::NotPrimary(one_line(&message))
+                    }
                     _ => LedgerError::Database(message),
                 }
             }
@@ -88,7 +104,7 @@ impl LedgerError {
     pub fn is_connection(&self) -> bool {
         matches!(
             self,
-            LedgerError::Unreachable(_) | LedgerError::LoginRefused(_)
+            LedgerError::Unreachable(_) | LedgerError::NotPrimary(_) | LedgerError::LoginRefused(_)
         )
     }
 

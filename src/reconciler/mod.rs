@@ -725,6 +725,7 @@ fn unless_ledger_trouble<T>(
     match result {
         Err(SettleError::Ledger(
             error @ (LedgerError::Unreachable(_)
+            | LedgerError::NotPrimary(_)
             | LedgerError::LoginRefused(_)
             | LedgerError::SchemaMissing(_)
             | LedgerError::Database(_)),
