@@ -125,6 +125,11 @@ async fn no_primary_among_the_hosts_is_one_line_naming_each() {
         "{error}"
     );
     assert_eq!(error.lines().count(), 1, "{error}");
+    assert_eq!(
+        error.matches("is the server running").count(),
+        1,
+        "the hint is said once: {error}"
+    );
     // Any server will do when the URL says so.
     let mut any = ConnectSettings::new(format!(
         "{}?target_session_attrs=any",

@@ -226,7 +226,12 @@ pub(crate) async fn find_server(
             }
             Ok(None) => passed_over.push(format!("{} is a standby", server_name(url))),
             Err(error) => {
-                passed_over.push(format!("{}: {error}", server_name(url)));
+                // The hint the whole error ends with is said once, not per host.
+                let why = match &error {
+                    LedgerError::Unreachable(why) | LedgerError::NotPrimary(why) => why.clone(),
+                    other => other.to_string(),
+                };
+                passed_over.push(format!("{}: {why}", server_name(url)));
                 errors.push(error);
             }
         }
