@@ -7,6 +7,7 @@ from __future__ import annotations
 import inspect
 import logging
 import socket
+import time
 import typing
 from dataclasses import dataclass
 from datetime import datetime
@@ -75,6 +76,66 @@ MAY_RUN = ("proceed", "retry")
 # A call whose connection was lost is sent again, on a new connection, after
 # each of these pauses (seconds): three more tries over about two seconds.
 RETRY_PAUSES = (0.2, 0.6, 1.2)
+
+
+# A completion whose connection is lost carries the provider's answer, which
+# nothing else has: it is sent again for longer, up to `completion_retry_for`
+# seconds from its first failure (a Patroni failover of a dead leader takes
+# about 20 s), after pauses from the first of these doubling to the second.
+COMPLETION_FIRST_PAUSE = 0.2
+COMPLETION_LONGEST_PAUSE = 2.0
+
+
+def completion_retry_for(seconds: float) -> float:
+    """The bound on sending a completion again, in seconds: 0 or more (0:
+    three more tries over about two seconds, as any other call)."""
+    if not seconds >= 0:
+        raise ValueError(f"completion_retry_for is seconds, 0 or more, not {seconds!r}")
+    return float(seconds)
+
+
+class Resends:
+    """When a call whose connection was lost is sent again: after each of
+    `RETRY_PAUSES`, or for a completion (`completing`, its key) with a
+    bound, after pauses doubling from 0.2 s to 2 s until `retry_for`
+    seconds have passed since its first failure, each said at warning on
+    the `effectwatch` logger. `pause` answers None once no try is left."""
+
+    def __init__(self, completing: str | None = None, retry_for: float = 0.0) -> None:
+        self.completing = completing
+        self.retry_for = retry_for
+        self._pauses = iter(RETRY_PAUSES)
+        self._next = COMPLETION_FIRST_PAUSE
+        self._since: float | None = None
+
+    def pause(self, error: BaseException) -> float | None:
+        if self.completing is None or self.retry_for <= 0:
+            return next(self._pauses, None)
+        now = time.monotonic()
+        if self._since is None:
+            self._since = now
+        out = now - self._since
+        left = self.retry_for - out
+        if left <= 0:
+            logger.error(
+                "the ledger stayed out of reach for %.1f s (completion_retry_for): the provider's answer for %s "
+                "is not recorded, and the effect stays dispatched for the reconciler (%s)",
+                out, self.completing, message_line(error),
+            )
+            return None
+        pause = min(self._next, left)
+        self._next = min(self._next * 2, COMPLETION_LONGEST_PAUSE)
+        logger.warning(
+            "the ledger is out of reach; keeping the provider's answer for %s and trying again in %.1f s "
+            "(out of reach for %.1f s, of at most %.0f s: %s)",
+            self.completing, pause, out, self.retry_for, message_line(error),
+        )
+        return pause
+
+
+def message_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 def connection_lost(error: BaseException) -> bool:

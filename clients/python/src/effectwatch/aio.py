@@ -39,6 +39,7 @@ class AsyncLedger:
         statement_timeout_ms: int | None = None,
         max_idle: int = 4,
         heartbeat_lease: float | None = 15.0,
+        completion_retry_for: float = 30.0,
     ) -> None:
         self.conninfo = conninfo
         self.requested_by = requested_by
@@ -46,6 +47,7 @@ class AsyncLedger:
         self.statement_timeout_ms = statement_timeout_ms
         self.max_idle = max_idle
         self.heartbeat_lease = _core.heartbeat_lease(heartbeat_lease)
+        self.completion_retry_for = _core.completion_retry_for(completion_retry_for)
         self._idle: list[psycopg.AsyncConnection[dict[str, Any]]] = []
         # What each tool this ledger decorated makes of its arguments.
         self._intents: dict[Callable[..., Any], _core.ToolIntents] = {}
@@ -101,9 +103,10 @@ class AsyncLedger:
         args: Mapping[str, Any],
         *,
         instead: Callable[[], Awaitable[dict[str, Any] | None]] | None = None,
+        completing: str | None = None,
     ) -> tuple[dict[str, Any] | None, bool]:
         """See `effectwatch.Ledger._call`."""
-        pauses = iter(_core.RETRY_PAUSES)
+        resends = _core.Resends(completing, self.completion_retry_for)
         again = False
         while True:
             try:
@@ -113,8 +116,10 @@ class AsyncLedger:
                         return answered, True
                 return await self._one(sql, args, fresh=again), again
             except Exception as error:
-                pause = next(pauses, None)
-                if pause is None or not _core.connection_lost(error):
+                if not _core.connection_lost(error):
+                    raise
+                pause = resends.pause(error)
+                if pause is None:
                     raise
             await asyncio.sleep(pause)
             again = True
@@ -188,7 +193,7 @@ class AsyncLedger:
                 return None
             return {"applied": False, "state": own["state"], "late": False, "refused": None}
 
-        row, _ = await self._call(_core.COMPLETE_SQL, args, instead=recorded_and_moved_on)
+        row, _ = await self._call(_core.COMPLETE_SQL, args, instead=recorded_and_moved_on, completing=op_key)
         assert row is not None
         return Completed(row["applied"], row["state"], row["late"], row["refused"])
 

@@ -35,7 +35,10 @@ class Ledger:
     in transaction mode, where an idle client holds no server connection.
     A call whose connection is lost is sent again, a few times, on a new
     connection; a call sent again recognises what its first send did for
-    the same request id (README, "A lost reply"). A provider call's claim
+    the same request id (README, "A lost reply"); a completion, which
+    carries the provider's answer, is sent again with backoff for up to
+    `completion_retry_for` seconds (0: as any other call), each try said at
+    warning on the `effectwatch` logger. A provider call's claim
     starts its lease of `heartbeat_lease` seconds (1 to 3600; None: no
     lease, no heartbeats), in the same statement, and while the call runs
     a thread beats for it every third of the lease, the first a third of a
@@ -51,6 +54,7 @@ class Ledger:
         statement_timeout_ms: int | None = None,
         max_idle: int = 4,
         heartbeat_lease: float | None = 15.0,
+        completion_retry_for: float = 30.0,
     ) -> None:
         self.conninfo = conninfo
         self.requested_by = requested_by
@@ -58,6 +62,7 @@ class Ledger:
         self.statement_timeout_ms = statement_timeout_ms
         self.max_idle = max_idle
         self.heartbeat_lease = _core.heartbeat_lease(heartbeat_lease)
+        self.completion_retry_for = _core.completion_retry_for(completion_retry_for)
         self._idle: list[psycopg.Connection[dict[str, Any]]] = []
         self._lock = threading.Lock()
         self._pid = os.getpid()
@@ -123,13 +128,14 @@ class Ledger:
         args: Mapping[str, Any],
         *,
         instead: Callable[[], dict[str, Any] | None] | None = None,
+        completing: str | None = None,
     ) -> tuple[dict[str, Any] | None, bool]:
         """Runs one statement, sent again on a new connection when its
         connection is lost (`_core.connection_lost`) and never when the
         ledger answered an error. Answers the row and whether it was sent
         again: a lost reply may hide a call the ledger carried out. Before
         sending it again, `instead` may answer a row in its place."""
-        pauses = iter(_core.RETRY_PAUSES)
+        resends = _core.Resends(completing, self.completion_retry_for)
         again = False
         while True:
             try:
@@ -139,8 +145,10 @@ class Ledger:
                         return answered, True
                 return self._one(sql, args, fresh=again), again
             except Exception as error:
-                pause = next(pauses, None)
-                if pause is None or not _core.connection_lost(error):
+                if not _core.connection_lost(error):
+                    raise
+                pause = resends.pause(error)
+                if pause is None:
                     raise
             time.sleep(pause)
             again = True
@@ -217,7 +225,7 @@ class Ledger:
                 return None
             return {"applied": False, "state": own["state"], "late": False, "refused": None}
 
-        row, _ = self._call(_core.COMPLETE_SQL, args, instead=recorded_and_moved_on)
+        row, _ = self._call(_core.COMPLETE_SQL, args, instead=recorded_and_moved_on, completing=op_key)
         assert row is not None
         return Completed(row["applied"], row["state"], row["late"], row["refused"])
 
