@@ -26,3 +26,16 @@ pub fn to_file(path: &Path) -> Result<(), String> {
         .try_init()
         .map_err(|error| format!("cannot start logging: {error}"))
 }
+
+/// A service's warnings go to stderr, where its supervisor collects them
+/// (the gateway's stdout may be its MCP transport); `EFFECTWATCH_LOG` sets
+/// the filter, `warn` by default.
+pub fn warnings_to_stderr() {
+    let filter =
+        EnvFilter::try_from_env("EFFECTWATCH_LOG").unwrap_or_else(|_| EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(false)
+        .with_writer(std::io::stderr)
+        .try_init();
+}

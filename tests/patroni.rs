@@ -20,7 +20,9 @@
 //! the Python client, its wheel installed in a virtual environment, with
 //! agents on threads (tests/patroni/python_agents.py), and a real
 //! `effectwatch gateway` on the cluster's URL in front of `effectwatch
-//! mcp-tools`, called by an MCP client.
+//! mcp-tools`, called by an MCP client; and both at once with the leader
+//! killed while every provider call is out, so that each answer comes back
+//! with no leader and its completion must be tried again until the failover.
 
 mod common;
 
@@ -523,6 +525,58 @@ async fn python_told(heard: &Heard, count: usize) {
     }
 }
 
+/// Starts tests/patroni/python_agents.py with `threads` agents on `url`,
+/// its lines read into a `Heard` (the task reading its stdout returned).
+fn python_agents(
+    venv: &std::path::Path,
+    url: &str,
+    provider: &str,
+    threads: usize,
+) -> (
+    tokio::process::Child,
+    Arc<Heard>,
+    tokio::task::JoinHandle<()>,
+) {
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/patroni/python_agents.py");
+    let mut child = tokio::process::Command::new(venv.join("bin/python"))
+        .arg(&script)
+        .arg(url)
+        .arg(provider)
+        .arg(threads.to_string())
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env("PYTHONUNBUFFERED", "1")
+        .current_dir(std::env::temp_dir())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("starting the Python agents");
+    let heard = Arc::new(Heard::default());
+    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+    let reading = {
+        let heard = heard.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = stdout.next_line().await {
+                let value = serde_json::from_str(&line)
+                    .unwrap_or_else(|e| panic!("the Python agents printed {line:?}: {e}"));
+                heard.lines.lock().unwrap().push(value);
+            }
+        })
+    };
+    let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
+    {
+        let heard = heard.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = stderr.next_line().await {
+                heard.stderr.lock().unwrap().push(line);
+            }
+        });
+    }
+    (child, heard, reading)
+}
+
 const PYTHON_THREADS: usize = 4;
 
 /// The Python client as a user runs it — its wheel installed in a virtual
@@ -555,43 +609,8 @@ async fn python_agents_on_threads_lose_nothing_and_dispatch_nothing_twice_across
     };
     let (venv, venv_took) = venv.await.unwrap();
     let (fake, provider) = FakeProvider::start().await.unwrap();
-    let script =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/patroni/python_agents.py");
-    let mut child = tokio::process::Command::new(venv.join("bin/python"))
-        .arg(&script)
-        .arg(cluster.url("ledger"))
-        .arg(&provider)
-        .arg(PYTHON_THREADS.to_string())
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .env("PYTHONUNBUFFERED", "1")
-        .current_dir(std::env::temp_dir())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("starting the Python agents");
-    let heard = Arc::new(Heard::default());
-    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
-    let reading = {
-        let heard = heard.clone();
-        tokio::spawn(async move {
-            while let Ok(Some(line)) = stdout.next_line().await {
-                let value = serde_json::from_str(&line)
-                    .unwrap_or_else(|e| panic!("the Python agents printed {line:?}: {e}"));
-                heard.lines.lock().unwrap().push(value);
-            }
-        })
-    };
-    let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
-    {
-        let heard = heard.clone();
-        tokio::spawn(async move {
-            while let Ok(Some(line)) = stderr.next_line().await {
-                heard.stderr.lock().unwrap().push(line);
-            }
-        });
-    }
+    let (mut child, heard, reading) =
+        python_agents(&venv, &cluster.url("ledger"), &provider, PYTHON_THREADS);
 
     let run = Instant::now();
     python_told(&heard, COMPLETIONS_BEFORE).await;
@@ -800,26 +819,18 @@ async fn gateway_caller(
     }
 }
 
-/// A real `effectwatch gateway`, its `--database-url` the cluster's URL,
-/// in front of `effectwatch mcp-tools` on stdio (told to ignore the key it
-/// is passed, so that the provider's count is the gateway's doing alone),
-/// called by an MCP client's callers through a switchover. Then: every
-/// call answered as a success is recorded succeeded on the new leader, no
-/// invoice was refunded twice at the provider, every refund performed is
-/// recorded dispatched, nothing is failed.
-#[tokio::test]
-async fn the_mcp_gateway_loses_nothing_and_refunds_nothing_twice_across_a_switchover() {
+type GatewayClient =
+    rmcp::service::RunningService<rmcp::service::RoleClient, rmcp::model::ClientConfig>;
+
+/// A real `effectwatch gateway` on `url` in front of `effectwatch
+/// mcp-tools --ignore-key` at `provider`, with an MCP client's session on
+/// it; its stderr (its log) read into a `Heard`.
+async fn gateway(url: &str, provider: &str) -> (GatewayClient, Arc<Heard>, tempfile::TempDir) {
     use rmcp::ServiceExt;
     use rmcp::transport::{ConfigureCommandExt, TokioChildProcess};
-    let began = Instant::now();
-    let Some((cluster, cluster_up)) = ledger_cluster().await else {
-        return;
-    };
-    let (fake, provider) = FakeProvider::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let policy = dir.path().join("gateway.toml");
     std::fs::write(&policy, GATEWAY_POLICY).unwrap();
-    let url = cluster.url("ledger");
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_effectwatch"));
     command
         .env("HOME", dir.path())
@@ -827,10 +838,10 @@ async fn the_mcp_gateway_loses_nothing_and_refunds_nothing_twice_across_a_switch
         .env_remove("DATABASE_URL");
     let (transport, stderr) = TokioChildProcess::builder(command.configure(|command| {
         command
-            .args(["--database-url", &url, "gateway", "--policy"])
+            .args(["--database-url", url, "gateway", "--policy"])
             .arg(&policy)
             .args(["--upstream", env!("CARGO_BIN_EXE_effectwatch"), "mcp-tools"])
-            .args(["--provider-url", &provider, "--ignore-key"]);
+            .args(["--provider-url", provider, "--ignore-key"]);
     }))
     .stderr(Stdio::piped())
     .spawn()
@@ -852,6 +863,24 @@ async fn the_mcp_gateway_loses_nothing_and_refunds_nothing_twice_across_a_switch
     .serve(transport)
     .await
     .unwrap_or_else(|e| panic!("the gateway did not start: {e}\n{}", heard.stderr_tail()));
+    (client, heard, dir)
+}
+
+/// A real `effectwatch gateway`, its `--database-url` the cluster's URL,
+/// in front of `effectwatch mcp-tools` on stdio (told to ignore the key it
+/// is passed, so that the provider's count is the gateway's doing alone),
+/// called by an MCP client's callers through a switchover. Then: every
+/// call answered as a success is recorded succeeded on the new leader, no
+/// invoice was refunded twice at the provider, every refund performed is
+/// recorded dispatched, nothing is failed.
+#[tokio::test]
+async fn the_mcp_gateway_loses_nothing_and_refunds_nothing_twice_across_a_switchover() {
+    let began = Instant::now();
+    let Some((cluster, cluster_up)) = ledger_cluster().await else {
+        return;
+    };
+    let (fake, provider) = FakeProvider::start().await.unwrap();
+    let (client, heard, _dir) = gateway(&cluster.url("ledger"), &provider).await;
 
     let answers = Arc::new(Answers::default());
     let stop = Arc::new(AtomicBool::new(false));
@@ -986,6 +1015,248 @@ async fn the_mcp_gateway_loses_nothing_and_refunds_nothing_twice_across_a_switch
             .unwrap_or_default()
             .as_secs_f64(),
         answers.failed_messages.lock().unwrap(),
+        cluster_up.as_secs_f64(),
+        run_took.as_secs_f64(),
+        began.elapsed().as_secs_f64(),
+    );
+}
+
+/// How long the fake provider takes to answer while the leader is killed:
+/// every writer's call is out at the kill, and its answer comes back while
+/// the leader is away (a failover takes `ttl`, 20 s).
+const SLOW_PROVIDER: Duration = Duration::from_secs(3);
+const KILL_PYTHON_THREADS: usize = 2;
+
+/// The effect's key at the fake provider: the Python agents send theirs;
+/// the gateway's tool server is told to ignore it, so it is made again
+/// from the target, as the gateway's policy makes it.
+fn key_at_provider(effect: &effectwatch::fakeprovider::FakeEffect) -> String {
+    let target = effect.target.clone().expect("a refund's target");
+    match effect.idempotency_key.clone() {
+        Some(key) => key,
+        None => format!("refund:{}:1200", target.trim_start_matches("invoice:")),
+    }
+}
+
+/// The leader killed exactly between the provider's answers and their
+/// completions: the fake provider made slow, so that every writer's call
+/// — Python agents on threads (the client's default `completion_retry_for`,
+/// 30 s) and a real gateway's callers — is out when the leader's node dies.
+/// The answers come back with no leader; the writers keep them and try the
+/// completion again until Patroni fails over (`ttl`). Then, on the new
+/// leader: every effect the provider performed is `succeeded` (the calls
+/// out at the kill among them), none left dispatched for want of its
+/// completion unless the writer's log said it gave up past its bound, none
+/// sent twice, none failed.
+#[tokio::test]
+async fn completions_outlast_a_leader_killed_while_the_provider_answers() {
+    use effectwatch::fakeprovider::{Fault, Route};
+    if !common::toolchain::present(&["python3"], "Python") {
+        return;
+    }
+    let began = Instant::now();
+    // Its own environment: the switchover test makes `patroni-python` anew
+    // at the same time.
+    let venv = tokio::task::spawn_blocking(|| {
+        common::python_client::fresh_venv(
+            std::path::Path::new("python3"),
+            "patroni-python-kill",
+            "",
+        )
+    });
+    let Some((mut cluster, cluster_up)) = ledger_cluster().await else {
+        return;
+    };
+    let venv = venv.await.unwrap();
+    let (fake, provider) = FakeProvider::start().await.unwrap();
+    let url = cluster.url("ledger");
+    let (mut child, python, reading) = python_agents(&venv, &url, &provider, KILL_PYTHON_THREADS);
+    let (client, gateway_log, _dir) = gateway(&url, &provider).await;
+    let answers = Arc::new(Answers::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let callers: Vec<_> = (0..GATEWAY_CALLERS)
+        .map(|index| {
+            tokio::spawn(gateway_caller(
+                index,
+                client.peer().clone(),
+                answers.clone(),
+                stop.clone(),
+            ))
+        })
+        .collect();
+    let both_told = |python_count: usize, gateway_count: usize| {
+        let (python, answers, gateway_log) = (python.clone(), answers.clone(), gateway_log.clone());
+        async move {
+            let started = Instant::now();
+            loop {
+                python_told(&python, 0).await;
+                if python.count(told_succeeded) >= python_count
+                    && answers.succeeded.lock().unwrap().len() >= gateway_count
+                {
+                    return;
+                }
+                assert!(
+                    started.elapsed() < KEY_TIMEOUT,
+                    "the writers stalled: Python {} told recorded, gateway {} successes\n{}\n{}",
+                    python.count(told_succeeded),
+                    answers.succeeded.lock().unwrap().len(),
+                    python.stderr_tail(),
+                    gateway_log.stderr_tail()
+                );
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    };
+    both_told(4, 4).await;
+
+    // The provider slows down; once every writer's call is out, the leader dies.
+    let writers = KILL_PYTHON_THREADS + GATEWAY_CALLERS;
+    let before = fake.effects().len();
+    fake.set_fault(Route::Create, Some(Fault::Slow(SLOW_PROVIDER)));
+    // Half the provider's delay: each writer's call made before the fault
+    // has been answered, and its next one is out (a pause of 20 ms, a few
+    // ledger round trips), with at least as long again to wait.
+    tokio::time::sleep(SLOW_PROVIDER / 2).await;
+    let out_at_kill: BTreeSet<String> = fake.effects()[before..]
+        .iter()
+        .map(key_at_provider)
+        .collect();
+    assert!(
+        out_at_kill.len() >= writers,
+        "not every writer's call reached the slowed provider: {out_at_kill:?}"
+    );
+    let change = cluster.kill_leader().await;
+    fake.set_fault(Route::Create, None);
+    let (python_at_change, gateway_at_change) = (
+        python.count(told_succeeded),
+        answers.succeeded.lock().unwrap().len(),
+    );
+    both_told(python_at_change + 4, gateway_at_change + 4).await;
+    let run_took = began.elapsed();
+
+    drop(child.stdin.take());
+    stop.store(true, Ordering::Relaxed);
+    let status = tokio::time::timeout(KEY_TIMEOUT, child.wait())
+        .await
+        .expect("the Python agents did not stop")
+        .unwrap();
+    reading.await.unwrap();
+    python_told(&python, 0).await;
+    assert!(
+        status.success(),
+        "the Python agents ended {status}\n{}",
+        python.stderr_tail()
+    );
+    for caller in callers {
+        caller.await.unwrap();
+    }
+    // The gateway records a success beside its reply, and all before it exits.
+    client.cancel().await.unwrap();
+
+    let performed = fake.effects();
+    let keys: Vec<String> = performed.iter().map(key_at_provider).collect();
+    let mut held = held_on(&cluster, &change.to).await;
+    let settling = Instant::now();
+    while keys
+        .iter()
+        .any(|key| held.get(key).is_some_and(|(state, _)| state == "pending"))
+        && settling.elapsed() < Duration::from_secs(15)
+    {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        held = held_on(&cluster, &change.to).await;
+    }
+    let lines = python.lines.lock().unwrap().clone();
+    let gateway_said = gateway_log.stderr.lock().unwrap().clone();
+    // What each writer said of a completion it gave up on, past its bound.
+    let gave_up = |key: &str| {
+        lines.iter().any(|line| line["completion_gave_up"] == key)
+            || gateway_said.iter().any(|line| {
+                line.contains(&format!("the tool's answer for {key} is not recorded"))
+                    && line.contains("(the bound, 30 s)")
+            })
+    };
+    let mut per_key: BTreeMap<&String, usize> = BTreeMap::new();
+    for key in &keys {
+        *per_key.entry(key).or_default() += 1;
+    }
+    let twice: Vec<_> = per_key.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "sent to the provider twice: {twice:?}");
+    let not_succeeded: Vec<(&String, Option<&(String, bool)>)> = keys
+        .iter()
+        .map(|key| (key, held.get(key)))
+        .filter(|(_, held)| held.map(|(state, _)| state.as_str()) != Some("succeeded"))
+        .collect();
+    let unexplained: Vec<_> = not_succeeded
+        .iter()
+        .filter(|(key, _)| out_at_kill.contains(*key) || !gave_up(key))
+        .collect();
+    assert!(
+        unexplained.is_empty(),
+        "performed, not recorded succeeded, with no word of a completion given up past its bound: \
+         {unexplained:?}\n{}\n{}",
+        python.stderr_tail(),
+        gateway_log.stderr_tail()
+    );
+    let failed: Vec<&String> = held
+        .iter()
+        .filter(|(_, (state, _))| state == "failed")
+        .map(|(key, _)| key)
+        .collect();
+    assert!(failed.is_empty(), "failed: {failed:?}");
+
+    // The figures: which completions were tried again, and for how long.
+    let mut python_retried: BTreeMap<String, f64> = BTreeMap::new();
+    for line in &lines {
+        if let Some(key) = line["completion_retry"].as_str() {
+            let until = line["out"].as_f64().unwrap() + line["pause"].as_f64().unwrap();
+            let longest = python_retried.entry(key.to_string()).or_default();
+            *longest = longest.max(until);
+        }
+    }
+    let mut gateway_retried: BTreeMap<String, f64> = BTreeMap::new();
+    for line in &gateway_said {
+        let Some(rest) = line.strip_prefix("effectwatch gateway: recorded the tool's answer for ")
+        else {
+            continue;
+        };
+        let key = rest.split(' ').next().unwrap().to_string();
+        let out: f64 = rest
+            .rsplit("out of reach for ")
+            .next()
+            .and_then(|tail| tail.trim_end_matches(" s").parse().ok())
+            .unwrap_or_else(|| panic!("the gateway said {line:?}"));
+        gateway_retried.insert(key, out);
+    }
+    let out_retried = out_at_kill
+        .iter()
+        .filter(|key| python_retried.contains_key(*key) || gateway_retried.contains_key(*key))
+        .count();
+    assert!(
+        out_retried >= writers,
+        "of the calls out at the kill ({out_at_kill:?}), {out_retried} had their completion tried \
+         again: the leader was not killed between the answers and their completions\n{}",
+        gateway_log.stderr_tail()
+    );
+    let longest = |retried: &BTreeMap<String, f64>| retried.values().copied().fold(0.0, f64::max);
+    let left_dispatched = not_succeeded.len();
+    eprintln!(
+        "patroni, the leader killed with every provider call out ({KILL_PYTHON_THREADS} Python threads, \
+         {GATEWAY_CALLERS} gateway callers; the provider answering in {} s): the lead moved {} -> {} in {:.1} s\n  \
+         {} effects performed, {} out at the kill, all {} of them recorded succeeded on the new leader\n  \
+         completions tried again: Python {} (the longest {:.1} s), gateway {} (the longest {:.1} s); \
+         left dispatched past the bound: {left_dispatched}\n  \
+         0 sent twice, 0 failed; cluster up in {:.1} s, run {:.1} s, test {:.1} s",
+        SLOW_PROVIDER.as_secs(),
+        change.from,
+        change.to,
+        change.took.as_secs_f64(),
+        performed.len(),
+        out_at_kill.len(),
+        out_at_kill.len(),
+        python_retried.len(),
+        longest(&python_retried),
+        gateway_retried.len(),
+        longest(&gateway_retried),
         cluster_up.as_secs_f64(),
         run_took.as_secs_f64(),
         began.elapsed().as_secs_f64(),

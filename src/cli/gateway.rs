@@ -120,6 +120,7 @@ pub async fn run(pool: LedgerPool, args: GatewayArgs) -> Result<(), Failure> {
     let Some(policy_path) = args.policy.clone() else {
         return Err(Failure::new(USAGE, "gateway needs --policy FILE"));
     };
+    crate::logging::warnings_to_stderr();
     let policy = Policy::load(&policy_path).map_err(|error| Failure::new(BAD_CONFIG, error))?;
     let spec =
         UpstreamSpec::parse(&args.upstream).map_err(|error| Failure::new(BAD_CONFIG, error))?;

@@ -771,40 +771,73 @@ impl Heartbeat {
     }
 }
 
-/// How many times, over about six seconds, the gateway tries to record an
-/// outcome the tool server has already produced.
-const COMPLETION_TRIES: u32 = 6;
+/// How long the gateway keeps trying to record an outcome the tool server
+/// has already produced while the ledger is out of reach (a Patroni
+/// failover of a dead leader takes about 20 s), from the first send, and
+/// its pauses between tries: from the first, doubling, up to the last.
+const COMPLETION_RETRY_FOR: Duration = Duration::from_secs(30);
+const COMPLETION_FIRST_PAUSE: Duration = Duration::from_millis(200);
+const COMPLETION_LONGEST_PAUSE: Duration = Duration::from_secs(2);
 
 /// Records the outcome of a call the tool server has had: once dispatched,
-/// the effect may have happened, so a ledger briefly out of reach (a
-/// pooler restarting) is tried again rather than left as if undisturbed.
+/// the effect may have happened, so a ledger out of reach (a pooler
+/// restarting, a failover) is tried again, the answer kept, for up to
+/// `COMPLETION_RETRY_FOR` from its first send, each try said on stderr
+/// (the gateway's log); only then is the effect left
+/// dispatched for the reconciler. A repeat is safe: the ledger answers a
+/// completion it already has, under this attempt's request id, as a repeat.
 async fn complete_after_dispatch(
     pool: &LedgerPool,
     op_key: &str,
     outcome: Outcome,
     completion: &Completion,
 ) -> Result<(), crate::ledger::LedgerError> {
-    let mut pause = std::time::Duration::from_millis(200);
+    let mut pause = COMPLETION_FIRST_PAUSE;
+    // From the first send: a try may itself take seconds to fail (the
+    // pool looking for a primary).
+    let started = std::time::Instant::now();
     let mut tries = 1;
     loop {
-        match writer::complete_effect(pool, op_key, outcome, completion).await {
-            Ok(_) => return Ok(()),
-            // What the ledger refused (a check, a state) is refused again.
-            Err(error)
-                if tries == COMPLETION_TRIES
-                    || !(error.is_connection()
-                        || matches!(error, crate::ledger::LedgerError::Database(_))) =>
-            {
-                tracing::error!(%op_key, %error, "the outcome of a dispatched call could not be recorded");
-                return Err(error);
+        let error = match writer::complete_effect(pool, op_key, outcome, completion).await {
+            Ok(_) => {
+                if tries > 1 {
+                    let out = started.elapsed().as_secs_f64();
+                    eprintln!(
+                        "effectwatch gateway: recorded the tool's answer for {op_key} on try {tries}, the ledger out of reach for {out:.1} s"
+                    );
+                }
+                return Ok(());
             }
-            Err(error) => {
-                tracing::warn!(%op_key, %error, tries, "recording the outcome of a dispatched call: trying again");
-                tokio::time::sleep(pause).await;
-                pause *= 2;
-                tries += 1;
-            }
+            Err(error) => error,
+        };
+        let said = crate::text::message_line(&error.to_string());
+        // What the ledger refused (a check, a state) is refused again.
+        if !(error.is_connection() || matches!(error, crate::ledger::LedgerError::Database(_))) {
+            eprintln!(
+                "effectwatch gateway: the outcome for {op_key} could not be recorded: {said}"
+            );
+            return Err(error);
         }
+        let out = started.elapsed();
+        let left = COMPLETION_RETRY_FOR.saturating_sub(out);
+        if left.is_zero() {
+            eprintln!(
+                "effectwatch gateway: the ledger stayed out of reach for {:.1} s (the bound, {} s): the tool's answer for {op_key} is not recorded, and the effect stays dispatched for the reconciler ({said})",
+                out.as_secs_f64(),
+                COMPLETION_RETRY_FOR.as_secs(),
+            );
+            return Err(error);
+        }
+        let wait = pause.min(left);
+        eprintln!(
+            "effectwatch gateway: the ledger is out of reach; keeping the tool's answer for {op_key} and trying again in {:.1} s (out of reach for {:.1} s, of at most {} s: {said})",
+            wait.as_secs_f64(),
+            out.as_secs_f64(),
+            COMPLETION_RETRY_FOR.as_secs(),
+        );
+        tokio::time::sleep(wait).await;
+        pause = (pause * 2).min(COMPLETION_LONGEST_PAUSE);
+        tries += 1;
     }
 }
 

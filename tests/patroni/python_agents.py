@@ -17,11 +17,16 @@ agent would. Prints one JSON line per key, flushed as it is told:
   {"key", "told": "in_flight", "retries"}: the ledger holds it in flight
      (a first try's claim or completion lost with the leader): not sent again;
   {"key", "error"}: anything else, which the test fails on.
+And one line for each time the client said, on the `effectwatch` logger,
+that it keeps a provider's answer while the ledger is out of reach:
+  {"completion_retry": key, "pause", "out"}: trying the completion again;
+  {"completion_gave_up": key, "said"}: past `completion_retry_for`.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import sys
 import threading
 import time
@@ -60,6 +65,19 @@ def main() -> None:
     def say(**line: Any) -> None:
         with out:
             print(json.dumps(line), flush=True)
+
+    class Retries(logging.Handler):
+        """What the client says of a completion kept while the ledger is away."""
+
+        def emit(self, record: logging.LogRecord) -> None:
+            message = record.getMessage()
+            if "keeping the provider's answer for" in message:
+                key, pause, waited = record.args[0], record.args[1], record.args[2]  # type: ignore[index]
+                say(completion_retry=key, pause=pause, out=waited)
+            elif "is not recorded, and the effect stays dispatched" in message:
+                say(completion_gave_up=record.args[1], said=message)  # type: ignore[index]
+
+    logging.getLogger("effectwatch").addHandler(Retries(logging.WARNING))
 
     @ledger.tool(
         action="refund",
