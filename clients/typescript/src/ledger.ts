@@ -3,6 +3,7 @@
 // Every rule of the ledger stays in the database.
 
 import { randomUUID } from "node:crypto";
+import { performance } from "node:perf_hooks";
 import { setTimeout as sleep } from "node:timers/promises";
 import pg from "pg";
 import {
@@ -68,6 +69,67 @@ interface Own {
 
 /** A call whose connection is lost is sent again after each of these pauses: three more tries over about two seconds. */
 const RETRY_PAUSES_MS = [200, 600, 1200];
+
+// A completion whose connection is lost carries the provider's answer, which
+// nothing else has: it is sent again for longer, up to completionRetryForMs
+// from its first failure (a Patroni failover of a dead leader takes about
+// 20 s), after pauses from the first of these doubling to the second.
+const COMPLETION_RETRY_FOR_MS = 30_000;
+const COMPLETION_FIRST_PAUSE_MS = 200;
+const COMPLETION_LONGEST_PAUSE_MS = 2_000;
+
+/**
+ * When a call whose connection was lost is sent again: after each of
+ * RETRY_PAUSES_MS, or for a completion (`completing`, its key) with a
+ * bound, after pauses doubling from 200 ms to 2 s until `retryForMs` have
+ * passed since its first failure, each said through `warn`. `pause`
+ * answers undefined once no try is left (for a completion, said once).
+ */
+class Resends {
+  private tries = 0;
+  private nextMs = COMPLETION_FIRST_PAUSE_MS;
+  private since: number | null = null;
+
+  constructor(
+    private readonly completing: string | null,
+    private readonly retryForMs: number,
+    private readonly warn: (message: string) => void,
+  ) {}
+
+  pause(error: unknown): number | undefined {
+    if (this.completing === null || this.retryForMs <= 0) return RETRY_PAUSES_MS[this.tries++];
+    const now = performance.now();
+    this.since ??= now;
+    const out = now - this.since;
+    const left = this.retryForMs - out;
+    if (left <= 0) {
+      this.warn(
+        `effectwatch: the ledger stayed out of reach for ${seconds(out)} s (completionRetryForMs): the provider's answer for ${this.completing} ` +
+          `is not recorded, and the effect stays dispatched for the reconciler (${messageLine(error)})`,
+      );
+      return undefined;
+    }
+    const pause = Math.min(this.nextMs, left);
+    this.nextMs = Math.min(this.nextMs * 2, COMPLETION_LONGEST_PAUSE_MS);
+    this.warn(
+      `effectwatch: the ledger is out of reach; keeping the provider's answer for ${this.completing} and trying again in ${seconds(pause)} s ` +
+        `(out of reach for ${seconds(out)} s, of at most ${Math.round(this.retryForMs / 1000)} s: ${messageLine(error)})`,
+    );
+    return pause;
+  }
+}
+
+function seconds(ms: number): string {
+  return (ms / 1000).toFixed(1);
+}
+
+/** An error's first line, or its name when it says nothing. */
+function messageLine(error: unknown): string {
+  const text = (error instanceof Error ? error.message : String(error)).trim();
+  const line = text.split("\n")[0] ?? "";
+  if (line !== "") return line;
+  return error instanceof Error ? error.name : typeof error;
+}
 
 // What node-postgres and Node's sockets say when a connection is lost.
 const LOST_SOCKET_CODES = new Set(["ECONNRESET", "ECONNREFUSED", "ECONNABORTED", "EPIPE", "ETIMEDOUT", "EHOSTUNREACH", "ENETUNREACH", "EAI_AGAIN"]);
@@ -246,7 +308,20 @@ export interface LedgerOptions {
    * no heartbeats (README, "Heartbeats").
    */
   heartbeatLeaseMs?: number | null;
-  /** Told what the client cannot throw into the call: a heartbeat that failed, or that found its call lost. Default console.warn. */
+  /**
+   * How long a completion — which carries the provider's answer, which
+   * nothing else has — is sent again while the ledger is out of reach (its
+   * connection lost or refused, as in a failover), from its first failure,
+   * after pauses from 200 ms doubling to 2 s, each said through onWarning.
+   * Default 30000; 0: three more tries over about two seconds, as any other
+   * call (README, "A lost reply").
+   */
+  completionRetryForMs?: number;
+  /**
+   * Told what the client cannot throw into the call: a heartbeat that
+   * failed, or that found its call lost; a completion sent again while the
+   * ledger is out of reach, or given up. Default console.warn.
+   */
   onWarning?: (message: string) => void;
 }
 
@@ -258,12 +333,17 @@ const MAY_RUN = new Set(["proceed", "retry"]);
  * called; statements are never prepared, so the ledger may sit behind
  * PgBouncer in transaction mode. A call whose connection is lost is sent
  * again, a few times; a call sent again recognises what its first send did
- * for the same request id (README, "A lost reply").
+ * for the same request id (README, "A lost reply"). A completion, which
+ * carries the provider's answer, is sent again with backoff for up to
+ * `completionRetryForMs` (0: as any other call), each try said through
+ * `onWarning`.
  */
 export class Ledger {
   readonly requestedBy: string;
   /** The lease a call in progress holds from its claim and each beat, or null: no heartbeats. */
   readonly heartbeatLeaseMs: number | null;
+  /** How long a completion is sent again while the ledger is out of reach (0: a few tries, as any other call). */
+  readonly completionRetryForMs: number;
   private readonly warn: (message: string) => void;
   private readonly pool: pg.Pool;
   /**
@@ -278,8 +358,13 @@ export class Ledger {
     if (lease !== null && !(lease >= SHORTEST_LEASE_MS && lease <= LONGEST_LEASE_MS)) {
       throw new RangeError(`heartbeatLeaseMs is from ${SHORTEST_LEASE_MS} (1 s) to ${LONGEST_LEASE_MS} (1 h), or null for no heartbeats, not ${lease}`);
     }
+    const retryFor = options.completionRetryForMs ?? COMPLETION_RETRY_FOR_MS;
+    if (!(typeof retryFor === "number" && retryFor >= 0)) {
+      throw new RangeError(`completionRetryForMs is milliseconds, 0 or more (0: a few tries over about two seconds), not ${String(retryFor)}`);
+    }
     this.requestedBy = options.requestedBy;
     this.heartbeatLeaseMs = lease;
+    this.completionRetryForMs = retryFor;
     this.warn = options.onWarning ?? ((message) => console.warn(message));
     this.pool = new pg.Pool({
       connectionString: options.connectionString,
@@ -287,6 +372,10 @@ export class Ledger {
       ...(options.statementTimeoutMs === null ? {} : { statement_timeout: options.statementTimeoutMs ?? 10_000 }),
       max: options.maxConnections ?? 10,
     });
+    // An idle connection the server or the network dropped (a failover, a
+    // restart): the pool removes it, and the next call opens another. Left
+    // unheard, the pool's error event would end the process.
+    this.pool.on("error", () => {});
   }
 
   async close(): Promise<void> {
@@ -298,15 +387,18 @@ export class Ledger {
    * (connectionLost) — the pool drops that connection — and never when the
    * ledger answered an error. Answers the row and whether it was sent
    * again: a lost reply may hide a call the ledger carried out. Before
-   * sending it again, `instead` may answer a row in its place.
+   * sending it again, `instead` may answer a row in its place. A
+   * completion (`completing`, its key) is sent again for longer
+   * (completionRetryForMs, see Resends).
    */
   private async call<Row extends pg.QueryResultRow>(
     sql: string,
     values: unknown[],
     instead?: () => Promise<Row | null>,
+    completing: string | null = null,
   ): Promise<{ row: Row | undefined; again: boolean }> {
-    for (let tries = 0; ; tries++) {
-      const again = tries > 0;
+    const resends = new Resends(completing, this.completionRetryForMs, this.warn);
+    for (let again = false; ; again = true) {
       try {
         if (again && instead !== undefined) {
           const answered = await instead();
@@ -315,15 +407,21 @@ export class Ledger {
         const answer = await this.pool.query<Row>(sql, values);
         return { row: answer.rows[0], again };
       } catch (error) {
-        const pause = RETRY_PAUSES_MS[tries];
-        if (pause === undefined || !connectionLost(error)) throw error;
+        if (!connectionLost(error)) throw error;
+        const pause = resends.pause(error);
+        if (pause === undefined) throw error;
         await sleep(pause);
       }
     }
   }
 
-  private async one<Row extends pg.QueryResultRow>(sql: string, values: unknown[], instead?: () => Promise<Row | null>): Promise<{ row: Row; again: boolean }> {
-    const { row, again } = await this.call<Row>(sql, values, instead);
+  private async one<Row extends pg.QueryResultRow>(
+    sql: string,
+    values: unknown[],
+    instead?: () => Promise<Row | null>,
+    completing: string | null = null,
+  ): Promise<{ row: Row; again: boolean }> {
+    const { row, again } = await this.call<Row>(sql, values, instead, completing);
     if (row === undefined) throw new Error("the ledger answered no row");
     return { row, again };
   }
@@ -427,6 +525,7 @@ export class Ledger {
         target,
       ],
       recordedAndMovedOn,
+      opKey,
     );
     return row;
   }
@@ -741,6 +840,8 @@ export class Effect {
   private isDispatched = false;
   private heartbeats: Heartbeats | null = null;
   private isClosedForThisCaller = false;
+  /** A completion of this caller's was given up with the ledger out of reach: its tries were the tries, none is sent after it. */
+  private completionLost = false;
   private recordedByThisCaller: Recorded | null = null;
 
   constructor(
@@ -790,7 +891,7 @@ export class Effect {
   }
 
   async recordThrown(error: unknown): Promise<void> {
-    if (this.isClosedForThisCaller) return;
+    if (this.isClosedForThisCaller || this.completionLost) return;
     if (!this.isDispatched && !(error instanceof NotPerformed) && !(error instanceof RateLimited)) {
       // The provider was never called: the same key may run again once the
       // cause is fixed (cancelled would close the key for good).
@@ -807,7 +908,7 @@ export class Effect {
   }
 
   async recordReturned(): Promise<void> {
-    if (this.isClosedForThisCaller) return;
+    if (this.isClosedForThisCaller || this.completionLost) return;
     if (this.isDispatched) {
       await this.complete("unknown", { reason: "the body returned without succeeded()" });
     } else {
@@ -823,10 +924,19 @@ export class Effect {
   private async complete(outcome: string, fields: Completion): Promise<Completed> {
     // A beat after the completion would be told the call is lost.
     await this.heartbeats?.stop();
-    const completed = await this.ledger.complete(this.intent.opKey, this.intent.target, outcome, {
-      ...fields,
-      requestId: this.attemptId,
-    });
+    let completed: Completed;
+    try {
+      completed = await this.ledger.complete(this.intent.opKey, this.intent.target, outcome, {
+        ...fields,
+        requestId: this.attemptId,
+      });
+    } catch (error) {
+      // Sent again while the ledger stayed out of reach, and given up: a
+      // second completion (unknown, for the error thrown) would only wait
+      // as long again. The effect stays dispatched for the reconciler.
+      if (connectionLost(error)) this.completionLost = true;
+      throw error;
+    }
     if (completed.refused) throw new LedgerRefused(completed.refused);
     this.isClosedForThisCaller = true;
     this.recordedByThisCaller = {
