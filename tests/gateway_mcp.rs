@@ -297,6 +297,17 @@ async fn the_models_retries_make_one_refund_and_get_one_result() {
     .await
     .unwrap();
     assert_eq!(attempts, 4, "each repeat is in the ledger as a replay");
+    // A repeat that came while the first call's success was being recorded
+    // waited for it here: none is kept as a repeat in flight, a duplicate
+    // an operator would be asked to look at.
+    let kinds: Vec<String> = sqlx::query_scalar(
+        "select a.kind from ledger.attempts a join ledger.effects e on e.id = a.effect_id \
+          where e.op_key = 'refund:INV-RETRY:1500' order by a.id",
+    )
+    .fetch_all(&rig.db.pool)
+    .await
+    .unwrap();
+    assert_eq!(kinds, ["dispatch", "replay", "replay", "replay", "replay"]);
     let dispatched_by: String = sqlx::query_scalar(
         "select dispatched_by from ledger.effects where op_key = 'refund:INV-RETRY:1500'",
     )
@@ -1254,4 +1265,83 @@ async fn a_gateway_killed_mid_call_leaves_its_effect_unknown_within_the_lease() 
     for child in &mut children {
         let _ = child.kill().await;
     }
+}
+
+/// The model's retry that comes while the first call's success is still
+/// being recorded (the reply already given, the recording held up in the
+/// ledger) is answered the replay once the recording lands, well within
+/// the in-flight wait, and the ledger keeps no repeat in flight — a
+/// duplicate an operator would be asked to look at. (A retry that comes
+/// before the recording's first statement waits in the gateway for its own
+/// call: that moment is too short to hold open from outside.)
+#[tokio::test]
+async fn a_retry_while_the_success_is_recorded_waits_for_it_and_is_a_replay() {
+    let Some(rig) = Rig::new().await else { return };
+    rig.provider.set_fault(
+        effectwatch::fakeprovider::Route::Create,
+        Some(effectwatch::fakeprovider::Fault::Slow(
+            Duration::from_millis(600),
+        )),
+    );
+    let (client, _) = rig.stdio_client(&[], &[]).await;
+    let key = "refund:INV-SLOWREC:700";
+    let calls = tokio::spawn(async move {
+        let first = client
+            .call_tool(refund("INV-SLOWREC", 700, "EUR"))
+            .await
+            .unwrap();
+        let answered = std::time::Instant::now();
+        let second = client
+            .call_tool(refund("INV-SLOWREC", 700, "EUR"))
+            .await
+            .unwrap();
+        (first, second, answered, client)
+    });
+    // While the call is out, the test holds its lease row: the success's
+    // recording (whose trigger drops the lease) waits until it lets go.
+    let mut holder = rig.db.pool.begin().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let locked: Option<i64> = sqlx::query_scalar(
+                "select w.effect_id from ledger.worker_leases w
+                   join ledger.effects e on e.id = w.effect_id
+                  where e.op_key = $1 for update of w",
+            )
+            .bind(key)
+            .fetch_optional(&mut holder)
+            .await
+            .unwrap();
+            if locked.is_some() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the call's lease");
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    holder.commit().await.unwrap();
+    let (first, second, answered, client) = calls.await.unwrap();
+    assert_ne!(first.is_error, Some(true), "{}", text(&first));
+    assert_eq!(
+        second.structured_content,
+        first.structured_content,
+        "{}",
+        text(&second)
+    );
+    assert!(
+        answered.elapsed() < Duration::from_secs(10),
+        "the retry waited for the recording, not the in-flight wait"
+    );
+    let kinds: Vec<String> = sqlx::query_scalar(
+        "select a.kind from ledger.attempts a join ledger.effects e on e.id = a.effect_id \
+          where e.op_key = $1 order by a.id",
+    )
+    .bind(key)
+    .fetch_all(&rig.db.pool)
+    .await
+    .unwrap();
+    assert_eq!(kinds, ["dispatch", "replay"]);
+    assert_eq!(rig.refunds_of("INV-SLOWREC"), 1);
+    client.cancel().await.unwrap();
 }

@@ -477,6 +477,11 @@ impl RecordedCall {
         worker: &str,
     ) -> Result<Option<writer::Started>, LedgerError> {
         let as_requester = shared.policy.replays != Replays::Tenant;
+        // A repeat of a call this gateway has out (its success being
+        // recorded beside the reply) waits for it first: asked meanwhile,
+        // the ledger would keep the repeat as an attempt in flight, a
+        // duplicate for an operator to look at.
+        own_call_settled(shared, &intent.op_key).await;
         let started = writer::begin_and_dispatch(
             &shared.pool,
             intent,
@@ -910,16 +915,10 @@ impl Drop for InFlight {
 /// (the ledger announces only changes that move a pane, and a call's own
 /// success moves none).
 async fn settle_wait(shared: &Shared, op_key: &str) {
-    let limit = shared.in_flight_wait;
-    let here = shared
-        .in_flight
-        .lock()
-        .ok()
-        .and_then(|calls| calls.get(op_key).cloned());
-    if let Some(mut receiver) = here {
-        let _ = tokio::time::timeout(limit, receiver.changed()).await;
+    if own_call_settled(shared, op_key).await {
         return;
     }
+    let limit = shared.in_flight_wait;
     let deadline = tokio::time::Instant::now() + limit;
     let mut pause = std::time::Duration::from_millis(20);
     while tokio::time::Instant::now() < deadline {
@@ -929,6 +928,23 @@ async fn settle_wait(shared: &Shared, op_key: &str) {
         }
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(std::time::Duration::from_millis(250));
+    }
+}
+
+/// Waits for this gateway's own call of `op_key`, if one is out (up to the
+/// in-flight wait): true when there was one.
+async fn own_call_settled(shared: &Shared, op_key: &str) -> bool {
+    let here = shared
+        .in_flight
+        .lock()
+        .ok()
+        .and_then(|calls| calls.get(op_key).cloned());
+    match here {
+        Some(mut receiver) => {
+            let _ = tokio::time::timeout(shared.in_flight_wait, receiver.changed()).await;
+            true
+        }
+        None => false,
     }
 }
 
