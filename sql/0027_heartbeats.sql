@@ -381,13 +381,12 @@ end
 $$;
 
 -- Starts (or, for an effect dispatched again, starts anew) the lease of a
--- claimed effect.
+-- claimed effect; its caller checked the lease before claiming.
 create function ledger.start_lease(effect_id bigint, worker text, lease interval) returns void
 language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 begin
-    perform ledger.check_lease(lease);
     insert into ledger.worker_leases as w (effect_id, worker, lease, lease_until)
     values (start_lease.effect_id, start_lease.worker, start_lease.lease, now() + start_lease.lease)
     on conflict on constraint worker_leases_pkey do update

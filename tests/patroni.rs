@@ -756,6 +756,48 @@ struct Answers {
     waits: Mutex<Vec<Duration>>,
 }
 
+/// The gateway's callers, each on the one MCP session, running until told
+/// to stop.
+struct GatewayCallers {
+    answers: Arc<Answers>,
+    stop: Arc<AtomicBool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl GatewayCallers {
+    fn start(client: &GatewayClient) -> GatewayCallers {
+        let answers = Arc::new(Answers::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        let tasks = (0..GATEWAY_CALLERS)
+            .map(|index| {
+                tokio::spawn(gateway_caller(
+                    index,
+                    client.peer().clone(),
+                    answers.clone(),
+                    stop.clone(),
+                ))
+            })
+            .collect();
+        GatewayCallers {
+            answers,
+            stop,
+            tasks,
+        }
+    }
+
+    /// Each caller ends after the call it is making.
+    fn tell_to_stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
+    async fn stop(self) {
+        self.tell_to_stop();
+        for task in self.tasks {
+            task.await.unwrap();
+        }
+    }
+}
+
 /// One caller of the gateway: its refunds in turn until told to stop, a
 /// call the gateway answered with an error made again with the same
 /// arguments, as a model does when told to try again later.
@@ -882,18 +924,8 @@ async fn the_mcp_gateway_loses_nothing_and_refunds_nothing_twice_across_a_switch
     let (fake, provider) = FakeProvider::start().await.unwrap();
     let (client, heard, _dir) = gateway(&cluster.url("ledger"), &provider).await;
 
-    let answers = Arc::new(Answers::default());
-    let stop = Arc::new(AtomicBool::new(false));
-    let callers: Vec<_> = (0..GATEWAY_CALLERS)
-        .map(|index| {
-            tokio::spawn(gateway_caller(
-                index,
-                client.peer().clone(),
-                answers.clone(),
-                stop.clone(),
-            ))
-        })
-        .collect();
+    let callers = GatewayCallers::start(&client);
+    let answers = callers.answers.clone();
     let answered = |count: usize| {
         let answers = answers.clone();
         let heard = heard.clone();
@@ -915,10 +947,7 @@ async fn the_mcp_gateway_loses_nothing_and_refunds_nothing_twice_across_a_switch
     let change = cluster.switchover().await;
     let at_change = answers.succeeded.lock().unwrap().len();
     answered(at_change + COMPLETIONS_AFTER).await;
-    stop.store(true, Ordering::Relaxed);
-    for caller in callers {
-        caller.await.unwrap();
-    }
+    callers.stop().await;
     let run_took = run.elapsed();
     // The gateway records a success beside its reply: once the session
     // ends, it finishes recording before it exits.
@@ -1072,18 +1101,8 @@ async fn completions_outlast_a_leader_killed_while_the_provider_answers() {
     let url = cluster.url("ledger");
     let (mut child, python, reading) = python_agents(&venv, &url, &provider, KILL_PYTHON_THREADS);
     let (client, gateway_log, _dir) = gateway(&url, &provider).await;
-    let answers = Arc::new(Answers::default());
-    let stop = Arc::new(AtomicBool::new(false));
-    let callers: Vec<_> = (0..GATEWAY_CALLERS)
-        .map(|index| {
-            tokio::spawn(gateway_caller(
-                index,
-                client.peer().clone(),
-                answers.clone(),
-                stop.clone(),
-            ))
-        })
-        .collect();
+    let callers = GatewayCallers::start(&client);
+    let answers = callers.answers.clone();
     let both_told = |python_count: usize, gateway_count: usize| {
         let (python, answers, gateway_log) = (python.clone(), answers.clone(), gateway_log.clone());
         async move {
@@ -1135,7 +1154,7 @@ async fn completions_outlast_a_leader_killed_while_the_provider_answers() {
     let run_took = began.elapsed();
 
     drop(child.stdin.take());
-    stop.store(true, Ordering::Relaxed);
+    callers.tell_to_stop();
     let status = tokio::time::timeout(KEY_TIMEOUT, child.wait())
         .await
         .expect("the Python agents did not stop")
@@ -1147,9 +1166,7 @@ async fn completions_outlast_a_leader_killed_while_the_provider_answers() {
         "the Python agents ended {status}\n{}",
         python.stderr_tail()
     );
-    for caller in callers {
-        caller.await.unwrap();
-    }
+    callers.stop().await;
     // The gateway records a success beside its reply, and all before it exits.
     client.cancel().await.unwrap();
 
