@@ -69,6 +69,34 @@ fn released_migrations_are_never_edited() {
     }
 }
 
+/// The functions and views of each release, pinned as one digest
+/// (`migrate::definitions_digest`). Release 1 predates the definition
+/// files: its functions are those its migrations made.
+const RELEASED_DEFINITIONS: &[(u32, &str)] = &[];
+
+/// A ledger's version is its migrations: a build that changed a function
+/// without a migration of its own would look like the release before it,
+/// and that release's `migrate` would put its old text back. So a build of
+/// released migrations only must have the last release's definitions, and
+/// a release that changes a function carries a migration (if only to say so).
+#[test]
+fn a_release_pins_its_functions_and_views() {
+    let binary = SchemaVersion::of_binary();
+    if !binary.unreleased.is_empty() {
+        return;
+    }
+    let (release, _) = *RELEASED.last().unwrap();
+    let pinned = RELEASED_DEFINITIONS
+        .iter()
+        .find(|(version, _)| *version == release)
+        .map(|(_, digest)| *digest);
+    assert_eq!(
+        pinned,
+        Some(migrate::definitions_digest().as_str()),
+        "release {release}'s functions and views are pinned, and this build's are the same"
+    );
+}
+
 #[test]
 fn the_schema_version_counts_released_and_unreleased_migrations() {
     assert_eq!(
@@ -82,14 +110,136 @@ fn the_schema_version_counts_released_and_unreleased_migrations() {
     assert_eq!(SchemaVersion::of(&[]).to_string(), "none");
 }
 
+/// Each function and view of the ledger is defined in one file, named
+/// after it, and nowhere else among the definitions: its current text is
+/// read in one place, and `migrate` finds what changed by file.
+#[tokio::test]
+async fn every_function_and_view_lives_in_one_file_of_its_own() {
+    let db = common::test_db().await;
+    let installed: Vec<String> = sqlx::query_scalar(
+        "select 'functions/' || p.proname || '.sql' from pg_proc p where p.pronamespace = 'ledger'::regnamespace
+         union all
+         select 'views/' || c.relname || '.sql' from pg_class c
+          where c.relnamespace = 'ledger'::regnamespace and c.relkind = 'v'
+         order by 1",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let mut files: Vec<String> = migrate::DEFINITIONS
+        .iter()
+        .map(|d| d.file.to_string())
+        .collect();
+    files.sort();
+    assert_eq!(
+        files, installed,
+        "one file per function and view, named after it"
+    );
+    let defines = regex_lite_defines();
+    for definition in migrate::DEFINITIONS {
+        let named: Vec<&str> = defines(definition.sql);
+        let stem = definition
+            .file
+            .rsplit('/')
+            .next()
+            .unwrap()
+            .trim_end_matches(".sql");
+        assert_eq!(
+            named,
+            vec![stem],
+            "{} defines {named:?}: one function or view per file, the one it is named after",
+            definition.file
+        );
+    }
+}
+
+/// The names a definition file creates (`create or replace function
+/// ledger.NAME` / `view`), read without a parser: statements start a line.
+fn regex_lite_defines() -> impl Fn(&str) -> Vec<&str> {
+    |sql: &str| {
+        sql.lines()
+            .filter_map(|line| {
+                let line = line.trim_start();
+                [
+                    "create or replace function ledger.",
+                    "create or replace view ledger.",
+                ]
+                .iter()
+                .find_map(|start| line.strip_prefix(start))
+            })
+            .map(|rest| {
+                rest.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .next()
+                    .unwrap_or("")
+            })
+            .collect()
+    }
+}
+
+/// A function whose file changed is the ledger's to update: until
+/// `migrate` runs, the ledger is said to be behind by that file, and
+/// `migrate` puts the file's text back and says it did.
+#[tokio::test]
+async fn a_changed_definition_is_said_and_applied_by_migrate() {
+    let db = common::test_db().await;
+    assert!(matches!(
+        migrate::standing(&db.pool).await.unwrap(),
+        migrate::Standing::Same(_)
+    ));
+    // As a ledger stands whose build checked no lease.
+    sqlx::raw_sql(
+        "create or replace function ledger.check_lease(lease interval) returns void
+         language plpgsql immutable as $$ begin end $$;
+         update public.effectwatch_definitions set checksum = '\\x00'
+          where file = 'functions/check_lease.sql'",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let standing = migrate::standing(&db.pool).await.unwrap();
+    assert!(
+        matches!(&standing, migrate::Standing::Redefined { files, .. } if files == &["functions/check_lease.sql"]),
+        "{standing:?}"
+    );
+    let said = standing.error().unwrap().to_string();
+    assert!(
+        said.contains("1 function or view not this effectwatch's (functions/check_lease.sql)")
+            && said.ends_with("run `effectwatch migrate`"),
+        "{said}"
+    );
+    let report = migrate::run(&db.pool).await.unwrap();
+    assert_eq!(
+        report.definitions,
+        vec!["functions/check_lease.sql".to_string()]
+    );
+    assert!(report.applied.is_empty());
+    let refused: Result<(), sqlx::Error> =
+        sqlx::query("select ledger.check_lease(interval '0 seconds')")
+            .execute(&db.pool)
+            .await
+            .map(|_| ());
+    assert!(
+        refused.is_err(),
+        "the file's check is back: a lease of 0 s is refused"
+    );
+    assert!(matches!(
+        migrate::standing(&db.pool).await.unwrap(),
+        migrate::Standing::Same(_)
+    ));
+    let again = migrate::run(&db.pool).await.unwrap();
+    assert!(again.applied.is_empty() && again.definitions.is_empty());
+}
+
 /// Functions, views, tables and columns of the `ledger` schema, with a
 /// digest of each body: two ledgers with the same catalog behave alike.
 async fn catalog(pool: &LedgerPool) -> Vec<String> {
     sqlx::query_scalar(
         "select 'function ' || p.oid::regprocedure::text || ' ' || md5(p.prosrc) || ' ' || p.provolatile::text || p.prosecdef::text
+                || ' ' || coalesce(p.proacl::text, '')
            from pg_proc p join pg_namespace n on n.oid = p.pronamespace where n.nspname = 'ledger'
          union all
          select 'relation ' || c.relname || ' ' || c.relkind::text || ' ' || coalesce(md5(pg_get_viewdef(c.oid)), '')
+                || ' ' || coalesce(c.relacl::text, '')
            from pg_class c join pg_namespace n on n.oid = c.relnamespace
           where n.nspname = 'ledger' and c.relkind in ('r', 'v', 'p', 'm')
             and c.relname !~ '_[0-9]{4}_[0-9]{2}$'

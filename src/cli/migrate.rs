@@ -5,7 +5,7 @@ use crate::ledger::migrate::{self, Standing};
 
 pub async fn run(pool: &LedgerPool) -> Result<(), Failure> {
     let report = migrate::run(pool).await?;
-    if report.applied.is_empty() {
+    if report.applied.is_empty() && report.definitions.is_empty() {
         println!(
             "ledger schema is up to date ({} migrations already applied); nothing changed",
             report.already
@@ -14,9 +14,22 @@ pub async fn run(pool: &LedgerPool) -> Result<(), Failure> {
         for migration in &report.applied {
             println!("applied {migration}");
         }
+        // A fresh ledger takes every function and view: a count says it;
+        // an upgrade's few changed ones are named.
+        const NAMED: usize = 8;
+        if report.definitions.len() <= NAMED {
+            for definition in &report.definitions {
+                println!("applied {definition}");
+            }
+        }
         println!(
-            "ledger schema installed: {} migrations applied",
-            report.applied.len()
+            "ledger schema installed: {} migrations applied, {}",
+            report.applied.len(),
+            crate::format::count_of(
+                report.definitions.len(),
+                "function or view (re)defined",
+                "functions and views (re)defined"
+            )
         );
     }
     Ok(())

@@ -1,5 +1,5 @@
 //! `effectwatch prune`: retention. Removes settled effects older than a
-//! cutoff that nothing protects (sql/0013_retention.sql lists what is always
+//! cutoff that nothing protects (sql/migrations/0013_retention.sql lists what is always
 //! kept), after exporting them as JSON lines, then drops the months of
 //! history that ended before the cutoff, keeping what belongs to an effect
 //! that stays; audit entries that go are vouched for by a checkpoint signed

@@ -136,7 +136,7 @@ async fn refuse_what_waiting_cannot_fix(connect: &ConnectSettings) -> Result<(),
         {
             use crate::ledger::migrate::Standing;
             match standing {
-                Standing::Older { .. } => counted = Err(error),
+                Standing::Older { .. } | Standing::Redefined { .. } => counted = Err(error),
                 // A newer ledger or another line's may serve this console;
                 // one that already failed is said as it stands.
                 Standing::Newer { .. } | Standing::Differs { .. } if counted.is_err() => {

@@ -1,4 +1,4 @@
-//! Approvals that bind and expire (`sql/0016_approvals.sql`): what an
+//! Approvals that bind and expire (`sql/migrations/0016_approvals.sql`): what an
 //! approving system authorises (one action on one target, an amount ceiling,
 //! the params if they matter, an expiry), granted and revoked through audited
 //! functions; `begin_effect` and `mark_dispatched` check them.

@@ -212,7 +212,7 @@ pub async fn recent<'c>(
 }
 
 /// A checkpoint of the chain made when retention dropped months of it
-/// (sql/0003_audit.sql): the head it vouches for and its signature.
+/// (sql/migrations/0003_audit.sql): the head it vouches for and its signature.
 #[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
 pub struct Checkpoint {
     pub seq: i64,

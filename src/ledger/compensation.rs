@@ -1,4 +1,4 @@
-//! Compensation (`sql/0009_compensation.sql`): starting one, the second
+//! Compensation (`sql/migrations/0009_compensation.sql`): starting one, the second
 //! operator's approval or rejection, and the operator path that dispatches
 //! and completes it. Each call is one statement, so one transaction.
 

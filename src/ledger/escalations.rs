@@ -1,8 +1,8 @@
-//! Escalations (`sql/0010_escalation.sql`): handing an effect to a person,
+//! Escalations (`sql/migrations/0010_escalation.sql`): handing an effect to a person,
 //! the delivery loop's leases and attempts, acknowledging and resolving;
 //! and the open escalations and compensations awaiting a second operator
 //! as the console lists them, now or as they stood at an instant
-//! (`sql/0007_panes.sql`).
+//! (`sql/migrations/0007_panes.sql`).
 
 use std::time::Duration;
 

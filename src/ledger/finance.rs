@@ -1,6 +1,6 @@
 //! What finance reviews: suspected double effects and the money at risk per
 //! currency, read from `ledger.suspected_double_effects_since` and
-//! `ledger.exposure_since` (sql/0011_finance.sql). Amounts stay integer
+//! `ledger.exposure_since` (sql/migrations/0011_finance.sql). Amounts stay integer
 //! minor units with their currency; nothing is summed across currencies.
 
 use chrono::{DateTime, Utc};

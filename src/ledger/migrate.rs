@@ -1,17 +1,73 @@
-//! Installs or upgrades the ledger schema from the migrations in `sql/`,
-//! compiled into the binary so a deployed console needs no source tree.
+//! Installs or upgrades the ledger schema, compiled into the binary so a
+//! deployed console needs no source tree. It is made of two kinds of file:
 //!
-//! The schema has released versions: each names the last migration it
-//! holds. A released migration is never edited again (a test pins its
-//! text); a change is a new migration, so a ledger of any released version
-//! upgrades in place, all pending migrations in one transaction.
+//! - migrations (`sql/migrations/`): tables, types, indexes and data,
+//!   add-only. The schema has released versions, each naming the last
+//!   migration it holds; a released migration is never edited again (a test
+//!   pins its text), so a ledger of any released version upgrades in place.
+//! - definitions (`sql/functions/`, `sql/views/`): each function and view in
+//!   a file of its own, holding its current text and its grants, re-applied
+//!   by `migrate` whenever its checksum is not the one the ledger recorded.
+//!   A change a `create or replace` cannot make (a function's parameters or
+//!   result, a view's columns) drops the old one in a migration first.
+//!
+//! Pending migrations, then changed definitions, apply in one transaction.
 
 use super::LedgerPool;
 use sqlx::migrate::Migrator;
 
 use super::LedgerError;
 
-pub static MIGRATOR: Migrator = sqlx::migrate!("./sql");
+pub static MIGRATOR: Migrator = sqlx::migrate!("./sql/migrations");
+
+/// One function or view of the ledger: its file under `sql/` and its text.
+#[derive(Debug, Clone, Copy)]
+pub struct Definition {
+    pub file: &'static str,
+    pub sql: &'static str,
+}
+
+// `DEFINITIONS`: every file of `sql/functions/` then of `sql/views/`, each
+// in name order — the order `migrate` applies them in.
+include!(concat!(env!("OUT_DIR"), "/definitions.rs"));
+
+impl Definition {
+    pub fn checksum(&self) -> Vec<u8> {
+        use sha2::Digest;
+        sha2::Sha256::digest(self.sql.as_bytes()).to_vec()
+    }
+}
+
+/// One digest of every definition's file and checksum: what a release pins,
+/// the first 16 hex digits of a SHA-256.
+pub fn definitions_digest() -> String {
+    use sha2::Digest;
+    let mut hasher = sha2::Sha256::new();
+    for definition in DEFINITIONS {
+        hasher.update(definition.file.as_bytes());
+        hasher.update(b"\0");
+        hasher.update(definition.checksum());
+    }
+    hasher
+        .finalize()
+        .iter()
+        .take(8)
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}
+
+/// The definitions whose text this ledger does not have: changed since it
+/// recorded them, or never applied. `recorded` is (file, checksum).
+pub fn definitions_to_apply(recorded: &[(String, Vec<u8>)]) -> Vec<&'static Definition> {
+    DEFINITIONS
+        .iter()
+        .filter(|definition| {
+            !recorded
+                .iter()
+                .any(|(file, sum)| file == definition.file && *sum == definition.checksum())
+        })
+        .collect()
+}
 
 /// Released schema versions, oldest first: (version, its last migration).
 pub const RELEASED: &[(u32, i64)] = &[(1, 18)];
@@ -95,6 +151,12 @@ pub enum Standing {
         ledger: SchemaVersion,
         binary: SchemaVersion,
         first_unknown: i64,
+    },
+    /// The same migrations, but functions or views whose text is not this
+    /// binary's (`files`): `effectwatch migrate` applies this binary's.
+    Redefined {
+        ledger: SchemaVersion,
+        files: Vec<String>,
     },
     /// Not this binary's line of migrations: one applied with other text
     /// (a released migration edited), or one it does not know among its
@@ -184,7 +246,32 @@ impl Standing {
                 "ledger schema {ledger} is newer than this effectwatch's {binary} (migration \
                  {first_unknown:04} is not one it knows)"
             ))),
+            Standing::Redefined { ledger, files } => {
+                let shown: Vec<&str> = files.iter().take(3).map(String::as_str).collect();
+                let more = if files.len() > shown.len() {
+                    ", …"
+                } else {
+                    ""
+                };
+                Some(LedgerError::SchemaBehind(format!(
+                    "ledger schema {ledger} has {} not this effectwatch's ({}{more})",
+                    crate::format::count_of(files.len(), "function or view", "functions or views"),
+                    shown.join(", ")
+                )))
+            }
             Standing::Differs { what } => Some(LedgerError::MigrationsDiffer(what.clone())),
+        }
+    }
+
+    /// The same migrations are not yet the same schema: the definitions
+    /// still to apply (`to_apply`) make it `Redefined`.
+    pub fn with_definitions(self, to_apply: &[&Definition]) -> Standing {
+        match self {
+            Standing::Same(ledger) if !to_apply.is_empty() => Standing::Redefined {
+                ledger,
+                files: to_apply.iter().map(|d| d.file.to_string()).collect(),
+            },
+            other => other,
         }
     }
 }
@@ -203,7 +290,8 @@ pub async fn standing(pool: &LedgerPool) -> Result<Standing, LedgerError> {
             )
         })
         .collect();
-    Ok(Standing::between(&applied, &ours))
+    let recorded = recorded_definitions(pool).await?;
+    Ok(Standing::between(&applied, &ours).with_definitions(&definitions_to_apply(&recorded)))
 }
 
 /// The ledger's schema, or `None` when none is installed.
@@ -218,8 +306,11 @@ pub async fn ledger_schema(pool: &LedgerPool) -> Result<Option<SchemaVersion>, L
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MigrationReport {
+    /// The migrations applied, as `0027 heartbeats`.
     pub applied: Vec<String>,
     pub already: usize,
+    /// The function and view files applied, as `functions/heartbeat.sql`.
+    pub definitions: Vec<String>,
 }
 
 /// Creates the database `name` on the cluster `admin` is connected to,
@@ -279,8 +370,16 @@ pub async fn run_through(pool: &LedgerPool, last: i64) -> Result<MigrationReport
         .filter(|migration| migration.version <= last)
         .filter(|migration| !done.contains(&migration.version))
         .collect();
-    if !pending.is_empty() {
-        apply_in_one_transaction(pool, &pending).await?;
+    // An earlier release's ledger keeps that release's functions: the
+    // definitions are this binary's, for its whole line of migrations.
+    let through_all = MIGRATOR.iter().all(|migration| migration.version <= last);
+    let definitions = if through_all {
+        definitions_to_apply(&recorded_definitions(pool).await?)
+    } else {
+        Vec::new()
+    };
+    if !pending.is_empty() || !definitions.is_empty() {
+        apply_in_one_transaction(pool, &pending, &definitions).await?;
     }
     // A ledger stopped at an older release keeps the months that release made.
     let makes_months: bool = sqlx::query_scalar(
@@ -298,6 +397,7 @@ pub async fn run_through(pool: &LedgerPool, last: i64) -> Result<MigrationReport
     Ok(MigrationReport {
         applied,
         already: done.len(),
+        definitions: definitions.iter().map(|d| d.file.to_string()).collect(),
     })
 }
 
@@ -308,6 +408,7 @@ pub async fn run_through(pool: &LedgerPool, last: i64) -> Result<MigrationReport
 async fn apply_in_one_transaction(
     pool: &LedgerPool,
     pending: &[&sqlx::migrate::Migration],
+    definitions: &[&Definition],
 ) -> Result<(), LedgerError> {
     use sqlx::Connection;
     let failed = |step: &str, error: sqlx::Error| {
@@ -334,6 +435,15 @@ async fn apply_in_one_transaction(
             success boolean not null,
             checksum bytea not null,
             execution_time bigint not null)",
+    )
+    .execute(&mut *tx)
+    .await
+    .map_err(|error| failed("bookkeeping", error))?;
+    sqlx::raw_sql(
+        "create table if not exists public.effectwatch_definitions (
+            file text primary key,
+            checksum bytea not null,
+            applied_on timestamptz not null default now())",
     )
     .execute(&mut *tx)
     .await
@@ -372,7 +482,38 @@ async fn apply_in_one_transaction(
         .await
         .map_err(|error| failed("bookkeeping", error))?;
     }
+    for definition in definitions {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(definition.sql))
+            .execute(&mut *tx)
+            .await
+            .map_err(|error| failed(definition.file, error))?;
+        sqlx::query(
+            "insert into public.effectwatch_definitions (file, checksum) values ($1, $2)
+             on conflict (file) do update set checksum = excluded.checksum, applied_on = now()",
+        )
+        .bind(definition.file)
+        .bind(definition.checksum())
+        .execute(&mut *tx)
+        .await
+        .map_err(|error| failed("bookkeeping", error))?;
+    }
     tx.commit().await.map_err(|error| failed("commit", error))
+}
+
+/// The definitions this ledger recorded applying: (file, checksum).
+async fn recorded_definitions(pool: &LedgerPool) -> Result<Vec<(String, Vec<u8>)>, LedgerError> {
+    let exists: bool =
+        sqlx::query_scalar("select to_regclass('public.effectwatch_definitions') is not null")
+            .fetch_one(pool)
+            .await?;
+    if !exists {
+        return Ok(Vec::new());
+    }
+    Ok(
+        sqlx::query_as("select file, checksum from public.effectwatch_definitions")
+            .fetch_all(pool)
+            .await?,
+    )
 }
 
 async fn applied_migrations(pool: &LedgerPool) -> Result<Vec<(i64, Vec<u8>)>, LedgerError> {

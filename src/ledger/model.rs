@@ -166,7 +166,7 @@ impl Effect {
         e.updated_at, \
         e.settled_at, e.compensates, e.held_by";
 
-    /// The last error as the unknown pane says it (sql/0024): the
+    /// The last error as the unknown pane says it (sql/migrations/0024): the
     /// worker's error class, then its reason when it gave one.
     pub fn last_error(&self) -> Option<String> {
         match (self.error_class.as_deref(), self.failure_reason.as_deref()) {

@@ -472,7 +472,7 @@ impl PaneRows {
 /// starting `offset` rows in: the console pages through a pane this way so
 /// memory and poll cost stay bounded however many items are open. At an
 /// instant (`effectwatch --at`), the pane as it stood then: the same rules
-/// over the ledger as it was (`ledger.*_at`, sql/0007_panes.sql), ages
+/// over the ledger as it was (`ledger.*_at`, sql/migrations/0007_panes.sql), ages
 /// measured then, and each row's version the one it had then, so an action
 /// taken from the past passes only if nothing changed since.
 pub async fn fetch<'c>(

@@ -1,4 +1,4 @@
-//! Action policies (`sql/0015_policies.sql`): what the writer and the
+//! Action policies (`sql/migrations/0015_policies.sql`): what the writer and the
 //! reconciler may do with an action's effects, read by every console and
 //! changed only through `ledger.op_set_policy`, audited.
 

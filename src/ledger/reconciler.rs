@@ -1,4 +1,4 @@
-//! The reconciler service's ledger calls (`sql/0014_reconciler.sql`):
+//! The reconciler service's ledger calls (`sql/migrations/0014_reconciler.sql`):
 //! leasing what may be reconciled now, ending a lease with its backoff,
 //! marking that a person was asked, and the figures its `/metrics` serves.
 

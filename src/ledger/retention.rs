@@ -1,5 +1,5 @@
 //! Retention: removing old settled effects with `ledger.prune_settled`
-//! (sql/0013_retention.sql says what it never removes and why). Owner only.
+//! (sql/migrations/0013_retention.sql says what it never removes and why). Owner only.
 //! With an export, every record is written and made durable before anything
 //! is deleted, and exactly the exported effects are deleted, in one
 //! transaction that holds them locked throughout.
@@ -88,7 +88,7 @@ pub struct PruneOutcome {
     pub cutoff: DateTime<Utc>,
     /// The months of history dropped whole, with the rows dropped and the
     /// rows carried into the kept partitions per table, and the audit
-    /// checkpoint made (sql/0018_history_partitions.sql).
+    /// checkpoint made (sql/migrations/0018_history_partitions.sql).
     pub history: Value,
     /// Months that ended before this were not dropped (their history went
     /// row by row): their audit entries need a signed checkpoint and no
@@ -266,7 +266,7 @@ pub async fn prune_tombstones(
 }
 
 /// Makes the history's months from this one through two ahead, where
-/// missing (sql/0018_history_partitions.sql); returns how many were made.
+/// missing (sql/migrations/0018_history_partitions.sql); returns how many were made.
 /// Cheap when they exist: migrate and every reconciler pass call it.
 pub async fn ensure_months(pool: &LedgerPool) -> Result<i32, LedgerError> {
     Ok(

@@ -18,6 +18,7 @@ pub mod pgbouncer;
 pub mod python_client;
 pub mod roles;
 pub mod toolchain;
+pub mod typescript_client;
 
 /// What a live console polls with, every `interval`, unfiltered.
 pub fn live_poll_settings(
@@ -95,13 +96,13 @@ pub struct TestDb {
     name: String,
 }
 
-/// Creates a uniquely named database, applies the migrations in `./sql` and returns a pool on it.
+/// Creates a uniquely named database, installs the ledger as `effectwatch
+/// migrate` does (migrations, then definitions) and returns a pool on it.
 pub async fn test_db() -> TestDb {
     let db = empty_db().await;
-    sqlx::migrate!("./sql")
-        .run(&db.pool.session_pool())
+    effectwatch::ledger::migrate::run(&db.pool)
         .await
-        .unwrap_or_else(|e| panic!("applying migrations to test database {}: {e}", db.name));
+        .unwrap_or_else(|e| panic!("installing the ledger in test database {}: {e}", db.name));
     db
 }
 

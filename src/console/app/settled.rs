@@ -240,7 +240,7 @@ fn acted_on(request: &Request, report: &Settled) -> Vec<ActedOn> {
 }
 
 /// The one state every item of a pane is in, for the panes that list one
-/// (sql/0007_panes.sql): an effect that left it left the pane.
+/// (sql/migrations/0007_panes.sql): an effect that left it left the pane.
 fn state_listed(pane: Pane) -> Option<&'static str> {
     match pane {
         Pane::Overdue => Some("pending"),

@@ -1,0 +1,82 @@
+create or replace function ledger.begin_and_dispatch(
+    op_key           text,
+    action           text,
+    target           text,
+    params           jsonb,
+    requested_by     text,
+    pending_window   interval default null,
+    amount_minor     bigint   default null,
+    currency         text     default null,
+    provider         text     default null,
+    approval_ref     text     default null,
+    approval_version integer  default null,
+    request_id       text     default null,
+    during           tstzrange default null,
+    worker           text     default null,
+    as_requester     boolean  default false,
+    dispatch         boolean  default true,
+    heartbeat_lease  interval default null
+) returns ledger.dispatch_answer
+language plpgsql security definer
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    ignored text;
+    answer ledger.begin_answer;
+    claim record;
+    refused_answer constant ledger.dispatch_answer :=
+        ('refused', null, null, null, false, null, null)::ledger.dispatch_answer;
+begin
+    ignored := ledger.forget_caller_settings();
+    if begin_and_dispatch.as_requester
+       and ledger.refused_to_requester(begin_and_dispatch.op_key, begin_and_dispatch.requested_by,
+                                       begin_and_dispatch.request_id) then
+        return refused_answer;
+    end if;
+    answer := ledger.begin_effect(
+        op_key => begin_and_dispatch.op_key, action => begin_and_dispatch.action,
+        target => begin_and_dispatch.target, params => begin_and_dispatch.params,
+        requested_by => begin_and_dispatch.requested_by, pending_window => begin_and_dispatch.pending_window,
+        amount_minor => begin_and_dispatch.amount_minor, currency => begin_and_dispatch.currency,
+        provider => begin_and_dispatch.provider, approval_ref => begin_and_dispatch.approval_ref,
+        approval_version => begin_and_dispatch.approval_version, request_id => begin_and_dispatch.request_id,
+        during => begin_and_dispatch.during);
+    if answer.decision is null or answer.decision = 'refused' then
+        return refused_answer;
+    end if;
+    -- Another caller of this login made the key while this one asked.
+    if begin_and_dispatch.as_requester and answer.decision not in ('proceed', 'overlap')
+       and ledger.refused_to_requester(begin_and_dispatch.op_key, begin_and_dispatch.requested_by,
+                                       begin_and_dispatch.request_id) then
+        if answer.decision = 'retry' then
+            perform ledger.complete_effect(
+                op_key => begin_and_dispatch.op_key, outcome => 'failed', retryable => true,
+                reason => 'not sent: reopened by another caller''s call, which was refused',
+                request_id => begin_and_dispatch.request_id, worker => begin_and_dispatch.worker,
+                target => begin_and_dispatch.target);
+        end if;
+        return refused_answer;
+    end if;
+    if answer.decision in ('proceed', 'retry') and begin_and_dispatch.dispatch then
+        select c.claimed, c.state, c.refused into claim
+          from ledger.mark_dispatched(op_key => begin_and_dispatch.op_key,
+                                      request_id => begin_and_dispatch.request_id,
+                                      worker => begin_and_dispatch.worker,
+                                      target => begin_and_dispatch.target,
+                                      heartbeat_lease => begin_and_dispatch.heartbeat_lease) c;
+        return (answer.decision, answer.effect_id, claim.state, answer.result, claim.claimed, claim.refused,
+                null)::ledger.dispatch_answer;
+    end if;
+    if answer.decision = 'rejected' then
+        return (answer.decision, answer.effect_id, answer.state, answer.result, false, null,
+                ledger.rejected_differences(begin_and_dispatch.op_key, begin_and_dispatch.action,
+                    begin_and_dispatch.target, coalesce(begin_and_dispatch.params, '{}'::jsonb),
+                    begin_and_dispatch.amount_minor, begin_and_dispatch.currency,
+                    begin_and_dispatch.provider))::ledger.dispatch_answer;
+    end if;
+    return (answer.decision, answer.effect_id, answer.state, answer.result, false, null, null)::ledger.dispatch_answer;
+end
+$$;
+
+revoke all on function ledger.begin_and_dispatch(text,text,text,jsonb,text,interval,bigint,text,text,text,integer,text,tstzrange,text,boolean,boolean,interval) from public;
+grant execute on function ledger.begin_and_dispatch(text,text,text,jsonb,text,interval,bigint,text,text,text,integer,text,tstzrange,text,boolean,boolean,interval) to effect_agent;

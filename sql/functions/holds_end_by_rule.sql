@@ -1,0 +1,84 @@
+-- Holds end by rule. When a holder settles, what it held is decided again
+-- in the same transaction, whoever settled it (its agent, a
+-- reconciliation, an operator, a compensation):
+--   failed or cancelled: the oldest effect it held is released (pending,
+--     and the held call, asked again, proceeds); the others now wait behind
+--     the released one;
+--   succeeded: they wait for a person (a second action on one object is a
+--     real decision), unless the action's policy says on_holder_success =
+--     'cancel', which cancels them;
+--   unknown: nothing; the holder is still open.
+-- A holder may itself be held (a key asked while the only open effect on
+-- its target was held waits behind that one): cancelled, it releases too.
+-- Each change is audited as the ledger's, with the holder and its state as
+-- the reason. A release a booking's overlap forbids is left to a person.
+create or replace function ledger.holds_end_by_rule() returns trigger
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    held         ledger.effects;
+    before       jsonb;
+    why          text;
+    saved_actor  text;
+    saved_reason text;
+begin
+    if not exists (select 1 from ledger.effects h where h.held_by = new.id and h.state = 'held') then
+        return null;
+    end if;
+    if new.state = 'succeeded'
+       and (ledger.policy_for(new.action)).on_holder_success is distinct from 'cancel' then
+        return null;
+    end if;
+    saved_actor := current_setting('ledger.actor', true);
+    saved_reason := current_setting('ledger.reason', true);
+    perform set_config('ledger.actor', 'ledger', true);
+    if new.state = 'succeeded' then
+        why := 'cancelled by rule: ' || new.op_key || ', which held it, succeeded, and the '
+               || new.action || ' policy cancels what it held';
+        perform set_config('ledger.reason', why, true);
+        for held in select h.* from ledger.effects h
+                     where h.held_by = new.id and h.state = 'held'
+                     order by h.created_at, h.id for update
+        loop
+            before := ledger.effect_snapshot(held);
+            update ledger.effects e set state = 'cancelled' where e.id = held.id returning e.* into held;
+            update ledger.holds h set closed_at = now(), closed_how = 'cancelled', closed_by = 'ledger'
+             where h.effect_id = held.id and h.closed_at is null;
+            perform ledger.audit('ledger', 'cancel_by_rule', held, why, before, ledger.effect_snapshot(held));
+        end loop;
+    else
+        select h.* into held from ledger.effects h
+         where h.held_by = new.id and h.state = 'held'
+         order by h.created_at, h.id limit 1 for update;
+        why := 'released by rule: ' || new.op_key || ', which held it, ' || new.state;
+        perform set_config('ledger.reason', why, true);
+        before := ledger.effect_snapshot(held);
+        begin
+            update ledger.effects e
+               set state = 'pending', held_by = null, deadline_at = now() + e.pending_window
+             where e.id = held.id
+            returning e.* into held;
+        exception when exclusion_violation then
+            -- Still overlaps another booking: a person decides.
+            perform set_config('ledger.actor', coalesce(saved_actor, ''), true);
+            perform set_config('ledger.reason', coalesce(saved_reason, ''), true);
+            return null;
+        end;
+        update ledger.holds h set closed_at = now(), closed_how = 'released', closed_by = 'ledger'
+         where h.effect_id = held.id and h.closed_at is null;
+        perform ledger.audit('ledger', 'release_by_rule', held, why, before, ledger.effect_snapshot(held));
+        -- The rest wait behind the one released, and are released in turn.
+        perform set_config('ledger.reason', 'now held by ' || held.op_key || ': ' || why, true);
+        update ledger.effects e set held_by = held.id
+         where e.held_by = new.id and e.state = 'held';
+        update ledger.holds h set holder_id = held.id
+         where h.holder_id = new.id and h.closed_at is null;
+    end if;
+    perform set_config('ledger.actor', coalesce(saved_actor, ''), true);
+    perform set_config('ledger.reason', coalesce(saved_reason, ''), true);
+    return null;
+end
+$$;
+
+revoke all on function ledger.holds_end_by_rule() from public;
