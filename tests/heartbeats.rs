@@ -327,3 +327,131 @@ async fn a_lease_taken_with_the_claim_needs_no_beat_and_a_refused_one_writes_not
         2
     );
 }
+
+/// An action's policy sets the lease a beating worker is held to, whatever
+/// lease the worker was set up with: its claim and its beats answer the
+/// lease in force, and it is found lost within that. A caller that beats
+/// not at all keeps the window's rule; clearing the policy's lease gives
+/// each worker its own again. Each change is audited.
+#[tokio::test]
+async fn an_actions_policy_sets_the_lease_a_beating_worker_is_held_to() {
+    use effectwatch::ledger::policies::{self, PolicyChange};
+    let rig = Rig::new().await;
+    let pool = &rig.db.pool;
+    let set = |lease: Option<Duration>| PolicyChange {
+        heartbeat_lease: Some(lease),
+        ..PolicyChange::default()
+    };
+    let (policy, _) = policies::set(
+        pool,
+        "refund",
+        &set(Some(LEASE)),
+        "alice",
+        "refunds answer in ms",
+    )
+    .await
+    .unwrap();
+    assert_eq!(policy["heartbeat_lease"], "00:00:01", "{policy}");
+    assert_eq!(
+        policies::for_action(pool, "refund")
+            .await
+            .unwrap()
+            .heartbeat_lease_secs,
+        Some(1.0)
+    );
+
+    // A worker set up with 15 s is held to the policy's second.
+    let own = Duration::from_secs(15);
+    let started = writer::begin_and_dispatch(
+        pool,
+        &Rig::intent("refund:POLICY:v1", 1500),
+        "agent-7",
+        false,
+        Some(own),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert!(started.dispatched);
+    assert_eq!(started.heartbeat_lease, Some(LEASE));
+    let beat = writer::heartbeat(pool, "refund:POLICY:v1", own, "agent-7")
+        .await
+        .unwrap();
+    assert_eq!(beat.lease_in_force, Some(LEASE));
+    let lease: f64 = sqlx::query_scalar(
+        "select extract(epoch from w.lease)::float8 from ledger.worker_leases w
+           join ledger.effects e on e.id = w.effect_id where e.op_key = 'refund:POLICY:v1'",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    assert_eq!(lease, 1.0);
+    tokio::time::sleep(LEASE + Duration::from_millis(200)).await;
+    let (shown, _) = shown_and_written(&rig, "refund:POLICY:v1").await;
+    assert_eq!(shown, ("unknown".into(), Some("worker_lost".into())));
+
+    // A caller that takes no lease is not given the policy's.
+    let bare = writer::begin_and_dispatch(
+        pool,
+        &Rig::intent("refund:BARE:v1", 1500),
+        "agent-7",
+        false,
+        None,
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert!(bare.dispatched);
+    assert_eq!(bare.heartbeat_lease, None);
+    tokio::time::sleep(LEASE + Duration::from_millis(200)).await;
+    let (shown, _) = shown_and_written(&rig, "refund:BARE:v1").await;
+    assert_eq!(shown, ("pending".into(), None));
+
+    // Cleared: each worker's own lease again.
+    let (policy, _) = policies::set(pool, "refund", &set(None), "alice", "back to the workers'")
+        .await
+        .unwrap();
+    assert!(policy.get("heartbeat_lease").is_none(), "{policy}");
+    let again = writer::begin_and_dispatch(
+        pool,
+        &Rig::intent("refund:OWN:v1", 1500),
+        "agent-7",
+        false,
+        Some(own),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(again.heartbeat_lease, Some(own));
+
+    let audited: Vec<(String, Option<String>)> = sqlx::query_as(
+        "select operator, after->>'heartbeat_lease' from ledger.audit_log
+          where action = 'set_policy' order by seq",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        audited,
+        vec![
+            ("alice".into(), Some("00:00:01".into())),
+            ("alice".into(), None)
+        ]
+    );
+
+    // A lease the ledger would refuse is refused at the policy, nothing changed.
+    let refused = policies::set(
+        pool,
+        "refund",
+        &set(Some(Duration::from_millis(10))),
+        "alice",
+        "too short",
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(
+        refused.contains("a heartbeat lease is from 1 second to 1 hour"),
+        "{refused}"
+    );
+}

@@ -337,6 +337,8 @@ async fn policies_are_listed_and_changed_from_the_command_line() {
             "2m",
             "--approval-limit",
             "none",
+            "--heartbeat-lease",
+            "20s",
             "--reason",
             "double refunds are not undone",
         ])
@@ -358,6 +360,28 @@ async fn policies_are_listed_and_changed_from_the_command_line() {
         .expect("refund listed");
     assert_eq!(refund["retry_semantics"], "never_retry");
     assert_eq!(refund["pending_window_secs"], 120.0);
+    assert_eq!(refund["heartbeat_lease_secs"], 20.0);
+    let table = cli.run(&["policy", "list"]).await;
+    assert!(
+        text(&table.stdout).contains("heartbeat lease"),
+        "{}",
+        text(&table.stdout)
+    );
+    let out = cli
+        .run(&[
+            "policy",
+            "set",
+            "refund",
+            "--heartbeat-lease",
+            "none",
+            "--reason",
+            "the workers' own",
+        ])
+        .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = cli.run(&["policy", "list", "--format", "json"]).await;
+    let list: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(list[0]["heartbeat_lease_secs"], Value::Null, "{list}");
     let out = cli
         .run(&[
             "policy",

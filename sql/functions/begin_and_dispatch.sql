@@ -25,7 +25,7 @@ declare
     answer ledger.begin_answer;
     claim record;
     refused_answer constant ledger.dispatch_answer :=
-        ('refused', null, null, null, false, null, null)::ledger.dispatch_answer;
+        ('refused', null, null, null, false, null, null, null)::ledger.dispatch_answer;
 begin
     ignored := ledger.forget_caller_settings();
     if begin_and_dispatch.as_requester
@@ -58,23 +58,23 @@ begin
         return refused_answer;
     end if;
     if answer.decision in ('proceed', 'retry') and begin_and_dispatch.dispatch then
-        select c.claimed, c.state, c.refused into claim
+        select c.claimed, c.state, c.refused, c.lease_in_force into claim
           from ledger.mark_dispatched(op_key => begin_and_dispatch.op_key,
                                       request_id => begin_and_dispatch.request_id,
                                       worker => begin_and_dispatch.worker,
                                       target => begin_and_dispatch.target,
                                       heartbeat_lease => begin_and_dispatch.heartbeat_lease) c;
         return (answer.decision, answer.effect_id, claim.state, answer.result, claim.claimed, claim.refused,
-                null)::ledger.dispatch_answer;
+                null, claim.lease_in_force)::ledger.dispatch_answer;
     end if;
     if answer.decision = 'rejected' then
         return (answer.decision, answer.effect_id, answer.state, answer.result, false, null,
                 ledger.rejected_differences(begin_and_dispatch.op_key, begin_and_dispatch.action,
                     begin_and_dispatch.target, coalesce(begin_and_dispatch.params, '{}'::jsonb),
                     begin_and_dispatch.amount_minor, begin_and_dispatch.currency,
-                    begin_and_dispatch.provider))::ledger.dispatch_answer;
+                    begin_and_dispatch.provider), null)::ledger.dispatch_answer;
     end if;
-    return (answer.decision, answer.effect_id, answer.state, answer.result, false, null, null)::ledger.dispatch_answer;
+    return (answer.decision, answer.effect_id, answer.state, answer.result, false, null, null, null)::ledger.dispatch_answer;
 end
 $$;
 

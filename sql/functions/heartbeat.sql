@@ -4,9 +4,11 @@
 -- completed, or declared lost when an earlier lease ran out — a lease that
 -- ran out is never renewed, so that what every view said stays true).
 -- The first beat makes the lease. Only the effect's owner may beat for it.
+-- The lease in force is the action's policy's when it sets one: answered,
+-- so a worker that asked for another beats at a third of it.
 create or replace function ledger.heartbeat(
     op_key text, lease interval default interval '15 seconds', worker text default null
-) returns table (alive boolean, state text, lease_until timestamptz)
+) returns table (alive boolean, state text, lease_until timestamptz, lease_in_force interval)
 language plpgsql security definer
 set search_path = pg_catalog, pg_temp
 as $$
@@ -15,6 +17,7 @@ declare
     effect  ledger.effects;
     refusal text;
     until   timestamptz;
+    held_to interval;
 begin
     perform ledger.forget_caller_settings();
     perform ledger.check_lease(heartbeat.lease);
@@ -29,11 +32,12 @@ begin
         raise exception 'ledger: %', refusal using errcode = 'insufficient_privilege';
     end if;
     if effect.state <> 'pending' or effect.dispatched_at is null then
-        return query select false, effect.state, null::timestamptz;
+        return query select false, effect.state, null::timestamptz, null::interval;
         return;
     end if;
+    held_to := ledger.lease_in_force(effect.action, heartbeat.lease);
     insert into ledger.worker_leases as w (effect_id, worker, lease, lease_until)
-    values (effect.id, heartbeat.worker, heartbeat.lease, now() + heartbeat.lease)
+    values (effect.id, heartbeat.worker, held_to, now() + held_to)
     on conflict (effect_id) do update
        set lease_until = excluded.lease_until, lease = excluded.lease,
            worker = coalesce(excluded.worker, w.worker), beats = w.beats + 1
@@ -45,14 +49,14 @@ begin
         -- call is then reconciled (its own answer still settles it). A
         -- beat that writes a loss, like every other write, stays durable.
         perform set_config('synchronous_commit', 'off', true);
-        return query select true, effect.state, until;
+        return query select true, effect.state, until, held_to;
         return;
     end if;
     -- The lease had run out before this beat: the worker was declared lost
     -- in every view, and is now in the ledger too.
     select e.* into effect from ledger.effects e where e.id = effect.id for update;
     effect := ledger.write_worker_lost(effect);
-    return query select effect.state = 'pending', effect.state, null::timestamptz;
+    return query select effect.state = 'pending', effect.state, null::timestamptz, null::interval;
 end
 $$;
 

@@ -1,6 +1,6 @@
 -- Writes the given settings of one action's policy (creating it with the
 -- defaults first if it has none); a null argument keeps what is there, and
--- clear_* removes the approval limit or the sink.
+-- clear_* removes the approval limit, the sink or the heartbeat lease.
 create or replace function ledger.op_set_policy(
     action                            text,
     operator                          text,
@@ -16,7 +16,9 @@ create or replace function ledger.op_set_policy(
     approvals_must_be_registered      boolean  default null,
     conflicts_by_time_range           boolean  default null,
     on_holder_success                 text     default null,
-    replay_burst_per_hour             integer  default null
+    replay_burst_per_hour             integer  default null,
+    heartbeat_lease                   interval default null,
+    clear_heartbeat_lease             boolean  default false
 ) returns table (policy jsonb, audit_seq bigint)
 language plpgsql security definer
 set search_path = pg_catalog, pg_temp
@@ -51,6 +53,9 @@ begin
                         op_set_policy.replay_burst_per_hour
             using errcode = 'invalid_parameter_value';
     end if;
+    if op_set_policy.heartbeat_lease is not null then
+        perform ledger.check_lease(op_set_policy.heartbeat_lease);
+    end if;
     perform set_config('ledger.actor', op_set_policy.operator, true);
     perform set_config('ledger.reason', op_set_policy.reason, true);
     select p.* into before from ledger.action_policies p where p.action = op_set_policy.action for update;
@@ -74,6 +79,9 @@ begin
            conflicts_by_time_range = coalesce(op_set_policy.conflicts_by_time_range, p.conflicts_by_time_range),
            on_holder_success = coalesce(op_set_policy.on_holder_success, p.on_holder_success),
            replay_burst_per_hour = coalesce(op_set_policy.replay_burst_per_hour, p.replay_burst_per_hour),
+           heartbeat_lease = case
+               when op_set_policy.clear_heartbeat_lease then null
+               else coalesce(op_set_policy.heartbeat_lease, p.heartbeat_lease) end,
            updated_at = now()
      where p.action = op_set_policy.action
     returning p.* into after;
@@ -83,5 +91,5 @@ begin
 end
 $$;
 
-revoke all on function ledger.op_set_policy(text,text,text,interval,boolean,bigint,boolean,boolean,text,text,boolean,boolean,boolean,text,integer) from public;
-grant execute on function ledger.op_set_policy(text,text,text,interval,boolean,bigint,boolean,boolean,text,text,boolean,boolean,boolean,text,integer) to effect_operator;
+revoke all on function ledger.op_set_policy(text,text,text,interval,boolean,bigint,boolean,boolean,text,text,boolean,boolean,boolean,text,integer,interval,boolean) from public;
+grant execute on function ledger.op_set_policy(text,text,text,interval,boolean,bigint,boolean,boolean,text,text,boolean,boolean,boolean,text,integer,interval,boolean) to effect_operator;

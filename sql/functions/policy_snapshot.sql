@@ -11,7 +11,8 @@ language sql immutable as $$
         'approvals_must_be_registered', (policy).approvals_must_be_registered,
         'conflicts_by_time_range', (policy).conflicts_by_time_range,
         'on_holder_success', (policy).on_holder_success,
-        'replay_burst_per_hour', (policy).replay_burst_per_hour)) end
+        'replay_burst_per_hour', (policy).replay_burst_per_hour,
+        'heartbeat_lease', (policy).heartbeat_lease::text)) end
 $$;
 
 revoke all on function ledger.policy_snapshot(ledger.action_policies) from public;

@@ -21,7 +21,7 @@ pub enum PolicyCommand {
         format: Format,
     },
     /// Change one action's policy; what is not given stays as it is.
-    Set(SetArgs),
+    Set(Box<SetArgs>),
 }
 
 #[derive(Debug, Args)]
@@ -60,6 +60,11 @@ pub struct SetArgs {
     /// burst (default 20).
     #[arg(long, value_name = "PER_HOUR", value_parser = clap::value_parser!(i32).range(1..))]
     pub replay_burst: Option<i32>,
+    /// How long a worker that beats may go without a beat on this action's effects before they
+    /// are unknown (worker_lost), whatever lease the worker was set up with (e.g. 30s, 1s..1h);
+    /// "none": each worker's own.
+    #[arg(long, value_parser = parse_lease)]
+    pub heartbeat_lease: Option<Lease>,
     /// Refuse approval refs the approving system never registered.
     #[arg(long)]
     pub approvals_registered: Option<bool>,
@@ -86,6 +91,19 @@ fn parse_limit(text: &str) -> Result<Limit, String> {
         .filter(|n| *n >= 0)
         .map(Limit::Minor)
         .ok_or_else(|| format!("{text:?} is not an amount in minor units (or none)"))
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lease {
+    Of(std::time::Duration),
+    WorkersOwn,
+}
+
+fn parse_lease(text: &str) -> Result<Lease, String> {
+    if text.eq_ignore_ascii_case("none") {
+        return Ok(Lease::WorkersOwn);
+    }
+    parse_duration(text).map(Lease::Of)
 }
 
 fn parse_semantics(text: &str) -> Result<String, String> {
@@ -118,6 +136,7 @@ pub async fn run(
                         "retry when absent",
                         "sink",
                         "replay burst",
+                        "heartbeat lease",
                     ]);
                     for policy in &list {
                         table.add_row([
@@ -142,6 +161,10 @@ pub async fn run(
                                 .map(sanitize_line)
                                 .unwrap_or_else(|| "default".into()),
                             format!("> {}/h", policy.replay_burst_per_hour),
+                            policy
+                                .heartbeat_lease_secs
+                                .map(|secs| duration_ms((secs * 1000.0) as i64))
+                                .unwrap_or_else(|| "the worker's".into()),
                         ]);
                     }
                     println!("{table}");
@@ -150,6 +173,7 @@ pub async fn run(
             Ok(())
         }
         PolicyCommand::Set(args) => {
+            let args = *args;
             if config.read_only {
                 return Err(Failure::new(REFUSED, "read-only: policy set refused"));
             }
@@ -177,6 +201,10 @@ pub async fn run(
                 conflicts_by_time_range: args.by_time_range,
                 on_holder_success: args.on_holder_success,
                 replay_burst_per_hour: args.replay_burst,
+                heartbeat_lease: args.heartbeat_lease.map(|lease| match lease {
+                    Lease::Of(duration) => Some(duration),
+                    Lease::WorkersOwn => None,
+                }),
             };
             let (policy, seq) =
                 policies::set(pool, &action, &change, &config.operator, &args.reason).await?;

@@ -533,6 +533,7 @@ impl RecordedCall {
                 begun,
                 dispatched: false,
                 differences: Vec::new(),
+                heartbeat_lease: None,
             };
             return Ok(answer_unsent(call, started));
         }
@@ -614,9 +615,9 @@ impl RecordedCall {
             .0
             .0
             .insert(OP_KEY_META.to_string(), Value::String(call.op_key.clone()));
-        let beating = shared
-            .policy
-            .heartbeat_lease()
+        // The lease in force may be the action's policy's, not this gateway's.
+        let beating = started
+            .heartbeat_lease
             .map(|lease| Heartbeat::start(&shared.pool, &call.op_key, lease, &worker));
         let answer =
             tokio::time::timeout(shared.policy.upstream_timeout(), peer.call_tool(request)).await;

@@ -28,6 +28,9 @@ pub struct Policy {
     /// More replays of one key than this within an hour put it in the
     /// duplicates pane as a burst (an agent in a loop).
     pub replay_burst_per_hour: i32,
+    /// The heartbeat lease a beating worker is held to on this action's
+    /// effects; `None`: the worker's own.
+    pub heartbeat_lease_secs: Option<f64>,
     /// Whether the action has a policy of its own, or the defaults apply.
     pub configured: bool,
 }
@@ -76,7 +79,8 @@ const POLICY_COLUMNS: &str =
     "p.action, extract(epoch from p.pending_window)::float8 as pending_window_secs,
     p.exclusive_per_target, p.compensation_approval_limit_minor, p.retry_when_absent,
     p.retry_semantics, p.escalation_sink, p.approvals_must_be_registered, p.conflicts_by_time_range,
-    p.on_holder_success, p.replay_burst_per_hour";
+    p.on_holder_success, p.replay_burst_per_hour,
+    extract(epoch from p.heartbeat_lease)::float8 as heartbeat_lease_secs";
 
 pub async fn list<'c>(executor: impl PgExecutor<'c>) -> Result<Vec<Policy>, LedgerError> {
     Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(
@@ -118,6 +122,8 @@ pub struct PolicyChange {
     pub on_holder_success: Option<String>,
     /// See [`Policy::replay_burst_per_hour`].
     pub replay_burst_per_hour: Option<i32>,
+    /// `Some(None)` removes the lease: workers keep their own.
+    pub heartbeat_lease: Option<Option<Duration>>,
 }
 
 /// Changes `action`'s policy; returns it as recorded, and the audit entry.
@@ -135,7 +141,8 @@ pub async fn set<'c>(
             clear_approval_limit => $7, retry_when_absent => $8, retry_semantics => $9,
             escalation_sink => $10, clear_escalation_sink => $11,
             approvals_must_be_registered => $12, conflicts_by_time_range => $13,
-            on_holder_success => $14, replay_burst_per_hour => $15)",
+            on_holder_success => $14, replay_burst_per_hour => $15,
+            heartbeat_lease => $16, clear_heartbeat_lease => $17)",
     )
     .bind(action)
     .bind(operator)
@@ -155,6 +162,8 @@ pub async fn set<'c>(
     .bind(change.conflicts_by_time_range)
     .bind(change.on_holder_success.as_deref())
     .bind(change.replay_burst_per_hour)
+    .bind(change.heartbeat_lease.flatten())
+    .bind(matches!(change.heartbeat_lease, Some(None)))
     .fetch_one(executor)
     .await?)
 }

@@ -205,6 +205,10 @@ pub struct Started {
     pub dispatched: bool,
     /// For [`Decision::Rejected`]: what this call changed, field by field.
     pub differences: Vec<Difference>,
+    /// The heartbeat lease this call is held to, when it asked for one and
+    /// claimed the effect: its own, or the one its action's policy sets.
+    /// Beat every third of it.
+    pub heartbeat_lease: Option<std::time::Duration>,
 }
 
 #[derive(sqlx::FromRow)]
@@ -214,6 +218,7 @@ struct DispatchAnswer {
     dispatched: Option<bool>,
     refused: Option<String>,
     differences: Option<sqlx::types::Json<Vec<Difference>>>,
+    heartbeat_lease_secs: Option<f64>,
 }
 
 /// [`begin_effect`] and, when it lets the caller run, [`mark_dispatched`]
@@ -231,7 +236,8 @@ pub async fn begin_and_dispatch<'c>(
     let heartbeat_lease = heartbeat_lease.map(lease_interval).transpose()?;
     let row = bind_intent!(
         sqlx::query_as::<_, DispatchAnswer>(
-            "select decision, effect_id, state, result, dispatched, refused, differences
+            "select decision, effect_id, state, result, dispatched, refused, differences,
+                    extract(epoch from lease_in_force)::float8 as heartbeat_lease_secs
                from ledger.begin_and_dispatch(
                 op_key => $1, action => $2, target => $3, params => $4, requested_by => $5,
                 pending_window => make_interval(secs => $6::bigint), amount_minor => $7, currency => $8,
@@ -251,6 +257,9 @@ pub async fn begin_and_dispatch<'c>(
         begun,
         dispatched: row.dispatched.unwrap_or(false),
         differences: row.differences.map(|json| json.0).unwrap_or_default(),
+        heartbeat_lease: row
+            .heartbeat_lease_secs
+            .map(std::time::Duration::from_secs_f64),
     }))
 }
 
@@ -339,6 +348,9 @@ pub struct Beat {
     pub alive: bool,
     pub state: State,
     pub lease_until: Option<DateTime<Utc>>,
+    /// The lease in force: the one asked for, or the one the action's
+    /// policy sets. Beat every third of it.
+    pub lease_in_force: Option<std::time::Duration>,
 }
 
 /// The worker running `op_key`'s provider call is alive: its lease runs
@@ -352,19 +364,21 @@ pub async fn heartbeat<'c>(
     worker: &str,
 ) -> Result<Beat, LedgerError> {
     let lease = lease_interval(lease)?;
-    let (alive, state, lease_until) = sqlx::query_as::<_, (bool, State, Option<DateTime<Utc>>)>(
-        "select alive, state, lease_until from ledger.heartbeat(
-                op_key => $1, lease => $2, worker => $3)",
-    )
-    .bind(op_key)
-    .bind(lease)
-    .bind(worker)
-    .fetch_one(executor)
-    .await?;
+    let (alive, state, lease_until, in_force) =
+        sqlx::query_as::<_, (bool, State, Option<DateTime<Utc>>, Option<f64>)>(
+            "select alive, state, lease_until, extract(epoch from lease_in_force)::float8
+           from ledger.heartbeat(op_key => $1, lease => $2, worker => $3)",
+        )
+        .bind(op_key)
+        .bind(lease)
+        .bind(worker)
+        .fetch_one(executor)
+        .await?;
     Ok(Beat {
         alive,
         state,
         lease_until,
+        lease_in_force: in_force.map(std::time::Duration::from_secs_f64),
     })
 }
 
