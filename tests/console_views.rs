@@ -1567,14 +1567,61 @@ fn the_about_overlay_never_wraps_a_command_inside_a_path() {
     }
 }
 
-/// One word per verb, in the key bar, the help and the README's key
-/// table: acknowledge, resolve, release, cancel… (`C clear all` and
+/// Where docs/keys.md holds the table generated from the action table.
+const KEYS_DOC: &str = "docs/keys.md";
+const KEYS_START: &str = "<!-- keys:start -->";
+const KEYS_END: &str = "<!-- keys:end -->";
+
+/// The generated part of docs/keys.md, between its markers.
+fn keys_doc_table(doc: &str) -> &str {
+    let (_, rest) = doc
+        .split_once(KEYS_START)
+        .unwrap_or_else(|| panic!("{KEYS_DOC} has no {KEYS_START}"));
+    let (table, _) = rest
+        .split_once(KEYS_END)
+        .unwrap_or_else(|| panic!("{KEYS_DOC} has no {KEYS_END} after {KEYS_START}"));
+    table
+}
+
+/// docs/keys.md shows the keys the console has, as `?` does: the table
+/// between its markers is the one the action table generates, so a key
+/// added, renamed or reworded in `src/console/action.rs` cannot leave the
+/// document behind. `EFFECTWATCH_BLESS=1` writes the generated table there
+/// instead of failing.
+#[test]
+fn the_keys_doc_is_generated_from_the_action_table() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(KEYS_DOC);
+    let doc = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{KEYS_DOC}: {e}"));
+    let generated = format!("\n{}", effectwatch::console::action::keys_markdown());
+    if keys_doc_table(&doc) == generated {
+        return;
+    }
+    if std::env::var_os("EFFECTWATCH_BLESS").is_some_and(|bless| bless == "1") {
+        let (before, rest) = doc.split_once(KEYS_START).unwrap();
+        let (_, after) = rest.split_once(KEYS_END).unwrap();
+        std::fs::write(
+            &path,
+            format!("{before}{KEYS_START}{generated}{KEYS_END}{after}"),
+        )
+        .unwrap_or_else(|e| panic!("writing {KEYS_DOC}: {e}"));
+        return;
+    }
+    panic!(
+        "{KEYS_DOC}'s key table differs from the one src/console/action.rs generates: \
+         run `EFFECTWATCH_BLESS=1 cargo test --test console_views` to write it there, and \
+         review the diff.\ngenerated:{generated}"
+    );
+}
+
+/// One word per verb, in the key bar, the help and the key table of
+/// docs/keys.md: acknowledge, resolve, release, cancel… (`C clear all` and
 /// `Z close` said other words for them). `X` is on the overdue pane's key
 /// bar, where it cancels what was never sent.
 #[test]
-fn the_key_bar_help_and_readme_name_each_verb_alike() {
+fn the_key_bar_help_and_keys_doc_name_each_verb_alike() {
     use effectwatch::console::action::TABLE;
     let label = |keys: &str| TABLE.iter().find(|e| e.keys == keys).unwrap().label;
+    let keys_doc = keys_doc_table(include_str!("../docs/keys.md"));
     for (keys, verb) in [
         ("C", "acknowledge"),
         ("d", "acknowledge"),
@@ -1588,11 +1635,10 @@ fn the_key_bar_help_and_readme_name_each_verb_alike() {
         ("x", "cancel"),
     ] {
         assert!(label(keys).starts_with(verb), "{keys}: {}", label(keys));
-        let readme = include_str!("../README.md");
-        let line = readme
+        let line = keys_doc
             .lines()
-            .find(|line| line.starts_with("| `") && line.contains(&format!("`{keys}`")))
-            .unwrap_or_else(|| panic!("{keys} not in the README's key table"));
+            .find(|line| line.starts_with(&format!("| `{keys}` |")))
+            .unwrap_or_else(|| panic!("{keys} not in {KEYS_DOC}'s key table"));
         assert!(line.contains(verb), "{keys}: {line}");
     }
     let app = app_with(full_snapshot(), false);

@@ -1,6 +1,7 @@
 //! The state machine lives in the database: whoever writes — the writer API, an operator
 //! function or a superuser typing UPDATE by hand — can only move an effect along the paths of
-//! DESIGN.md, every change bumps the version and is recorded, and the history is append-only.
+//! docs/contract.md ("State machine in the database"), every change bumps the version and is
+//! recorded, and the history is append-only.
 
 mod common;
 
@@ -80,7 +81,7 @@ impl Source {
         }
     }
 
-    /// The table of DESIGN.md §1 "States", written out independently of the SQL.
+    /// The state machine of docs/contract.md, written out independently of the SQL.
     fn may_become(self, to: State) -> bool {
         use State::*;
         match self {

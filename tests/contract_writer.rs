@@ -1519,9 +1519,9 @@ async fn the_latest_version_is_a_row_only_when_its_own_row_cannot_say_it_or_a_ch
     assert_eq!(after[2]["state"], json!("succeeded"));
     assert!(after[2]["late_result_at"].is_string(), "{:?}", after[2]);
 
-    // Dispatched by a worker and answered with no worker named, as the README's agent does:
-    // the dispatch is kept when the answer supersedes it, and the answer stays in the row,
-    // made by the requester.
+    // Dispatched by a worker and answered with no worker named, as the SQL agent of
+    // docs/contract.md does: the dispatch is kept when the answer supersedes it, and the answer
+    // stays in the row, made by the requester.
     let worked = "refund:LATEST:worked";
     begin_effect(pool, &refund(worked, "invoice:LATEST-2"))
         .await

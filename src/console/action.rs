@@ -635,6 +635,67 @@ impl ActionInfo {
             Scope::Everywhere | Scope::Effect | Scope::Pane => true,
         }
     }
+
+    /// The views whose key bar shows it; None when only the help lists it.
+    fn key_bar_views(&self) -> Option<String> {
+        if self.in_key_bar {
+            return Some(match self.scope {
+                Scope::Escalation | Scope::Escalations => View::Escalations.tab().to_string(),
+                Scope::History => "every view, under `--at`".to_string(),
+                Scope::Everywhere | Scope::Effect | Scope::Pane => "every view".to_string(),
+            });
+        }
+        let mut views: Vec<View> = self.featured_in.to_vec();
+        views.sort_by_key(|view| view.index());
+        (!views.is_empty()).then(|| {
+            views
+                .iter()
+                .map(|view| view.tab())
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
+    }
+}
+
+impl Scope {
+    /// What an action of this scope acts on, in words.
+    fn said(self) -> &'static str {
+        match self {
+            Scope::Everywhere => "any view",
+            Scope::Effect => "the selected effect",
+            Scope::Pane => "every item of the (filtered) pane",
+            Scope::Escalation => "the selected escalation",
+            Scope::Escalations => "every escalation of the (filtered) view",
+            Scope::History => "the instant shown (`--at`)",
+        }
+    }
+}
+
+/// The console's keys as a Markdown table, one row per row of [`TABLE`]
+/// in its order: the same keys and descriptions as the help (`?`), what
+/// each acts on, whether it writes (✎), and its key-bar label with the
+/// views whose key bar shows it (— for a key only the help lists).
+/// `docs/keys.md` holds it between its markers, and a test keeps the two
+/// equal.
+pub fn keys_markdown() -> String {
+    let cell = |text: &str| text.replace('|', "\\|");
+    let mut table =
+        String::from("| key | what it does | on | ✎ | in the key bar |\n|---|---|---|---|---|\n");
+    for entry in TABLE {
+        let key_bar = entry.key_bar_views().map_or_else(
+            || "—".to_string(),
+            |views| format!("{} ({views})", cell(entry.label)),
+        );
+        table.push_str(&format!(
+            "| `{}` | {} | {} | {} | {} |\n",
+            entry.keys,
+            cell(entry.description),
+            entry.scope.said(),
+            if entry.writes { "✎" } else { "" },
+            key_bar,
+        ));
+    }
+    table
 }
 
 impl Action {

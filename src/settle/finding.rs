@@ -6,7 +6,8 @@ use serde_json::Value;
 
 use crate::adapters::provider::{EffectQuery, ProviderEffect, ProviderStatus};
 
-/// The findings of DESIGN.md §2, as `ledger.record_reconciliation` takes them.
+/// The findings of a reconciliation (docs/settling.md, "Reconciliation"), as
+/// `ledger.record_reconciliation` takes them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FindingKind {

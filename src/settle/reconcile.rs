@@ -1,7 +1,8 @@
 //! Reconcile: ask the provider, compare, store the finding with its
-//! evidence and duration, and let the ledger apply the state change
-//! DESIGN.md allows. A timeout, reset, 5xx or unreadable answer is
-//! indeterminate: stored, and the effect stays as it is.
+//! evidence and duration, and let the ledger apply the state change its
+//! state machine allows (docs/contract.md). A timeout, reset, 5xx or
+//! unreadable answer is indeterminate: stored, and the effect stays as it
+//! is.
 
 use std::time::Instant;
 

@@ -1,9 +1,9 @@
 // The documentation cannot drift from what runs: every TypeScript block of
-// this package's README (and of the repository README's TypeScript
-// section) names the example it comes from on its first line, and each of
-// its paragraphs appears there line for line — the examples are compiled
-// and run by examples.test.ts and package.test.ts. The install line is the
-// one package.test.ts runs.
+// this package's README (and of the repository README's first agent)
+// names the example it comes from on its first line, and each of its
+// paragraphs appears there line for line — the examples are compiled and
+// run by examples.test.ts and package.test.ts. The install line, here and
+// in the repository README, is the one package.test.ts runs.
 
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -48,15 +48,15 @@ test("the package README's install line is the one the packaging test runs", () 
   );
 });
 
-test("the repository README's TypeScript section is drawn from the examples too, with the same install line", (t) => {
+test("the repository README's first agent points to this package with the same install line", (t) => {
   if (!existsSync(REPOSITORY_README)) {
     t.skip("not in the repository (a copy of the package alone)");
     return;
   }
   const readme = readFileSync(REPOSITORY_README, "utf8");
-  const section = /^## Agents in TypeScript\n([\s\S]*?)^## /m.exec(readme)?.[1];
-  assert.ok(section, "the repository README has its TypeScript section");
-  assert.ok(checkFromExamples("README.md, Agents in TypeScript", section) >= 1);
+  const section = /^## A first agent\n([\s\S]*?)^## /m.exec(readme)?.[1];
+  assert.ok(section, "the repository README has its first-agent section");
+  checkFromExamples("README.md, A first agent", section);
   assert.ok(section.includes(`\`${INSTALL_LINE}\``), `the section gives the install line ${INSTALL_LINE}`);
   assert.ok(section.includes("clients/typescript/README.md"), "the section points to the package README");
 });
