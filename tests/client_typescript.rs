@@ -5,7 +5,7 @@
 //! real PgBouncer in transaction mode where the package is installed. The
 //! suite drives the Vercel AI SDK's and the OpenAI Agents SDK's own tool
 //! loops, runs every example as a program, and installs the package as a
-//! user meets it (the README's `npm install ./clients/typescript` from a
+//! user meets it (its README's `npm install ./clients/typescript` from a
 //! fresh copy; `npm pack`'s tarball in a clean project with the
 //! frameworks, whose examples run against a second fresh ledger). Any
 //! failure fails this test. Without node and npm it says it is skipped —

@@ -16,13 +16,21 @@
 //! retried), unknown or dispatched for the reconciler — never failed, never
 //! missing.
 //!
+//! The same agents through `patronictl failover` to the synchronous
+//! standby, and through the leader's Patroni hung (SIGSTOP) while its
+//! PostgreSQL runs on as the primary until the woken Patroni demotes it.
+//!
 //! Then the writers we ship, through a switchover, asserted the same way:
 //! the Python client, its wheel installed in a virtual environment, with
-//! agents on threads (tests/patroni/python_agents.py), and a real
+//! agents on threads (tests/patroni/python_agents.py); the TypeScript
+//! client, its `npm pack` tarball installed in a clean project, with agents
+//! on async tasks (tests/patroni/typescript_agents.mjs); and a real
 //! `effectwatch gateway` on the cluster's URL in front of `effectwatch
 //! mcp-tools`, called by an MCP client; and both at once with the leader
 //! killed while every provider call is out, so that each answer comes back
 //! with no leader and its completion must be tried again until the failover.
+//! Last, a reconciler's leases taken on a leader whose node then dies: held
+//! on the new leader for their term, by the ledger's clock, and no longer.
 
 mod common;
 
@@ -77,6 +85,8 @@ struct Record {
     /// For each key that met a failure: from its first failed call to the
     /// call that went through.
     waits: Mutex<Vec<Duration>>,
+    /// The longest any key took, from its first call to its last.
+    slowest: Mutex<Duration>,
 }
 
 /// One key through the protocol; an error is the leader going away.
@@ -229,6 +239,10 @@ async fn agent(
         if let Some(at) = first_failure {
             record.waits.lock().unwrap().push(at.elapsed());
         }
+        {
+            let mut slowest = record.slowest.lock().unwrap();
+            *slowest = (*slowest).max(started.elapsed());
+        }
         k += 1;
         tokio::time::sleep(PACE).await;
     }
@@ -290,7 +304,22 @@ enum Disruption {
     Switchover,
     /// The leader's Patroni and PostgreSQL killed: a failover after `ttl`.
     LeaderKilled,
+    /// `patronictl failover --candidate <the synchronous standby> --force`.
+    Failover,
+    /// The leader's Patroni stopped (SIGSTOP), its PostgreSQL left running
+    /// as the primary: its key expires after `ttl` and the standby leads
+    /// while the old primary still answers; then woken (SIGCONT), it must
+    /// demote its PostgreSQL.
+    PatroniStopped,
 }
+
+/// How long a stopped Patroni stays stopped once the new leader runs: the
+/// old primary still answers its writers, whose commits now wait for a
+/// synchronous standby that has left it. Longer than the writers'
+/// statement_timeout (10 s), which does not end a commit's wait for its
+/// standby (PostgreSQL disarms it before the commit): nothing the old
+/// primary commits from then on is acknowledged until it is demoted.
+const STOPPED_PAST_PROMOTION: Duration = Duration::from_secs(11);
 
 /// Runs the agents across `disruption` on a cluster of three nodes and
 /// checks what they were told against the provider and the new leader.
@@ -313,9 +342,21 @@ async fn writers_across(disruption: Disruption) -> Option<()> {
         .collect();
 
     completions(&record, COMPLETIONS_BEFORE).await;
+    // Patroni stopped: what the agents completed while the new leader ran
+    // and the old primary, not yet demoted, still answered them.
+    let mut stalled_on_old_primary: Option<usize> = None;
     let change = match disruption {
         Disruption::Switchover => cluster.switchover().await,
         Disruption::LeaderKilled => cluster.kill_leader().await,
+        Disruption::Failover => cluster.failover().await,
+        Disruption::PatroniStopped => {
+            let change = cluster.stop_leaders_patroni().await;
+            let completed = record.completed.lock().unwrap().len();
+            tokio::time::sleep(STOPPED_PAST_PROMOTION).await;
+            stalled_on_old_primary = Some(record.completed.lock().unwrap().len() - completed);
+            cluster.resume(&change.from);
+            change
+        }
     };
     let completed_at_change = record.completed.lock().unwrap().len();
     completions(&record, completed_at_change + COMPLETIONS_AFTER).await;
@@ -427,12 +468,28 @@ async fn writers_across(disruption: Disruption) -> Option<()> {
         "the old leader {} came back writable",
         change.from
     );
+    let mut completion_ended: BTreeMap<&str, usize> = BTreeMap::new();
+    for key in &completion_failed {
+        let state = held.get(key).map_or("missing", |(state, _)| state.as_str());
+        *completion_ended.entry(state).or_default() += 1;
+    }
+    let stalled = stalled_on_old_primary
+        .map(|n| {
+            format!(
+                "\n  its Patroni stopped {} s past the promotion: {n} completions acknowledged \
+                 meanwhile (each found succeeded on the new leader), the slowest key waiting \
+                 until the demotion",
+                STOPPED_PAST_PROMOTION.as_secs()
+            )
+        })
+        .unwrap_or_default();
     eprintln!(
         "patroni, {disruption:?}: the lead moved {} -> {} in {:.1} s ({})\n  \
          {} effects begun, {} performed by the provider, {} succeeded; \
          open for the reconciler: {} dispatched, {} begun only\n  \
-         {} calls failed, on {} keys; the longest a writer waited for a leader: {:.1} s\n  \
-         completions not written at first: {}, each retried or left dispatched\n  \
+         {} calls failed, on {} keys; the longest a writer waited for a leader: {:.1} s; \
+         the slowest key: {:.1} s\n  \
+         completions not written at first: {}, ended {completion_ended:?}{stalled}\n  \
          0 acknowledged lost, 0 sent twice, 0 failed; \
          cluster up in {:.1} s, the old leader back as a replica {:.1} s after the run",
         change.from,
@@ -440,7 +497,9 @@ async fn writers_across(disruption: Disruption) -> Option<()> {
         change.took.as_secs_f64(),
         match disruption {
             Disruption::Switchover => "patronictl until the new leader runs",
+            Disruption::Failover => "patronictl failover until the new leader runs",
             Disruption::LeaderKilled => "the kill until the new leader runs",
+            Disruption::PatroniStopped => "SIGSTOP until the new leader runs",
         },
         all.len(),
         performed.len(),
@@ -450,6 +509,7 @@ async fn writers_across(disruption: Disruption) -> Option<()> {
         record.failed_calls.load(Ordering::Relaxed),
         waits.len(),
         longest_wait.as_secs_f64(),
+        record.slowest.lock().unwrap().as_secs_f64(),
         completion_failed.len(),
         cluster_up.as_secs_f64(),
         mending.elapsed().as_secs_f64(),
@@ -465,6 +525,21 @@ async fn writers_lose_nothing_and_dispatch_nothing_twice_across_a_patroni_switch
 #[tokio::test]
 async fn writers_lose_nothing_and_dispatch_nothing_twice_when_the_leaders_node_dies() {
     writers_across(Disruption::LeaderKilled).await;
+}
+
+#[tokio::test]
+async fn writers_lose_nothing_and_dispatch_nothing_twice_across_a_patroni_failover() {
+    writers_across(Disruption::Failover).await;
+}
+
+/// The leader's Patroni hangs (SIGSTOP) while its PostgreSQL keeps running
+/// as the primary: after `ttl` the synchronous standby leads, and the old
+/// primary's commits wait for a standby that has left; woken (SIGCONT), its
+/// Patroni finds another leading and demotes it, ending those waits. The
+/// writers, on the old primary until then, follow to the new leader.
+#[tokio::test]
+async fn writers_lose_nothing_and_dispatch_nothing_twice_when_the_leaders_patroni_hangs() {
+    writers_across(Disruption::PatroniStopped).await;
 }
 
 /// What a process's lines said so far: its stdout's JSON lines, its stderr.
@@ -497,6 +572,11 @@ fn told_succeeded(line: &Value) -> bool {
 /// Waits until the script has been told `count` effects recorded, failing
 /// at once on a line that says it met something else.
 async fn python_told(heard: &Heard, count: usize) {
+    agents_told(heard, count, "Python").await
+}
+
+/// As `python_told`, for the agents of the client named `who`.
+async fn agents_told(heard: &Heard, count: usize, who: &str) {
     let started = Instant::now();
     loop {
         let errors: Vec<Value> = heard
@@ -509,7 +589,7 @@ async fn python_told(heard: &Heard, count: usize) {
             .collect();
         assert!(
             errors.is_empty(),
-            "the Python agents met: {errors:?}\n{}",
+            "the {who} agents met: {errors:?}\n{}",
             heard.stderr_tail()
         );
         if heard.count(told_succeeded) >= count {
@@ -517,7 +597,7 @@ async fn python_told(heard: &Heard, count: usize) {
         }
         assert!(
             started.elapsed() < KEY_TIMEOUT,
-            "the Python agents stalled at {} effects told recorded\n{}",
+            "the {who} agents stalled at {} effects told recorded\n{}",
             heard.count(told_succeeded),
             heard.stderr_tail()
         );
@@ -539,28 +619,73 @@ fn python_agents(
 ) {
     let script =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/patroni/python_agents.py");
-    let mut child = tokio::process::Command::new(venv.join("bin/python"))
+    let mut command = tokio::process::Command::new(venv.join("bin/python"));
+    command
         .arg(&script)
         .arg(url)
         .arg(provider)
         .arg(threads.to_string())
         .env("PYTHONDONTWRITEBYTECODE", "1")
         .env("PYTHONUNBUFFERED", "1")
-        .current_dir(std::env::temp_dir())
+        .current_dir(std::env::temp_dir());
+    spawn_agents(command, "Python")
+}
+
+/// Starts tests/patroni/typescript_agents.mjs, copied into `app` (the
+/// project the client's tarball is installed in, as a user's script sits
+/// beside its node_modules), with `tasks` agents on `url`.
+fn typescript_agents(
+    app: &std::path::Path,
+    url: &str,
+    provider: &str,
+    tasks: usize,
+) -> (
+    tokio::process::Child,
+    Arc<Heard>,
+    tokio::task::JoinHandle<()>,
+) {
+    let script = app.join("agents.mjs");
+    std::fs::copy(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/patroni/typescript_agents.mjs"),
+        &script,
+    )
+    .expect("copying the TypeScript agents into the project");
+    let mut command = tokio::process::Command::new("node");
+    command
+        .arg(&script)
+        .arg(url)
+        .arg(provider)
+        .arg(tasks.to_string())
+        .current_dir(app);
+    spawn_agents(command, "TypeScript")
+}
+
+/// Starts an agents' script, its JSON lines and its stderr read into a `Heard`.
+fn spawn_agents(
+    mut command: tokio::process::Command,
+    who: &str,
+) -> (
+    tokio::process::Child,
+    Arc<Heard>,
+    tokio::task::JoinHandle<()>,
+) {
+    let mut child = command
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
-        .expect("starting the Python agents");
+        .unwrap_or_else(|e| panic!("starting the {who} agents: {e}"));
     let heard = Arc::new(Heard::default());
     let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
     let reading = {
         let heard = heard.clone();
+        let who = who.to_string();
         tokio::spawn(async move {
             while let Ok(Some(line)) = stdout.next_line().await {
                 let value = serde_json::from_str(&line)
-                    .unwrap_or_else(|e| panic!("the Python agents printed {line:?}: {e}"));
+                    .unwrap_or_else(|e| panic!("the {who} agents printed {line:?}: {e}"));
                 heard.lines.lock().unwrap().push(value);
             }
         })
@@ -590,45 +715,92 @@ const PYTHON_THREADS: usize = 4;
 /// performed is recorded dispatched, nothing is failed.
 #[tokio::test]
 async fn python_agents_on_threads_lose_nothing_and_dispatch_nothing_twice_across_a_switchover() {
-    if !common::toolchain::present(&["python3"], "Python") {
+    client_agents_across_a_switchover(Client::Python).await;
+}
+
+const TYPESCRIPT_TASKS: usize = 4;
+
+/// The TypeScript client as a user runs it — `npm pack`'s tarball installed
+/// in a clean project, one `Ledger` shared by agents on concurrent async
+/// tasks, half through `ledger.wrap`, half through `ledger.effect(...)`
+/// (tests/patroni/typescript_agents.mjs) — through a switchover, on the
+/// cluster's URL of every node with `target_session_attrs=read-write`,
+/// which the client splits and follows itself (node-postgres knows neither).
+/// Asserted as the Python agents are.
+#[tokio::test]
+async fn typescript_agents_on_async_tasks_lose_nothing_and_dispatch_nothing_twice_across_a_switchover()
+ {
+    client_agents_across_a_switchover(Client::TypeScript).await;
+}
+
+/// A client we ship, run by an agents' script.
+#[derive(Debug, Clone, Copy)]
+enum Client {
+    Python,
+    TypeScript,
+}
+
+/// The `client`'s agents through a switchover. Then, from what the script
+/// printed, the fake provider's record and the new leader's ledger: every
+/// effect the script was told recorded is succeeded there, no key reached
+/// the provider twice, every effect performed is recorded dispatched,
+/// nothing is failed.
+async fn client_agents_across_a_switchover(client: Client) {
+    let (who, writers) = match client {
+        Client::Python => ("Python", PYTHON_THREADS),
+        Client::TypeScript => ("TypeScript", TYPESCRIPT_TASKS),
+    };
+    let present = match client {
+        Client::Python => common::toolchain::present(&["python3"], "Python"),
+        Client::TypeScript => common::toolchain::present(&["node", "npm"], "TypeScript"),
+    };
+    if !present {
         return;
     }
     let began = Instant::now();
-    // The client's wheel is built and installed while the cluster starts.
-    let venv = tokio::task::spawn_blocking(|| {
+    // The client is built and installed, as a user installs it, while the
+    // cluster starts: the Python wheel in a venv, the TypeScript tarball in
+    // a clean project.
+    let installed = tokio::task::spawn_blocking(move || {
         let began = Instant::now();
-        let venv = common::python_client::fresh_venv(
-            std::path::Path::new("python3"),
-            "patroni-python",
-            "",
-        );
-        (venv, began.elapsed())
+        let installed = match client {
+            Client::Python => common::python_client::fresh_venv(
+                std::path::Path::new("python3"),
+                "patroni-python",
+                "",
+            ),
+            Client::TypeScript => common::typescript_client::packed_install("patroni-typescript"),
+        };
+        (installed, began.elapsed())
     });
     let Some((cluster, cluster_up)) = ledger_cluster().await else {
         return;
     };
-    let (venv, venv_took) = venv.await.unwrap();
+    let (installed, install_took) = installed.await.unwrap();
     let (fake, provider) = FakeProvider::start().await.unwrap();
-    let (mut child, heard, reading) =
-        python_agents(&venv, &cluster.url("ledger"), &provider, PYTHON_THREADS);
+    let url = cluster.url("ledger");
+    let (mut child, heard, reading) = match client {
+        Client::Python => python_agents(&installed, &url, &provider, writers),
+        Client::TypeScript => typescript_agents(&installed, &url, &provider, writers),
+    };
 
     let run = Instant::now();
-    python_told(&heard, COMPLETIONS_BEFORE).await;
+    agents_told(&heard, COMPLETIONS_BEFORE, who).await;
     let change = cluster.switchover().await;
     let at_change = heard.count(told_succeeded);
-    python_told(&heard, at_change + COMPLETIONS_AFTER).await;
+    agents_told(&heard, at_change + COMPLETIONS_AFTER, who).await;
     // Closing its stdin stops the agents, each once its key is done.
     drop(child.stdin.take());
     let status = tokio::time::timeout(KEY_TIMEOUT, child.wait())
         .await
-        .expect("the Python agents did not stop")
+        .unwrap_or_else(|_| panic!("the {who} agents did not stop"))
         .unwrap();
     reading.await.unwrap();
     let run_took = run.elapsed();
-    python_told(&heard, 0).await;
+    agents_told(&heard, 0, who).await;
     assert!(
         status.success(),
-        "the Python agents ended {status}\n{}",
+        "the {who} agents ended {status}\n{}",
         heard.stderr_tail()
     );
 
@@ -699,12 +871,39 @@ async fn python_agents_on_threads_lose_nothing_and_dispatch_nothing_twice_across
         .filter_map(|line| line["retries"].as_u64())
         .max()
         .unwrap_or(0);
+    // Completions the client had to send again (the ledger out of reach
+    // between the provider's answer and its record), and how they ended.
+    let completion_retried: BTreeSet<String> = lines
+        .iter()
+        .filter_map(|line| line["completion_retry"].as_str().map(str::to_string))
+        .collect();
+    let mut retried_ended: BTreeMap<String, usize> = BTreeMap::new();
+    for key in &completion_retried {
+        let state = held
+            .get(key)
+            .map_or("missing".to_string(), |(state, _)| state.clone());
+        assert!(
+            matches!(state.as_str(), "succeeded" | "unknown" | "pending"),
+            "{key}, its completion sent again, is {state}"
+        );
+        *retried_ended.entry(state).or_default() += 1;
+    }
+    let longest_wait = lines
+        .iter()
+        .filter_map(|line| line["waited"].as_f64())
+        .fold(0.0, f64::max);
+    let (threads, install) = match client {
+        Client::Python => ("threads", "wheel and venv"),
+        Client::TypeScript => ("async tasks", "npm pack and install"),
+    };
     eprintln!(
-        "patroni, Python client ({PYTHON_THREADS} threads, one Ledger): the lead moved {} -> {} in {:.1} s\n  \
+        "patroni, {who} client ({writers} {threads}, one Ledger): the lead moved {} -> {} in {:.1} s\n  \
          {} keys told recorded succeeded, {} told in flight; {} performed by the provider, \
          {} effects in the ledger\n  \
-         {} keys made again after a connection error (at most {} times each)\n  \
-         0 acknowledged lost, 0 sent twice, 0 failed; wheel and venv {:.1} s (beside the cluster's \
+         {} keys made again after a connection error (at most {} times each); the longest a key \
+         waited for a leader: {:.1} s\n  \
+         completions not written at first: {}, ended {:?}\n  \
+         0 acknowledged lost, 0 sent twice, 0 failed; {install} {:.1} s (beside the cluster's \
          start, {:.1} s), agents' run {:.1} s, test {:.1} s",
         change.from,
         change.to,
@@ -715,7 +914,10 @@ async fn python_agents_on_threads_lose_nothing_and_dispatch_nothing_twice_across
         held.len(),
         retried,
         most_retries,
-        venv_took.as_secs_f64(),
+        longest_wait,
+        completion_retried.len(),
+        retried_ended,
+        install_took.as_secs_f64(),
         cluster_up.as_secs_f64(),
         run_took.as_secs_f64(),
         began.elapsed().as_secs_f64(),
@@ -1276,6 +1478,149 @@ async fn completions_outlast_a_leader_killed_while_the_provider_answers() {
         longest(&gateway_retried),
         cluster_up.as_secs_f64(),
         run_took.as_secs_f64(),
+        began.elapsed().as_secs_f64(),
+    );
+}
+
+/// How long the dead reconciler's leases run: past the failover (`ttl`,
+/// 20 s, and the promotion), so that they are still held on the new leader.
+const RECONCILER_LEASE: Duration = Duration::from_secs(30);
+const ORPHANS: usize = 6;
+
+/// A reconciler leases unknown effects on the leader (lease_for_reconcile,
+/// as each pass of `effectwatch reconcile` does), then the leader's node
+/// dies, the reconciler with it. On the new leader the leases, written
+/// synchronously, are still there, held by the dead one: another reconciler
+/// polling the cluster's URL takes none of them before their term ends
+/// (by the ledger's clock) and every one of them within a pass of it; past
+/// the term, nothing is held by the dead one.
+#[tokio::test]
+async fn a_dead_nodes_reconciler_leases_hold_their_term_on_the_new_leader_and_no_longer() {
+    use effectwatch::ledger::reconciler::{self as leases, LeaseTerms};
+    let began = Instant::now();
+    let Some((mut cluster, cluster_up)) = ledger_cluster().await else {
+        return;
+    };
+    let mut settings = ConnectSettings::new(cluster.url("ledger"));
+    settings.connect_timeout = Duration::from_secs(2);
+    let pool = ledger::connect(&settings).await.unwrap();
+    for n in 0..ORPHANS {
+        let key = format!("refund:ORPHAN{n}:v1");
+        let intent = common::intent(&key, &format!("invoice:{key}"));
+        let started = begin_and_dispatch(&pool, &intent, "agent", false, None)
+            .await
+            .unwrap()
+            .expect("begun");
+        assert!(started.dispatched, "{key} claimed");
+        complete_effect(&pool, &key, Outcome::Unknown, &Completion::default())
+            .await
+            .unwrap();
+    }
+    let terms = LeaseTerms {
+        lease: RECONCILER_LEASE,
+        grace: Duration::ZERO,
+        batch: 100,
+    };
+    let leader = cluster.leader().await.expect("a leader");
+    let dead_name = format!("reconciler@{leader}");
+    let taken = leases::lease(&pool, &dead_name, terms, None).await.unwrap();
+    assert_eq!(
+        taken.len(),
+        ORPHANS,
+        "the reconciler on {leader} leased them"
+    );
+    let (term_end,): (chrono::DateTime<chrono::Utc>,) = sqlx::query_as(
+        "select max(claimed_until) from ledger.reconcile_leases where claimed_by = $1",
+    )
+    .bind(&dead_name)
+    .fetch_one(&pool.session_pool())
+    .await
+    .unwrap();
+
+    let change = cluster.kill_leader().await;
+    // Another reconciler on the cluster's URL, a pass every POLL.
+    const POLL: Duration = Duration::from_millis(200);
+    let successor = format!("reconciler@{}", change.to);
+    let mut early = Vec::new();
+    let mut passes = 0;
+    let mut first_pass_at = None;
+    let (taken_at, taken) = loop {
+        let attempt = leases::lease(&pool, &successor, terms, None).await;
+        let now = match leases::ledger_now(&pool).await {
+            Ok(now) => now,
+            Err(_) => {
+                // The pool finding the new leader: its first calls may fail.
+                assert!(
+                    began.elapsed() < Duration::from_secs(180),
+                    "no pass on the new leader"
+                );
+                tokio::time::sleep(POLL).await;
+                continue;
+            }
+        };
+        let Ok(leased) = attempt else {
+            tokio::time::sleep(POLL).await;
+            continue;
+        };
+        first_pass_at.get_or_insert(now);
+        if now < term_end {
+            passes += 1;
+            early.extend(leased.into_iter().map(|effect| effect.op_key));
+        } else if !leased.is_empty() {
+            break (now, leased);
+        }
+        assert!(
+            now < term_end + chrono::Duration::seconds(10),
+            "past the dead reconciler's term by 10 s, its leases were not taken"
+        );
+        tokio::time::sleep(POLL).await;
+    };
+    assert!(
+        early.is_empty(),
+        "taken on the new leader before the dead reconciler's term ended: {early:?}"
+    );
+    assert_eq!(
+        taken.len(),
+        ORPHANS,
+        "the successor took every orphan in one pass"
+    );
+    let first_pass_at = first_pass_at.expect("a pass");
+    assert!(
+        first_pass_at < term_end,
+        "the failover ({:.1} s) outlasted the lease: nothing shows the dead one's lease held",
+        change.took.as_secs_f64()
+    );
+    let late = (taken_at - term_end).to_std().unwrap_or_default();
+    assert!(
+        late <= POLL + Duration::from_secs(1),
+        "taken {late:?} after the term ended"
+    );
+    let held_by_dead: i64 = sqlx::query_scalar(
+        "select count(*) from ledger.reconcile_leases
+          where claimed_by = $1 and claimed_until > now()",
+    )
+    .bind(&dead_name)
+    .fetch_one(&pool.session_pool())
+    .await
+    .unwrap();
+    assert_eq!(held_by_dead, 0, "leases still held by the dead reconciler");
+    eprintln!(
+        "patroni, a dead node's reconciler leases ({ORPHANS} unknown effects, a {} s lease): \
+         the lead moved {} -> {} in {:.1} s\n  \
+         on the new leader, {:.1} s of the dead one's term left at the successor's first pass; \
+         {passes} passes took none before it ended, one took all {ORPHANS} {:.2} s after it; \
+         none held by the dead one past its term\n  \
+         cluster up in {:.1} s, test {:.1} s",
+        RECONCILER_LEASE.as_secs(),
+        change.from,
+        change.to,
+        change.took.as_secs_f64(),
+        (term_end - first_pass_at)
+            .to_std()
+            .unwrap_or_default()
+            .as_secs_f64(),
+        late.as_secs_f64(),
+        cluster_up.as_secs_f64(),
         began.elapsed().as_secs_f64(),
     );
 }

@@ -277,6 +277,70 @@ impl PatroniCluster {
         LeaderChange { from, to, took }
     }
 
+    /// `patronictl failover --candidate <the synchronous standby> --force`:
+    /// the lead forced onto a named node (no leader named, as a switchover
+    /// names one), the only one synchronous mode lets take over without
+    /// losing what was acknowledged; returns once it leads.
+    pub async fn failover(&self) -> LeaderChange {
+        let (from, to) = self.leader_and_synchronous_standby().await;
+        let started = Instant::now();
+        let output = tokio::process::Command::new(self.venv.join("bin/patronictl"))
+            .arg("-c")
+            .arg(self.nodes[0].dir.join("patroni.yml"))
+            .args(["failover", "--candidate", &to, "--force"])
+            .stdin(Stdio::null())
+            .output()
+            .await
+            .expect("running patronictl");
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert!(
+            output.status.success() && said.contains("Successfully failed over"),
+            "patronictl failover to {to} failed ({}): {said}\n{}",
+            output.status,
+            self.logs()
+        );
+        let took = self.wait_for_leader(&to, started, "the failover").await;
+        LeaderChange { from, to, took }
+    }
+
+    /// The leader's Patroni stops (SIGSTOP: hung, or its machine starved),
+    /// its PostgreSQL left running as the primary: Patroni's key in etcd
+    /// expires after `ttl` and the synchronous standby must lead, while the
+    /// old primary still answers whoever is connected to it. Returns once
+    /// the standby leads; `resume` wakes the stopped Patroni.
+    pub async fn stop_leaders_patroni(&mut self) -> LeaderChange {
+        use nix::sys::signal::{Signal, killpg};
+        use nix::unistd::Pid;
+        let (from, to) = self.leader_and_synchronous_standby().await;
+        let text = fs::read_to_string(self.node(&from).dir.join("patroni.pid"))
+            .unwrap_or_else(|e| panic!("reading {from}'s patroni.pid: {e}"));
+        let patroni = Pid::from_raw(text.trim().parse().expect("a pid"));
+        let started = Instant::now();
+        killpg(patroni, Signal::SIGSTOP).expect("stopping the leader's Patroni");
+        // Its REST API answers nothing now: asked no more until it resumes.
+        self.killed.push(from.clone());
+        let took = self
+            .wait_for_leader(&to, started, "the leader's Patroni stopped")
+            .await;
+        LeaderChange { from, to, took }
+    }
+
+    /// Wakes a Patroni stopped by `stop_leaders_patroni` (SIGCONT): it finds
+    /// its key gone and another leading, and must demote its PostgreSQL.
+    pub fn resume(&mut self, name: &str) {
+        use nix::sys::signal::{Signal, killpg};
+        use nix::unistd::Pid;
+        let text = fs::read_to_string(self.node(name).dir.join("patroni.pid"))
+            .unwrap_or_else(|e| panic!("reading {name}'s patroni.pid: {e}"));
+        let patroni = Pid::from_raw(text.trim().parse().expect("a pid"));
+        killpg(patroni, Signal::SIGCONT).expect("waking the stopped Patroni");
+        self.killed.retain(|n| n != name);
+    }
+
     /// The leader's node dies: its Patroni and its PostgreSQL killed at
     /// once (SIGKILL), as a machine that loses power. Its key in etcd
     /// expires after `ttl`, and the synchronous standby — the only node

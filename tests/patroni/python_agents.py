@@ -13,8 +13,9 @@ effect begun and claimed in one round trip), odd ones the primitive
 connection error — the client had already sent it again, over about 2 s,
 and the leader was still away — is made again under the same key, as an
 agent would. Prints one JSON line per key, flushed as it is told:
-  {"key", "outcome": "succeeded", "ref", "replayed", "retries"}: told recorded;
-  {"key", "told": "in_flight", "retries"}: the ledger holds it in flight
+  {"key", "outcome": "succeeded", "ref", "replayed", "retries", "waited"}: told
+     recorded (waited: seconds from its first connection error, or 0);
+  {"key", "told": "in_flight", "retries", "waited"}: the ledger holds it in flight
      (a first try's claim or completion lost with the leader): not sent again;
   {"key", "error"}: anything else, which the test fails on.
 And one line for each time the client said, on the `effectwatch` logger,
@@ -41,6 +42,11 @@ from effectwatch import InFlight, Ledger
 KEY_TIMEOUT = 60.0
 # What an agent leaves between two keys (as the Rust agents do).
 PACE = 0.02
+
+
+def since(first_failure: float | None) -> float:
+    """Seconds since a key's first connection error, or 0 if it met none."""
+    return 0.0 if first_failure is None else round(time.monotonic() - first_failure, 3)
 
 
 def post_refund(provider_url: str, key: str, target: str) -> dict[str, Any]:
@@ -114,16 +120,26 @@ def main() -> None:
             order_id = f"PY{index}n{k}"
             started = time.monotonic()
             retries = 0
+            first_failure: float | None = None
             while True:
                 try:
                     key, result, replayed = call(order_id)
-                    say(key=key, outcome="succeeded", ref=result["id"], replayed=replayed, retries=retries)
+                    say(
+                        key=key,
+                        outcome="succeeded",
+                        ref=result["id"],
+                        replayed=replayed,
+                        retries=retries,
+                        waited=since(first_failure),
+                    )
                     break
                 except InFlight as told:
-                    say(key=told.op_key, told="in_flight", state=told.state, retries=retries)
+                    say(key=told.op_key, told="in_flight", state=told.state, retries=retries, waited=since(first_failure))
                     break
                 except psycopg.OperationalError as error:
                     retries += 1
+                    if first_failure is None:
+                        first_failure = time.monotonic()
                     if time.monotonic() - started > KEY_TIMEOUT:
                         say(key=order_id, error=f"no leader for {KEY_TIMEOUT} s: {error}")
                         failed.set()

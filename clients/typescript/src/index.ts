@@ -5,3 +5,4 @@ export { ArgumentRules, KeyTemplate, canonicalJson, canonicalParams, compareCode
 export type { Normalise, Normaliser } from "./keys.js";
 export type { Intent, Begun, Beat, Dispatch, Completed, Completion, LedgerOptions, WrapSpec, Json, Aftermath, Recorded } from "./ledger.js";
 export { outcomeOf, type Outcome } from "./outcome.js";
+export { NotPrimary } from "./primary.js";

@@ -24,6 +24,7 @@ import {
 } from "./errors.js";
 import { ArgumentRules, KeyTemplate, asJson, canonicalParams, keyForm, wholeMinorUnits, type Normaliser } from "./keys.js";
 import { outcomeOf } from "./outcome.js";
+import { NotPrimary, PrimaryPool, hostsOf, type Statements } from "./primary.js";
 
 // Every query is unnamed: node-postgres prepares only named queries, and a
 // prepared statement does not survive PgBouncer's transaction mode.
@@ -32,14 +33,18 @@ import { outcomeOf } from "./outcome.js";
 // answered with what differs (`differences`).
 // Both claims start the call's heartbeat lease with the claim itself, in the
 // same transaction, when heartbeat_lease is given (null: heartbeats off);
-// make_interval of a null is null.
-const BEGIN_SQL = `select decision, effect_id, state, result, dispatched, refused, differences
+// make_interval of a null is null. They answer the lease in force, in ms:
+// the action's policy may set another than the one asked for, and the beats
+// follow the ledger's (null: no lease asked, or nothing claimed).
+const BEGIN_SQL = `select decision, effect_id, state, result, dispatched, refused, differences,
+    extract(epoch from lease_in_force)::float8 * 1000 as lease_in_force_ms
     from ledger.begin_and_dispatch(
     op_key => $1, action => $2, target => $3, params => $4::jsonb, requested_by => $5,
     amount_minor => $6::bigint, currency => $7, provider => $8, request_id => $9,
     worker => $10, dispatch => $11, heartbeat_lease => make_interval(secs => $12::float8))`;
 
-const DISPATCH_SQL = `select claimed, state, refused from ledger.mark_dispatched(
+const DISPATCH_SQL = `select claimed, state, refused,
+    extract(epoch from lease_in_force)::float8 * 1000 as lease_in_force_ms from ledger.mark_dispatched(
     op_key => $1, request_id => $2, worker => $3, target => $4,
     heartbeat_lease => make_interval(secs => $5::float8))`;
 
@@ -48,8 +53,10 @@ const COMPLETE_SQL = `select applied, state, late, refused from ledger.complete_
     reason => $6, request_id => $7, worker => $8, error_class => $9,
     retry_after => make_interval(secs => $10::float8), target => $11)`;
 
-// A beat for a provider call in progress (README, "Heartbeats").
-const HEARTBEAT_SQL = `select alive, state, lease_until from ledger.heartbeat(
+// A beat for a provider call in progress (README, "Heartbeats"); it answers
+// the lease in force, which the next beats follow.
+const HEARTBEAT_SQL = `select alive, state, lease_until,
+    extract(epoch from lease_in_force)::float8 * 1000 as lease_in_force_ms from ledger.heartbeat(
     op_key => $1, lease => make_interval(secs => $2::float8), worker => $3)`;
 
 // Read only when a call's reply was lost, before it is sent again and
@@ -145,6 +152,8 @@ const LOST_CONNECTION = /connection terminated|terminated unexpectedly|connectio
  */
 function connectionLost(error: unknown): boolean {
   if (!(error instanceof Error)) return false;
+  // Of a URL listing several hosts: none takes writes now (a failover).
+  if (error instanceof NotPrimary) return true;
   const { code, severity } = error as { code?: unknown; severity?: unknown };
   if (error instanceof pg.DatabaseError || typeof severity === "string") {
     // The server answered, with its SQLSTATE.
@@ -210,6 +219,13 @@ export interface Begun {
   refused?: string | null;
   /** A rejected call's terms that differ, as the ledger said them: `[{ field, recorded, now }]`. */
   differences?: { field: string; recorded: unknown; now: unknown }[] | null;
+  /**
+   * A claim that started a lease (`{ dispatch: true, lease: true }`): the
+   * lease in force, in ms — the action's policy's when it sets one, else
+   * the one asked for — which the beats follow (`beatFor`). Absent: no
+   * lease, or not known (a claim whose reply was lost, read back).
+   */
+  leaseInForceMs?: number;
 }
 
 /** begin_and_dispatch's answer, as the ledger sends it. */
@@ -221,6 +237,7 @@ interface BegunRow {
   dispatched: boolean | null;
   refused: string | null;
   differences: { field: string; recorded: unknown; now: unknown }[] | null;
+  lease_in_force_ms?: number | null;
 }
 
 /**
@@ -243,6 +260,7 @@ function begunOf(row: BegunRow): Begun {
   if (row.dispatched) begun.dispatched = true;
   if (row.refused) begun.refused = row.refused;
   if (row.differences) begun.differences = row.differences;
+  if (row.lease_in_force_ms !== null && row.lease_in_force_ms !== undefined) begun.leaseInForceMs = row.lease_in_force_ms;
   return begun;
 }
 
@@ -250,6 +268,16 @@ export interface Dispatch {
   claimed: boolean;
   state: string;
   refused: string | null;
+  /** See `Begun.leaseInForceMs`: null (or absent) when no lease, or not known. */
+  leaseInForceMs?: number | null;
+}
+
+/** mark_dispatched's answer, as the ledger sends it. */
+interface DispatchRow {
+  claimed: boolean;
+  state: string;
+  refused: string | null;
+  lease_in_force_ms: number | null;
 }
 
 export interface Completed {
@@ -278,6 +306,8 @@ export interface Beat {
   state: string;
   /** Until when the lease now runs (null when not alive). */
   leaseUntil: Date | null;
+  /** The lease in force, in ms: the action's policy's when it sets one, else the one asked for (null when not alive). */
+  leaseInForceMs: number | null;
 }
 
 /** The lease a call holds from its claim and from each beat, by default (README, "Heartbeats"). */
@@ -287,6 +317,12 @@ const SHORTEST_LEASE_MS = 1_000;
 const LONGEST_LEASE_MS = 3_600_000;
 
 export interface LedgerOptions {
+  /**
+   * A PostgreSQL URL. Several hosts, as libpq writes them
+   * (`postgres://u@h1:5432,h2:5432/ledger?target_session_attrs=read-write`,
+   * README, "Connections and PgBouncer"), make the client follow the primary: it uses
+   * the host that takes writes and looks again when an error says it moved.
+   */
   connectionString: string;
   /** Who asks: recorded with every attempt, and the worker that dispatches. */
   requestedBy: string;
@@ -345,7 +381,7 @@ export class Ledger {
   /** How long a completion is sent again while the ledger is out of reach (0: a few tries, as any other call). */
   readonly completionRetryForMs: number;
   private readonly warn: (message: string) => void;
-  private readonly pool: pg.Pool;
+  private readonly pool: Statements;
   /**
    * Whether a wrapped call begins and claims its effect in one round trip
    * (false: begin, then dispatch, two, as before begin_and_dispatch; the
@@ -366,16 +402,24 @@ export class Ledger {
     this.heartbeatLeaseMs = lease;
     this.completionRetryForMs = retryFor;
     this.warn = options.onWarning ?? ((message) => console.warn(message));
-    this.pool = new pg.Pool({
-      connectionString: options.connectionString,
+    const config: pg.PoolConfig = {
       application_name: options.applicationName ?? "effectwatch-typescript",
       ...(options.statementTimeoutMs === null ? {} : { statement_timeout: options.statementTimeoutMs ?? 10_000 }),
       max: options.maxConnections ?? 10,
-    });
-    // An idle connection the server or the network dropped (a failover, a
-    // restart): the pool removes it, and the next call opens another. Left
-    // unheard, the pool's error event would end the process.
-    this.pool.on("error", () => {});
+    };
+    // Several hosts (`h1:5432,h2:5432`) or target_session_attrs, which
+    // node-postgres does not know: a pool that follows the primary.
+    const hosts = hostsOf(options.connectionString);
+    if (hosts !== null) {
+      this.pool = new PrimaryPool(hosts, config);
+    } else {
+      const pool = new pg.Pool({ ...config, connectionString: options.connectionString });
+      // An idle connection the server or the network dropped (a failover, a
+      // restart): the pool removes it, and the next call opens another. Left
+      // unheard, the pool's error event would end the process.
+      pool.on("error", () => {});
+      this.pool = pool;
+    }
   }
 
   async close(): Promise<void> {
@@ -485,19 +529,20 @@ export class Ledger {
     requestId: string | null = null,
     { lease = false }: { lease?: boolean } = {},
   ): Promise<Dispatch> {
-    const claimedBefore = async (): Promise<Dispatch | null> => {
+    // A claim read back after its reply was lost does not say the lease in force.
+    const claimedBefore = async (): Promise<DispatchRow | null> => {
       const own = (await this.pool.query<Own>(OWN_SQL, [opKey])).rows[0];
-      return ownClaim(own, requestId) ? { claimed: true, state: "pending", refused: null } : null;
+      return ownClaim(own, requestId) ? { claimed: true, state: "pending", refused: null, lease_in_force_ms: null } : null;
     };
-    const { row, again } = await this.one<Dispatch>(
+    const { row, again } = await this.one<DispatchRow>(
       DISPATCH_SQL,
       [opKey, requestId, this.requestedBy, target, lease ? this.leaseSeconds() : null],
       claimedBefore,
     );
     if (again && !row.claimed && !row.refused && ownClaim(await this.own(opKey), requestId)) {
-      return { claimed: true, state: "pending", refused: null };
+      return { claimed: true, state: "pending", refused: null, leaseInForceMs: null };
     }
-    return row;
+    return { claimed: row.claimed, state: row.state, refused: row.refused, leaseInForceMs: row.lease_in_force_ms };
   }
 
   /** Refuses a result JSON cannot hold (TypeError) before anything is written. */
@@ -532,24 +577,37 @@ export class Ledger {
 
   /**
    * One beat: the worker running `opKey`'s provider call is alive, and its
-   * lease runs `leaseMs` from now. Never sent again on a lost connection:
-   * the next beat is its retry.
+   * lease runs `leaseMs` from now, or the lease the action's policy sets,
+   * which the answer says (`Beat.leaseInForceMs`). Never sent again on a
+   * lost connection: the next beat is its retry.
    */
   async heartbeat(opKey: string, leaseMs: number): Promise<Beat> {
     const [row] = (
-      await this.pool.query<{ alive: boolean; state: string; lease_until: Date | null }>(HEARTBEAT_SQL, [opKey, leaseMs / 1000, this.requestedBy])
+      await this.pool.query<{ alive: boolean; state: string; lease_until: Date | null; lease_in_force_ms: number | null }>(HEARTBEAT_SQL, [
+        opKey,
+        leaseMs / 1000,
+        this.requestedBy,
+      ])
     ).rows;
     if (row === undefined) throw new Error("the ledger answered no row");
-    return { alive: row.alive, state: row.state, leaseUntil: row.lease_until };
+    return { alive: row.alive, state: row.state, leaseUntil: row.lease_until, leaseInForceMs: row.lease_in_force_ms ?? null };
   }
 
   /**
    * Heartbeats for `opKey`'s provider call, claimed just now (its claim
-   * started the lease), until they are stopped: the first a third of a
-   * lease from now. Null when they are off.
+   * started the lease), until they are stopped: one every third of the
+   * lease in force, the first a third of it from now. `leaseInForceMs` is
+   * the lease in force its claim answered (`Begun.leaseInForceMs`,
+   * `Dispatch.leaseInForceMs`: the action's policy may set one); not given,
+   * `heartbeatLeaseMs`; null, not known (a claim read back after its reply
+   * was lost): the first beat goes at once, and its answer tells it. From
+   * each beat on, the beats follow the lease in force it is answered. Null
+   * when heartbeats are off.
    */
-  beatFor(opKey: string): Heartbeats | null {
-    return this.heartbeatLeaseMs === null ? null : new Heartbeats(this, opKey, this.heartbeatLeaseMs, this.warn);
+  beatFor(opKey: string, leaseInForceMs?: number | null): Heartbeats | null {
+    if (this.heartbeatLeaseMs === null) return null;
+    if (leaseInForceMs === null) return new Heartbeats(this, opKey, this.heartbeatLeaseMs, this.warn, 0);
+    return new Heartbeats(this, opKey, leaseInForceMs ?? this.heartbeatLeaseMs, this.warn);
   }
 
   /** The lease a claim starts, in seconds, or null: heartbeats off. */
@@ -592,7 +650,12 @@ export class Ledger {
     if (!MAY_RUN.has(begun.decision)) throw await this.refusalFor(begun, intent);
     const claimed: Dispatch | null =
       claim && (begun.dispatched || begun.refused)
-        ? { claimed: begun.dispatched ?? false, state: begun.state ?? "", refused: begun.refused ?? null }
+        ? {
+            claimed: begun.dispatched ?? false,
+            state: begun.state ?? "",
+            refused: begun.refused ?? null,
+            leaseInForceMs: begun.leaseInForceMs ?? null,
+          }
         : null;
     const effect = new Effect(this, intent, attemptId, claimed);
     let value: T;
@@ -788,35 +851,71 @@ function noted(error: unknown, aftermath: Aftermath): unknown {
  * none throws into the call: a failed beat is said and tried again at the
  * next tick. A beat told the call is no longer in flight is the last: it
  * says so once if the ledger declared the call lost (unknown), and nothing
- * if the call was completed meanwhile.
+ * if the call was completed meanwhile. The lease is the lease in force, as
+ * the claim answered it (the action's policy may set it), then as each beat
+ * answers it: a beat answered another is followed from the next beat.
  */
 export class Heartbeats {
-  private readonly timer: NodeJS.Timeout;
+  private timer: NodeJS.Timeout | null;
   private inFlight: Promise<void> | null = null;
+  private stopped = false;
+  /** When the next tick is due (performance.now()). */
+  private due: number;
 
   constructor(
     private readonly ledger: Ledger,
     private readonly opKey: string,
-    private readonly leaseMs: number,
+    private leaseMs: number,
     private readonly warn: (message: string) => void,
+    /** When the first beat is due; by default a third of the lease from now. */
+    firstInMs: number = leaseMs / 3,
   ) {
-    this.timer = setInterval(() => this.beat(), leaseMs / 3).unref();
+    this.due = performance.now() + firstInMs;
+    this.timer = setTimeout(() => this.beat(), firstInMs).unref();
   }
 
   /** Stops the beats; resolves once none is left in flight. */
   async stop(): Promise<void> {
-    clearInterval(this.timer);
+    this.halt();
     await this.inFlight;
   }
 
+  private halt(): void {
+    this.stopped = true;
+    if (this.timer !== null) clearTimeout(this.timer);
+    this.timer = null;
+  }
+
+  /** The tick after `due`, a third of the lease on, ticks already past skipped. */
+  private next(): void {
+    if (this.stopped) return;
+    if (this.timer !== null) clearTimeout(this.timer);
+    const now = performance.now();
+    do this.due += this.leaseMs / 3;
+    while (this.due <= now);
+    this.timer = setTimeout(() => this.beat(), this.due - now).unref();
+  }
+
   private beat(): void {
+    this.timer = null;
+    const tick = this.due;
+    this.next();
     if (this.inFlight !== null) return;
     this.inFlight = this.ledger
       .heartbeat(this.opKey, this.leaseMs)
       .then(
         (beat) => {
-          if (beat.alive) return;
-          clearInterval(this.timer);
+          if (beat.alive) {
+            if (beat.leaseInForceMs !== null && beat.leaseInForceMs !== this.leaseMs) {
+              // Another lease in force (the action's policy changed): the
+              // next tick a third of it after this one's.
+              this.leaseMs = beat.leaseInForceMs;
+              this.due = tick;
+              this.next();
+            }
+            return;
+          }
+          this.halt();
           // Completed meanwhile (by this call racing its beat, or by an
           // operator): nothing to say.
           if (beat.state !== "unknown") return;
@@ -868,8 +967,11 @@ export class Effect {
       throw new InFlight(this.intent.opKey, dispatch.state);
     }
     this.isDispatched = true;
-    // From here until its answer is recorded the provider call is in progress.
-    this.heartbeats ??= this.ledger.beatFor(this.intent.opKey);
+    // From here until its answer is recorded the provider call is in
+    // progress; its claim answered the lease in force the beats go by (not
+    // known for a claim read back after its reply was lost: the first beat,
+    // sent at once, tells it).
+    this.heartbeats ??= this.ledger.beatFor(this.intent.opKey, dispatch.leaseInForceMs ?? null);
   }
 
   /**
