@@ -25,8 +25,8 @@ import pytest
 from psycopg.rows import dict_row
 
 from effectwatch import AsyncLedger, Intent, Ledger
-from effectwatch._core import HEARTBEAT_SQL
-from test_lost_reply import lost_reply
+from effectwatch._core import BEGIN_SQL, HEARTBEAT_SQL
+from test_lost_reply import losing, lost_reply
 
 HERE = Path(__file__).parent
 LEASE = 1.0
@@ -95,23 +95,26 @@ def called(query: Any) -> str:
 
 class Seam:
     """What reaches the ledger from one ledger's connections: the ledger
-    function each statement calls, in order. While `unreachable` is set, or
+    function each statement calls, in order, and the lease each beat asks
+    for (`leases`, seconds). While `unreachable` is set, or
     for the first `lose_beats` beats, a beat loses its connection before
     reaching the ledger, as with the database out of reach or a pooler's
     restart; other statements go through."""
 
     def __init__(self, lose_beats: int = 0) -> None:
         self.sent: list[str] = []
+        self.leases: list[float] = []
         self.unreachable = threading.Event()
         self.lose_beats = lose_beats
 
     def beats_sent(self) -> int:
         return self.sent.count("heartbeat")
 
-    def lost(self, query: Any) -> bool:
+    def lost(self, query: Any, params: Any = None) -> bool:
         self.sent.append(called(query))
         if query != HEARTBEAT_SQL:
             return False
+        self.leases.append(float(params["lease"]))
         if self.lose_beats > 0:
             self.lose_beats -= 1
             return True
@@ -125,7 +128,7 @@ class Seam:
             execute = connection.execute
 
             def execute_through(query: Any, params: Any = None, **kwargs: Any) -> Any:
-                if self.lost(query):
+                if self.lost(query, params):
                     connection.close()
                     raise lost_reply()
                 return execute(query, params, **kwargs)
@@ -144,7 +147,7 @@ class Seam:
             execute = connection.execute
 
             async def execute_through(query: Any, params: Any = None, **kwargs: Any) -> Any:
-                if self.lost(query):
+                if self.lost(query, params):
                     await connection.close()
                     raise lost_reply()
                 return await execute(query, params, **kwargs)
@@ -495,3 +498,189 @@ def test_a_lease_is_from_a_second_to_an_hour(face: Callable[..., Any]) -> None:
 def test_both_faces_take_the_same_settings() -> None:
     assert inspect.signature(Ledger) == inspect.signature(AsyncLedger)
     assert inspect.signature(Ledger).parameters["heartbeat_lease"].default == 15.0
+
+
+# An action's policy may set the lease (ledger.op_set_policy(heartbeat_lease
+# => ...)): a worker that asked for its own is held to the policy's, and the
+# client beats by the lease the ledger answers, not by its own. The action is
+# one of these tests' own, so that the suite's other refunds keep theirs.
+POLICY_ACTION = "refund_policy_lease"
+POLICY_LEASE = 1.0
+# A call of three and a half of the policy's leases, with the client left at
+# its default 15 s: by its own lease it would send no beat, and be lost.
+POLICY_SLOW = 3.5
+# The claim's, then one every third of the policy's lease (ten in 3.5 s),
+# and never fewer than one in each lease after the claim's.
+POLICY_FEWEST_BEATS = 5
+
+
+def held_to_the_policy(database_url: str, action: str = POLICY_ACTION, lease: float = POLICY_LEASE) -> None:
+    one_row(
+        database_url,
+        "select * from ledger.op_set_policy(action => %s, operator => 'test', reason => 'test',"
+        " heartbeat_lease => make_interval(secs => %s::float8))",
+        action, lease,
+    )
+
+
+def policy_call_checks(
+    database_url: str, key: str, seen: dict[str, Any], seam: Seam, caplog: pytest.LogCaptureFixture
+) -> None:
+    assert seen["states"] == {("pending", None)}, seen["states"]
+    assert seen["beats"] is not None and seen["beats"] >= POLICY_FEWEST_BEATS, f"{seen['beats']} beats"
+    # Each beat asked for the lease in force the ledger answered.
+    assert seam.leases and set(seam.leases) == {POLICY_LEASE}, seam.leases
+    history = history_of(database_url, key)
+    assert history[-1] == "succeeded" and "unknown" not in history, history
+    assert shown(database_url, key) == ("succeeded", None)
+    assert warnings_of(caplog, "") == []
+    print(f"heartbeats: a call of {POLICY_SLOW:g} s under a policy lease of {POLICY_LEASE:g} s (the client's own "
+          f"15 s) had {seen['beats']} beats, the claim's first; {seam.beats_sent()} sent, each asking "
+          f"{POLICY_LEASE:g} s")
+
+
+def test_a_slow_call_beats_by_the_lease_its_actions_policy_sets(
+    database_url: str, unique: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="effectwatch")
+    held_to_the_policy(database_url)
+    ledger = Ledger(database_url, requested_by="agent-test")
+    assert ledger.heartbeat_lease == 15.0
+    seam = Seam().install(ledger)
+    seen: dict[str, Any] = {"states": set()}
+
+    @ledger.tool(action=POLICY_ACTION, op_key="refund:{order_id}", target="invoice:{order_id}")
+    def refund(order_id: str) -> dict[str, str]:
+        key = f"refund:{order_id}"
+        ends = time.monotonic() + POLICY_SLOW
+        while time.monotonic() < ends:
+            seen["states"].add(shown(database_url, key))
+            time.sleep(0.25)
+        seen["beats"] = beats_of(database_url, key)
+        seen["states"].add(shown(database_url, key))
+        return {"id": f"re_{order_id}"}
+
+    order = f"HBP-{unique}"
+    refund(order)
+    policy_call_checks(database_url, f"refund:{order}", seen, seam, caplog)
+
+
+async def test_a_slow_asyncio_call_beats_by_the_lease_its_actions_policy_sets(
+    database_url: str, unique: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="effectwatch")
+    held_to_the_policy(database_url)
+    ledger = AsyncLedger(database_url, requested_by="agent-test")
+    seam = Seam().install_async(ledger)
+    seen: dict[str, Any] = {"states": set()}
+
+    @ledger.tool(action=POLICY_ACTION, op_key="refund:{order_id}", target="invoice:{order_id}")
+    async def refund(order_id: str) -> dict[str, str]:
+        key = f"refund:{order_id}"
+        ends = time.monotonic() + POLICY_SLOW
+        while time.monotonic() < ends:
+            seen["states"].add(shown(database_url, key))
+            await asyncio.sleep(0.25)
+        seen["beats"] = beats_of(database_url, key)
+        seen["states"].add(shown(database_url, key))
+        return {"id": f"re_{order_id}"}
+
+    order = f"HBPA-{unique}"
+    await refund(order)
+    policy_call_checks(database_url, f"refund:{order}", seen, seam, caplog)
+
+
+def test_a_worker_held_to_its_actions_policy_lease_is_unknown_within_it_once_killed(
+    database_url: str, unique: str
+) -> None:
+    held_to_the_policy(database_url)
+    order = f"HBPK-{unique}"
+    key = f"refund:{order}"
+    with subprocess.Popen(
+        [sys.executable, str(HERE / "heartbeat_worker.py"), database_url, order, "default", POLICY_ACTION],
+        stdout=subprocess.PIPE, text=True,
+    ) as worker:
+        try:
+            assert worker.stdout is not None and worker.stdout.readline().strip() == "started"
+            # Beating by the policy's second: by its own 15 s the first beat
+            # would come 5 s in, after the claim's lease had run out.
+            until(lambda: (beats_of(database_url, key) or 0) >= 3, 5, "two beats by the policy's lease")
+            assert shown(database_url, key) == ("pending", None)
+            worker.send_signal(signal.SIGKILL)
+            killed = time.monotonic()
+        finally:
+            worker.kill()
+    found = None
+    while found is None and time.monotonic() - killed < POLICY_LEASE + 5:
+        found = one_row(database_url, "select last_error from ledger.unknown_outcomes_at(null) where op_key = %s", key)
+        if found is None:
+            time.sleep(0.02)
+    took = time.monotonic() - killed
+    print(f"heartbeats: a worker (its own lease 15 s, its action's policy {POLICY_LEASE:g} s) SIGKILLed mid-call "
+          f"after beating was unknown {took:.2f} s later")
+    assert found is not None, f"{key} was not unknown {took:.1f} s after its worker was killed"
+    assert str(found["last_error"]).startswith("worker_lost"), found
+    assert shown(database_url, key) == ("unknown", "worker_lost")
+    assert took < POLICY_LEASE + 2
+
+
+def test_a_lease_a_beat_is_answered_is_followed_from_the_next_beat(
+    database_url: str, unique: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="effectwatch")
+    # An action with no policy yet: the claim holds the client's 3 s; the
+    # policy's second, set while the call runs, is answered by the first
+    # beat (a second in), and the beats after it go by it.
+    action = f"refund_policy_later_{unique}"
+    ledger = Ledger(database_url, requested_by="agent-test", heartbeat_lease=3.0)
+    seam = Seam().install(ledger)
+    seen: dict[str, Any] = {"states": set()}
+
+    @ledger.tool(action=action, op_key="refund:{order_id}", target="invoice:{order_id}")
+    def refund(order_id: str) -> dict[str, str]:
+        key = f"refund:{order_id}"
+        held_to_the_policy(database_url, action)
+        ends = time.monotonic() + 2.6
+        while time.monotonic() < ends:
+            seen["states"].add(shown(database_url, key))
+            time.sleep(0.2)
+        seen["states"].add(shown(database_url, key))
+        return {"id": f"re_{order_id}"}
+
+    order = f"HBPL-{unique}"
+    refund(order)
+    # The first beat asked for the claim's 3 s and was told 1 s; four more
+    # came in the 1.6 s left (by 3 s, one).
+    assert seam.leases[:1] == [3.0] and set(seam.leases[1:]) == {1.0} and len(seam.leases) >= 4, seam.leases
+    assert seen["states"] == {("pending", None)}, seen["states"]
+    history = history_of(database_url, f"refund:{order}")
+    assert history[-1] == "succeeded" and "unknown" not in history, history
+    assert warnings_of(caplog, "") == []
+
+
+def test_a_claim_read_back_after_its_reply_was_lost_beats_at_once_to_learn_its_lease(
+    database_url: str, unique: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="effectwatch")
+    held_to_the_policy(database_url)
+    ledger = Ledger(database_url, requested_by="agent-test")
+    # The begin that claimed the effect (and started the policy's lease) is
+    # carried out, its reply lost: the claim read back does not say the
+    # lease in force, so the first beat goes at once and its answer does.
+    sent = losing(ledger, BEGIN_SQL)
+    states: set[tuple[str, str | None]] = set()
+
+    @ledger.tool(action=POLICY_ACTION, op_key="refund:{order_id}", target="invoice:{order_id}")
+    def refund(order_id: str) -> dict[str, str]:
+        ends = time.monotonic() + 2.5 * POLICY_LEASE
+        while time.monotonic() < ends:
+            states.add(shown(database_url, f"refund:{order_id}"))
+            time.sleep(0.2)
+        return {"id": f"re_{order_id}"}
+
+    order = f"HBPR-{unique}"
+    refund(order)
+    assert sent[BEGIN_SQL] == 1 and sent[HEARTBEAT_SQL] >= 5, sent
+    assert states == {("pending", None)}, states
+    history = history_of(database_url, f"refund:{order}")
+    assert history[-1] == "succeeded" and "unknown" not in history, history

@@ -38,9 +38,10 @@ async function until<T>(what: string, probe: () => Promise<T | null | undefined>
 /**
  * The statements `ledger` sends from now on, each named by the ledger
  * function it calls; `lose` makes the first few of one kind lose their
- * connection, as in a PgBouncer restart.
+ * connection, as in a PgBouncer restart; `leases` gets the lease each beat
+ * asks for, in ms.
  */
-function statementsOf(ledger: Ledger, lose: { heartbeat?: number } = {}): string[] {
+function statementsOf(ledger: Ledger, lose: { heartbeat?: number } = {}, leases: number[] = []): string[] {
   const pool = (ledger as unknown as { pool: pg.Pool }).pool;
   const seam = pool as unknown as { query: (text: string, values?: unknown[]) => Promise<pg.QueryResult> };
   const query = seam.query.bind(pool);
@@ -49,6 +50,7 @@ function statementsOf(ledger: Ledger, lose: { heartbeat?: number } = {}): string
   seam.query = async (text, values) => {
     const called = /ledger\.(\w+)\(/.exec(text)?.[1] ?? text;
     sent.push(called);
+    if (called === "heartbeat") leases.push(Number(values?.[1]) * 1000);
     if (called === "heartbeat" && lost-- > 0) throw new Error("Connection terminated unexpectedly");
     return query(text, values);
   };
@@ -299,6 +301,187 @@ test("a beat that finds its call completed meanwhile stops, and says nothing", a
     assert.equal(sent.filter((called) => called === "heartbeat").length, 1, sent.join(", "));
     assert.deepEqual(warnings, []);
     assert.equal((await historyOf(intent.opKey)).at(-1)?.state, "succeeded");
+  } finally {
+    await ledger.close();
+  }
+});
+
+// An action's policy may set the lease (ledger.op_set_policy(heartbeat_lease
+// => ...)): a worker that asked for its own is held to the policy's, and the
+// client beats by the lease the ledger answers, not by heartbeatLeaseMs. The
+// action is these tests' own, so that the suite's other refunds keep theirs.
+const POLICY_ACTION = "refund_policy_lease";
+const POLICY_LEASE_MS = 1000;
+
+async function heldToThePolicy(action = POLICY_ACTION, leaseMs = POLICY_LEASE_MS): Promise<void> {
+  await sql(
+    `select * from ledger.op_set_policy(action => $1, operator => 'test', reason => 'test',
+       heartbeat_lease => make_interval(secs => $2::float8))`,
+    [action, leaseMs / 1000],
+  );
+}
+
+/** `opKey`'s state and error class in every view of now, as `state/error_class`. */
+async function shownOf(opKey: string): Promise<string> {
+  const [row] = await sql<{ state: string; error_class: string | null }>(
+    "select state, error_class from ledger.effects_at(null) where op_key = $1",
+    [opKey],
+  );
+  return row === undefined ? "none" : `${row.state}/${row.error_class}`;
+}
+
+/** What `opKey` showed while `call` ran (looked at every 250 ms) and once it ended, and the call's answer. */
+async function watched<T>(opKey: string, call: Promise<T>): Promise<{ answer: T; states: Set<string> }> {
+  let done = false;
+  const answer = call.finally(() => {
+    done = true;
+  });
+  const states = new Set<string>();
+  while (!done) {
+    states.add(await shownOf(opKey));
+    await Promise.race([sleep(250), answer.catch(() => undefined)]);
+  }
+  states.add(await shownOf(opKey));
+  return { answer: await answer, states };
+}
+
+test("a slow call beats by the lease its action's policy sets, not by the client's own", async (t) => {
+  await heldToThePolicy();
+  const warnings: string[] = [];
+  // Left at its default 15 s lease: by it the first beat would come 5 s in.
+  const ledger = new Ledger({ connectionString: databaseUrl(), requestedBy: "agent-ts-heartbeats", onWarning: (message) => warnings.push(message) });
+  assert.equal(ledger.heartbeatLeaseMs, 15_000);
+  const leases: number[] = [];
+  const sent = statementsOf(ledger, {}, leases);
+  const seen: { beats: number | null; states: Set<string> }[] = [];
+  try {
+    const refund = ledger.wrap<{ orderId: string }, { id: string; amount_minor: number }>(
+      { action: POLICY_ACTION, opKey: "refund:{orderId}", target: "invoice:{orderId}", externalRef: (answer) => answer.id },
+      async (_args, { opKey }) => {
+        const { answer, states } = await watched(opKey, provider.refund(opKey, 1500, "slow", 3.5));
+        seen.push({ beats: await leaseBeats(opKey), states });
+        return answer;
+      },
+    );
+    const orderId = `HB-POLICY-${unique()}`;
+    await refund({ orderId });
+    const [{ beats, states }] = seen as [{ beats: number | null; states: Set<string> }];
+    t.diagnostic(
+      `a call of 3.5 s under a policy lease of ${POLICY_LEASE_MS} ms (the client's own 15000 ms): ${beats} beats, the claim's first; ` +
+        `${sent.filter((called) => called === "heartbeat").length} sent, asking ${[...new Set(leases)].join(", ")} ms`,
+    );
+    assert.deepEqual([...states], ["pending/null"]);
+    // The claim's, then one every third of the policy's lease (ten in 3.5
+    // s), never fewer than one in each lease after the claim's.
+    assert.ok(beats !== null && beats >= 5, `beats: ${beats}`);
+    // Each beat asked for the lease in force the ledger answered.
+    assert.ok(leases.length > 0 && leases.every((lease) => lease === POLICY_LEASE_MS), leases.join(", "));
+    const history = (await historyOf(`refund:${orderId}`)).map((version) => version.state);
+    assert.equal(history.at(-1), "succeeded", history.join(" → "));
+    assert.ok(!history.includes("unknown"), history.join(" → "));
+    assert.equal(await shownOf(`refund:${orderId}`), "succeeded/null");
+    assert.deepEqual(warnings, []);
+  } finally {
+    await ledger.close();
+  }
+});
+
+test("a worker held to its action's policy lease is unknown (worker_lost) within it once SIGKILLed", async (t) => {
+  await heldToThePolicy();
+  const opKey = `refund:HB-POLICY-KILL-${unique()}`;
+  const script = new URL("./worker.js", import.meta.url).pathname;
+  const worker = spawn(process.execPath, [script, opKey, "default", POLICY_ACTION], { stdio: ["ignore", "pipe", "inherit"] });
+  try {
+    await started(worker);
+    // Beating by the policy's second: by its own 15 s the first beat would
+    // come 5 s in, after the claim's lease had run out.
+    await until("two beats by the policy's lease", async () => ((await leaseBeats(opKey)) ?? 0) >= 3 || null);
+    assert.equal(await shownOf(opKey), "pending/null");
+    worker.kill("SIGKILL");
+    const killed = Date.now();
+    const lastError = await until(
+      "the effect in the unknown pane",
+      async () =>
+        (await sql<{ last_error: string }>("select last_error from ledger.unknown_outcomes_at(null) where op_key = $1", [opKey]))[0]
+          ?.last_error,
+      POLICY_LEASE_MS + 5_000,
+    );
+    const took = Date.now() - killed;
+    t.diagnostic(`SIGKILL to unknown (worker_lost), its own lease 15000 ms, its action's policy ${POLICY_LEASE_MS} ms: ${took} ms`);
+    assert.match(lastError, /^worker_lost/);
+    assert.equal(await shownOf(opKey), "unknown/worker_lost");
+    assert.ok(took < POLICY_LEASE_MS + 2_000, `took ${took} ms`);
+  } finally {
+    worker.kill("SIGKILL");
+  }
+});
+
+test("a lease a beat is answered is followed from the next beat", async () => {
+  // An action with no policy yet: the claim holds the client's 3 s; the
+  // policy's second, set while the call runs, is answered by the first beat
+  // (a second in), and the beats after it go by it.
+  const action = `refund_policy_later_${unique()}`;
+  const ledger = new Ledger({ connectionString: databaseUrl(), requestedBy: "agent-ts-heartbeats", heartbeatLeaseMs: 3000 });
+  const leases: number[] = [];
+  statementsOf(ledger, {}, leases);
+  const opKey = `refund:HB-POLICY-LATER-${unique()}`;
+  try {
+    const states = await ledger.effect({ ...intentFor(opKey), action }, async (e) => {
+      await e.dispatched();
+      await heldToThePolicy(action);
+      const { answer, states } = await watched(opKey, provider.refund(opKey, 300, "slow", 2.6));
+      await e.succeeded(answer.id, answer);
+      return [...states];
+    });
+    // The first beat asked for the claim's 3 s and was told 1 s; four more
+    // came in the 1.6 s left (by 3 s, one).
+    assert.ok(leases[0] === 3000 && leases.length >= 4 && leases.slice(1).every((lease) => lease === 1000), leases.join(", "));
+    assert.deepEqual(states, ["pending/null"]);
+    const history = (await historyOf(opKey)).map((version) => version.state);
+    assert.equal(history.at(-1), "succeeded", history.join(" → "));
+    assert.ok(!history.includes("unknown"), history.join(" → "));
+  } finally {
+    await ledger.close();
+  }
+});
+
+test("a claim read back after its reply was lost beats at once to learn its lease", async () => {
+  await heldToThePolicy();
+  const ledger = new Ledger({ connectionString: databaseUrl(), requestedBy: "agent-ts-heartbeats" });
+  // The begin that claimed the effect (and started the policy's lease) is
+  // carried out, its reply lost: the claim read back does not say the lease
+  // in force, so the first beat goes at once and its answer does.
+  const pool = (ledger as unknown as { pool: pg.Pool }).pool;
+  const seam = pool as unknown as { query: (text: string, values?: unknown[]) => Promise<pg.QueryResult> };
+  const query = seam.query.bind(pool);
+  const sent: string[] = [];
+  seam.query = async (text, values) => {
+    const called = /ledger\.(\w+)\(/.exec(text)?.[1] ?? text;
+    sent.push(called);
+    const answer = await query(text, values);
+    if (called === "begin_and_dispatch" && sent.filter((one) => one === called).length === 1) {
+      throw new Error("Connection terminated unexpectedly");
+    }
+    return answer;
+  };
+  const seen: string[] = [];
+  try {
+    const refund = ledger.wrap<{ orderId: string }, { id: string; amount_minor: number }>(
+      { action: POLICY_ACTION, opKey: "refund:{orderId}", target: "invoice:{orderId}", externalRef: (answer) => answer.id },
+      async (_args, { opKey }) => {
+        const { answer, states } = await watched(opKey, provider.refund(opKey, 300, "slow", 2.5));
+        seen.push(...states);
+        return answer;
+      },
+    );
+    const orderId = `HB-POLICY-LOST-${unique()}`;
+    await refund({ orderId });
+    assert.equal(sent.filter((called) => called === "begin_and_dispatch").length, 1, sent.join(", "));
+    assert.ok(sent.filter((called) => called === "heartbeat").length >= 5, sent.join(", "));
+    assert.deepEqual(seen, ["pending/null"]);
+    const history = (await historyOf(`refund:${orderId}`)).map((version) => version.state);
+    assert.equal(history.at(-1), "succeeded", history.join(" → "));
+    assert.ok(!history.includes("unknown"), history.join(" → "));
   } finally {
     await ledger.close();
   }

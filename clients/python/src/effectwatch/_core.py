@@ -38,8 +38,11 @@ from .errors import (
 # answered with what differs (`differences`).
 # Both claims start the call's heartbeat lease with the claim itself, in the
 # same transaction, when heartbeat_lease is given (null: no lease; the
-# make_interval of a null is null).
-BEGIN_SQL = """select decision, effect_id, state, result, dispatched, refused, differences
+# make_interval of a null is null), and answer the lease in force, in
+# seconds: the action's policy may set another than the one asked for, and
+# the beats follow the ledger's (null: no lease asked, or nothing claimed).
+BEGIN_SQL = """select decision, effect_id, state, result, dispatched, refused, differences,
+    extract(epoch from lease_in_force)::float8 as lease_in_force
     from ledger.begin_and_dispatch(
     op_key => %(op_key)s, action => %(action)s, target => %(target)s, params => %(params)s,
     requested_by => %(requested_by)s, amount_minor => %(amount_minor)s::bigint,
@@ -47,7 +50,8 @@ BEGIN_SQL = """select decision, effect_id, state, result, dispatched, refused, d
     worker => %(worker)s, dispatch => %(dispatch)s,
     heartbeat_lease => make_interval(secs => %(heartbeat_lease)s::float8))"""
 
-DISPATCH_SQL = """select claimed, state, refused from ledger.mark_dispatched(
+DISPATCH_SQL = """select claimed, state, refused,
+    extract(epoch from lease_in_force)::float8 as lease_in_force from ledger.mark_dispatched(
     op_key => %(op_key)s, request_id => %(request_id)s, worker => %(worker)s, target => %(target)s,
     heartbeat_lease => make_interval(secs => %(heartbeat_lease)s::float8))"""
 
@@ -58,8 +62,10 @@ COMPLETE_SQL = """select applied, state, late, refused from ledger.complete_effe
     retry_after => make_interval(secs => %(retry_after)s::float8), target => %(target)s)"""
 
 # A beat for a provider call in progress: its worker is alive, and its
-# lease runs `lease` seconds from now (README, "Heartbeats").
-HEARTBEAT_SQL = """select alive, state, lease_until from ledger.heartbeat(
+# lease runs `lease` seconds from now, or what the action's policy sets
+# (`lease_in_force`, seconds: the next beats follow it) (README, "Heartbeats").
+HEARTBEAT_SQL = """select alive, state, lease_until,
+    extract(epoch from lease_in_force)::float8 as lease_in_force from ledger.heartbeat(
     op_key => %(op_key)s, lease => make_interval(secs => %(lease)s::float8), worker => %(worker)s)"""
 
 # Read while a caller waits for another's call of its key to settle.
@@ -202,6 +208,7 @@ def begun_of(row: Mapping[str, Any]) -> Begun:
     return Begun(
         row["decision"], row["effect_id"], row["state"], row["result"],
         dispatched=bool(row.get("dispatched")), refused=row.get("refused"), differences=row.get("differences"),
+        lease_in_force=row.get("lease_in_force"),
     )
 
 
@@ -268,22 +275,32 @@ def beat_interval(lease: float) -> float:
     return lease / 3
 
 
+def lease_told(beat: Beat, lease: float) -> float:
+    """The lease the beats after this one go by: the one in force it was
+    answered (an action's policy may set the lease, and change it while the
+    call runs), else the one they went by."""
+    return beat.lease_in_force if beat.lease_in_force is not None else lease
+
+
 @dataclass(frozen=True)
 class Beat:
     """What a heartbeat answered: whether the call is still this worker's
     to finish (false once the effect was completed, or declared lost when
-    an earlier lease ran out: `state` says which, `unknown` for lost), and
-    until when its lease now runs (None when not alive)."""
+    an earlier lease ran out: `state` says which, `unknown` for lost),
+    until when its lease now runs, and the lease in force in seconds (the
+    action's policy's when it sets one, else the one asked for; both None
+    when not alive)."""
 
     alive: bool
     state: str
     lease_until: datetime | None = None
+    lease_in_force: float | None = None
 
 
 def beat_of(row: Mapping[str, Any] | None) -> Beat:
     if row is None:
         raise AssertionError("the ledger answered a heartbeat with no row")
-    return Beat(bool(row["alive"]), str(row["state"]), row.get("lease_until"))
+    return Beat(bool(row["alive"]), str(row["state"]), row.get("lease_until"), row.get("lease_in_force"))
 
 
 def beat_failed(op_key: str, lease: float, error: BaseException) -> None:
@@ -338,6 +355,11 @@ class Begun:
     refused: str | None = None
     # A rejected call's terms that differ: [{field, recorded, now}].
     differences: Any = None
+    # A claim that started a lease: the lease in force, in seconds (the
+    # action's policy's when it sets one, else the one asked for), which
+    # the beats follow. None: no lease, or not known (a claim whose reply
+    # was lost, read back).
+    lease_in_force: float | None = None
 
 
 @dataclass(frozen=True)
@@ -345,6 +367,8 @@ class Dispatch:
     claimed: bool
     state: str
     refused: str | None
+    # See `Begun.lease_in_force`.
+    lease_in_force: float | None = None
 
 
 @dataclass(frozen=True)

@@ -174,7 +174,7 @@ class AsyncLedger:
             instead=claimed_before,
         )
         assert row is not None
-        dispatch = Dispatch(row["claimed"], row["state"], row["refused"])
+        dispatch = Dispatch(row["claimed"], row["state"], row["refused"], row.get("lease_in_force"))
         if (
             again
             and not dispatch.claimed
@@ -202,11 +202,20 @@ class AsyncLedger:
         args = _core.heartbeat_args(op_key, _core.lease_of(lease, self.heartbeat_lease), self.requested_by)
         return _core.beat_of(await self._one(_core.HEARTBEAT_SQL, args))
 
-    def beat_for(self, op_key: str) -> AsyncHeartbeats | None:
+    def beat_for(self, op_key: str, lease: float | None = None) -> AsyncHeartbeats | None:
         """See `effectwatch.Ledger.beat_for`: on the running event loop."""
         if self.heartbeat_lease is None:
             return None
-        return AsyncHeartbeats(self, op_key, self.heartbeat_lease)
+        return self._beats(op_key, lease if lease is not None else self.heartbeat_lease)
+
+    def _beats(self, op_key: str, lease: float | None) -> AsyncHeartbeats | None:
+        """See `effectwatch.Ledger._beats`: a lease not known (None) sends
+        the first beat at once, whose answer tells it."""
+        if self.heartbeat_lease is None:
+            return None
+        if lease is None:
+            return AsyncHeartbeats(self, op_key, self.heartbeat_lease, first_in=0.0)
+        return AsyncHeartbeats(self, op_key, lease)
 
     def _lease_if(self, lease: bool) -> float | None:
         return self.heartbeat_lease if lease else None
@@ -347,16 +356,17 @@ class AsyncHeartbeats:
     in progress, whose claim started its lease, on the caller's event loop
     (a call that blocks the loop holds its beats up too). Between beats,
     only a timer: a beat is a task of its own, one statement on one of the
-    ledger's connections, made when it is due."""
+    ledger's connections, made when it is due. `lease` is the lease in
+    force, as the claim answered it, then as each beat answers it."""
 
-    def __init__(self, ledger: AsyncLedger, op_key: str, lease: float) -> None:
+    def __init__(self, ledger: AsyncLedger, op_key: str, lease: float, first_in: float | None = None) -> None:
         self.ledger = ledger
         self.op_key = op_key
         self.lease = lease
         self._loop = asyncio.get_running_loop()
         self._stopped = False
         self._in_flight: asyncio.Task[None] | None = None
-        self._due = self._loop.time() + _core.beat_interval(lease)
+        self._due = self._loop.time() + (_core.beat_interval(lease) if first_in is None else first_in)
         self._timer: asyncio.TimerHandle | None = self._loop.call_at(self._due, self._tick)
 
     async def stop(self) -> None:
@@ -379,16 +389,22 @@ class AsyncHeartbeats:
         if self._stopped:  # stopped between its tick and its start: not sent
             self._in_flight = None
             return
+        lease = self.lease
         try:
             try:
-                going_on = _core.beats_go_on(self.op_key, await self.ledger.heartbeat(self.op_key, lease=self.lease))
+                beat = await self.ledger.heartbeat(self.op_key, lease=lease)
+                going_on = _core.beats_go_on(self.op_key, beat)
+                lease = _core.lease_told(beat, lease)
             except Exception as error:
                 _core.beat_failed(self.op_key, self.lease, error)
                 going_on = True
         finally:
             self._in_flight = None
         if going_on and not self._stopped:
-            # The next tick from the claim's, ticks missed meanwhile skipped.
+            # The next tick from this one's by the lease in force it was
+            # answered (from the claim's, while that stays the same), ticks
+            # missed meanwhile skipped.
+            self.lease = lease
             now = self._loop.time()
             while self._due <= now:
                 self._due += _core.beat_interval(self.lease)
@@ -454,7 +470,9 @@ class AsyncEffect:
         elif begun.decision not in _core.MAY_RUN:
             raise _core.refusal_for(begun, self.intent)
         elif self._claim and (begun.dispatched or begun.refused):
-            self._claimed_with_begin = Dispatch(begun.dispatched, begun.state or "", begun.refused)
+            self._claimed_with_begin = Dispatch(
+                begun.dispatched, begun.state or "", begun.refused, begun.lease_in_force
+            )
         return self
 
     async def dispatched(self) -> None:
@@ -476,8 +494,9 @@ class AsyncEffect:
         if not dispatch.claimed:
             raise _core.refusal_for(Begun("in_flight", 0, dispatch.state, None), self.intent)
         self._dispatched = True
-        # See `effectwatch.Effect.dispatched`: the claim started the lease.
-        self._heartbeats = self.ledger.beat_for(self.intent.op_key)
+        # See `effectwatch.Effect.dispatched`: the claim started the lease,
+        # and answered the lease in force the beats go by.
+        self._heartbeats = self.ledger._beats(self.intent.op_key, dispatch.lease_in_force)
 
     async def succeeded(self, external_ref: str | None = None, result: Any = None) -> Completed:
         if self.replayed:

@@ -43,7 +43,8 @@ class Ledger:
     lease, no heartbeats), in the same statement, and while the call runs
     a thread beats for it every third of the lease, the first a third of a
     lease after the claim, so that a worker that dies mid-call is unknown
-    once its lease runs out (README, "Heartbeats")."""
+    once its lease runs out (README, "Heartbeats"). The action's policy may
+    set the lease instead: the beats go by the lease the ledger answers."""
 
     def __init__(
         self,
@@ -211,7 +212,7 @@ class Ledger:
             instead=claimed_before,
         )
         assert row is not None
-        dispatch = Dispatch(row["claimed"], row["state"], row["refused"])
+        dispatch = Dispatch(row["claimed"], row["state"], row["refused"], row.get("lease_in_force"))
         if again and not dispatch.claimed and not dispatch.refused and _core.own_claim(self._own(op_key), request_id):
             return Dispatch(True, "pending", None)
         return dispatch
@@ -232,23 +233,38 @@ class Ledger:
     def heartbeat(self, op_key: str, *, lease: float | None = None) -> Beat:
         """One beat: the worker running `op_key`'s provider call is alive,
         and its lease runs `lease` seconds (default: `heartbeat_lease`)
-        from now. Never sent again on a lost connection: the next beat is
-        its retry."""
+        from now, or the lease the action's policy sets, which the answer
+        says (`Beat.lease_in_force`). Never sent again on a lost
+        connection: the next beat is its retry."""
         args = _core.heartbeat_args(op_key, _core.lease_of(lease, self.heartbeat_lease), self.requested_by)
         return _core.beat_of(self._one(_core.HEARTBEAT_SQL, args))
 
-    def beat_for(self, op_key: str) -> Heartbeats | None:
+    def beat_for(self, op_key: str, lease: float | None = None) -> Heartbeats | None:
         """Heartbeats for `op_key`'s provider call, claimed just now with
         its lease (`lease=True`), until they are stopped: the first a third
         of a lease from now, then one every third of a lease, off the
-        caller's thread. None when heartbeats are off."""
+        caller's thread. `lease`: the lease in force its claim answered
+        (`Begun.lease_in_force`, `Dispatch.lease_in_force`: the action's
+        policy may set one), else `heartbeat_lease`; from each beat on, the
+        lease in force it is answered. None when heartbeats are off."""
+        if self.heartbeat_lease is None:
+            return None
+        return self._beats(op_key, lease if lease is not None else self.heartbeat_lease)
+
+    def _beats(self, op_key: str, lease: float | None) -> Heartbeats | None:
+        """The beats of a call claimed with its lease: `lease`, the lease in
+        force its claim answered. None (not known: a claim whose reply was
+        lost, read back) sends the first beat at once, by `heartbeat_lease`,
+        and its answer tells the lease in force."""
         if self.heartbeat_lease is None:
             return None
         with self._lock:
             if self._metronome is None or self._metronome.pid != os.getpid():
                 self._metronome = Metronome(self)
             metronome = self._metronome
-        return metronome.start(op_key, self.heartbeat_lease)
+        if lease is None:
+            return metronome.start(op_key, self.heartbeat_lease, first_in=0.0)
+        return metronome.start(op_key, lease)
 
     def _lease_if(self, lease: bool) -> float | None:
         """The lease a claim starts, in seconds: none unless asked for, and
@@ -426,10 +442,13 @@ class Heartbeats:
     """The beats of one provider call in progress, whose claim started its
     lease: one every third of the lease, the first a third of a lease after
     the claim (a call shorter than that sends none), each one statement
-    sent by the ledger's `Metronome`. Nothing a beat meets is raised into
-    the call: a beat that fails is logged and tried again at the next tick;
-    one told the call is no longer in flight is the last (logged once if
-    the ledger declared the call lost, silent if it was completed)."""
+    sent by the ledger's `Metronome`. `lease` is the lease in force, as the
+    claim answered it, then as each beat answers it (the action's policy
+    may set it): a beat answered another goes by it from the next beat.
+    Nothing a beat meets is raised into the call: a beat that fails is
+    logged and tried again at the next tick; one told the call is no
+    longer in flight is the last (logged once if the ledger declared the
+    call lost, silent if it was completed)."""
 
     def __init__(self, metronome: Metronome, op_key: str, lease: float, due: float) -> None:
         self.op_key = op_key
@@ -466,8 +485,11 @@ class Metronome:
         self._thread: threading.Thread | None = None
         self._wakes_at = math.inf
 
-    def start(self, op_key: str, lease: float) -> Heartbeats:
-        beats = Heartbeats(self, op_key, lease, time.monotonic() + _core.beat_interval(lease))
+    def start(self, op_key: str, lease: float, first_in: float | None = None) -> Heartbeats:
+        """Beats every third of `lease`, the first `first_in` seconds from
+        now (default: a third of `lease`)."""
+        first = _core.beat_interval(lease) if first_in is None else first_in
+        beats = Heartbeats(self, op_key, lease, time.monotonic() + first)
         with self._condition:
             self._schedule(beats)
             if self._thread is None:
@@ -519,8 +541,11 @@ class Metronome:
 
     def _run(self) -> None:
         while (beats := self._next()) is not None:
+            lease = beats.lease
             try:
-                going_on = _core.beats_go_on(beats.op_key, self.ledger.heartbeat(beats.op_key, lease=beats.lease))
+                beat = self.ledger.heartbeat(beats.op_key, lease=lease)
+                going_on = _core.beats_go_on(beats.op_key, beat)
+                lease = _core.lease_told(beat, lease)
             except Exception as error:
                 _core.beat_failed(beats.op_key, beats.lease, error)
                 going_on = True
@@ -528,7 +553,10 @@ class Metronome:
                 beats._in_flight = False
                 self._condition.notify_all()  # a stop waiting for this beat
                 if going_on and not beats._stopped:
-                    # The next tick from the claim's, ticks missed meanwhile skipped.
+                    # The next tick from this one's by the lease in force it
+                    # was answered (from the claim's, while that stays the
+                    # same), ticks missed meanwhile skipped.
+                    beats.lease = lease
                     now = time.monotonic()
                     while beats._due <= now:
                         beats._due += _core.beat_interval(beats.lease)
@@ -595,7 +623,9 @@ class Effect:
         elif begun.decision not in _core.MAY_RUN:
             raise _core.refusal_for(begun, self.intent)
         elif self._claim and (begun.dispatched or begun.refused):
-            self._claimed_with_begin = Dispatch(begun.dispatched, begun.state or "", begun.refused)
+            self._claimed_with_begin = Dispatch(
+                begun.dispatched, begun.state or "", begun.refused, begun.lease_in_force
+            )
         return self
 
     def dispatched(self) -> None:
@@ -624,9 +654,11 @@ class Effect:
             raise _core.refusal_for(Begun("in_flight", 0, dispatch.state, None), self.intent)
         self._dispatched = True
         # From here until its outcome is recorded the provider call is in
-        # progress; its claim started the lease, the first beat is a third
-        # of a lease away.
-        self._heartbeats = self.ledger.beat_for(self.intent.op_key)
+        # progress; its claim started the lease and answered the lease in
+        # force (the action's policy's, or this ledger's), the first beat is
+        # a third of it away. A claim read back after its reply was lost
+        # does not say it: the first beat, sent at once, does.
+        self._heartbeats = self.ledger._beats(self.intent.op_key, dispatch.lease_in_force)
 
     def succeeded(self, external_ref: str | None = None, result: Any = None) -> Completed:
         """Records the provider's success. Without `dispatched()` first it
