@@ -241,9 +241,9 @@ pub fn spawn(
 /// Whether the database still answers, within `within`: between polls,
 /// so that a lost server shows as such before the next poll is due.
 async fn answers(pool: &LedgerPool, within: Duration) -> Result<(), String> {
-    match tokio::time::timeout(within, sqlx::query("select 1").execute(pool)).await {
-        Ok(Ok(_)) => Ok(()),
-        Ok(Err(error)) => Err(LedgerError::from_sqlx(error).to_string()),
+    match tokio::time::timeout(within, channel::ping(pool)).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(error)) => Err(error.to_string()),
         Err(_) => Err(format!(
             "no answer from the database within {} s",
             within.as_secs()
@@ -320,11 +320,7 @@ fn spawn_listener(
 /// Announces a probe through the pool and waits for it on `listener`:
 /// whether it arrived, or None when the listener's connection ended first.
 /// Changes announced meanwhile still wake a poll.
-async fn probe(
-    pool: &LedgerPool,
-    listener: &mut sqlx::postgres::PgListener,
-    wake: &Notify,
-) -> Option<bool> {
+async fn probe(pool: &LedgerPool, listener: &mut channel::Listener, wake: &Notify) -> Option<bool> {
     let token = format!("{}-{}", std::process::id(), rand::random::<u64>());
     let Ok(payload) = channel::send_probe(pool, &token).await else {
         // The pool cannot reach the server: the poll says so; try again.

@@ -29,6 +29,7 @@ use serde_json::{Map, Value};
 use super::policy::{MappedCall, Policy, ToolRule};
 use super::proxy::{Gateway, OP_KEY_META};
 use crate::ledger::actions::{self, Resolution, SeenVersion};
+use crate::ledger::certification;
 use crate::ledger::writer::{self, Completion, ErrorClass, Outcome};
 use crate::ledger::{LedgerError, LedgerPool};
 
@@ -86,31 +87,7 @@ pub fn requested_by(policy: &Policy) -> String {
     format!("certify:{}", policy.alias)
 }
 
-/// The operator functions certification settles with: the login that
-/// settles must be allowed them all.
-const SETTLING_FUNCTIONS: [&str; 3] = [
-    "ledger.op_resolve(text, bigint, text, text, text, text, boolean)",
-    "ledger.op_cancel(text, bigint, text, text)",
-    "ledger.op_acknowledge_duplicates(text, bigint, text, text)",
-];
-
-/// Whether the login of `pool` may settle what a run leaves open: call the
-/// operator functions and read every effect.
-pub async fn may_settle(pool: &LedgerPool) -> Result<bool, LedgerError> {
-    let mut allowed = sqlx::query_scalar::<_, bool>(
-        "select has_table_privilege('ledger.effects', 'select')
-            and has_function_privilege('ledger.refusals(text[])', 'execute')",
-    )
-    .fetch_one(pool)
-    .await?;
-    for function in SETTLING_FUNCTIONS {
-        allowed &= sqlx::query_scalar::<_, bool>("select has_function_privilege($1, 'execute')")
-            .bind(function)
-            .fetch_one(pool)
-            .await?;
-    }
-    Ok(allowed)
-}
+pub use crate::ledger::certification::may_settle;
 
 /// What the end of a run did to the effects it made.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -154,13 +131,7 @@ pub struct LeftOpen {
 }
 
 /// One effect of the run, as a login reads it.
-#[derive(Debug, sqlx::FromRow)]
-struct Open {
-    op_key: String,
-    state: String,
-    dispatched: bool,
-    version: i64,
-}
+type Open = certification::RunEffect;
 
 pub struct Certification {
     gateway: Gateway,
@@ -386,13 +357,11 @@ impl Certification {
     }
 
     async fn state_of(&self, op_key: &str) -> String {
-        sqlx::query_scalar::<_, String>("select state from ledger.effects where op_key = $1")
-            .bind(op_key)
-            .fetch_optional(self.gateway.pool())
+        writer::state_of(self.gateway.pool(), op_key)
             .await
             .ok()
             .flatten()
-            .unwrap_or_else(|| "absent".into())
+            .map_or_else(|| "absent".into(), |state| state.as_str().to_string())
     }
 
     fn no_lookup(&self, check: &'static str) -> Option<Line> {
@@ -775,14 +744,7 @@ impl Certification {
 
     /// The effects the run made, oldest first, as `pool`'s login reads them.
     async fn made_in(&self, pool: &LedgerPool) -> Result<Vec<Open>, LedgerError> {
-        Ok(sqlx::query_as::<_, Open>(
-            "select op_key, state, dispatched_at is not null as dispatched, version
-               from ledger.effects where op_key = any($1) and requested_by = $2 order by id",
-        )
-        .bind(self.keys())
-        .bind(&self.requested_by)
-        .fetch_all(pool)
-        .await?)
+        certification::effects_made(pool, &self.keys(), &self.requested_by).await
     }
 
     async fn read_open(
@@ -790,14 +752,7 @@ impl Certification {
         pool: &LedgerPool,
         op_key: &str,
     ) -> Result<Option<Open>, LedgerError> {
-        Ok(sqlx::query_as::<_, Open>(
-            "select op_key, state, dispatched_at is not null as dispatched, version
-               from ledger.effects where op_key = $1 and requested_by = $2",
-        )
-        .bind(op_key)
-        .bind(&self.requested_by)
-        .fetch_optional(pool)
-        .await?)
+        certification::effect_made(pool, op_key, &self.requested_by).await
     }
 
     /// Closes, through the operator functions of `pool`'s login (each call
@@ -941,16 +896,9 @@ impl Certification {
         pool: &LedgerPool,
         settlement: &mut Settlement,
     ) -> Result<(), LedgerError> {
-        let repeated: Vec<(String, i64)> = sqlx::query_as(
-            "select e.op_key, e.version
-               from ledger.refusals($1) r join ledger.effects e on e.op_key = r.op_key
-              where e.requested_by = $2 and not r.refused ? 'acknowledge_duplicates'
-              order by e.id",
-        )
-        .bind(&settlement.made)
-        .bind(&self.requested_by)
-        .fetch_all(pool)
-        .await?;
+        let repeated =
+            certification::repeats_to_acknowledge(pool, &settlement.made, &self.requested_by)
+                .await?;
         let reason = self.reason();
         for (op_key, version) in repeated {
             match actions::ACKNOWLEDGE_DUPLICATES

@@ -128,32 +128,7 @@ pub async fn measure(
         .into_iter()
         .filter(|count| count.pane != "audit")
         .collect();
-    let weak_triggers = weak_triggers(&mut tx).await?;
-    let steps_owed: i64 =
-        sqlx::query_scalar("select count(*) from ledger.next_steps where done_at is null")
-            .fetch_one(&mut tx)
-            .await?;
-    let unowned_work: Vec<String> = sqlx::query_scalar(
-        "select op_key || ': ' || owed from ledger.unowned_work order by op_key limit $1",
-    )
-    .bind(UNOWNED_SHOWN)
-    .fetch_all(&mut tx)
-    .await?;
-    let actions_without_policy: Vec<String> = sqlx::query_scalar(
-        "select action || ' (' || effects || ' effects)' from ledger.actions_without_policy
-          order by effects desc, action",
-    )
-    .fetch_all(&mut tx)
-    .await?;
-    let suspected = if with_suspected {
-        Some(
-            sqlx::query_scalar::<_, i64>("select count(*) from ledger.suspected_double_effects")
-                .fetch_one(&mut tx)
-                .await?,
-        )
-    } else {
-        None
-    };
+    let figures = crate::ledger::health::figures(&mut tx, UNOWNED_SHOWN, with_suspected).await?;
     let durability = match with_durability {
         true => Some(crate::ledger::durability::measure(&mut tx).await?),
         false => None,
@@ -170,34 +145,13 @@ pub async fn measure(
         ledger_schema,
         schema,
         panes: counts,
-        suspected,
+        suspected: figures.suspected,
         durability,
-        weak_triggers,
-        steps_owed,
-        unowned_work,
-        actions_without_policy,
+        weak_triggers: figures.weak_triggers,
+        steps_owed: figures.steps_owed,
+        unowned_work: figures.unowned_work,
+        actions_without_policy: figures.actions_without_policy,
     })
-}
-
-/// Triggers on the ledger's tables not set to ENABLE ALWAYS ('A'); what
-/// `alter table … disable trigger`, or a plain `enable trigger`, leaves.
-async fn weak_triggers(
-    tx: &mut crate::ledger::LedgerTransaction<'_>,
-) -> Result<Vec<String>, LedgerError> {
-    Ok(sqlx::query_scalar(
-        // A month of a history table is named by its table: its triggers
-        // are the table's, cloned.
-        "select distinct coalesce(parent.relname, c.relname) || '.' || t.tgname
-           from pg_trigger t
-           join pg_class c on c.oid = t.tgrelid
-           join pg_namespace n on n.oid = c.relnamespace
-           left join pg_inherits i on i.inhrelid = c.oid
-           left join pg_class parent on parent.oid = i.inhparent
-          where n.nspname = 'ledger' and not t.tgisinternal and t.tgenabled <> 'A'
-          order by 1",
-    )
-    .fetch_all(tx)
-    .await?)
 }
 
 impl Health {

@@ -6,10 +6,10 @@
 use crate::ledger::LedgerPool;
 use chrono::{DateTime, Duration, Utc};
 use serde::Serialize;
-use serde_json::Value;
 
 use crate::ledger::LedgerError;
 use crate::ledger::history::{self, TimelineEntry};
+use crate::ledger::incident;
 use crate::ledger::panes::escape_like;
 use crate::ledger::panes::{self, Filter, Pane, PaneCount, PaneRows};
 
@@ -66,20 +66,6 @@ impl PaneEntry {
     }
 }
 
-#[derive(Debug, sqlx::FromRow)]
-struct EntryRow {
-    pane: String,
-    effect_id: i64,
-    op_key: String,
-    target: String,
-    action: String,
-    amount_minor: Option<i64>,
-    currency: Option<String>,
-    entered_at: DateTime<Utc>,
-    resolved_at: Option<DateTime<Utc>>,
-    resolved_to: Option<String>,
-}
-
 /// Per pane: how many entered, were resolved by the end, and how long that took.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PaneSummary {
@@ -94,31 +80,7 @@ pub struct PaneSummary {
     pub oldest_open_ms: Option<i64>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
-pub struct ReportReconciliation {
-    pub at: DateTime<Utc>,
-    pub op_key: String,
-    pub target: String,
-    pub provider: Option<String>,
-    pub finding: String,
-    pub external_refs: Vec<String>,
-    pub state_before: String,
-    pub state_after: String,
-    pub requested_by: String,
-    pub duration_ms: Option<i32>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
-pub struct OperatorAction {
-    pub seq: i64,
-    pub at: DateTime<Utc>,
-    pub operator: String,
-    pub db_role: String,
-    pub action: String,
-    pub op_key: Option<String>,
-    pub reason: Option<String>,
-    pub after: Option<Value>,
-}
+pub use crate::ledger::incident::{OperatorAction, ReportReconciliation};
 
 /// Each pane at the end of the range (up to [`OPEN_LIMIT`] rows, with the full count).
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -213,56 +175,17 @@ pub async fn build(
     let mut start = scope.since;
     while start < scope.until {
         let end = (start + slice).min(scope.until);
-        let rows = sqlx::query_as::<_, EntryRow>(
-            "select pane, effect_id, op_key, target, action, amount_minor, currency, entered_at,
-                    resolved_at, resolved_to
-               from ledger.pane_entries($1, $2, $3, $4)",
-        )
-        .bind(start)
-        .bind(end)
-        .bind(&target_like)
-        .bind(&action_like)
-        .fetch_all(pool)
-        .await?;
-        for row in rows {
+        let span = incident::Span {
+            start,
+            end,
+            target_like: target_like.as_deref(),
+            action_like: action_like.as_deref(),
+        };
+        for row in incident::pane_entries(pool, span).await? {
             entries.push(entry(row, scope.until)?);
         }
-        reconciliations.extend(
-            sqlx::query_as::<_, ReportReconciliation>(
-                "select r.at, r.op_key, e.target, r.provider, r.finding, r.external_refs,
-                        r.state_before, r.state_after, r.requested_by, r.duration_ms
-                   from ledger.reconciliations r
-                   join ledger.effects e on e.id = r.effect_id
-                  where r.at >= $1 and r.at < $2
-                    and ($3::text is null or e.target ilike $3)
-                    and ($4::text is null or e.action ilike $4)
-                  order by r.at, r.id",
-            )
-            .bind(start)
-            .bind(end)
-            .bind(&target_like)
-            .bind(&action_like)
-            .fetch_all(pool)
-            .await?,
-        );
-        // Entries about no effect (a prune) belong to an unfiltered report only.
-        operator_actions.extend(
-            sqlx::query_as::<_, OperatorAction>(
-                "select a.seq, a.at, a.operator, a.db_role, a.action, a.op_key, a.reason, a.after
-                   from ledger.audit_log a
-                   left join ledger.effects e on e.id = a.effect_id
-                  where a.at >= $1 and a.at < $2
-                    and ($3::text is null or e.target ilike $3)
-                    and ($4::text is null or e.action ilike $4)
-                  order by a.seq",
-            )
-            .bind(start)
-            .bind(end)
-            .bind(&target_like)
-            .bind(&action_like)
-            .fetch_all(pool)
-            .await?,
-        );
+        reconciliations.extend(incident::reconciliations(pool, span).await?);
+        operator_actions.extend(incident::operator_actions(pool, span).await?);
         start = end;
         progress(Progress {
             read_until: end,
@@ -313,7 +236,7 @@ fn fraction(scope: &ReportScope, read_until: DateTime<Utc>) -> f64 {
 }
 
 /// An entry as of the end of the range: a resolution after it is not one yet.
-fn entry(row: EntryRow, until: DateTime<Utc>) -> Result<PaneEntry, LedgerError> {
+fn entry(row: incident::PaneEntryRow, until: DateTime<Utc>) -> Result<PaneEntry, LedgerError> {
     let pane: Pane = row.pane.parse().map_err(LedgerError::Database)?;
     let (resolved_at, resolved_to) = match row.resolved_at {
         Some(at) if at <= until => (Some(at), row.resolved_to),

@@ -3,8 +3,8 @@
 use std::path::Path;
 
 fn main() {
-    println!("cargo:rerun-if-changed=sql");
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("sql");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../sql");
+    println!("cargo:rerun-if-changed={}", root.display());
     let mut entries = String::from("pub static DEFINITIONS: &[Definition] = &[\n");
     for kind in ["functions", "views"] {
         let folder = root.join(kind);

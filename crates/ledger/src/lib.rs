@@ -1,17 +1,24 @@
 //! The effect ledger as seen from Rust: its model, writer API, panes,
-//! operator actions and audit, over the connection `crate::connection`
-//! makes. No terminal code lives here.
+//! operator actions and audit, over the connection `connection` makes.
+//! The only crate of effectwatch that speaks SQL: every query, and the
+//! schema it installs (`sql/`), is here; the console, the CLI, the
+//! gateway and the reconciler call these functions.
 
 pub mod actions;
 pub mod approvals;
 pub mod audit;
+pub mod certification;
 pub mod channel;
 pub mod compensation;
+pub mod connection;
 pub mod durability;
 pub mod error;
 pub mod escalations;
 pub mod finance;
+pub mod format;
+pub mod health;
 pub mod history;
+pub mod incident;
 pub mod json;
 pub mod migrate;
 pub mod model;

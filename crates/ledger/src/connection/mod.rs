@@ -9,7 +9,7 @@ pub mod target;
 pub use pool::{LedgerPool, LedgerTransaction};
 pub use target::{ConnectSettings, Pooler, url_with_database};
 
-use crate::ledger::LedgerError;
+use crate::LedgerError;
 use target::{Hosts, find_server, server_name};
 
 /// Opens a pool and proves it works with one round trip, so a wrong URL or

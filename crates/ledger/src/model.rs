@@ -96,8 +96,8 @@ pub enum Decision {
     Overlap,
     /// The key is another caller's (another login, outside its tenant):
     /// nothing was done and nothing of the effect is told — no id, no
-    /// state, no result. [`crate::ledger::writer::begin_effect`] returns it
-    /// as [`crate::ledger::LedgerError::Refused`].
+    /// state, no result. [`crate::writer::begin_effect`] returns it
+    /// as [`crate::LedgerError::Refused`].
     Refused,
 }
 

@@ -7,6 +7,15 @@ use super::{LedgerError, LedgerPool};
 
 pub const NOTIFY_CHANNEL: &str = "effectwatch_ledger";
 
+/// A connection of its own that LISTENs ([`LedgerPool::listener`]).
+pub type Listener = sqlx::postgres::PgListener;
+
+/// Whether the server still answers: the cheapest statement there is.
+pub async fn ping(pool: &LedgerPool) -> Result<(), LedgerError> {
+    sqlx::query("select 1").execute(pool).await?;
+    Ok(())
+}
+
 /// Probes carry this prefix; the ledger's own announcements are JSON objects.
 const PROBE_PREFIX: &str = "probe:";
 

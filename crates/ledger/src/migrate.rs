@@ -18,7 +18,7 @@ use sqlx::migrate::Migrator;
 
 use super::LedgerError;
 
-pub static MIGRATOR: Migrator = sqlx::migrate!("./sql/migrations");
+pub static MIGRATOR: Migrator = sqlx::migrate!("../../sql/migrations");
 
 /// One function or view of the ledger: its file under `sql/` and its text.
 #[derive(Debug, Clone, Copy)]

@@ -4,7 +4,7 @@ use std::time::Duration;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Connection, Executor, PgConnection, Row};
 
-use crate::ledger::LedgerError;
+use crate::LedgerError;
 
 /// What stands between effectwatch and the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
