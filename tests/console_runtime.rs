@@ -20,7 +20,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 
-use effectwatch::console::app::{App, Connection, Message, Notifications, Settings, Snapshot};
+use effectwatch::console::app::{
+    App, Connection, Message, Notifications, Settings, Shown, Snapshot,
+};
 use effectwatch::console::poller::{self, PollSettings};
 use effectwatch::console::theme::{Role, Theme};
 use effectwatch::console::views;
@@ -905,10 +907,7 @@ async fn a_settled_action_reads_the_finance_review_again_at_once() {
             detail: json!({ "state": "pending", "version": 2 }),
         }),
     });
-    assert_eq!(
-        effectwatch::console::run::poll_settings(&app).settled_actions,
-        1
-    );
+    assert_eq!(app.poll_settings().settled_actions, 1);
 }
 
 #[tokio::test]

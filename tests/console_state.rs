@@ -10,7 +10,8 @@ use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
 use effectwatch::console::action::{Action, Scope, Subject, TABLE};
 use effectwatch::console::app::{
-    App, Connection, DialogField, Message, Overlay, Prompt, Settings, Snapshot, Task, View, WINDOW,
+    App, Connection, DialogField, Message, Overlay, Prompt, Settings, Shown, Snapshot, Task, View,
+    WINDOW,
 };
 use effectwatch::console::theme::Role;
 use effectwatch::ledger::actions::Applicability;

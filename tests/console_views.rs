@@ -14,7 +14,7 @@ use ratatui::buffer::Buffer;
 use ratatui::style::Modifier;
 use serde_json::json;
 
-use effectwatch::console::app::{App, Message, Settings, Snapshot};
+use effectwatch::console::app::{App, Message, Settings, Shown, Snapshot};
 use effectwatch::console::theme::{Role, Theme};
 use effectwatch::console::views;
 use effectwatch::ledger::actions::Applicability;
@@ -1334,6 +1334,9 @@ fn the_command_line_lists_a_pane_with_the_consoles_columns() {
             .iter()
             .position(|title| title == "key" || title == "held key")
             .unwrap();
+        // Found by the column the pane's spec marks, not by its title.
+        assert!(model.columns[key].key, "{:?}", model.columns[key]);
+        assert_eq!(rows.pane().key_column(), key, "{:?}", rows.pane());
         expected.insert(key + 1, "version".to_string());
         assert_eq!(cells(lines[1]), expected, "{table}");
         for (row, line) in model.rows.iter().zip(lines.iter().skip(3)) {

@@ -110,18 +110,16 @@ impl LeftOut {
     }
 }
 
-/// A pane's table for the terminal, from the pane's one spec (the
-/// console's columns, `console::model::pane_model`), with the version an
-/// operator passes to `--expect-version` after the key. Cells are already
-/// safe to print; long ones are cut here, where no column gives way.
+/// A pane's table for the terminal, from the pane's one spec
+/// ([`Pane::columns`], which the console prints too), with the version an
+/// operator passes to `--expect-version` after the column it marks as the
+/// key. Cells are already safe to print (`console::model::pane_model`);
+/// long ones are cut here, where no column gives way.
 pub fn render_table(rows: &PaneRows) -> Table {
+    let pane = rows.pane();
+    let key = pane.key_column();
     let model = pane_model(rows);
-    let key = model
-        .columns
-        .iter()
-        .position(|column| matches!(column.title, "key" | "held key"))
-        .unwrap_or(0);
-    let mut header: Vec<&str> = model.columns.iter().map(|column| column.title).collect();
+    let mut header: Vec<&str> = pane.columns().iter().map(|column| column.title).collect();
     header.insert(key + 1, "version");
     let mut table = Table::new();
     table.load_preset(UTF8_FULL_CONDENSED).set_header(header);

@@ -8,7 +8,7 @@ use crate::format::{duration_ms, optional_money};
 use crate::ledger::escalations::{ApprovalRow, EscalationRow};
 use crate::ledger::finance::SuspectedEffect;
 use crate::ledger::model::AuditEntry;
-use crate::ledger::panes::PaneRows;
+use crate::ledger::panes::{DuplicateRow, HeldRow, OverdueRow, Pane, PaneRows, UnknownRow};
 use crate::text::sanitize_line;
 
 /// What a column sorts by: a number, or the cell's text (compared without
@@ -83,6 +83,9 @@ pub struct Column {
     pub flexible: bool,
     /// See [`Column::kept`].
     pub kept: bool,
+    /// The item's key: the selected row's is shown whole when its column
+    /// is too narrow for it.
+    pub key: bool,
 }
 
 /// What the duplicates pane's "needs" column says of a key whose repeats the
@@ -95,6 +98,7 @@ const fn col(title: &'static str, width: u16, flexible: bool) -> Column {
         width,
         flexible,
         kept: false,
+        key: false,
     }
 }
 
@@ -105,6 +109,26 @@ impl Column {
         self.kept = true;
         self
     }
+
+    /// The column of the item's key.
+    const fn key(mut self) -> Column {
+        self.key = true;
+        self
+    }
+}
+
+/// A pane's columns, from the pane's one spec beside its queries.
+fn pane_columns(pane: Pane) -> Vec<Column> {
+    pane.columns()
+        .iter()
+        .map(|column| Column {
+            title: column.title,
+            width: column.width,
+            flexible: column.flexible,
+            kept: false,
+            key: column.key,
+        })
+        .collect()
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -170,173 +194,138 @@ fn lateness(ms: i64) -> Role {
     }
 }
 
+/// A pane's rows as cells, under the pane's columns ([`Pane::columns`]).
 pub fn pane_model(rows: &PaneRows) -> TableModel {
-    match rows {
-        PaneRows::Overdue(rows) => TableModel {
-            columns: vec![
-                col("key", 24, true),
-                col("action", 8, false),
-                col("target", 16, true),
-                col("amount", 12, false),
-                col("age", 7, false),
-                col("past window", 11, false),
-                col("dispatched", 12, false),
-                col("requester", 10, false),
-            ],
-            rows: rows
-                .iter()
-                .map(|row| Row {
-                    id: row.op_key.clone(),
-                    op_key: Some(row.op_key.clone()),
-                    version: Some(row.version),
-                    cells: vec![
-                        Cell::text(&row.op_key),
-                        Cell::text(&row.action),
-                        Cell::text(&row.target),
-                        money_cell(row.amount_minor, row.currency.as_deref()),
-                        age_cell(row.age_ms, Role::Text),
-                        age_cell(row.overdue_ms, lateness(row.overdue_ms)),
-                        if row.dispatched {
-                            Cell::text("▲ sent").with_role(Role::Warn)
-                        } else {
-                            Cell::muted("○ prepared")
-                        },
-                        Cell::text(&row.requested_by),
-                    ],
-                    flag: None,
-                })
-                .collect(),
+    let model = TableModel {
+        columns: pane_columns(rows.pane()),
+        rows: match rows {
+            PaneRows::Overdue(rows) => rows.iter().map(overdue_row).collect(),
+            PaneRows::Unknown(rows) => rows.iter().map(unknown_row).collect(),
+            PaneRows::Duplicates(rows) => rows.iter().map(duplicate_row).collect(),
+            PaneRows::Held(rows) => rows.iter().map(held_row).collect(),
         },
-        PaneRows::Unknown(rows) => TableModel {
-            columns: vec![
-                col("key", 24, true),
-                col("action", 8, false),
-                col("target", 16, true),
-                col("amount", 12, false),
-                col("unknown for", 11, false),
-                col("tries", 5, false),
-                col("last error", 16, true),
-                col("reconciled", 20, false),
-            ],
-            rows: rows
-                .iter()
-                .map(|row| {
-                    let findings = match row.last_finding.as_deref() {
-                        None => "✗ never".to_string(),
-                        Some(last) => format!("{}× last {last}", row.reconciliations),
-                    };
-                    let attention = row.attention.as_deref().map(|what| format!("⚑ {what}"));
-                    Row {
-                        id: row.op_key.clone(),
-                        op_key: Some(row.op_key.clone()),
-                        version: Some(row.version),
-                        cells: vec![
-                            Cell::text(&row.op_key),
-                            Cell::text(&row.action),
-                            Cell::text(&row.target),
-                            money_cell(row.amount_minor, row.currency.as_deref()),
-                            age_cell(row.unknown_ms, lateness(row.unknown_ms)),
-                            Cell::number(row.attempts, row.attempts.to_string(), Role::Text),
-                            Cell::text(row.last_error.as_deref().unwrap_or("—")),
-                            Cell::text(attention.as_deref().unwrap_or(&findings)).with_role(
-                                if attention.is_some() {
-                                    Role::Critical
-                                } else {
-                                    Role::Muted
-                                },
-                            ),
-                        ],
-                        flag: attention.map(|_| Role::Critical),
-                    }
-                })
-                .collect(),
-        },
-        PaneRows::Duplicates(rows) => TableModel {
-            columns: vec![
-                col("key", 24, true),
-                col("needs", 16, true),
-                col("state", 11, false),
-                col("tries", 5, false),
-                col("replays", 7, false),
-                col("in flight", 9, false),
-                col("mismatch", 9, false),
-                col("first seen", 14, false),
-                col("last seen", 14, false),
-                col("requesters", 14, true),
-            ],
-            rows: rows
-                .iter()
-                .map(|row| Row {
-                    id: row.op_key.clone(),
-                    op_key: Some(row.op_key.clone()),
-                    version: Some(row.version),
-                    cells: vec![
-                        Cell::text(&row.op_key),
-                        if row.needs_look {
-                            Cell::text(&row.look_reasons.join(", ")).with_role(Role::Warn)
-                        } else {
-                            Cell::muted(REPLAYS_ONLY)
-                        },
-                        Cell::text(&row.state),
-                        Cell::number(row.attempts, row.attempts.to_string(), Role::Text),
-                        Cell::number(row.replays, row.replays.to_string(), Role::Text),
-                        Cell::number(row.in_flight, row.in_flight.to_string(), Role::Text),
-                        if row.has_mismatch {
-                            Cell::number(
-                                row.mismatches,
-                                format!("✗ {}", row.mismatches),
-                                Role::Critical,
-                            )
-                        } else {
-                            Cell::number(0, "✓ 0".into(), Role::Muted)
-                        },
-                        time_cell(row.first_seen),
-                        time_cell(row.last_seen),
-                        Cell::text(&row.requesters.join(", ")),
-                    ],
-                    flag: row.has_mismatch.then_some(Role::Critical),
-                })
-                .collect(),
-        },
-        PaneRows::Held(rows) => TableModel {
-            columns: vec![
-                col("target", 16, true),
-                col("held key", 22, true),
-                col("amount", 12, false),
-                col("held for", 9, false),
-                col("held by", 22, true),
-                col("holder", 10, false),
-                col("holder amount", 13, false),
-                col("holder age", 10, false),
-            ],
-            rows: rows
-                .iter()
-                .map(|row| Row {
-                    id: row.op_key.clone(),
-                    op_key: Some(row.op_key.clone()),
-                    version: Some(row.version),
-                    cells: vec![
-                        Cell::text(&row.target),
-                        Cell::text(&format!("‖ {}", row.op_key)),
-                        money_cell(row.amount_minor, row.currency.as_deref()),
-                        age_cell(row.held_ms, Role::Warn),
-                        Cell::text(&match (row.overlap_from, row.overlap_to) {
-                            (Some(from), Some(to)) => format!(
-                                "→ {} ({}–{})",
-                                row.holder_op_key,
-                                from.format("%m-%d %H:%M"),
-                                to.format("%H:%M")
-                            ),
-                            _ => format!("→ {}", row.holder_op_key),
-                        }),
-                        Cell::text(&row.holder_state).with_role(state_role(&row.holder_state)),
-                        money_cell(row.holder_amount_minor, row.holder_currency.as_deref()),
-                        age_cell(row.holder_age_ms, Role::Text),
-                    ],
-                    flag: None,
-                })
-                .collect(),
-        },
+    };
+    debug_assert!(
+        model
+            .rows
+            .iter()
+            .all(|row| row.cells.len() == model.columns.len()),
+        "a cell per column of {}",
+        rows.pane()
+    );
+    model
+}
+
+fn overdue_row(row: &OverdueRow) -> Row {
+    Row {
+        id: row.op_key.clone(),
+        op_key: Some(row.op_key.clone()),
+        version: Some(row.version),
+        cells: vec![
+            Cell::text(&row.op_key),
+            Cell::text(&row.action),
+            Cell::text(&row.target),
+            money_cell(row.amount_minor, row.currency.as_deref()),
+            age_cell(row.age_ms, Role::Text),
+            age_cell(row.overdue_ms, lateness(row.overdue_ms)),
+            if row.dispatched {
+                Cell::text("▲ sent").with_role(Role::Warn)
+            } else {
+                Cell::muted("○ prepared")
+            },
+            Cell::text(&row.requested_by),
+        ],
+        flag: None,
+    }
+}
+
+fn unknown_row(row: &UnknownRow) -> Row {
+    let findings = match row.last_finding.as_deref() {
+        None => "✗ never".to_string(),
+        Some(last) => format!("{}× last {last}", row.reconciliations),
+    };
+    let attention = row.attention.as_deref().map(|what| format!("⚑ {what}"));
+    Row {
+        id: row.op_key.clone(),
+        op_key: Some(row.op_key.clone()),
+        version: Some(row.version),
+        cells: vec![
+            Cell::text(&row.op_key),
+            Cell::text(&row.action),
+            Cell::text(&row.target),
+            money_cell(row.amount_minor, row.currency.as_deref()),
+            age_cell(row.unknown_ms, lateness(row.unknown_ms)),
+            Cell::number(row.attempts, row.attempts.to_string(), Role::Text),
+            Cell::text(row.last_error.as_deref().unwrap_or("—")),
+            Cell::text(attention.as_deref().unwrap_or(&findings)).with_role(
+                if attention.is_some() {
+                    Role::Critical
+                } else {
+                    Role::Muted
+                },
+            ),
+        ],
+        flag: attention.map(|_| Role::Critical),
+    }
+}
+
+fn duplicate_row(row: &DuplicateRow) -> Row {
+    Row {
+        id: row.op_key.clone(),
+        op_key: Some(row.op_key.clone()),
+        version: Some(row.version),
+        cells: vec![
+            Cell::text(&row.op_key),
+            if row.needs_look {
+                Cell::text(&row.look_reasons.join(", ")).with_role(Role::Warn)
+            } else {
+                Cell::muted(REPLAYS_ONLY)
+            },
+            Cell::text(&row.state),
+            Cell::number(row.attempts, row.attempts.to_string(), Role::Text),
+            Cell::number(row.replays, row.replays.to_string(), Role::Text),
+            Cell::number(row.in_flight, row.in_flight.to_string(), Role::Text),
+            if row.has_mismatch {
+                Cell::number(
+                    row.mismatches,
+                    format!("✗ {}", row.mismatches),
+                    Role::Critical,
+                )
+            } else {
+                Cell::number(0, "✓ 0".into(), Role::Muted)
+            },
+            time_cell(row.first_seen),
+            time_cell(row.last_seen),
+            Cell::text(&row.requesters.join(", ")),
+        ],
+        flag: row.has_mismatch.then_some(Role::Critical),
+    }
+}
+
+fn held_row(row: &HeldRow) -> Row {
+    Row {
+        id: row.op_key.clone(),
+        op_key: Some(row.op_key.clone()),
+        version: Some(row.version),
+        cells: vec![
+            Cell::text(&row.target),
+            Cell::text(&format!("‖ {}", row.op_key)),
+            money_cell(row.amount_minor, row.currency.as_deref()),
+            age_cell(row.held_ms, Role::Warn),
+            Cell::text(&match (row.overlap_from, row.overlap_to) {
+                (Some(from), Some(to)) => format!(
+                    "→ {} ({}–{})",
+                    row.holder_op_key,
+                    from.format("%m-%d %H:%M"),
+                    to.format("%H:%M")
+                ),
+                _ => format!("→ {}", row.holder_op_key),
+            }),
+            Cell::text(&row.holder_state).with_role(state_role(&row.holder_state)),
+            money_cell(row.holder_amount_minor, row.holder_currency.as_deref()),
+            age_cell(row.holder_age_ms, Role::Text),
+        ],
+        flag: None,
     }
 }
 
@@ -349,7 +338,7 @@ pub const APPROVAL_ROW: &str = "approval:";
 pub fn escalation_model(rows: &[EscalationRow], approvals: &[ApprovalRow]) -> TableModel {
     let mut model = TableModel {
         columns: vec![
-            col("key", 24, true),
+            col("key", 24, true).key(),
             col("decision needed", 20, true),
             col("sink", 10, false),
             col("state", 13, false),
@@ -440,7 +429,7 @@ pub fn audit_model(entries: &[AuditEntry]) -> TableModel {
             // The longest action names (acknowledge_duplicates,
             // dispatch_compensation) whole: many share a prefix.
             col("action", 22, false),
-            col("key", 24, true),
+            col("key", 24, true).key(),
             col("reason", 24, true),
         ],
         rows: entries
@@ -492,7 +481,7 @@ pub fn finance_model(rows: &[SuspectedEffect]) -> TableModel {
     TableModel {
         columns: vec![
             col("target", 16, true).kept(),
-            col("key", 24, true),
+            col("key", 24, true).key(),
             col("amount", 12, false),
             col("group total", 13, false),
             col("approved", 12, false),

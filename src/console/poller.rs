@@ -90,152 +90,212 @@ pub fn spawn(
     messages: mpsc::Sender<Message>,
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
-        let wake = Arc::new(Notify::new());
-        // Told by the listener when its connection ends: the server may be gone.
-        let lost = Arc::new(Notify::new());
-        let heartbeat_within = connect.connect_timeout + ANSWER_GRACE;
+        let mut poller = Poller::new(connect, messages);
+        let _ = poller.run(&mut settings).await;
+    })
+}
+
+/// The console went away: its messages or its settings closed.
+struct Closed;
+
+/// Sends a message to the console, or says it has gone.
+async fn tell(messages: &mpsc::Sender<Message>, message: Message) -> Result<(), Closed> {
+    messages.send(message).await.map_err(|_| Closed)
+}
+
+/// The last finance reading (a review, or why it failed), when it was
+/// read, and for which settings.
+type FinanceReading = (Instant, PollSettings, Result<FinanceReview, String>);
+
+/// The poller's connection, its listener, and what it keeps between polls.
+struct Poller {
+    connect: ConnectSettings,
+    messages: mpsc::Sender<Message>,
+    wake: Arc<Notify>,
+    /// Told by the listener when its connection ends: the server may be gone.
+    lost: Arc<Notify>,
+    heard: Arc<watch::Sender<Notifications>>,
+    hearing: watch::Receiver<Notifications>,
+    heartbeat_within: Duration,
+    answer_within: Duration,
+    backoff: Duration,
+    pool: Option<LedgerPool>,
+    /// Only ever dropped (which stops it), never read: hence the `_`.
+    _listener: Option<Listening>,
+    last_start: Instant,
+    /// A failure is kept as long as a review: a review slower than the
+    /// statement timeout must not hold up every poll.
+    last_finance: Option<FinanceReading>,
+}
+
+impl Poller {
+    fn new(connect: ConnectSettings, messages: mpsc::Sender<Message>) -> Poller {
         let (heard, hearing) = watch::channel(Notifications::Reconnecting);
-        let heard = Arc::new(heard);
-        let answer_within = connect.statement_timeout + ANSWER_GRACE;
-        let mut backoff = Duration::from_millis(250);
-        let mut pool: Option<LedgerPool> = None;
-        // Only ever dropped (which stops it), never read: hence the `_`.
-        let mut _listener: Option<Listening> = None;
-        let mut last_start = Instant::now();
-        // The last finance reading (a review, or why it failed), when it was
-        // read, and for which settings. A failure is kept as long as a review:
-        // a review slower than the statement timeout must not hold up every poll.
-        let mut last_finance: Option<(Instant, PollSettings, Result<FinanceReview, String>)> = None;
+        Poller {
+            heartbeat_within: connect.connect_timeout + ANSWER_GRACE,
+            answer_within: connect.statement_timeout + ANSWER_GRACE,
+            connect,
+            messages,
+            wake: Arc::new(Notify::new()),
+            lost: Arc::new(Notify::new()),
+            heard: Arc::new(heard),
+            hearing,
+            backoff: Duration::from_millis(250),
+            pool: None,
+            _listener: None,
+            last_start: Instant::now(),
+            last_finance: None,
+        }
+    }
+
+    /// Connects, polls and waits, again and again, until the console goes.
+    async fn run(&mut self, settings: &mut watch::Receiver<PollSettings>) -> Result<(), Closed> {
         loop {
             let current = settings.borrow_and_update().clone();
-            if pool.is_none() {
-                match ledger::connect(&connect).await {
-                    Ok(connected) => {
-                        // The past does not change: a console reading an
-                        // instant has nothing to be told; a standby sends
-                        // no notifications, so one reading it polls.
-                        // A server that cannot say is taken for a primary:
-                        // the listener then finds out for itself.
-                        let standby = snapshot::is_standby(&connected).await.unwrap_or(false);
-                        _listener = (current.at.is_none() && !standby).then(|| {
-                            Listening(spawn_listener(
-                                connected.clone(),
-                                wake.clone(),
-                                lost.clone(),
-                                heard.clone(),
-                            ))
-                        });
-                        pool = Some(connected);
-                        backoff = Duration::from_millis(250);
-                    }
-                    Err(error) => {
-                        if messages
-                            .send(Message::PollFailed(error.to_string()))
-                            .await
-                            .is_err()
-                        {
-                            return;
-                        }
-                        tokio::time::sleep(backoff).await;
-                        backoff = (backoff * 2).min(MAX_BACKOFF);
-                        continue;
-                    }
-                }
+            if self.pool.is_none() && !self.connect(&current).await? {
+                continue;
             }
-            if !current.paused
-                && let Some(connected) = &pool
-            {
-                last_start = Instant::now();
-                let keep = last_finance
-                    .as_ref()
-                    .filter(|(read, read_for, _)| {
-                        current.at.is_none()
-                            && read.elapsed() < FINANCE_EVERY
-                            && read_for.filter == current.filter
-                            && read_for.settled_actions == current.settled_actions
-                    })
-                    .map(|(_, _, reading)| reading);
-                let reading = poll_with(connected, &current, keep);
-                let message = match tokio::time::timeout(answer_within, reading).await {
-                    Ok(Ok(mut snapshot)) => {
-                        snapshot.notifications = *hearing.borrow();
-                        snapshot.server = Some(connected.server());
-                        if keep.is_none() {
-                            let reading = match (&snapshot.finance, &snapshot.finance_error) {
-                                (Some(review), _) => Ok(review.clone()),
-                                (None, error) => Err(error.clone().unwrap_or_default()),
-                            };
-                            last_finance = Some((Instant::now(), current.clone(), reading));
-                        }
-                        Message::Snapshot(Box::new(snapshot))
-                    }
-                    Ok(Err(error)) => {
-                        if error.is_connection() {
-                            pool = None;
-                            _listener = None;
-                        }
-                        Message::PollFailed(error.to_string())
-                    }
-                    Err(_) => {
-                        pool = None;
-                        _listener = None;
-                        Message::PollFailed(format!(
-                            "no answer from the database within {} s",
-                            answer_within.as_secs()
-                        ))
-                    }
-                };
-                if messages.send(message).await.is_err() {
-                    return;
-                }
-                if pool.is_none() {
+            if !current.paused && self.pool.is_some() {
+                self.poll(&current).await?;
+                if self.pool.is_none() {
                     continue;
                 }
                 // Read once per instant: the next poll is for another one.
                 if current.at.is_some() {
-                    if settings.changed().await.is_err() {
-                        return;
-                    }
+                    settings.changed().await.map_err(|_| Closed)?;
                     continue;
                 }
             }
-            let poll_at = tokio::time::Instant::now() + current.interval;
-            loop {
-                tokio::select! {
-                    _ = tokio::time::sleep_until(poll_at) => break,
-                    _ = wake.notified() => {
-                        let at = wake_poll_at(last_start, Instant::now(), current.interval);
-                        tokio::select! {
-                            _ = tokio::time::sleep_until(at.into()) => {}
-                            changed = settings.changed() => {
-                                if changed.is_err() {
-                                    return;
-                                }
-                            }
-                        }
-                        break;
-                    }
-                    changed = settings.changed() => {
-                        if changed.is_err() {
-                            return;
-                        }
-                        break;
-                    }
-                    _ = tokio::time::sleep(HEARTBEAT) => {}
-                    _ = lost.notified() => {}
-                }
-                let Some(connected) = &pool else { break };
-                if let Err(error) = answers(connected, heartbeat_within).await {
-                    pool = None;
-                    _listener = None;
-                    if messages.send(Message::PollFailed(error)).await.is_err() {
-                        return;
-                    }
-                    break;
-                }
+            self.wait(&current, settings).await?;
+        }
+    }
+
+    /// Connects, and listens when there is something to be told; false
+    /// after a failure, said and waited out with backoff.
+    async fn connect(&mut self, current: &PollSettings) -> Result<bool, Closed> {
+        match ledger::connect(&self.connect).await {
+            Ok(connected) => {
+                // The past does not change: a console reading an
+                // instant has nothing to be told; a standby sends
+                // no notifications, so one reading it polls.
+                // A server that cannot say is taken for a primary:
+                // the listener then finds out for itself.
+                let standby = snapshot::is_standby(&connected).await.unwrap_or(false);
+                self._listener = (current.at.is_none() && !standby).then(|| {
+                    Listening(spawn_listener(
+                        connected.clone(),
+                        self.wake.clone(),
+                        self.lost.clone(),
+                        self.heard.clone(),
+                    ))
+                });
+                self.pool = Some(connected);
+                self.backoff = Duration::from_millis(250);
+                Ok(true)
+            }
+            Err(error) => {
+                tell(&self.messages, Message::PollFailed(error.to_string())).await?;
+                tokio::time::sleep(self.backoff).await;
+                self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+                Ok(false)
             }
         }
-    })
+    }
+
+    /// Drops the connection and its listener: the next turn connects again.
+    fn disconnect(&mut self) {
+        self.pool = None;
+        self._listener = None;
+    }
+
+    /// One read of everything, told to the console: the snapshot, or why
+    /// there is none (a lost connection is dropped).
+    async fn poll(&mut self, current: &PollSettings) -> Result<(), Closed> {
+        let Some(connected) = &self.pool else {
+            return Ok(());
+        };
+        self.last_start = Instant::now();
+        let keep = self
+            .last_finance
+            .as_ref()
+            .filter(|(read, read_for, _)| {
+                current.at.is_none()
+                    && read.elapsed() < FINANCE_EVERY
+                    && read_for.filter == current.filter
+                    && read_for.settled_actions == current.settled_actions
+            })
+            .map(|(_, _, reading)| reading);
+        let kept = keep.is_some();
+        let reading = poll_with(connected, current, keep);
+        let message = match tokio::time::timeout(self.answer_within, reading).await {
+            Ok(Ok(mut snapshot)) => {
+                snapshot.notifications = *self.hearing.borrow();
+                snapshot.server = Some(connected.server());
+                if !kept {
+                    let reading = match (&snapshot.finance, &snapshot.finance_error) {
+                        (Some(review), _) => Ok(review.clone()),
+                        (None, error) => Err(error.clone().unwrap_or_default()),
+                    };
+                    self.last_finance = Some((Instant::now(), current.clone(), reading));
+                }
+                Message::Snapshot(Box::new(snapshot))
+            }
+            Ok(Err(error)) => {
+                if error.is_connection() {
+                    self.disconnect();
+                }
+                Message::PollFailed(error.to_string())
+            }
+            Err(_) => {
+                self.disconnect();
+                Message::PollFailed(format!(
+                    "no answer from the database within {} s",
+                    self.answer_within.as_secs()
+                ))
+            }
+        };
+        tell(&self.messages, message).await
+    }
+
+    /// Until the next poll is due: the interval, a notification (once its
+    /// burst settles), or changed settings. Meanwhile the database is
+    /// checked every [`HEARTBEAT`], and at once when the listener loses it.
+    async fn wait(
+        &mut self,
+        current: &PollSettings,
+        settings: &mut watch::Receiver<PollSettings>,
+    ) -> Result<(), Closed> {
+        let poll_at = tokio::time::Instant::now() + current.interval;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep_until(poll_at) => return Ok(()),
+                _ = self.wake.notified() => {
+                    let at = wake_poll_at(self.last_start, Instant::now(), current.interval);
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(at.into()) => {}
+                        changed = settings.changed() => {
+                            changed.map_err(|_| Closed)?;
+                        }
+                    }
+                    return Ok(());
+                }
+                changed = settings.changed() => {
+                    changed.map_err(|_| Closed)?;
+                    return Ok(());
+                }
+                _ = tokio::time::sleep(HEARTBEAT) => {}
+                _ = self.lost.notified() => {}
+            }
+            let Some(connected) = &self.pool else {
+                return Ok(());
+            };
+            if let Err(error) = answers(connected, self.heartbeat_within).await {
+                self.disconnect();
+                tell(&self.messages, Message::PollFailed(error)).await?;
+                return Ok(());
+            }
+        }
+    }
 }
 
 /// Whether the database still answers, within `within`: between polls,
@@ -366,26 +426,11 @@ async fn poll_with(
 ) -> Result<Snapshot, LedgerError> {
     let started = Instant::now();
     let mut tx = crate::ledger::snapshot::begin(pool).await?;
-    let mut rows = Vec::with_capacity(4);
-    let mut counts = Vec::with_capacity(4);
     let all_counts = match settings.filter.is_empty() {
         false => Vec::new(),
         true => panes::counts(&mut tx, settings.at).await?,
     };
-    for (index, pane) in Pane::ALL.into_iter().enumerate() {
-        let (filter, offset, limit) = (
-            &settings.filter,
-            settings.offsets[index] as i64,
-            WINDOW as i64,
-        );
-        let pane_rows = panes::fetch(&mut tx, pane, settings.at, filter, limit, offset).await?;
-        rows.push((pane, pane_rows));
-        let count = match all_counts.iter().find(|c| c.pane == pane.name()) {
-            Some(count) => count.items,
-            None => panes::count(&mut tx, pane, settings.at, filter).await?,
-        };
-        counts.push((pane, count));
-    }
+    let (rows, counts) = read_panes(&mut tx, settings, &all_counts).await?;
     // The duplicates pane lists what needs a look and counts the rest;
     // unfiltered, from the same counts as the tabs.
     let replays_only = match settings.filter.is_empty() {
@@ -409,27 +454,7 @@ async fn poll_with(
         .map(|(escalations, approvals)| escalations + approvals);
     let audit_count = count_of("audit");
     let audit = audit::recent(&mut tx, settings.at, AUDIT_ROWS).await?;
-    // In the same snapshot as the panes, so its tab count agrees with them;
-    // under a savepoint, so a failing review (a sum out of range) leaves
-    // every pane fresh.
-    let (finance, finance_error) = if let Some(kept) = kept {
-        match kept {
-            Ok(review) => (Some(review.clone()), None),
-            Err(error) => (None, Some(error.clone())),
-        }
-    } else {
-        let mut review = tx.begin().await?;
-        match finance_review(&mut review, settings).await {
-            Ok(found) => {
-                review.commit().await?;
-                (Some(found), None)
-            }
-            Err(error) => {
-                review.rollback().await?;
-                (None, Some(error.to_string()))
-            }
-        }
-    };
+    let (finance, finance_error) = read_finance(&mut tx, settings, kept).await?;
     let applicability = match settings.at {
         Some(_) => Default::default(),
         None => {
@@ -469,6 +494,63 @@ async fn poll_with(
         filter: settings.filter.clone(),
         settled_actions: settings.settled_actions,
     })
+}
+
+/// Each pane's window of rows, and how many items it holds: from the
+/// unfiltered counts when there are some, else counted under the filter.
+async fn read_panes(
+    tx: &mut crate::ledger::LedgerTransaction<'_>,
+    settings: &PollSettings,
+    all_counts: &[panes::PaneCount],
+) -> Result<PanesRead, LedgerError> {
+    let mut rows = Vec::with_capacity(4);
+    let mut counts = Vec::with_capacity(4);
+    for (index, pane) in Pane::ALL.into_iter().enumerate() {
+        let (filter, offset, limit) = (
+            &settings.filter,
+            settings.offsets[index] as i64,
+            WINDOW as i64,
+        );
+        let pane_rows = panes::fetch(&mut *tx, pane, settings.at, filter, limit, offset).await?;
+        rows.push((pane, pane_rows));
+        let count = match all_counts.iter().find(|c| c.pane == pane.name()) {
+            Some(count) => count.items,
+            None => panes::count(&mut *tx, pane, settings.at, filter).await?,
+        };
+        counts.push((pane, count));
+    }
+    Ok((rows, counts))
+}
+
+/// The panes' rows, and their items' counts.
+type PanesRead = (Vec<(Pane, PaneRows)>, Vec<(Pane, i64)>);
+
+/// The finance review, or why it failed: the one `kept`, else read in
+/// the same snapshot as the panes, so its tab count agrees with them;
+/// under a savepoint, so a failing review (a sum out of range) leaves
+/// every pane fresh.
+async fn read_finance(
+    tx: &mut crate::ledger::LedgerTransaction<'_>,
+    settings: &PollSettings,
+    kept: Option<&Result<FinanceReview, String>>,
+) -> Result<(Option<FinanceReview>, Option<String>), LedgerError> {
+    if let Some(kept) = kept {
+        return Ok(match kept {
+            Ok(review) => (Some(review.clone()), None),
+            Err(error) => (None, Some(error.clone())),
+        });
+    }
+    let mut review = tx.begin().await?;
+    match finance_review(&mut review, settings).await {
+        Ok(found) => {
+            review.commit().await?;
+            Ok((Some(found), None))
+        }
+        Err(error) => {
+            review.rollback().await?;
+            Ok((None, Some(error.to_string())))
+        }
+    }
 }
 
 /// Every effect a view lists, once: what an operator can select and act on.

@@ -15,12 +15,12 @@ use ratatui::DefaultTerminal;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
-use super::app::{App, Message, Settings, Task};
-use super::notify::{self, Tracker};
+use super::app::{App, Message, Settings, Snapshot, Task};
+use super::notify::{self, NewItems, Tracker};
 use super::poller::{self, PollSettings};
 use super::theme::Theme;
 use super::{clipboard, views};
-use crate::ledger::{ConnectSettings, history};
+use crate::ledger::{ConnectSettings, LedgerPool, history};
 use crate::settle::{Request, Settled};
 
 /// Carries out a confirmed operator request: its report (the line to show,
@@ -132,7 +132,53 @@ async fn event_loop(
         input: Some(spawn_input_thread(sender.clone(), stop)),
         tasks: Vec::new(),
     };
-    let mut app = App::new(Settings {
+    let mut app = new_app(&options);
+    let (settings_sender, settings) = watch::channel(app.poll_settings());
+    running.tasks.push(poller::spawn(
+        options.connect.clone(),
+        settings,
+        sender.clone(),
+    ));
+    running.tasks.push(spawn_ticker(
+        sender.clone(),
+        options.background_status.clone(),
+    ));
+    let mut notifier = options.notifications.take().map(Notifier::new);
+    if let Some(work) = options.housekeeping.clone() {
+        running.tasks.push(spawn_housekeeping(sender.clone(), work));
+    }
+    let mut worker = Worker {
+        sender,
+        settings: settings_sender,
+        connect: options.connect.clone(),
+        settle_request: options.settle_request.clone(),
+        detail_pool: None,
+        actions: Vec::new(),
+    };
+    loop {
+        app.fit_to_height(terminal.size()?.height);
+        terminal.draw(|frame| views::draw(frame, &app, &options.theme))?;
+        let Some(message) = running.messages.recv().await else {
+            break;
+        };
+        if let (Message::Snapshot(snapshot), Some(notifier)) = (&message, &mut notifier) {
+            notifier.observe(snapshot, &worker.sender);
+        }
+        for task in app.update(message) {
+            if task == Task::Quit {
+                let actions = std::mem::take(&mut worker.actions);
+                let theme = &options.theme;
+                return quit(terminal, &mut app, theme, actions, &mut running.messages).await;
+            }
+            worker.carry_out(task, &mut app, &mut options.theme);
+        }
+    }
+    Ok(())
+}
+
+/// The console's state as the runtime's options start it.
+fn new_app(options: &ConsoleOptions) -> App {
+    App::new(Settings {
         at: options.at,
         theme: options.theme.name.clone(),
         replica_lag_stale_secs: options.replica_lag_stale_secs,
@@ -144,150 +190,194 @@ async fn event_loop(
             options.read_only,
             options.poll_interval,
         )
-    });
-    let (settings_sender, settings) = watch::channel(poll_settings(&app));
-    running.tasks.push(poller::spawn(
-        options.connect.clone(),
-        settings,
-        sender.clone(),
-    ));
-    running.tasks.push({
-        let sender = sender.clone();
-        let background = options.background_status.clone();
-        tokio::spawn(async move {
-            let mut interval = tokio::time::interval(Duration::from_secs(1));
-            loop {
-                interval.tick().await;
-                let tick = match &background {
-                    Some(line) => Message::Background(line()),
-                    None => Message::Tick,
-                };
-                if sender.send(tick).await.is_err() {
-                    return;
-                }
+    })
+}
+
+/// The clock's tick, every second, with the line about work running
+/// beside the console when there is some.
+fn spawn_ticker(
+    sender: mpsc::Sender<Message>,
+    background: Option<Arc<dyn Fn() -> String + Send + Sync>>,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut interval = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            interval.tick().await;
+            let tick = match &background {
+                Some(line) => Message::Background(line()),
+                None => Message::Tick,
+            };
+            if sender.send(tick).await.is_err() {
+                return;
             }
-        })
-    });
-    let unavailable_said = options
-        .notifications
-        .as_ref()
-        .map(|n| n.unavailable_said.clone())
-        .unwrap_or_default();
-    let mut tracker = options
-        .notifications
-        .map(|n| (Tracker::new(n.min_interval), n.timeout));
-    let notifications_failed = Arc::new(AtomicBool::new(false));
-    let mut detail_pool = None;
-    let mut actions: Vec<JoinHandle<()>> = Vec::new();
-    if let Some(work) = options.housekeeping.clone() {
-        let sender = sender.clone();
-        running.tasks.push(tokio::spawn(async move {
-            let mut interval = tokio::time::interval(Duration::from_secs(3));
-            loop {
-                interval.tick().await;
-                if let Some(line) = work().await
-                    && sender.send(Message::Notice(line)).await.is_err()
-                {
-                    return;
-                }
+        }
+    })
+}
+
+/// Housekeeping every three seconds; what it says goes to the status line.
+fn spawn_housekeeping(sender: mpsc::Sender<Message>, work: Housekeeping) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut interval = tokio::time::interval(Duration::from_secs(3));
+        loop {
+            interval.tick().await;
+            if let Some(line) = work().await
+                && sender.send(Message::Notice(line)).await.is_err()
+            {
+                return;
             }
-        }));
+        }
+    })
+}
+
+/// Desktop notifications of new items, until one fails: then the operator
+/// is told once (and, through `unavailable_said`, not again by later
+/// consoles), and no more are tried.
+struct Notifier {
+    tracker: Tracker,
+    timeout: Duration,
+    failed: Arc<AtomicBool>,
+    unavailable_said: PathBuf,
+}
+
+impl Notifier {
+    fn new(options: NotificationOptions) -> Notifier {
+        Notifier {
+            tracker: Tracker::new(options.min_interval),
+            timeout: options.timeout,
+            failed: Arc::new(AtomicBool::new(false)),
+            unavailable_said: options.unavailable_said,
+        }
     }
 
-    loop {
-        let size = terminal.size()?;
-        app.page_size = size.height.saturating_sub(7).max(1) as usize;
-        terminal.draw(|frame| views::draw(frame, &app, &options.theme))?;
-        let Some(message) = running.messages.recv().await else {
-            break;
-        };
-        if let (Message::Snapshot(snapshot), Some((tracker, timeout))) = (&message, &mut tracker)
-            && !notifications_failed.load(Ordering::Relaxed)
-        {
-            for batch in tracker.observe(&snapshot.panes, Instant::now()) {
-                let (sender, failed, timeout) =
-                    (sender.clone(), notifications_failed.clone(), *timeout);
-                let said = unavailable_said.clone();
-                tokio::spawn(async move {
-                    let title = format!("effectwatch: {}", batch.pane.title());
-                    match notify::send(title, batch.summary(), timeout).await {
-                        Ok(()) => {
-                            let _ = std::fs::remove_file(&said);
-                        }
-                        Err(error) if !failed.swap(true, Ordering::Relaxed) => {
-                            tracing::warn!(%error, "desktop notifications unavailable");
-                            if said.exists() {
-                                return;
-                            }
-                            let _ = std::fs::write(&said, &error);
-                            let notice = format!(
-                                "desktop notifications unavailable ({error}); carrying on without them (said once; --no-notify turns them off)"
-                            );
-                            let _ = sender.send(Message::Notice(notice)).await;
-                        }
-                        Err(_) => {}
-                    }
-                });
-            }
+    /// Notifies what is new in a read, each batch on a task of its own.
+    fn observe(&mut self, snapshot: &Snapshot, sender: &mpsc::Sender<Message>) {
+        if self.failed.load(Ordering::Relaxed) {
+            return;
         }
-        for command in app.update(message) {
-            match command {
-                Task::Quit => {
-                    actions.retain(|task| !task.is_finished());
-                    if !actions.is_empty() {
-                        app.set_status(
-                            format!("finishing {} action(s)…", actions.len()),
-                            super::theme::Role::Muted,
-                        );
-                        terminal.draw(|frame| views::draw(frame, &app, &options.theme))?;
-                        finish(actions, &mut running.messages).await;
-                    }
-                    return Ok(());
+        for batch in self.tracker.observe(&snapshot.panes, Instant::now()) {
+            tokio::spawn(notify_batch(
+                batch,
+                self.timeout,
+                self.failed.clone(),
+                self.unavailable_said.clone(),
+                sender.clone(),
+            ));
+        }
+    }
+}
+
+/// Sends one notification; the first failure is said once.
+async fn notify_batch(
+    batch: NewItems,
+    timeout: Duration,
+    failed: Arc<AtomicBool>,
+    said: PathBuf,
+    sender: mpsc::Sender<Message>,
+) {
+    let title = format!("effectwatch: {}", batch.pane.title());
+    match notify::send(title, batch.summary(), timeout).await {
+        Ok(()) => {
+            let _ = std::fs::remove_file(&said);
+        }
+        Err(error) if !failed.swap(true, Ordering::Relaxed) => {
+            tracing::warn!(%error, "desktop notifications unavailable");
+            if said.exists() {
+                return;
+            }
+            let _ = std::fs::write(&said, &error);
+            let notice = format!(
+                "desktop notifications unavailable ({error}); carrying on without them (said once; --no-notify turns them off)"
+            );
+            let _ = sender.send(Message::Notice(notice)).await;
+        }
+        Err(_) => {}
+    }
+}
+
+/// Carries out what the update asks for besides quitting: its answers
+/// come back as messages.
+struct Worker {
+    sender: mpsc::Sender<Message>,
+    /// What the poller reads: a change wakes it at once, NOTIFY's gap aside.
+    settings: watch::Sender<PollSettings>,
+    connect: ConnectSettings,
+    settle_request: SettleRequest,
+    /// A small pool of its own for details, made with the first.
+    detail_pool: Option<LedgerPool>,
+    /// Confirmed actions under way.
+    actions: Vec<JoinHandle<()>>,
+}
+
+impl Worker {
+    fn carry_out(&mut self, task: Task, app: &mut App, theme: &mut Theme) {
+        match task {
+            Task::Quit => {}
+            Task::Repoll => {
+                let _ = self.settings.send(app.poll_settings());
+            }
+            Task::SwitchTheme(name) => {
+                if let Some(built_in) = Theme::built_in(name) {
+                    *theme = built_in;
                 }
-                // A changed setting wakes the poller at once, NOTIFY's gap aside.
-                Task::Repoll => {
-                    let _ = settings_sender.send(poll_settings(&app));
-                }
-                Task::SwitchTheme(name) => {
-                    if let Some(theme) = super::theme::Theme::built_in(name) {
-                        options.theme = theme;
-                    }
-                }
-                Task::LoadDetail(op_key) => {
-                    if detail_pool.is_none() {
-                        let mut connect = options.connect.clone();
-                        connect.max_connections = 2;
-                        detail_pool = crate::ledger::connect_lazy(&connect).ok();
-                    }
-                    if let Some(pool) = detail_pool.clone() {
-                        let sender = sender.clone();
-                        tokio::spawn(async move {
-                            let result = history::load(&pool, &op_key)
-                                .await
-                                .map(Box::new)
-                                .map_err(|e| e.to_string());
-                            let _ = sender.send(Message::Detail(op_key, result)).await;
-                        });
-                    }
-                }
-                Task::Settle(request) => {
-                    let (sender, settle_request) = (sender.clone(), options.settle_request.clone());
-                    actions.retain(|task| !task.is_finished());
-                    actions.push(tokio::spawn(async move {
-                        let result = settle_request(request.clone()).await;
-                        let _ = sender.send(Message::Settled { request, result }).await;
-                    }));
-                }
-                Task::Copy(text) => {
-                    if let Err(error) = clipboard::copy(&text) {
-                        app.set_status(
-                            format!("copy failed: {error}"),
-                            super::theme::Role::Critical,
-                        );
-                    }
+            }
+            Task::LoadDetail(op_key) => self.load_detail(op_key),
+            Task::Settle(request) => self.settle(request),
+            Task::Copy(text) => {
+                if let Err(error) = clipboard::copy(&text) {
+                    app.set_status(
+                        format!("copy failed: {error}"),
+                        super::theme::Role::Critical,
+                    );
                 }
             }
         }
+    }
+
+    fn load_detail(&mut self, op_key: String) {
+        if self.detail_pool.is_none() {
+            let mut connect = self.connect.clone();
+            connect.max_connections = 2;
+            self.detail_pool = crate::ledger::connect_lazy(&connect).ok();
+        }
+        if let Some(pool) = self.detail_pool.clone() {
+            let sender = self.sender.clone();
+            tokio::spawn(async move {
+                let result = history::load(&pool, &op_key)
+                    .await
+                    .map(Box::new)
+                    .map_err(|e| e.to_string());
+                let _ = sender.send(Message::Detail(op_key, result)).await;
+            });
+        }
+    }
+
+    fn settle(&mut self, request: Request) {
+        let (sender, settle_request) = (self.sender.clone(), self.settle_request.clone());
+        self.actions.retain(|task| !task.is_finished());
+        self.actions.push(tokio::spawn(async move {
+            let result = settle_request(request.clone()).await;
+            let _ = sender.send(Message::Settled { request, result }).await;
+        }));
+    }
+}
+
+/// Quits once the confirmed actions still under way have finished, saying
+/// so meanwhile.
+async fn quit(
+    terminal: &mut DefaultTerminal,
+    app: &mut App,
+    theme: &Theme,
+    mut actions: Vec<JoinHandle<()>>,
+    messages: &mut mpsc::Receiver<Message>,
+) -> std::io::Result<()> {
+    actions.retain(|task| !task.is_finished());
+    if !actions.is_empty() {
+        app.set_status(
+            format!("finishing {} action(s)…", actions.len()),
+            super::theme::Role::Muted,
+        );
+        terminal.draw(|frame| views::draw(frame, app, theme))?;
+        finish(actions, messages).await;
     }
     Ok(())
 }
@@ -308,18 +398,6 @@ async fn finish(actions: Vec<JoinHandle<()>>, messages: &mut mpsc::Receiver<Mess
         }
     })
     .await;
-}
-
-/// What the poller reads, as the console's state asks for it.
-pub fn poll_settings(app: &App) -> PollSettings {
-    PollSettings {
-        filter: app.filter.clone(),
-        interval: app.poll_interval,
-        paused: app.paused,
-        offsets: app.offsets,
-        at: app.at,
-        settled_actions: app.settled_actions,
-    }
 }
 
 /// crossterm's read blocks, so it gets a thread of its own; it checks the

@@ -68,6 +68,117 @@ impl FromStr for Pane {
     }
 }
 
+/// One column of a pane, as the console and `effectwatch list` both print
+/// it: the pane's one spec, kept beside the queries that fill it. A row's
+/// cells come in this order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PaneColumn {
+    pub title: &'static str,
+    /// The least width the console gives it.
+    pub width: u16,
+    /// Flexible columns share the console's room left over.
+    pub flexible: bool,
+    /// The item's own key (not a holder's): what an action names, and what
+    /// `list` prints the item's version after.
+    pub key: bool,
+}
+
+impl PaneColumn {
+    const fn new(title: &'static str, width: u16, flexible: bool) -> PaneColumn {
+        PaneColumn {
+            title,
+            width,
+            flexible,
+            key: false,
+        }
+    }
+
+    /// The column of the item's key.
+    const fn key(mut self) -> PaneColumn {
+        self.key = true;
+        self
+    }
+}
+
+const OVERDUE_COLUMNS: [PaneColumn; 8] = [
+    PaneColumn::new("key", 24, true).key(),
+    PaneColumn::new("action", 8, false),
+    PaneColumn::new("target", 16, true),
+    PaneColumn::new("amount", 12, false),
+    PaneColumn::new("age", 7, false),
+    PaneColumn::new("past window", 11, false),
+    PaneColumn::new("dispatched", 12, false),
+    PaneColumn::new("requester", 10, false),
+];
+
+const UNKNOWN_COLUMNS: [PaneColumn; 8] = [
+    PaneColumn::new("key", 24, true).key(),
+    PaneColumn::new("action", 8, false),
+    PaneColumn::new("target", 16, true),
+    PaneColumn::new("amount", 12, false),
+    PaneColumn::new("unknown for", 11, false),
+    PaneColumn::new("tries", 5, false),
+    PaneColumn::new("last error", 16, true),
+    PaneColumn::new("reconciled", 20, false),
+];
+
+const DUPLICATES_COLUMNS: [PaneColumn; 10] = [
+    PaneColumn::new("key", 24, true).key(),
+    PaneColumn::new("needs", 16, true),
+    PaneColumn::new("state", 11, false),
+    PaneColumn::new("tries", 5, false),
+    PaneColumn::new("replays", 7, false),
+    PaneColumn::new("in flight", 9, false),
+    PaneColumn::new("mismatch", 9, false),
+    PaneColumn::new("first seen", 14, false),
+    PaneColumn::new("last seen", 14, false),
+    PaneColumn::new("requesters", 14, true),
+];
+
+const HELD_COLUMNS: [PaneColumn; 8] = [
+    PaneColumn::new("target", 16, true),
+    PaneColumn::new("held key", 22, true).key(),
+    PaneColumn::new("amount", 12, false),
+    PaneColumn::new("held for", 9, false),
+    PaneColumn::new("held by", 22, true),
+    PaneColumn::new("holder", 10, false),
+    PaneColumn::new("holder amount", 13, false),
+    PaneColumn::new("holder age", 10, false),
+];
+
+impl Pane {
+    /// The pane's columns, in the order of its rows' cells.
+    pub const fn columns(self) -> &'static [PaneColumn] {
+        match self {
+            Pane::Overdue => &OVERDUE_COLUMNS,
+            Pane::Unknown => &UNKNOWN_COLUMNS,
+            Pane::Duplicates => &DUPLICATES_COLUMNS,
+            Pane::Held => &HELD_COLUMNS,
+        }
+    }
+
+    /// Where the item's key is among [`Pane::columns`]: each pane marks
+    /// exactly one.
+    pub fn key_column(self) -> usize {
+        self.columns()
+            .iter()
+            .position(|column| column.key)
+            .unwrap_or(0)
+    }
+}
+
+impl PaneRows {
+    /// The pane the rows are of.
+    pub fn pane(&self) -> Pane {
+        match self {
+            PaneRows::Overdue(_) => Pane::Overdue,
+            PaneRows::Unknown(_) => Pane::Unknown,
+            PaneRows::Duplicates(_) => Pane::Duplicates,
+            PaneRows::Held(_) => Pane::Held,
+        }
+    }
+}
+
 /// The fields a filter may name; plain words match any of them.
 pub const FILTER_FIELDS: [&str; 7] = [
     "key",
@@ -669,4 +780,23 @@ pub async fn held_without_asking<'c>(
     .bind(op_key)
     .fetch_optional(executor)
     .await?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_pane_marks_one_key_column() {
+        for pane in Pane::ALL {
+            let keys: Vec<&str> = pane
+                .columns()
+                .iter()
+                .filter(|column| column.key)
+                .map(|column| column.title)
+                .collect();
+            assert_eq!(keys.len(), 1, "{pane}: {keys:?}");
+            assert_eq!(pane.columns()[pane.key_column()].title, keys[0], "{pane}");
+        }
+    }
 }

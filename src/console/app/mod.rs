@@ -11,6 +11,7 @@ mod dialog;
 mod navigation;
 mod prompt;
 mod settled;
+mod shown;
 mod snapshot;
 
 use std::ops::{Index, IndexMut};
@@ -19,10 +20,12 @@ pub use self::dialog::{Dialog, key_suffix};
 use self::prompt::NOT_IN_HISTORY;
 pub use self::prompt::Prompt;
 use self::settled::Acted;
+pub use self::shown::Shown;
 pub use self::snapshot::{Notifications, Snapshot};
 pub use super::action::DialogField;
 use super::action::{Action, Use};
 use super::model::{self, APPROVAL_ROW, TableModel};
+use super::poller::PollSettings;
 use super::theme::Role;
 pub use super::view::{VIEW_COUNT, VIEWS, View};
 use crate::console::theme::Theme;
@@ -167,7 +170,7 @@ pub struct Status {
 /// One message of the session's log.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Logged {
-    pub(crate) at: chrono::DateTime<chrono::Utc>,
+    pub at: chrono::DateTime<chrono::Utc>,
     pub text: String,
     pub role: Role,
     /// What it was about: the key(s) an action was done to, else the item
@@ -252,61 +255,61 @@ fn split_welcome(welcome: &str) -> (Option<String>, Option<String>) {
 }
 
 pub struct App {
-    pub(crate) view: View,
-    pub(crate) lists: PerView<ListState>,
-    pub(crate) models: PerView<TableModel>,
-    pub(crate) totals: PerView<i64>,
+    view: View,
+    lists: PerView<ListState>,
+    models: PerView<TableModel>,
+    totals: PerView<i64>,
     /// When the data on screen was read (the start of its poll): how old
     /// it is, whatever the connection is doing now.
-    pub(crate) data_since: Option<Instant>,
+    data_since: Option<Instant>,
     /// The server polled (`host:port/db`), named while it does not answer.
-    pub(crate) server: Option<String>,
-    pub(crate) offsets: [usize; 4],
-    pub(crate) snapshot: Option<Box<Snapshot>>,
-    pub(crate) connection: Connection,
-    pub(crate) detail: Option<Detail>,
-    pub(crate) filter_text: String,
-    pub(crate) filter: Filter,
-    pub(crate) mode: Mode,
-    pub(crate) paused: bool,
+    server: Option<String>,
+    offsets: [usize; 4],
+    snapshot: Option<Box<Snapshot>>,
+    connection: Connection,
+    detail: Option<Detail>,
+    filter_text: String,
+    filter: Filter,
+    mode: Mode,
+    paused: bool,
     /// Actions settled this session: the finance review is read again
     /// after each, not only every half minute.
-    pub(crate) settled_actions: u64,
-    pub(crate) poll_interval: Duration,
-    pub(crate) read_only: bool,
-    pub(crate) operator: String,
+    settled_actions: u64,
+    poll_interval: Duration,
+    read_only: bool,
+    operator: String,
     /// What the about overlay lists: label and value, given by the runtime
     /// (server, operator, mode; the demo adds how a second operator joins).
-    pub(crate) about: Vec<(String, String)>,
-    pub(crate) status: Option<Status>,
+    about: Vec<(String, String)>,
+    status: Option<Status>,
     /// Every result and refusal of the session, oldest first.
-    pub(crate) messages: std::collections::VecDeque<Logged>,
+    messages: std::collections::VecDeque<Logged>,
     /// When set, the console shows panes as they were at this instant.
-    pub(crate) at: Option<DateTime<Utc>>,
-    pub(crate) page_size: usize,
+    at: Option<DateTime<Utc>>,
+    page_size: usize,
     /// The theme drawn with: a built-in name, or the file it came from.
-    pub(crate) theme: String,
+    theme: String,
     /// Replay lag above which data read from a standby is called stale.
-    pub(crate) replica_lag_stale_secs: f64,
+    replica_lag_stale_secs: f64,
     /// A first-run hint (the demo: how a second operator joins), kept at
     /// the right of the status line beside any message until the operator
     /// opens what it points to (`i`).
-    pub(crate) hint: Option<String>,
+    hint: Option<String>,
     /// What runs beside the console (the demo's agents), shown when idle.
-    pub(crate) background: Option<String>,
+    background: Option<String>,
     /// What the console's own actions did, until a read shows it.
-    pub(crate) acted: Vec<Acted>,
+    acted: Vec<Acted>,
     /// The held items, as last read, whose agents have not asked for them
     /// within their pending window: a release says so, and offers cancel.
-    pub(crate) stopped_asking: std::collections::HashSet<String>,
+    stopped_asking: std::collections::HashSet<String>,
     pending_jump_to_end: bool,
     /// The first line of the help shown: it scrolls when taller than the
     /// terminal.
-    pub(crate) help_scroll: usize,
+    help_scroll: usize,
     /// What the last frame's help could show, which the keys scroll
     /// within: the one thing drawing tells the state, since only drawing
     /// knows the terminal's size and how the help wraps in it.
-    pub(crate) help_room: std::cell::Cell<HelpRoom>,
+    help_room: std::cell::Cell<HelpRoom>,
 }
 
 /// How far the help scrolls, as the last frame laid it out.
@@ -381,26 +384,6 @@ impl App {
         &self.models[view]
     }
 
-    /// A view's selection and sort.
-    pub fn list(&self, view: View) -> &ListState {
-        &self.lists[view]
-    }
-
-    /// How many items a view's pane holds, beyond the rows read.
-    pub fn total(&self, view: View) -> i64 {
-        self.totals[view]
-    }
-
-    /// Where each pane's window of rows starts.
-    pub fn offsets(&self) -> &[usize; 4] {
-        &self.offsets
-    }
-
-    /// Whether the last poll answered, and if not, what it said.
-    pub fn connection(&self) -> &Connection {
-        &self.connection
-    }
-
     /// Makes the data on screen `age` old, as if its poll started then.
     /// The console has no clock of its own to fake: this is how a test
     /// shows a poll that has not answered for a while.
@@ -408,77 +391,28 @@ impl App {
         self.data_since = Some(Instant::now().checked_sub(age).unwrap_or_else(Instant::now));
     }
 
-    pub fn detail(&self) -> Option<&Detail> {
-        self.detail.as_ref()
+    /// How many rows a page moves: what the terminal's `height` shows of a
+    /// table, below the header, tabs, title, status and key bar.
+    pub fn fit_to_height(&mut self, height: u16) {
+        self.page_size = height.saturating_sub(7).max(1) as usize;
     }
 
-    /// The filter as typed, and as understood.
-    pub fn filter_text(&self) -> &str {
-        &self.filter_text
+    /// What the last frame's help could show, which the keys then scroll
+    /// within: the one thing drawing tells the state, since only drawing
+    /// knows the terminal's size and how the help wraps in it.
+    pub fn help_laid_out(&self, room: HelpRoom) {
+        self.help_room.set(room);
     }
 
-    pub fn filter(&self) -> &Filter {
-        &self.filter
-    }
-
-    pub fn is_paused(&self) -> bool {
-        self.paused
-    }
-
-    /// The newest message, as the status line shows it.
-    pub fn status(&self) -> Option<&Status> {
-        self.status.as_ref()
-    }
-
-    /// Every result and refusal of the session, oldest first.
-    pub fn messages(&self) -> &std::collections::VecDeque<Logged> {
-        &self.messages
-    }
-
-    /// The instant shown under time travel; `None`: live.
-    pub fn at(&self) -> Option<DateTime<Utc>> {
-        self.at
-    }
-
-    pub fn poll_interval(&self) -> Duration {
-        self.poll_interval
-    }
-
-    pub fn is_read_only(&self) -> bool {
-        self.read_only
-    }
-
-    pub fn operator(&self) -> &str {
-        &self.operator
-    }
-
-    /// The theme drawn with: a built-in name, or the file it came from.
-    pub fn theme(&self) -> &str {
-        &self.theme
-    }
-
-    pub fn editing_filter(&self) -> bool {
-        self.mode == Mode::Prompt(Prompt::Filter)
-    }
-
-    pub fn dialog(&self) -> Option<&Dialog> {
-        match &self.mode {
-            Mode::Dialog(dialog) => Some(dialog),
-            _ => None,
-        }
-    }
-
-    pub fn prompt(&self) -> Option<&Prompt> {
-        match &self.mode {
-            Mode::Prompt(prompt) => Some(prompt),
-            _ => None,
-        }
-    }
-
-    pub fn overlay(&self) -> Option<Overlay> {
-        match &self.mode {
-            Mode::Overlay(overlay) => Some(*overlay),
-            _ => None,
+    /// What the poller reads, as the console's state asks for it.
+    pub fn poll_settings(&self) -> PollSettings {
+        PollSettings {
+            filter: self.filter.clone(),
+            interval: self.poll_interval,
+            paused: self.paused,
+            offsets: self.offsets,
+            at: self.at,
+            settled_actions: self.settled_actions,
         }
     }
 
@@ -718,33 +652,6 @@ impl App {
             });
         }
         self.status = Some(Status { text, role, about });
-    }
-
-    /// The status as it should read now: a message about another item
-    /// than the one selected is faded. An item that left the view (an
-    /// action took it off) leaves its message as it was: the selection
-    /// moved on by itself, not the operator.
-    pub fn status_now(&self) -> Option<Status> {
-        let status = self.status.clone()?;
-        let names =
-            |row: &model::Row, item: &str| row.id == item || row.op_key.as_deref() == Some(item);
-        let fades = status.about.as_deref().is_some_and(|about| {
-            let selected = match &self.detail {
-                Some(detail) => detail.op_key == about,
-                None => self.selected_row().is_some_and(|row| names(row, about)),
-            };
-            let shown =
-                self.detail.is_some() || self.model().rows.iter().any(|row| names(row, about));
-            !selected && shown
-        });
-        if fades {
-            Some(Status {
-                role: Role::Muted,
-                ..status
-            })
-        } else {
-            Some(status)
-        }
     }
 
     pub fn update(&mut self, message: Message) -> Vec<Task> {

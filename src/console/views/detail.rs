@@ -80,31 +80,9 @@ fn field<'a>(theme: &Theme, name: &str, value: String, role: Role) -> Line<'a> {
 /// Every field of the effect itself, its policy and what it may do next.
 fn record_lines<'a>(history: &EffectHistory, theme: &Theme) -> Vec<Line<'a>> {
     let effect = &history.effect;
-    let mut lines: Vec<Line> = Vec::new();
-    let state = effect.state.as_str();
-    lines.push(field(
-        theme,
-        "state",
-        format!("{} {state}", state_symbol(state)),
-        state_role(state),
-    ));
-    lines.push(field(theme, "key", effect.op_key.clone(), Role::Text));
-    lines.push(field(theme, "action", effect.action.clone(), Role::Text));
-    lines.push(field(theme, "target", effect.target.clone(), Role::Text));
-    lines.push(field(
-        theme,
-        "amount",
-        optional_money(effect.amount_minor, effect.currency.as_deref()),
-        Role::Text,
-    ));
-    lines.push(field(
-        theme,
-        "provider",
-        effect.provider.clone().unwrap_or_else(|| "—".into()),
-        Role::Text,
-    ));
-    lines.push(field(theme, "requested by", effect.requester(), Role::Text));
+    let mut lines = what_lines(effect, theme);
     if let Some(policy) = &history.policy {
+        let state = effect.state.as_str();
         lines.push(field(
             theme,
             "policy",
@@ -122,6 +100,45 @@ fn record_lines<'a>(history: &EffectHistory, theme: &Theme) -> Vec<Line<'a>> {
             Role::Accent,
         ));
     }
+    lines.extend(when_lines(effect, theme));
+    lines.extend(trouble_lines(effect, theme));
+    lines
+}
+
+/// What the effect is: its state, key, action, target, amount, provider
+/// and who asked for it.
+fn what_lines<'a>(effect: &Effect, theme: &Theme) -> Vec<Line<'a>> {
+    let state = effect.state.as_str();
+    vec![
+        field(
+            theme,
+            "state",
+            format!("{} {state}", state_symbol(state)),
+            state_role(state),
+        ),
+        field(theme, "key", effect.op_key.clone(), Role::Text),
+        field(theme, "action", effect.action.clone(), Role::Text),
+        field(theme, "target", effect.target.clone(), Role::Text),
+        field(
+            theme,
+            "amount",
+            optional_money(effect.amount_minor, effect.currency.as_deref()),
+            Role::Text,
+        ),
+        field(
+            theme,
+            "provider",
+            effect.provider.clone().unwrap_or_else(|| "—".into()),
+            Role::Text,
+        ),
+        field(theme, "requested by", effect.requester(), Role::Text),
+    ]
+}
+
+/// Its approval, when it was made and sent, its deadline and the
+/// provider's reference.
+fn when_lines<'a>(effect: &Effect, theme: &Theme) -> Vec<Line<'a>> {
+    let mut lines = Vec::new();
     if let Some(approval) = &effect.approval_ref {
         lines.push(field(
             theme,
@@ -160,6 +177,13 @@ fn record_lines<'a>(history: &EffectHistory, theme: &Theme) -> Vec<Line<'a>> {
         effect.external_ref.clone().unwrap_or_else(|| "—".into()),
         Role::Text,
     ));
+    lines
+}
+
+/// What went wrong: its failure, a result after settlement, what the
+/// provider needs a person for.
+fn trouble_lines<'a>(effect: &Effect, theme: &Theme) -> Vec<Line<'a>> {
+    let mut lines = Vec::new();
     if let Some(error) = effect.last_error() {
         lines.push(field(
             theme,

@@ -5,45 +5,58 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Paragraph};
 
 use super::table;
-use crate::console::app::App;
+use crate::console::app::Shown;
 use crate::console::theme::{Role, Theme};
 use crate::format::money;
+use crate::ledger::finance::Exposure;
 use crate::text::sanitize_line;
 
 /// Exposure per currency above, suspected double effects below: what a
 /// finance reviewer checks, with a selection the settling keys act on.
-pub fn draw(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
-    let exposure = app
-        .snapshot
-        .as_ref()
-        .and_then(|s| s.finance.as_ref())
-        .map(|f| f.exposure.clone())
-        .unwrap_or_default();
+pub fn draw(frame: &mut Frame, area: Rect, app: &dyn Shown, theme: &Theme) {
+    let review = app.snapshot().and_then(|s| s.finance.as_ref());
+    let exposure = review.map(|f| f.exposure.clone()).unwrap_or_default();
     // The rows, their header, the title and the legend.
     let height = (exposure.len() as u16 + 4).min(area.height / 2).max(3);
     let [top, bottom] =
         Layout::vertical([Constraint::Length(height), Constraint::Min(3)]).areas(area);
-    // Read less often than the panes: say when. Under time travel the
-    // review is of the instant, whenever it was read.
-    let reviewed = match app.at {
-        Some(at) => format!(", as of {} UTC", at.format("%Y-%m-%d %H:%M:%S")),
-        None => app
-            .snapshot
-            .as_ref()
-            .and_then(|s| s.finance.as_ref())
-            .map(|f| format!(", reviewed {} UTC", f.read_at.format("%H:%M:%S")))
-            .unwrap_or_default(),
-    };
     let block = Block::default()
         .borders(Borders::TOP)
         .border_style(theme.border())
         .title(Span::styled(
             format!(
-                " Exposure per currency (last 30 days{reviewed}; never summed across currencies) "
+                " Exposure per currency (last 30 days{}; never summed across currencies) ",
+                reviewed(app)
             ),
             theme.role(Role::Accent).add_modifier(Modifier::BOLD),
         ));
-    let rows: Vec<[(String, Role); 4]> = exposure
+    let lines = exposure_lines(app, &exposure, area.width as usize, theme);
+    frame.render_widget(Paragraph::new(lines).block(block).style(theme.base()), top);
+    table::draw_titled(
+        frame,
+        bottom,
+        app,
+        theme,
+        "Suspected double effects · c compensates · e escalates",
+    );
+}
+
+/// Read less often than the panes: say when. Under time travel the
+/// review is of the instant, whenever it was read.
+fn reviewed(app: &dyn Shown) -> String {
+    match app.at() {
+        Some(at) => format!(", as of {} UTC", at.format("%Y-%m-%d %H:%M:%S")),
+        None => app
+            .snapshot()
+            .and_then(|s| s.finance.as_ref())
+            .map(|f| format!(", reviewed {} UTC", f.read_at.format("%H:%M:%S")))
+            .unwrap_or_default(),
+    }
+}
+
+/// Each currency's figures, as text and how loud.
+fn figure_cells(exposure: &[Exposure]) -> Vec<[(String, Role); 4]> {
+    exposure
         .iter()
         .map(|row| {
             let cur = sanitize_line(&row.currency);
@@ -68,8 +81,19 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
                 ),
             ]
         })
-        .collect();
-    let layout = Figures::fit(&rows, area.width as usize);
+        .collect()
+}
+
+/// The exposure table in `width` columns: its header and a row per
+/// currency (else why there are none), then the legend.
+fn exposure_lines(
+    app: &dyn Shown,
+    exposure: &[Exposure],
+    width: usize,
+    theme: &Theme,
+) -> Vec<Line<'static>> {
+    let rows = figure_cells(exposure);
+    let layout = Figures::fit(&rows, width);
     let mut header = format!("  {:<5}", "cur");
     for &figure in &layout.shown {
         let title = if layout.width >= FIGURES[figure].0.len() {
@@ -83,10 +107,7 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         header,
         theme.role(Role::Muted).add_modifier(Modifier::BOLD),
     ))];
-    let failed = app
-        .snapshot
-        .as_ref()
-        .and_then(|s| s.finance_error.as_deref());
+    let failed = app.snapshot().and_then(|s| s.finance_error.as_deref());
     if let Some(error) = failed {
         // The header would promise a table that is not there.
         lines = vec![Line::from(Span::styled(
@@ -94,7 +115,7 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             theme.role(Role::Critical),
         ))];
     } else if exposure.is_empty() {
-        let text = if app.snapshot.as_ref().is_some_and(|s| s.finance.is_some()) {
+        let text = if app.snapshot().is_some_and(|s| s.finance.is_some()) {
             "  ✓ no money at risk"
         } else {
             "  reading the finance review…"
@@ -126,14 +147,7 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
          excess: paid beyond that (or beyond the first payment)",
         theme.role(Role::Muted),
     )));
-    frame.render_widget(Paragraph::new(lines).block(block).style(theme.base()), top);
-    table::draw_titled(
-        frame,
-        bottom,
-        app,
-        theme,
-        "Suspected double effects · c compensates · e escalates",
-    );
+    lines
 }
 
 /// The exposure's figures: the title when there is room, the short one

@@ -5,23 +5,48 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
 
 use crate::console::action::TABLE;
-use crate::console::app::{App, Connection, Notifications, Prompt, VIEWS, View};
+use crate::console::app::{Connection, Notifications, Prompt, Shown, VIEWS, View};
 use crate::console::theme::{Role, Theme};
 use crate::format::duration_ms;
 use crate::ledger::panes::FILTER_FIELDS;
 
 use crate::text::{sanitize_line, truncate_middle};
 
-pub fn draw_header(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
+pub fn draw_header(frame: &mut Frame, area: Rect, app: &dyn Shown, theme: &Theme) {
     let header = theme.header();
-    let mut parts = Vec::new();
-    parts.push(Part::new(
+    let mut parts = vec![Part::new(
         Gives::First,
         header.add_modifier(Modifier::BOLD),
         [" effectwatch ", ""],
+    )];
+    parts.extend(ledger_parts(app, theme));
+    parts.extend(connection_parts(app, theme));
+    parts.extend(replica_part(app, theme));
+    parts.extend(deaf_part(app, theme));
+    parts.extend(durability_part(app, theme));
+    parts.extend(polled_part(app, theme));
+    if let Some(at) = app.at() {
+        parts.push(Part::new(
+            Gives::Never,
+            header.fg(theme.warn),
+            [format!("│ ⏲ AS OF {} ", at.format("%Y-%m-%d %H:%M:%S UTC"))],
+        ));
+    }
+    parts.push(Part::new(
+        Gives::Never,
+        header,
+        [format!("│ {} ", sanitize_line(app.operator()))],
     ));
-    // First, where a long database name or a narrow terminal cannot cut it off.
-    if app.read_only {
+    let spans = fit(parts, area.width as usize);
+    frame.render_widget(Paragraph::new(Line::from(spans)).style(header), area);
+}
+
+/// Read-only first, where a long database name or a narrow terminal
+/// cannot cut it off; then who the console reads the ledger as, and where.
+fn ledger_parts(app: &dyn Shown, theme: &Theme) -> Vec<Part> {
+    let header = theme.header();
+    let mut parts = Vec::new();
+    if app.is_read_only() {
         parts.push(Part::new(
             Gives::Never,
             theme.selection().bg(theme.warn),
@@ -29,7 +54,7 @@ pub fn draw_header(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         ));
         parts.push(Part::new(Gives::Never, header, [" "]));
     }
-    if let Some(snapshot) = &app.snapshot {
+    if let Some(snapshot) = app.snapshot() {
         let role = sanitize_line(&snapshot.role);
         let database = sanitize_line(&snapshot.database);
         parts.push(Part::new(
@@ -41,17 +66,44 @@ pub fn draw_header(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             ],
         ));
     }
+    parts
+}
+
+/// Whether the data is live, and the server while it does not answer.
+fn connection_parts(app: &dyn Shown, theme: &Theme) -> Vec<Part> {
+    let header = theme.header();
+    let (connection, role) = connection_state(app);
+    let said = header.fg(theme.role(role).fg.unwrap_or(theme.text));
+    let mut parts = vec![
+        Part::new(Gives::Never, header, ["│ "]),
+        Part::new(Gives::Never, said, [format!("{connection} ")]),
+    ];
+    if !matches!(app.connection(), Connection::Live)
+        && let Some(server) = app.server()
+    {
+        parts.push(Part::new(
+            Gives::Early,
+            said,
+            [format!("· {} ", sanitize_line(server)), String::new()],
+        ));
+    }
+    parts
+}
+
+/// The connection in words, and how loud: live, paused, history, waiting
+/// for an answer, or stale.
+fn connection_state(app: &dyn Shown) -> (String, Role) {
     // Age is the data's own: from the poll that read it, not from when a
     // failure was noticed (a poll can take seconds to fail).
     let data_age_ms = app
-        .data_since
+        .data_since()
         .map(|since| since.elapsed().as_millis() as i64);
-    let overdue_after_ms = app.poll_interval.as_millis() as i64 + 2_000;
-    let (connection, role) = match &app.connection {
+    let overdue_after_ms = app.poll_interval().as_millis() as i64 + 2_000;
+    match app.connection() {
         Connection::Connecting => ("◌ connecting".to_string(), Role::Warn),
         // The past does not change: nothing is live about it.
-        Connection::Live if app.at.is_some() => ("⏲ history".to_string(), Role::Warn),
-        Connection::Live if app.paused => ("‖ paused".to_string(), Role::Warn),
+        Connection::Live if app.at().is_some() => ("⏲ history".to_string(), Role::Warn),
+        Connection::Live if app.is_paused() => ("‖ paused".to_string(), Role::Warn),
         Connection::Live => match data_age_ms {
             Some(age) if age > overdue_after_ms => (
                 format!("⧗ no answer yet · data {} old", duration_ms(age)),
@@ -66,118 +118,94 @@ pub fn draw_header(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
             ),
             Role::Critical,
         ),
-    };
-    let said = header.fg(theme.role(role).fg.unwrap_or(theme.text));
-    parts.push(Part::new(Gives::Never, header, ["│ "]));
-    parts.push(Part::new(Gives::Never, said, [format!("{connection} ")]));
-    if !matches!(app.connection, Connection::Live)
-        && let Some(server) = &app.server
-    {
-        parts.push(Part::new(
+    }
+}
+
+/// A standby sends no notifications: such a console polls, and its data
+/// is as old as the replay behind the primary.
+fn replica_part(app: &dyn Shown, theme: &Theme) -> Option<Part> {
+    let header = theme.header();
+    let lag = app.snapshot()?.replica_lag?;
+    Some(if lag > app.replica_lag_stale_secs() {
+        Part::new(
+            Gives::Last,
+            header.fg(theme.critical),
+            [
+                format!("· replica {lag:.1} s behind: stale "),
+                format!("· {lag:.0} s behind: stale "),
+            ],
+        )
+    } else {
+        Part::new(
             Gives::Early,
-            said,
-            [format!("· {} ", sanitize_line(server)), String::new()],
-        ));
-    }
-    let replica_lag = app.snapshot.as_ref().and_then(|s| s.replica_lag);
-    if let Some(lag) = replica_lag {
-        // A standby sends no notifications: such a console polls, and its
-        // data is as old as the replay behind the primary.
-        let part = if lag > app.replica_lag_stale_secs {
-            Part::new(
-                Gives::Last,
-                header.fg(theme.critical),
-                [
-                    format!("· replica {lag:.1} s behind: stale "),
-                    format!("· {lag:.0} s behind: stale "),
-                ],
-            )
-        } else {
-            Part::new(
-                Gives::Early,
-                header.fg(theme.muted),
-                [
-                    format!("· replica, {lag:.1} s behind "),
-                    format!("· replica {lag:.0} s "),
-                ],
-            )
-        };
-        parts.push(part);
-    }
+            header.fg(theme.muted),
+            [
+                format!("· replica, {lag:.1} s behind "),
+                format!("· replica {lag:.0} s "),
+            ],
+        )
+    })
+}
+
+/// A live console on the primary that is not told of changes says so.
+fn deaf_part(app: &dyn Shown, theme: &Theme) -> Option<Part> {
     let notifications = app
-        .snapshot
-        .as_ref()
-        .filter(|_| app.at.is_none() && replica_lag.is_none())
-        .filter(|_| matches!(app.connection, Connection::Live))
+        .snapshot()
+        .filter(|s| app.at().is_none() && s.replica_lag.is_none())
+        .filter(|_| matches!(app.connection(), Connection::Live))
         .map(|s| s.notifications);
-    let deaf = match notifications {
-        Some(Notifications::Reconnecting) => Some([
+    let forms = match notifications? {
+        Notifications::Reconnecting => [
             "· not listening: changes show at the next poll ",
             "· not listening ",
-        ]),
+        ],
         // A transaction pooler took the subscription with the transaction.
-        Some(Notifications::Lost) => Some([
+        Notifications::Lost => [
             "· notifications do not arrive (a pooler?): polling ",
             "· no notifications: polling ",
-        ]),
-        Some(Notifications::Arriving) | None => None,
+        ],
+        Notifications::Arriving => return None,
     };
-    if let Some(forms) = deaf {
-        parts.push(Part::new(Gives::Last, header.fg(theme.warn), forms));
-    }
-    // Said beside the connection, where it is not cut off on a small
-    // terminal; `i` has the sentence.
-    if let Some(risk) = app
-        .snapshot
-        .as_ref()
-        .and_then(|s| s.durability.as_ref())
-        .and_then(|verdict| verdict.risk)
-    {
-        let colour = match risk {
-            crate::ledger::durability::Risk::Failover => theme.warn,
-            crate::ledger::durability::Risk::Severe => theme.critical,
-        };
-        parts.push(Part::new(
-            Gives::Last,
-            header.fg(colour),
-            ["│ ⚠ not failover-safe (i) ", "│ ⚠ failover (i) "],
-        ));
-    }
-    if let Some(snapshot) = &app.snapshot {
-        let at = snapshot.polled_at.format("%H:%M:%S");
-        let latency = snapshot.latency.as_millis();
-        let forms = match app.at {
-            Some(_) => vec![
-                format!("│ read {at} UTC ({latency} ms) "),
-                format!("│ read {at} UTC "),
-                String::new(),
-            ],
-            None => vec![
-                format!(
-                    "│ polled {at} UTC ({latency} ms, every {:.1} s) ",
-                    app.poll_interval.as_secs_f64()
-                ),
-                format!("│ polled {at} UTC "),
-                format!("│ {at} "),
-                String::new(),
-            ],
-        };
-        parts.push(Part::new(Gives::First, header, forms));
-    }
-    if let Some(at) = app.at {
-        parts.push(Part::new(
-            Gives::Never,
-            header.fg(theme.warn),
-            [format!("│ ⏲ AS OF {} ", at.format("%Y-%m-%d %H:%M:%S UTC"))],
-        ));
-    }
-    parts.push(Part::new(
-        Gives::Never,
-        header,
-        [format!("│ {} ", sanitize_line(&app.operator))],
-    ));
-    let spans = fit(parts, area.width as usize);
-    frame.render_widget(Paragraph::new(Line::from(spans)).style(header), area);
+    Some(Part::new(Gives::Last, theme.header().fg(theme.warn), forms))
+}
+
+/// Said beside the connection, where it is not cut off on a small
+/// terminal; `i` has the sentence.
+fn durability_part(app: &dyn Shown, theme: &Theme) -> Option<Part> {
+    let risk = app.snapshot()?.durability.as_ref()?.risk?;
+    let colour = match risk {
+        crate::ledger::durability::Risk::Failover => theme.warn,
+        crate::ledger::durability::Risk::Severe => theme.critical,
+    };
+    Some(Part::new(
+        Gives::Last,
+        theme.header().fg(colour),
+        ["│ ⚠ not failover-safe (i) ", "│ ⚠ failover (i) "],
+    ))
+}
+
+/// When the data on screen was read, and how long the read took.
+fn polled_part(app: &dyn Shown, theme: &Theme) -> Option<Part> {
+    let snapshot = app.snapshot()?;
+    let at = snapshot.polled_at.format("%H:%M:%S");
+    let latency = snapshot.latency.as_millis();
+    let forms = match app.at() {
+        Some(_) => vec![
+            format!("│ read {at} UTC ({latency} ms) "),
+            format!("│ read {at} UTC "),
+            String::new(),
+        ],
+        None => vec![
+            format!(
+                "│ polled {at} UTC ({latency} ms, every {:.1} s) ",
+                app.poll_interval().as_secs_f64()
+            ),
+            format!("│ polled {at} UTC "),
+            format!("│ {at} "),
+            String::new(),
+        ],
+    };
+    Some(Part::new(Gives::First, theme.header(), forms))
 }
 
 /// When a part of the header gives way on a narrow terminal: how the
@@ -246,11 +274,11 @@ fn fit(mut parts: Vec<Part>, width: usize) -> Vec<Span<'static>> {
         .collect()
 }
 
-pub fn draw_tabs(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
+pub fn draw_tabs(frame: &mut Frame, area: Rect, app: &dyn Shown, theme: &Theme) {
     let mut spans = Vec::new();
     // Before the first answer nothing is known: never a reassuring 0.
-    let count_of = |view: View| match app.snapshot {
-        Some(_) => app.totals[view].to_string(),
+    let count_of = |view: View| match app.snapshot() {
+        Some(_) => app.total(view).to_string(),
         None => "?".to_string(),
     };
     // Every tab and its count fit: full names, short ones, or the digit alone.
@@ -280,8 +308,8 @@ pub fn draw_tabs(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         .unwrap_or(&candidates[3]);
     for (view, label) in VIEWS.iter().zip(chosen) {
         let label = label.clone();
-        let count = app.totals[*view];
-        let style = if *view == app.view {
+        let count = app.total(*view);
+        let style = if *view == app.current_view() {
             theme.selection()
         } else if count > 0 && matches!(view, View::Pane(_)) {
             theme.role(Role::Warn)
@@ -294,32 +322,21 @@ pub fn draw_tabs(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     frame.render_widget(Paragraph::new(Line::from(spans)).style(theme.base()), area);
 }
 
-pub fn draw_status(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
-    let line = if let Some(Prompt::Instant(text)) = app.prompt() {
-        let mut spans = vec![
-            Span::styled("⏲ ", theme.role(Role::Accent)),
-            Span::styled(sanitize_line(text), theme.base()),
-            Span::styled("▏", theme.role(Role::Accent)),
-        ];
-        // A refused instant says why at once, on the line being typed.
-        match app.status_now().filter(|status| status.role == Role::Critical) {
-            Some(problem) => spans.push(Span::styled(
-                format!("  ✗ {}", sanitize_line(&problem.text)),
-                theme.role(Role::Critical),
-            )),
-            None => spans.push(Span::styled(
-                format!(
-                    "  now {} · Enter travel · Esc keep · 2026-11-30T13:00:00Z, 2026-11-30, 2h, now",
-                    app.at
-                        .map(|at| at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
-                        .unwrap_or_default()
-                ),
-                theme.role(Role::Muted),
-            )),
-        }
-        Line::from(spans)
+pub fn draw_status(frame: &mut Frame, area: Rect, app: &dyn Shown, theme: &Theme) {
+    let line = match prompt_line(app, theme) {
+        Some(line) => line,
+        None => status_line(app, area.width as usize, theme),
+    };
+    frame.render_widget(Paragraph::new(line).style(theme.base()), area);
+}
+
+/// The prompt being typed, when one is: an instant, a key to open, or
+/// the filter.
+fn prompt_line(app: &dyn Shown, theme: &Theme) -> Option<Line<'static>> {
+    if let Some(Prompt::Instant(text)) = app.prompt() {
+        Some(instant_line(app, text, theme))
     } else if let Some(Prompt::OpenKey(text)) = app.prompt() {
-        Line::from(vec![
+        Some(Line::from(vec![
             Span::styled(":", theme.role(Role::Accent)),
             Span::styled(sanitize_line(text), theme.base()),
             Span::styled("▏", theme.role(Role::Accent)),
@@ -327,73 +344,113 @@ pub fn draw_status(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
                 "  Enter open this key's detail · Esc keep · C-u clear",
                 theme.role(Role::Muted),
             ),
-        ])
+        ]))
     } else if app.editing_filter() {
         let fields: Vec<String> = FILTER_FIELDS.iter().map(|f| format!("{f}:")).collect();
-        Line::from(vec![
+        Some(Line::from(vec![
             Span::styled("/", theme.role(Role::Accent)),
-            Span::styled(sanitize_line(&app.filter_text), theme.base()),
+            Span::styled(sanitize_line(app.filter_text()), theme.base()),
             Span::styled("▏", theme.role(Role::Accent)),
             Span::styled(
                 format!("  Enter apply · Esc clear · {}", fields.join(" ")),
                 theme.role(Role::Muted),
             ),
-        ])
+        ]))
     } else {
-        let mut spans = Vec::new();
-        if !app.filter_text.is_empty() {
-            spans.push(Span::styled(
-                format!("filter: {} │ ", sanitize_line(&app.filter_text)),
-                theme.role(Role::Accent),
-            ));
+        None
+    }
+}
+
+/// The instant being typed, and what the console travels to.
+fn instant_line(app: &dyn Shown, text: &str, theme: &Theme) -> Line<'static> {
+    let mut spans = vec![
+        Span::styled("⏲ ", theme.role(Role::Accent)),
+        Span::styled(sanitize_line(text), theme.base()),
+        Span::styled("▏", theme.role(Role::Accent)),
+    ];
+    // A refused instant says why at once, on the line being typed.
+    match app
+        .status_now()
+        .filter(|status| status.role == Role::Critical)
+    {
+        Some(problem) => spans.push(Span::styled(
+            format!("  ✗ {}", sanitize_line(&problem.text)),
+            theme.role(Role::Critical),
+        )),
+        None => spans.push(Span::styled(
+            format!(
+                "  now {} · Enter travel · Esc keep · 2026-11-30T13:00:00Z, 2026-11-30, 2h, now",
+                app.at()
+                    .map(|at| at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+                    .unwrap_or_default()
+            ),
+            theme.role(Role::Muted),
+        )),
+    }
+    Line::from(spans)
+}
+
+/// The filter in force, the newest message (else why the last poll
+/// failed, else what runs beside the console), and the first-run hint at
+/// the right, in `width` columns.
+fn status_line(app: &dyn Shown, width: usize, theme: &Theme) -> Line<'static> {
+    let mut spans = Vec::new();
+    if !app.filter_text().is_empty() {
+        spans.push(Span::styled(
+            format!("filter: {} │ ", sanitize_line(app.filter_text())),
+            theme.role(Role::Accent),
+        ));
+    }
+    let used =
+        |spans: &[Span]| -> usize { spans.iter().map(|span| span.content.chars().count()).sum() };
+    // The first-run hint stays at the right beside a newer message, as
+    // many of its parts as leave the message room to be read.
+    let status = app.status_now();
+    let hint = match (app.hint(), &status) {
+        (Some(hint), Some(status)) if status.text != hint => {
+            let room = width.saturating_sub(used(&spans) + 40);
+            hint_that_fits(hint, room)
         }
-        // The first-run hint stays at the right beside a newer message, as
-        // many of its parts as leave the message room to be read.
-        let status = app.status_now();
-        let hint = match (&app.hint, &status) {
-            (Some(hint), Some(status)) if status.text != *hint => {
-                let used: usize = spans.iter().map(|span| span.content.chars().count()).sum();
-                let room = (area.width as usize).saturating_sub(used + 40);
-                hint_that_fits(hint, room)
-            }
-            _ => None,
-        };
-        let hint_width = hint.as_ref().map_or(0, |hint| hint.chars().count() + 3);
-        if let Some(status) = status {
-            // The newest message, cut to the line; the log has it whole.
-            let used: usize = spans.iter().map(|span| span.content.chars().count()).sum();
-            let room = (area.width as usize).saturating_sub(used + hint_width);
-            let text = sanitize_line(&status.text);
-            let shown = if text.chars().count() > room {
-                let hint = " (M: whole)";
-                format!(
-                    "{}{hint}",
-                    crate::text::truncate(&text, room.saturating_sub(hint.chars().count()))
-                )
-            } else {
-                text
-            };
-            spans.push(Span::styled(shown, theme.role(status.role)));
-        } else if let Connection::Stale { error, .. } = &app.connection {
-            spans.push(Span::styled(
-                format!("last poll failed: {}", sanitize_line(error)),
-                theme.role(Role::Critical),
-            ));
-        } else if let Some(background) = &app.background {
-            spans.push(Span::styled(
-                sanitize_line(background),
-                theme.role(Role::Muted),
-            ));
-        }
-        if let Some(hint) = hint {
-            let used: usize = spans.iter().map(|span| span.content.chars().count()).sum();
-            let gap = (area.width as usize).saturating_sub(used + hint.chars().count());
-            spans.push(Span::raw(" ".repeat(gap.max(3))));
-            spans.push(Span::styled(sanitize_line(&hint), theme.role(Role::Accent)));
-        }
-        Line::from(spans)
+        _ => None,
     };
-    frame.render_widget(Paragraph::new(line).style(theme.base()), area);
+    let hint_width = hint.as_ref().map_or(0, |hint| hint.chars().count() + 3);
+    if let Some(status) = status {
+        // The newest message, cut to the line; the log has it whole.
+        let room = width.saturating_sub(used(&spans) + hint_width);
+        spans.push(Span::styled(
+            cut_to(sanitize_line(&status.text), room),
+            theme.role(status.role),
+        ));
+    } else if let Connection::Stale { error, .. } = app.connection() {
+        spans.push(Span::styled(
+            format!("last poll failed: {}", sanitize_line(error)),
+            theme.role(Role::Critical),
+        ));
+    } else if let Some(background) = app.background() {
+        spans.push(Span::styled(
+            sanitize_line(background),
+            theme.role(Role::Muted),
+        ));
+    }
+    if let Some(hint) = hint {
+        let gap = width.saturating_sub(used(&spans) + hint.chars().count());
+        spans.push(Span::raw(" ".repeat(gap.max(3))));
+        spans.push(Span::styled(sanitize_line(&hint), theme.role(Role::Accent)));
+    }
+    Line::from(spans)
+}
+
+/// A message in `room` columns: cut, and saying where it is whole.
+fn cut_to(text: String, room: usize) -> String {
+    if text.chars().count() > room {
+        let hint = " (M: whole)";
+        format!(
+            "{}{hint}",
+            crate::text::truncate(&text, room.saturating_sub(hint.chars().count()))
+        )
+    } else {
+        text
+    }
 }
 
 /// The hint, or its first parts (it is written `part · part`, most
@@ -407,13 +464,13 @@ fn hint_that_fits(hint: &str, room: usize) -> Option<String> {
 }
 
 /// The one-line key bar, generated from the action table.
-pub fn draw_key_bar(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
+pub fn draw_key_bar(frame: &mut Frame, area: Rect, app: &dyn Shown, theme: &Theme) {
     let view = app.current_view();
     let entries: Vec<KeyBarEntry> = TABLE
         .iter()
         .filter(|entry| entry.in_key_bar || entry.featured_in.contains(&view))
-        .filter(|entry| entry.action.allowed(app.read_only))
-        .filter(|entry| entry.offered(view, app.at.is_some()))
+        .filter(|entry| entry.action.allowed(app.is_read_only()))
+        .filter(|entry| entry.offered(view, app.at().is_some()))
         .map(|entry| KeyBarEntry {
             keys: entry.keys,
             label: entry.label,

@@ -5,7 +5,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Clear, Paragraph};
 
 use crate::console::action::TABLE;
-use crate::console::app::{App, HelpRoom};
+use crate::console::app::{HelpRoom, Shown};
 use crate::console::theme::{Role, Theme};
 
 /// Generated from the action table: the keys of the active view, and why
@@ -13,90 +13,23 @@ use crate::console::theme::{Role, Theme};
 /// its content: in one column, or two side by side when one is too tall
 /// and two fit; else one column that scrolls (↑↓ j k PgUp PgDn Home End),
 /// its footer saying what is above and below. A description too long for
-/// the box wraps under itself. What it could show is left in
-/// [`App::help_room`] for the keys that scroll it.
-pub fn draw(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
-    let mut entries = Vec::new();
-    for entry in TABLE {
-        if !entry.offered(app.current_view(), app.at.is_some()) {
-            continue;
-        }
-        let allowed = entry.action.allowed(app.read_only);
-        let style = if allowed {
-            theme.base()
-        } else {
-            theme.role(Role::Muted).add_modifier(Modifier::CROSSED_OUT)
-        };
-        let marker = if entry.writes { "✎" } else { " " };
-        entries.push(Line::from(vec![
-            Span::styled(
-                format!(" {:>7} ", entry.keys),
-                theme.role(Role::Accent).add_modifier(Modifier::BOLD),
-            ),
-            Span::styled(format!("{marker} "), theme.role(Role::Warn)),
-            Span::styled(entry.description, style),
-        ]));
-    }
-    let note = if app.read_only {
+/// the box wraps under itself. What it could show is returned, for the
+/// keys that scroll it ([`crate::console::app::App::help_laid_out`]).
+pub fn draw(frame: &mut Frame, area: Rect, app: &dyn Shown, theme: &Theme) -> HelpRoom {
+    let entries = key_lines(app, theme);
+    let note = if app.is_read_only() {
         " ✎ writes to the ledger — disabled: this console is READ-ONLY"
     } else {
         " ✎ writes to the ledger, after a confirmation whose default is Back"
     };
-    // What is above and below, the note, and what the keys do here.
-    const FOOTER: usize = 3;
     let inner_width = (area.width as usize).saturating_sub(2);
     let rows = (area.height as usize).saturating_sub(2 + FOOTER);
-    let wrapped = |width: usize| -> Vec<Vec<Line<'static>>> {
-        entries
-            .iter()
-            .map(|entry| super::hanging(entry.clone(), width))
-            .collect()
-    };
-    // One column when it fits; else two side by side when they fit; else
-    // one that scrolls. An entry's wrapped lines stay together.
-    let one = wrapped(inner_width);
-    let one_lines: usize = one.iter().map(Vec::len).sum();
-    let half = inner_width.saturating_sub(2) / 2;
-    let two = wrapped(half);
-    let two_lines: usize = two.iter().map(Vec::len).sum();
-    let mut split = 0;
-    let mut left = 0;
-    while split < two.len() && left < two_lines.div_ceil(2) {
-        left += two[split].len();
-        split += 1;
-    }
-    let two_fit = left.max(two_lines - left) <= rows;
-    let columns: Vec<Vec<Line<'static>>> = if one_lines > rows && two_fit {
-        vec![two[..split].concat(), two[split..].concat()]
-    } else {
-        vec![one.concat()]
-    };
+    let columns = key_columns(&entries, inner_width, rows);
     let per_column = columns.iter().map(Vec::len).max().unwrap_or(0);
     let shown = per_column.min(rows);
     let last_first = per_column - shown;
-    app.help_room.set(HelpRoom {
-        last_first,
-        page: shown.saturating_sub(1).max(1),
-    });
-    let first = app.help_scroll.min(last_first);
-    // Scrolling, the first line says what is above and below, the last
-    // which keys scroll.
-    let (position, keys) = match (first, last_first - first) {
-        (0, 0) => (String::new(), " any key closes this help"),
-        (above, below) => {
-            let mut said = Vec::new();
-            if above > 0 {
-                said.push(format!("▲ {above} more above"));
-            }
-            if below > 0 {
-                said.push(format!("▼ {below} more below"));
-            }
-            (
-                format!(" {}", said.join(" · ")),
-                " ↑↓ j k PgUp PgDn Home End scroll · any other key closes this help",
-            )
-        }
-    };
+    let first = app.help_scroll().min(last_first);
+    let (position, keys) = scroll_footer(first, last_first);
     let footer_lines = vec![
         Line::from(Span::styled(position, theme.role(Role::Accent))),
         Line::from(Span::styled(note, theme.role(Role::Muted))),
@@ -134,16 +67,103 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
         Paragraph::new(footer_lines).style(theme.base()),
         footer_area,
     );
+    HelpRoom {
+        last_first,
+        page: shown.saturating_sub(1).max(1),
+    }
+}
+
+/// What is above and below, the note, and what the keys do here.
+const FOOTER: usize = 3;
+
+/// One line per key the active view offers; the writing ones are struck
+/// through when the console is read-only.
+fn key_lines(app: &dyn Shown, theme: &Theme) -> Vec<Line<'static>> {
+    let mut entries = Vec::new();
+    for entry in TABLE {
+        if !entry.offered(app.current_view(), app.at().is_some()) {
+            continue;
+        }
+        let allowed = entry.action.allowed(app.is_read_only());
+        let style = if allowed {
+            theme.base()
+        } else {
+            theme.role(Role::Muted).add_modifier(Modifier::CROSSED_OUT)
+        };
+        let marker = if entry.writes { "✎" } else { " " };
+        entries.push(Line::from(vec![
+            Span::styled(
+                format!(" {:>7} ", entry.keys),
+                theme.role(Role::Accent).add_modifier(Modifier::BOLD),
+            ),
+            Span::styled(format!("{marker} "), theme.role(Role::Warn)),
+            Span::styled(entry.description, style),
+        ]));
+    }
+    entries
+}
+
+/// One column when it fits in `rows`; else two side by side when they
+/// fit; else one that scrolls. An entry's wrapped lines stay together.
+fn key_columns(
+    entries: &[Line<'static>],
+    inner_width: usize,
+    rows: usize,
+) -> Vec<Vec<Line<'static>>> {
+    let wrapped = |width: usize| -> Vec<Vec<Line<'static>>> {
+        entries
+            .iter()
+            .map(|entry| super::hanging(entry.clone(), width))
+            .collect()
+    };
+    let one = wrapped(inner_width);
+    let one_lines: usize = one.iter().map(Vec::len).sum();
+    let half = inner_width.saturating_sub(2) / 2;
+    let two = wrapped(half);
+    let two_lines: usize = two.iter().map(Vec::len).sum();
+    let mut split = 0;
+    let mut left = 0;
+    while split < two.len() && left < two_lines.div_ceil(2) {
+        left += two[split].len();
+        split += 1;
+    }
+    let two_fit = left.max(two_lines - left) <= rows;
+    if one_lines > rows && two_fit {
+        vec![two[..split].concat(), two[split..].concat()]
+    } else {
+        vec![one.concat()]
+    }
+}
+
+/// Scrolling, the footer's first line says what is above and below, its
+/// last which keys scroll.
+fn scroll_footer(first: usize, last_first: usize) -> (String, &'static str) {
+    match (first, last_first - first) {
+        (0, 0) => (String::new(), " any key closes this help"),
+        (above, below) => {
+            let mut said = Vec::new();
+            if above > 0 {
+                said.push(format!("▲ {above} more above"));
+            }
+            if below > 0 {
+                said.push(format!("▼ {below} more below"));
+            }
+            (
+                format!(" {}", said.join(" · ")),
+                " ↑↓ j k PgUp PgDn Home End scroll · any other key closes this help",
+            )
+        }
+    }
 }
 
 /// What this console is connected to and as whom, and what the runtime
 /// added (the demo: how a second operator joins). Values are wrapped, never
 /// cut: a command line is only useful whole.
-pub fn draw_about(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
+pub fn draw_about(frame: &mut Frame, area: Rect, app: &dyn Shown, theme: &Theme) {
     // As wide as the terminal allows: a command is read whole.
     let width = area.width.saturating_sub(2).clamp(20, 100);
-    let mut about = app.about.clone();
-    if let Some(verdict) = app.snapshot.as_ref().and_then(|s| s.durability.as_ref()) {
+    let mut about = app.about().to_vec();
+    if let Some(verdict) = app.snapshot().and_then(|s| s.durability.as_ref()) {
         about.push(("durability".to_string(), verdict.said()));
     }
     let label_width = about
@@ -186,17 +206,17 @@ pub fn draw_about(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
 
 /// The session's messages, newest first, each whole: its time, what it
 /// was about, and its text wrapped to the box.
-pub fn draw_messages(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
+pub fn draw_messages(frame: &mut Frame, area: Rect, app: &dyn Shown, theme: &Theme) {
     let width = area.width.saturating_sub(4).clamp(20, 120);
     let room = (width as usize).saturating_sub(4).max(10);
     let mut lines = Vec::new();
-    if app.messages.is_empty() {
+    if app.messages().is_empty() {
         lines.push(Line::from(Span::styled(
             " no results or refusals yet this session",
             theme.role(Role::Muted),
         )));
     }
-    for message in app.messages.iter().rev() {
+    for message in app.messages().iter().rev() {
         let about = message
             .about
             .as_deref()
@@ -252,10 +272,9 @@ fn draw_popup(
 
 /// One audit entry whole: who, as which login, why, and what it changed
 /// field by field (the before and after the ledger stored with it).
-pub fn draw_audit_entry(frame: &mut Frame, area: Rect, app: &App, seq: i64, theme: &Theme) {
+pub fn draw_audit_entry(frame: &mut Frame, area: Rect, app: &dyn Shown, seq: i64, theme: &Theme) {
     let Some(entry) = app
-        .snapshot
-        .as_ref()
+        .snapshot()
         .and_then(|snapshot| snapshot.audit.iter().find(|entry| entry.seq == seq))
     else {
         return;

@@ -1,5 +1,6 @@
 //! Drawing: pure functions of the app state and the theme. Nothing here
-//! waits on anything; a frame is laid out from the latest snapshot.
+//! waits on anything; a frame is laid out from the latest snapshot. The
+//! views read the state through [`Shown`], its read-only face.
 
 mod detail;
 mod dialog;
@@ -13,10 +14,22 @@ use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::Block;
 
-use super::app::{App, Overlay, View};
+use super::app::{App, HelpRoom, Overlay, Shown, View};
 use super::theme::Theme;
 
+/// A frame of the console. The views see the state only as [`Shown`];
+/// what the help could show is the one thing a frame tells the state back
+/// ([`App::help_laid_out`]).
 pub fn draw(frame: &mut Frame, app: &App, theme: &Theme) {
+    let shown: &dyn Shown = app;
+    if let Some(room) = draw_shown(frame, shown, theme) {
+        app.help_laid_out(room);
+    }
+}
+
+/// A frame from the state's read-only face; the help's room when the help
+/// is open.
+fn draw_shown(frame: &mut Frame, app: &dyn Shown, theme: &Theme) -> Option<HelpRoom> {
     let area = frame.area();
     frame.render_widget(Block::default().style(theme.base()), area);
     let [header_area, tabs_area, body_area, status_area, keys_area] = Layout::vertical([
@@ -29,25 +42,35 @@ pub fn draw(frame: &mut Frame, app: &App, theme: &Theme) {
     .areas(area);
     header::draw_header(frame, header_area, app, theme);
     header::draw_tabs(frame, tabs_area, app, theme);
-    match &app.detail {
+    match app.detail() {
         Some(detail) => detail::draw(frame, body_area, detail, theme),
         None if app.current_view() == View::Finance => finance::draw(frame, body_area, app, theme),
         None => table::draw(frame, body_area, app, theme),
     }
     header::draw_status(frame, status_area, app, theme);
     header::draw_key_bar(frame, keys_area, app, theme);
-    match app.overlay() {
-        Some(Overlay::Help) => help::draw(frame, area, app, theme),
-        Some(Overlay::About) => help::draw_about(frame, area, app, theme),
-        Some(Overlay::Messages) => help::draw_messages(frame, area, app, theme),
-        Some(Overlay::AuditEntry(seq)) => help::draw_audit_entry(frame, area, app, seq, theme),
-        None => {}
-    }
+    let help_room = match app.overlay() {
+        Some(Overlay::Help) => Some(help::draw(frame, area, app, theme)),
+        Some(Overlay::About) => {
+            help::draw_about(frame, area, app, theme);
+            None
+        }
+        Some(Overlay::Messages) => {
+            help::draw_messages(frame, area, app, theme);
+            None
+        }
+        Some(Overlay::AuditEntry(seq)) => {
+            help::draw_audit_entry(frame, area, app, seq, theme);
+            None
+        }
+        None => None,
+    };
     if let Some(dialog) = app.dialog() {
         // The keys a bulk action names take a line or two more.
         let height = if dialog.names.is_some() { 16 } else { 14 };
         dialog::draw(frame, centered(area, 72, height), dialog, theme);
     }
+    help_room
 }
 
 /// A rectangle of at most `width` x `height`, centred in `area`.

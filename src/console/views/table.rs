@@ -4,23 +4,23 @@ use ratatui::style::Modifier;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Cell, Paragraph, Row, Table, TableState};
 
-use crate::console::app::{App, View};
+use crate::console::app::{Shown, View};
 use crate::console::model::{Row as ModelRow, SortValue, TableModel};
 use crate::console::theme::{Role, Theme};
 use crate::ledger::panes::Pane;
 use crate::text::{truncate, truncate_middle, truncate_names};
 
-pub fn draw(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
+pub fn draw(frame: &mut Frame, area: Rect, app: &dyn Shown, theme: &Theme) {
     let view = app.current_view();
     // The duplicates pane lists what needs a look; the rest is counted.
-    let title = match (view, app.snapshot.as_ref().map(|s| s.replays_only)) {
+    let title = match (view, app.snapshot().map(|s| s.replays_only)) {
         (View::Pane(Pane::Duplicates), Some(Some(replays))) if replays > 0 => format!(
             "{} · {} (v lists them)",
             view.title(),
             crate::format::replays_not_listed(replays)
         ),
-        (View::Pane(Pane::Duplicates), Some(None)) if !app.filter.is_empty() => {
-            format!("{} · {}", view.title(), app.filter.text())
+        (View::Pane(Pane::Duplicates), Some(None)) if !app.filter().is_empty() => {
+            format!("{} · {}", view.title(), app.filter().text())
         }
         _ => view.title().to_string(),
     };
@@ -35,23 +35,14 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, theme: &Theme) {
     draw_titled(frame, area, app, theme, &title);
 }
 
-pub fn draw_titled(frame: &mut Frame, area: Rect, app: &App, theme: &Theme, title: &str) {
-    let view = app.current_view();
+pub fn draw_titled(frame: &mut Frame, area: Rect, app: &dyn Shown, theme: &Theme, title: &str) {
     let model = app.model();
-    let list = &app.lists[app.view];
-    let total = app.totals[app.view];
-    let offset = match view {
-        View::Pane(pane) => crate::ledger::panes::Pane::ALL
-            .iter()
-            .position(|p| *p == pane)
-            .map(|index| app.offsets[index])
-            .unwrap_or(0),
-        _ => 0,
-    };
+    let list = app.list(app.current_view());
     let position = if model.rows.is_empty() {
         String::new()
     } else {
-        format!(" {} of {total} ", offset + list.selected + 1)
+        let total = app.total(app.current_view());
+        format!(" {} of {total} ", window_start(app) + list.selected + 1)
     };
     let block = Block::default()
         .borders(Borders::TOP)
@@ -61,26 +52,15 @@ pub fn draw_titled(frame: &mut Frame, area: Rect, app: &App, theme: &Theme, titl
             theme.role(Role::Accent).add_modifier(Modifier::BOLD),
         ))
         .title_bottom(Line::from(position.clone()).right_aligned());
-
     if model.rows.is_empty() {
-        let message = if app.snapshot.is_none() {
-            "waiting for the first poll…".to_string()
-        } else if matches!(view, View::Pane(_)) && !app.pane_rows_match_filter() {
-            "reading the rows of the new filter…".to_string()
-        } else if app.filter.is_empty() {
-            format!("✓ nothing in {}", view.title().to_lowercase())
-        } else {
-            "nothing matches the filter (Esc clears it)".to_string()
-        };
         frame.render_widget(
-            Paragraph::new(message)
+            Paragraph::new(nothing_shown(app))
                 .style(theme.role(Role::Muted))
                 .block(block),
             area,
         );
         return;
     }
-
     let inner_height = area.height.saturating_sub(2) as usize;
     // Only the rows that can be seen are laid out: a frame's cost follows
     // the terminal's height, not the number of items loaded.
@@ -102,7 +82,58 @@ pub fn draw_titled(frame: &mut Frame, area: Rect, app: &App, theme: &Theme, titl
         }
         None => block,
     };
-    // Names are cut where the names on screen agree; the rest keep their head.
+    let table = Table::new(
+        body_rows(model, shown, &widths, theme),
+        widths
+            .iter()
+            .filter(|w| **w > 0)
+            .map(|w| Constraint::Length(*w)),
+    )
+    .header(header_row(model, &widths, list.sort, theme))
+    .block(block)
+    .column_spacing(1)
+    .row_highlight_style(theme.selection())
+    .highlight_symbol("▶ ");
+    let mut state = TableState::default().with_selected(Some(list.selected - first));
+    frame.render_stateful_widget(table, area, &mut state);
+}
+
+/// Where the current pane's window of rows starts among its items (0 for
+/// the views that are not paged).
+fn window_start(app: &dyn Shown) -> usize {
+    match app.current_view() {
+        View::Pane(pane) => Pane::ALL
+            .iter()
+            .position(|p| *p == pane)
+            .map(|index| app.offsets()[index])
+            .unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// What an empty table says: why it has no rows.
+fn nothing_shown(app: &dyn Shown) -> String {
+    let view = app.current_view();
+    if app.snapshot().is_none() {
+        "waiting for the first poll…".to_string()
+    } else if matches!(view, View::Pane(_)) && !app.pane_rows_match_filter() {
+        "reading the rows of the new filter…".to_string()
+    } else if app.filter().is_empty() {
+        format!("✓ nothing in {}", view.title().to_lowercase())
+    } else {
+        "nothing matches the filter (Esc clears it)".to_string()
+    }
+}
+
+/// The rows on screen, each cell cut to its column. Names are cut where
+/// the names on screen agree; the rest keep their head. A column given no
+/// room is left out, gap and all.
+fn body_rows(
+    model: &TableModel,
+    shown: &[ModelRow],
+    widths: &[u16],
+    theme: &Theme,
+) -> Vec<Row<'static>> {
     let distinct: Vec<Option<Vec<String>>> = (0..model.columns.len())
         .map(|index| {
             (kind(model, index) == Kind::Names).then(|| {
@@ -114,29 +145,40 @@ pub fn draw_titled(frame: &mut Frame, area: Rect, app: &App, theme: &Theme, titl
             })
         })
         .collect();
-    // A column given no room is left out, gap and all.
-    let rows = shown.iter().enumerate().map(|(position, row)| {
-        let cells = row
-            .cells
-            .iter()
-            .zip(&widths)
-            .zip(&distinct)
-            .filter(|((_, width), _)| **width > 0)
-            .map(|((cell, width), distinct)| {
-                let text = match distinct {
-                    Some(cuts) => cuts[position].clone(),
-                    None => truncate(&cell.text, *width as usize),
-                };
-                Cell::from(text).style(theme.role(cell.role))
-            });
-        let mut table_row = Row::new(cells);
-        if let Some(role) = row.flag {
-            table_row = table_row.style(theme.role(role));
-        }
-        table_row
-    });
-    let sort = list.sort;
-    let header = Row::new(
+    shown
+        .iter()
+        .enumerate()
+        .map(|(position, row)| {
+            let cells = row
+                .cells
+                .iter()
+                .zip(widths)
+                .zip(&distinct)
+                .filter(|((_, width), _)| **width > 0)
+                .map(|((cell, width), distinct)| {
+                    let text = match distinct {
+                        Some(cuts) => cuts[position].clone(),
+                        None => truncate(&cell.text, *width as usize),
+                    };
+                    Cell::from(text).style(theme.role(cell.role))
+                });
+            let mut table_row = Row::new(cells);
+            if let Some(role) = row.flag {
+                table_row = table_row.style(theme.role(role));
+            }
+            table_row
+        })
+        .collect()
+}
+
+/// The columns' titles, the sorted one with its arrow.
+fn header_row(
+    model: &TableModel,
+    widths: &[u16],
+    sort: Option<(usize, bool)>,
+    theme: &Theme,
+) -> Row<'static> {
+    Row::new(
         model
             .columns
             .iter()
@@ -152,29 +194,15 @@ pub fn draw_titled(frame: &mut Frame, area: Rect, app: &App, theme: &Theme, titl
                     &format!("{}{arrow}", column.title),
                     widths[index] as usize,
                 ))
-            }),
+            })
+            .collect::<Vec<_>>(),
     )
-    .style(theme.role(Role::Muted).add_modifier(Modifier::BOLD));
-    let shown_widths = widths
-        .iter()
-        .filter(|w| **w > 0)
-        .map(|w| Constraint::Length(*w));
-    let table = Table::new(rows, shown_widths)
-        .header(header)
-        .block(block)
-        .column_spacing(1)
-        .row_highlight_style(theme.selection())
-        .highlight_symbol("▶ ");
-    let mut state = TableState::default().with_selected(Some(list.selected - first));
-    frame.render_stateful_widget(table, area, &mut state);
+    .style(theme.role(Role::Muted).add_modifier(Modifier::BOLD))
 }
 
 /// The selected row's key, when its column is too narrow to show it whole.
 fn cut_key(model: &TableModel, widths: &[u16], selected: usize) -> Option<String> {
-    let column = model
-        .columns
-        .iter()
-        .position(|column| matches!(column.title, "key" | "held key"))?;
+    let column = model.columns.iter().position(|column| column.key)?;
     let text = &model.rows.get(selected)?.cells.get(column)?.text;
     (text.chars().count() > widths[column] as usize).then(|| text.clone())
 }
