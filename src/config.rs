@@ -502,10 +502,9 @@ mod tests {
     }
 
     fn provider(extra: &str) -> String {
+        let lookup = "[[providers.pay.lookup]]\npath = \"/v1/effects\"\nquery = { idempotency_key = \"{key}\" }\n";
         format!(
-            "[providers.pay]\nkind = \"http\"\nbase_url = \"http://127.0.0.1:9\"\n{extra}\n\
-             [[providers.pay.lookup]]\npath = \"/v1/effects\"\n\
-             query = {{ idempotency_key = \"{{key}}\" }}\n"
+            "[providers.pay]\nkind = \"http\"\nbase_url = \"http://127.0.0.1:9\"\n{extra}\n{lookup}"
         )
     }
 

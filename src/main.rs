@@ -2,7 +2,7 @@ use std::process::ExitCode;
 
 use effectwatch::cli::exit::{BAD_CONFIG, Failure, USAGE};
 use effectwatch::cli::{self, AuditCommand, Cli, Command, ConsoleFlags, LedgerCommand};
-use effectwatch::config::Config;
+use effectwatch::config::{Config, ConfigSource};
 use effectwatch::ledger;
 
 fn main() -> ExitCode {
@@ -60,20 +60,7 @@ async fn run(cli: Cli, explicit_url: bool, explicit_operator: bool) -> Result<()
         let url = cli.database_url.clone().or(config.database_url.clone());
         return cli::version::run(url, &config).await;
     }
-    // Every provider and sink is checked now: no command runs on a config
-    // that would fail later, when a provider or sink is first used.
-    let (mut config, source) = Config::load(cli.config.as_deref()).map_err(|error| {
-        if let Some(Command::Config) = cli.command {
-            cli::config::print_problems(&error);
-        }
-        Failure::new(BAD_CONFIG, error.to_string())
-    })?;
-    if let Some(operator) = &cli.operator {
-        config.operator = operator.clone();
-    }
-    if let Some(read_url) = &cli.read_url {
-        config.read_url = Some(read_url.clone());
-    }
+    let (mut config, source) = load_config(&cli)?;
     let demo_url = cli.database_url.clone().filter(|_| explicit_url);
     let (command, at) = with_console_flags(cli.command, cli.console, demo_url)?;
     // Time travel shows the past: nothing may be acted on from it.
@@ -81,17 +68,7 @@ async fn run(cli: Cli, explicit_url: bool, explicit_operator: bool) -> Result<()
     if !matches!(command, Command::Watch(_) | Command::Demo(_)) {
         end_quietly_when_the_reader_goes();
     }
-    if let Some(at) = at
-        && at > chrono::Utc::now()
-    {
-        return Err(Failure::new(
-            USAGE,
-            format!(
-                "--at {} is in the future: the ledger has no record of it yet",
-                at.to_rfc3339()
-            ),
-        ));
-    }
+    refuse_the_future(at)?;
     let configured_url = cli
         .database_url
         .clone()
@@ -113,6 +90,64 @@ async fn run(cli: Cli, explicit_url: bool, explicit_operator: bool) -> Result<()
         }
         Command::Ledger(command) => command,
     };
+    let on_ledger = OnLedger {
+        config: &config,
+        at,
+        // Whose entries `audit list` lists: only a name given here, never
+        // the config's own operator, which would hide everyone else's.
+        audit_operator: cli.operator.clone().filter(|_| explicit_operator),
+    };
+    run_on_ledger(on_ledger, command, configured_url).await
+}
+
+/// Loads the config with the command line's operator and replica applied.
+/// Every provider and sink is checked now: no command runs on a config
+/// that would fail later, when a provider or sink is first used.
+fn load_config(cli: &Cli) -> Result<(Config, ConfigSource), Failure> {
+    let (mut config, source) = Config::load(cli.config.as_deref()).map_err(|error| {
+        if let Some(Command::Config) = cli.command {
+            cli::config::print_problems(&error);
+        }
+        Failure::new(BAD_CONFIG, error.to_string())
+    })?;
+    if let Some(operator) = &cli.operator {
+        config.operator = operator.clone();
+    }
+    if let Some(read_url) = &cli.read_url {
+        config.read_url = Some(read_url.clone());
+    }
+    Ok((config, source))
+}
+
+fn refuse_the_future(at: Option<chrono::DateTime<chrono::Utc>>) -> Result<(), Failure> {
+    if let Some(at) = at
+        && at > chrono::Utc::now()
+    {
+        return Err(Failure::new(
+            USAGE,
+            format!(
+                "--at {} is in the future: the ledger has no record of it yet",
+                at.to_rfc3339()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// What a ledger command runs with besides its own arguments.
+struct OnLedger<'a> {
+    config: &'a Config,
+    at: Option<chrono::DateTime<chrono::Utc>>,
+    audit_operator: Option<String>,
+}
+
+/// A ledger command, on a pool of its own; a failure is explained by the
+/// ledger's migration state unless it was the migration that failed.
+async fn run_on_ledger(
+    on: OnLedger<'_>,
+    command: LedgerCommand,
+    configured_url: Option<String>,
+) -> Result<(), Failure> {
     // Keygen writes a file of its own: no ledger, no URL.
     if let LedgerCommand::Audit {
         command: AuditCommand::Keygen { out },
@@ -121,49 +156,56 @@ async fn run(cli: Cli, explicit_url: bool, explicit_operator: bool) -> Result<()
         return cli::audit::keygen(out);
     }
     let url = required(configured_url)?;
-    let read_url = config.read_url.clone();
+    let read_url = on.config.read_url.clone();
     // What only reads goes to the replica when there is one; nothing that
     // writes ever does.
     let url = match read_url {
         Some(read_url) if command.only_reads() => read_url,
         _ => url,
     };
-    let pool = ledger::connect(&config.connect_settings(url, command.name())).await?;
+    let pool = ledger::connect(&on.config.connect_settings(url, command.name())).await?;
     let migrating = matches!(command, LedgerCommand::Migrate);
-    let ran = match command {
-        LedgerCommand::Migrate => cli::migrate::run(&pool).await,
+    let ran = dispatch_ledger(&pool, on, command).await;
+    match ran {
+        Err(failure) if !migrating => Err(cli::migrate::explain(&pool, failure).await),
+        ran => ran,
+    }
+}
+
+async fn dispatch_ledger(
+    pool: &ledger::LedgerPool,
+    on: OnLedger<'_>,
+    command: LedgerCommand,
+) -> Result<(), Failure> {
+    let config = on.config;
+    match command {
+        LedgerCommand::Migrate => cli::migrate::run(pool).await,
         LedgerCommand::List {
             pane,
             format,
             limit,
             filter,
             ..
-        } => cli::list::run(&pool, at, pane, format, limit, filter.as_deref()).await,
-        LedgerCommand::Show { op_key, format } => cli::show::run(&pool, &op_key, format).await,
+        } => cli::list::run(pool, on.at, pane, format, limit, filter.as_deref()).await,
+        LedgerCommand::Show { op_key, format } => cli::show::run(pool, &op_key, format).await,
         LedgerCommand::Audit { command } => match command {
             AuditCommand::Verify { format, expect } => {
-                cli::audit::verify(&pool, &config, format, expect.as_ref()).await
+                cli::audit::verify(pool, config, format, expect.as_ref()).await
             }
-            AuditCommand::Anchor { format } => cli::audit::anchor(&pool, format).await,
+            AuditCommand::Anchor { format } => cli::audit::anchor(pool, format).await,
             AuditCommand::List(mut args) => {
-                // Whose entries to list: only a name given here, never the
-                // config's own operator, which would hide everyone else's.
-                args.operator = cli.operator.clone().filter(|_| explicit_operator);
-                cli::audit::list(&pool, args).await
+                args.operator = on.audit_operator;
+                cli::audit::list(pool, args).await
             }
             AuditCommand::Keygen { out } => cli::audit::keygen(&out),
         },
-        LedgerCommand::Finance(args) => cli::finance::run(&pool, args).await,
-        LedgerCommand::Report(args) => cli::report::run(&pool, args).await,
+        LedgerCommand::Finance(args) => cli::finance::run(pool, args).await,
+        LedgerCommand::Report(args) => cli::report::run(pool, args).await,
         LedgerCommand::Gateway(args) => cli::gateway::run(pool.clone(), args).await,
-        LedgerCommand::Prune(args) => cli::prune::run(&pool, &config, args).await,
-        LedgerCommand::Policy { command } => cli::policy::run(&pool, &config, command).await,
-        LedgerCommand::Approval { command } => cli::approval::run(&pool, &config, command).await,
-        LedgerCommand::Settle(command) => cli::settle::run(&pool, &config, command).await,
-    };
-    match ran {
-        Err(failure) if !migrating => Err(cli::migrate::explain(&pool, failure).await),
-        ran => ran,
+        LedgerCommand::Prune(args) => cli::prune::run(pool, config, args).await,
+        LedgerCommand::Policy { command } => cli::policy::run(pool, config, command).await,
+        LedgerCommand::Approval { command } => cli::approval::run(pool, config, command).await,
+        LedgerCommand::Settle(command) => cli::settle::run(pool, config, command).await,
     }
 }
 

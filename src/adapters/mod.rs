@@ -229,8 +229,7 @@ pub(crate) fn header_problems(headers: &BTreeMap<String, ValueConfig>) -> Vec<St
         };
         if secrets::looks_secret(name) {
             problems.push(format!(
-                "header {name} looks like a credential: take it from the environment, \
-                 {name} = {{ env = \"VARIABLE\" }}, never from the file"
+                "header {name} looks like a credential: take it from the environment, {name} = {{ env = \"VARIABLE\" }}, never from the file"
             ));
         } else if reqwest::header::HeaderValue::from_str(text).is_err() {
             problems.push(format!(

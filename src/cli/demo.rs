@@ -1,6 +1,7 @@
 //! `effectwatch demo`: a private cluster, the fake provider, simulated
 //! agents and the console, all stopped together when the console quits.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -9,11 +10,12 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 use super::exit::{BAD_CONFIG, FAILURE, Failure, REFUSED, UNREACHABLE};
 use super::watch::{self, WatchArgs};
 use crate::config::Config;
+use crate::console::run::Housekeeping;
 use crate::demo::provider_client::ProviderClient;
-use crate::demo::simulator::{Simulator, SimulatorOptions};
+use crate::demo::simulator::{SimStats, Simulator, SimulatorOptions};
 use crate::demo::{self, HeadlessSummary};
 use crate::fakeprovider::FakeProvider;
-use crate::ledger::{self, migrate};
+use crate::ledger::{self, LedgerPool, migrate};
 use crate::localpg::LocalCluster;
 use crate::text::safe_json;
 use crate::time_args::parse_duration;
@@ -115,48 +117,13 @@ async fn run_on(
     // Someone else's ledger keeps its policies unless a window was asked for.
     let update_windows = args.database_url.is_none() || args.pending_window.is_some();
     demo::install_demo_policies(&pool, args.pending_window, update_windows).await?;
-    let provider_memory = args.database_url.is_none().then(|| {
-        args.data_dir
-            .clone()
-            .unwrap_or_else(demo::data_dir)
-            .join("provider.json")
-    });
-    let (provider, provider_url) = FakeProvider::start().await.map_err(|error| {
-        Failure::new(FAILURE, format!("cannot start the fake provider: {error}"))
-    })?;
-    if let Some(saved) = provider_memory
-        .as_ref()
-        .and_then(|path| std::fs::read(path).ok())
-    {
-        match serde_json::from_slice(&saved) {
-            Ok(effects) => provider.restore(effects),
-            Err(error) => {
-                tracing::warn!(%error, "the fake provider's saved effects are unreadable; starting empty")
-            }
-        }
-    }
+    let provider = DemoProvider::start(args).await?;
     let mut demo_config = config.clone();
     demo_config
-        .merge_toml(&demo::demo_adapters_toml(&provider_url))
+        .merge_toml(&demo::demo_adapters_toml(&provider.url))
         .map_err(|e| Failure::new(FAILURE, e))?;
-    let client = ProviderClient::new(provider_url.clone()).map_err(|e| Failure::new(FAILURE, e))?;
-    let operator_config = write_operator_config(&url, &provider_url);
-    if let Some(path) = &operator_config {
-        eprintln!(
-            "effectwatch demo: a second operator (four-eyes approvals) can join with: effectwatch --config {} --operator bob",
-            path.display()
-        );
-    }
-    let gateway_policy = write_gateway_policy();
-    let gateway_line = operator_config
-        .as_deref()
-        .zip(gateway_policy.as_deref())
-        .map(|(config, policy)| gateway_command(config, policy, &provider_url));
-    if let Some(line) = &gateway_line {
-        eprintln!(
-            "effectwatch demo: an MCP agent can reach the demo's refund tool through: {line}"
-        );
-    }
+    let client = ProviderClient::new(provider.url.clone()).map_err(|e| Failure::new(FAILURE, e))?;
+    let join_files = JoinFiles::write(&url, &provider.url);
     let simulator = Simulator::start(
         pool.clone(),
         client,
@@ -166,117 +133,254 @@ async fn run_on(
             seed: args.seed,
         },
     );
-    let stats = simulator.stats.clone();
+    let running = Running {
+        pool: &pool,
+        stats: simulator.stats.clone(),
+        provider_url: &provider.url,
+        cluster_port,
+    };
     let operator = watch::OperatorWiring::settling(&demo_config, pool.clone());
-    let (stop_reconciler, reconciler_stopped) = tokio::sync::watch::channel(false);
-    let reconciler = (!args.no_reconciler).then(|| {
-        let service = super::reconciler::reconciler(
-            &demo_config,
-            pool.clone(),
-            demo_reconciler_settings(&demo_config),
-        );
-        let line = format!(
-            "{} every {:.0} s, after {:.0} s unknown (off with --no-reconciler)",
-            service.settings().name,
-            service.settings().interval.as_secs_f64(),
-            service.settings().terms.grace.as_secs_f64()
-        );
-        let task = tokio::spawn(async move { service.run(reconciler_stopped).await });
-        (line, task)
-    });
-    let reconciler_line = reconciler.as_ref().map(|(line, _)| line.clone());
+    let reconciler = DemoReconciler::start(args, &demo_config, &pool);
     let outcome = if args.headless {
-        let duration = args.duration.unwrap_or(Duration::from_secs(30));
-        let started = Instant::now();
-        while started.elapsed() < duration {
-            let pause = Duration::from_secs(2).min(duration.saturating_sub(started.elapsed()));
-            tokio::select! {
-                () = tokio::time::sleep(pause) => {}
-                name = signals.recv() => {
-                    eprintln!("effectwatch demo: {name}: stopping");
-                    break;
-                }
-            }
-            if let Some(deliver) = &operator.housekeeping {
-                let _ = deliver().await;
-            }
-            eprintln!("{}", stats.line());
-        }
-        demo::pane_counts(&pool)
-            .await
-            .map(|panes| {
-                println!(
-                    "{}",
-                    safe_json(&HeadlessSummary {
-                        seconds: started.elapsed().as_secs_f64(),
-                        provider_url: provider_url.clone(),
-                        cluster_port,
-                        status: stats.line(),
-                        panes,
-                    })
-                );
-            })
-            .map_err(Failure::from)
+        run_headless(args, signals, &running, operator.housekeeping.as_ref()).await
     } else {
-        let status_stats = stats.clone();
-        let console = watch::run(
-            &demo_config,
-            WatchArgs {
-                database_url: url,
-                read_url: None,
-                theme: args.theme.clone(),
-                poll_interval: None,
-                no_notify: args.no_notify,
-                at: None,
-                operator,
-                background_status: Some(Arc::new(move || status_stats.line())),
-                about: demo_about(
-                    operator_config.as_deref(),
-                    &provider_url,
-                    cluster_port,
-                    reconciler_line.as_deref(),
-                    gateway_line.as_deref(),
-                ),
-                welcome: Some(
-                    "demo: agents are at work · i: how a second operator joins · ?: every key"
-                        .to_string(),
-                ),
-            },
+        let about = demo_about(
+            join_files.operator_config.as_deref(),
+            &provider.url,
+            cluster_port,
+            reconciler.line(),
+            join_files.gateway_line.as_deref(),
         );
-        tokio::select! {
-            result = console => result,
-            name = signals.recv() => {
-                // The console was dropped mid-run: give the terminal back here.
-                let _ = crossterm::execute!(
-                    std::io::stdout(),
-                    crossterm::event::DisableMouseCapture
-                );
-                let _ = ratatui::try_restore();
-                eprintln!("effectwatch demo: {name}: stopping");
-                Ok(())
-            }
-        }
+        let console = WatchArgs {
+            database_url: url,
+            read_url: None,
+            theme: args.theme.clone(),
+            poll_interval: None,
+            no_notify: args.no_notify,
+            at: None,
+            operator,
+            background_status: Some(Arc::new({
+                let stats = running.stats.clone();
+                move || stats.line()
+            })),
+            about,
+            welcome: Some(
+                "demo: agents are at work · i: how a second operator joins · ?: every key"
+                    .to_string(),
+            ),
+        };
+        run_console(&demo_config, console, signals).await
     };
     simulator.stop().await;
-    let _ = stop_reconciler.send(true);
-    if let Some((_, task)) = reconciler {
-        let _ = task.await;
-    }
-    if let Some(path) = &provider_memory
-        && let Ok(saved) = serde_json::to_vec(&provider.effects())
-        && let Err(error) = std::fs::write(path, saved)
-    {
-        eprintln!(
-            "effectwatch demo: cannot save the provider's effects to {}: {error}",
-            path.display()
-        );
-    }
-    drop(provider);
+    reconciler.stop().await;
+    provider.keep_and_stop();
     pool.close().await;
-    for path in operator_config.iter().chain(gateway_policy.iter()) {
-        let _ = std::fs::remove_file(path);
-    }
+    join_files.remove();
     outcome
+}
+
+/// What the headless loop reports on while the demo runs.
+struct Running<'a> {
+    pool: &'a LedgerPool,
+    stats: Arc<SimStats>,
+    provider_url: &'a str,
+    cluster_port: Option<u16>,
+}
+
+/// `--headless`: progress on stderr every two seconds until the duration
+/// ends or a signal arrives, then the pane counts as JSON on stdout.
+async fn run_headless(
+    args: &DemoArgs,
+    signals: &mut StopSignals,
+    running: &Running<'_>,
+    housekeeping: Option<&Housekeeping>,
+) -> Result<(), Failure> {
+    let duration = args.duration.unwrap_or(Duration::from_secs(30));
+    let started = Instant::now();
+    while started.elapsed() < duration {
+        let pause = Duration::from_secs(2).min(duration.saturating_sub(started.elapsed()));
+        tokio::select! {
+            () = tokio::time::sleep(pause) => {}
+            name = signals.recv() => {
+                eprintln!("effectwatch demo: {name}: stopping");
+                break;
+            }
+        }
+        if let Some(deliver) = housekeeping {
+            let _ = deliver().await;
+        }
+        eprintln!("{}", running.stats.line());
+    }
+    demo::pane_counts(running.pool)
+        .await
+        .map(|panes| {
+            println!(
+                "{}",
+                safe_json(&HeadlessSummary {
+                    seconds: started.elapsed().as_secs_f64(),
+                    provider_url: running.provider_url.to_string(),
+                    cluster_port: running.cluster_port,
+                    status: running.stats.line(),
+                    panes,
+                })
+            );
+        })
+        .map_err(Failure::from)
+}
+
+/// The console on the demo's ledger, until it quits or a signal arrives.
+async fn run_console(
+    demo_config: &Config,
+    console: WatchArgs,
+    signals: &mut StopSignals,
+) -> Result<(), Failure> {
+    tokio::select! {
+        result = watch::run(demo_config, console) => result,
+        name = signals.recv() => {
+            // The console was dropped mid-run: give the terminal back here.
+            let _ = crossterm::execute!(
+                std::io::stdout(),
+                crossterm::event::DisableMouseCapture
+            );
+            let _ = ratatui::try_restore();
+            eprintln!("effectwatch demo: {name}: stopping");
+            Ok(())
+        }
+    }
+}
+
+/// The fake provider, and the file that keeps its effects between runs on
+/// the demo's own cluster (someone else's ledger starts it empty).
+struct DemoProvider {
+    provider: FakeProvider,
+    url: String,
+    memory: Option<PathBuf>,
+}
+
+impl DemoProvider {
+    async fn start(args: &DemoArgs) -> Result<DemoProvider, Failure> {
+        let memory = args.database_url.is_none().then(|| {
+            args.data_dir
+                .clone()
+                .unwrap_or_else(demo::data_dir)
+                .join("provider.json")
+        });
+        let (provider, url) = FakeProvider::start().await.map_err(|error| {
+            Failure::new(FAILURE, format!("cannot start the fake provider: {error}"))
+        })?;
+        if let Some(saved) = memory.as_ref().and_then(|path| std::fs::read(path).ok()) {
+            match serde_json::from_slice(&saved) {
+                Ok(effects) => provider.restore(effects),
+                Err(error) => {
+                    tracing::warn!(%error, "the fake provider's saved effects are unreadable; starting empty")
+                }
+            }
+        }
+        Ok(DemoProvider {
+            provider,
+            url,
+            memory,
+        })
+    }
+
+    /// Saves the provider's effects for the next run, then stops it.
+    fn keep_and_stop(self) {
+        if let Some(path) = &self.memory
+            && let Ok(saved) = serde_json::to_vec(&self.provider.effects())
+            && let Err(error) = std::fs::write(path, saved)
+        {
+            eprintln!(
+                "effectwatch demo: cannot save the provider's effects to {}: {error}",
+                path.display()
+            );
+        }
+        drop(self.provider);
+    }
+}
+
+/// The files through which others join the running demo: a second
+/// operator's config and the gateway's policy, removed when it ends.
+struct JoinFiles {
+    operator_config: Option<PathBuf>,
+    gateway_policy: Option<PathBuf>,
+    gateway_line: Option<String>,
+}
+
+impl JoinFiles {
+    fn write(database_url: &str, provider_url: &str) -> JoinFiles {
+        let operator_config = write_operator_config(database_url, provider_url);
+        if let Some(path) = &operator_config {
+            eprintln!(
+                "effectwatch demo: a second operator (four-eyes approvals) can join with: effectwatch --config {} --operator bob",
+                path.display()
+            );
+        }
+        let gateway_policy = write_gateway_policy();
+        let gateway_line = operator_config
+            .as_deref()
+            .zip(gateway_policy.as_deref())
+            .map(|(config, policy)| gateway_command(config, policy, provider_url));
+        if let Some(line) = &gateway_line {
+            eprintln!(
+                "effectwatch demo: an MCP agent can reach the demo's refund tool through: {line}"
+            );
+        }
+        JoinFiles {
+            operator_config,
+            gateway_policy,
+            gateway_line,
+        }
+    }
+
+    fn remove(&self) {
+        for path in self
+            .operator_config
+            .iter()
+            .chain(self.gateway_policy.iter())
+        {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// The reconciler service beside the console, unless `--no-reconciler`.
+struct DemoReconciler {
+    stop: tokio::sync::watch::Sender<bool>,
+    /// What the about overlay says of it, and its task.
+    running: Option<(String, tokio::task::JoinHandle<()>)>,
+}
+
+impl DemoReconciler {
+    fn start(args: &DemoArgs, demo_config: &Config, pool: &LedgerPool) -> DemoReconciler {
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let running = (!args.no_reconciler).then(|| {
+            let service = super::reconciler::reconciler(
+                demo_config,
+                pool.clone(),
+                demo_reconciler_settings(demo_config),
+            );
+            let line = format!(
+                "{} every {:.0} s, after {:.0} s unknown (off with --no-reconciler)",
+                service.settings().name,
+                service.settings().interval.as_secs_f64(),
+                service.settings().terms.grace.as_secs_f64()
+            );
+            let task = tokio::spawn(async move { service.run(stopped).await });
+            (line, task)
+        });
+        DemoReconciler { stop, running }
+    }
+
+    fn line(&self) -> Option<&str> {
+        self.running.as_ref().map(|(line, _)| line.as_str())
+    }
+
+    async fn stop(self) {
+        let _ = self.stop.send(true);
+        if let Some((_, task)) = self.running {
+            let _ = task.await;
+        }
+    }
 }
 
 /// What the demo's console lists in its about overlay: what was printed

@@ -9,7 +9,7 @@ use super::Format;
 use super::exit::{Failure, REFUSED};
 use crate::config::Config;
 use crate::format::duration_ms;
-use crate::ledger::policies::{self, PolicyChange, RETRY_SEMANTICS};
+use crate::ledger::policies::{self, Policy, PolicyChange, RETRY_SEMANTICS};
 use crate::text::{safe_json, sanitize_line};
 use crate::time_args::parse_duration;
 
@@ -125,95 +125,108 @@ pub async fn run(
             let list = policies::list(pool).await?;
             match format {
                 Format::Json => println!("{}", safe_json(&list)),
-                Format::Table => {
-                    let mut table = Table::new();
-                    table.load_preset(UTF8_FULL_CONDENSED).set_header([
-                        "action",
-                        "retry",
-                        "window",
-                        "exclusive",
-                        "approval limit",
-                        "retry when absent",
-                        "sink",
-                        "replay burst",
-                        "heartbeat lease",
-                    ]);
-                    for policy in &list {
-                        table.add_row([
-                            sanitize_line(&policy.action),
-                            policy.retry_semantics.clone(),
-                            duration_ms((policy.pending_window_secs * 1000.0) as i64),
-                            policy.exclusive_per_target.to_string(),
-                            policy
-                                .compensation_approval_limit_minor
-                                .map(|n| n.to_string())
-                                .unwrap_or_else(|| "none".into()),
-                            // Only an action that may be retried is retried when absent.
-                            match policy.retry_semantics.as_str() {
-                                "never_retry" | "escalate" => {
-                                    format!("no ({})", policy.retry_semantics)
-                                }
-                                _ => policy.retry_when_absent.to_string(),
-                            },
-                            policy
-                                .escalation_sink
-                                .as_deref()
-                                .map(sanitize_line)
-                                .unwrap_or_else(|| "default".into()),
-                            format!("> {}/h", policy.replay_burst_per_hour),
-                            policy
-                                .heartbeat_lease_secs
-                                .map(|secs| duration_ms((secs * 1000.0) as i64))
-                                .unwrap_or_else(|| "the worker's".into()),
-                        ]);
-                    }
-                    println!("{table}");
-                }
+                Format::Table => println!("{}", policy_table(&list)),
             }
             Ok(())
         }
-        PolicyCommand::Set(args) => {
-            let args = *args;
-            if config.read_only {
-                return Err(Failure::new(REFUSED, "read-only: policy set refused"));
-            }
-            if let Some(mode) = &args.unknown_actions {
-                let seq = policies::set_unknown_actions(pool, mode, &config.operator, &args.reason)
-                    .await?;
-                eprintln!("unknown actions are now {mode}d; audit entry #{seq}");
-            }
-            let Some(action) = args.action else {
-                return Ok(());
-            };
-            let change = PolicyChange {
-                pending_window: args.pending_window,
-                exclusive_per_target: args.exclusive,
-                compensation_approval_limit_minor: args.approval_limit.map(|limit| match limit {
-                    Limit::Minor(n) => Some(n),
-                    Limit::None => None,
-                }),
-                retry_when_absent: args.retry_when_absent,
-                retry_semantics: args.retry,
-                escalation_sink: args
-                    .sink
-                    .map(|sink| (!sink.eq_ignore_ascii_case("none")).then_some(sink)),
-                approvals_must_be_registered: args.approvals_registered,
-                conflicts_by_time_range: args.by_time_range,
-                on_holder_success: args.on_holder_success,
-                replay_burst_per_hour: args.replay_burst,
-                heartbeat_lease: args.heartbeat_lease.map(|lease| match lease {
-                    Lease::Of(duration) => Some(duration),
-                    Lease::WorkersOwn => None,
-                }),
-            };
-            let (policy, seq) =
-                policies::set(pool, &action, &change, &config.operator, &args.reason).await?;
-            println!("{}", safe_json(&policy));
-            eprintln!(
-                "policy of {} changed; audit entry #{seq}",
-                sanitize_line(&action)
-            );
-            Ok(())
+        PolicyCommand::Set(args) => set(pool, config, *args).await,
+    }
+}
+
+fn policy_table(list: &[Policy]) -> Table {
+    let mut table = Table::new();
+    table.load_preset(UTF8_FULL_CONDENSED).set_header([
+        "action",
+        "retry",
+        "window",
+        "exclusive",
+        "approval limit",
+        "retry when absent",
+        "sink",
+        "replay burst",
+        "heartbeat lease",
+    ]);
+    for policy in list {
+        table.add_row([
+            sanitize_line(&policy.action),
+            policy.retry_semantics.clone(),
+            duration_ms((policy.pending_window_secs * 1000.0) as i64),
+            policy.exclusive_per_target.to_string(),
+            policy
+                .compensation_approval_limit_minor
+                .map(|n| n.to_string())
+                .unwrap_or_else(|| "none".into()),
+            // Only an action that may be retried is retried when absent.
+            match policy.retry_semantics.as_str() {
+                "never_retry" | "escalate" => {
+                    format!("no ({})", policy.retry_semantics)
+                }
+                _ => policy.retry_when_absent.to_string(),
+            },
+            policy
+                .escalation_sink
+                .as_deref()
+                .map(sanitize_line)
+                .unwrap_or_else(|| "default".into()),
+            format!("> {}/h", policy.replay_burst_per_hour),
+            policy
+                .heartbeat_lease_secs
+                .map(|secs| duration_ms((secs * 1000.0) as i64))
+                .unwrap_or_else(|| "the worker's".into()),
+        ]);
+    }
+    table
+}
+
+async fn set(
+    pool: &crate::ledger::LedgerPool,
+    config: &Config,
+    args: SetArgs,
+) -> Result<(), Failure> {
+    if config.read_only {
+        return Err(Failure::new(REFUSED, "read-only: policy set refused"));
+    }
+    if let Some(mode) = &args.unknown_actions {
+        let seq = policies::set_unknown_actions(pool, mode, &config.operator, &args.reason).await?;
+        eprintln!("unknown actions are now {mode}d; audit entry #{seq}");
+    }
+    let Some(action) = args.action.clone() else {
+        return Ok(());
+    };
+    let reason = args.reason.clone();
+    let change = args.change();
+    let (policy, seq) = policies::set(pool, &action, &change, &config.operator, &reason).await?;
+    println!("{}", safe_json(&policy));
+    eprintln!(
+        "policy of {} changed; audit entry #{seq}",
+        sanitize_line(&action)
+    );
+    Ok(())
+}
+
+impl SetArgs {
+    /// The action's policy change: what was given, with "none" as a removal.
+    fn change(self) -> PolicyChange {
+        PolicyChange {
+            pending_window: self.pending_window,
+            exclusive_per_target: self.exclusive,
+            compensation_approval_limit_minor: self.approval_limit.map(|limit| match limit {
+                Limit::Minor(n) => Some(n),
+                Limit::None => None,
+            }),
+            retry_when_absent: self.retry_when_absent,
+            retry_semantics: self.retry,
+            escalation_sink: self
+                .sink
+                .map(|sink| (!sink.eq_ignore_ascii_case("none")).then_some(sink)),
+            approvals_must_be_registered: self.approvals_registered,
+            conflicts_by_time_range: self.by_time_range,
+            on_holder_success: self.on_holder_success,
+            replay_burst_per_hour: self.replay_burst,
+            heartbeat_lease: self.heartbeat_lease.map(|lease| match lease {
+                Lease::Of(duration) => Some(duration),
+                Lease::WorkersOwn => None,
+            }),
         }
     }
 }

@@ -301,161 +301,180 @@ impl Agent {
         self.stats.effects.fetch_add(1, Ordering::Relaxed);
         let intent = self.intent();
         match scenario {
-            Scenario::Normal => {
-                self.full_run(&intent).await?;
+            Scenario::Normal => self.full_run(&intent).await,
+            Scenario::LostResponse => self.lose_response(&intent).await,
+            Scenario::CrashAfterDispatch => self.crash_after_dispatch(&intent).await,
+            Scenario::NeverAnswered => self.never_answer(&intent).await,
+            Scenario::RetrySameKey => self.retry_same_key(&intent).await,
+            Scenario::ReusedKeyChangedParams => self.reuse_key_changed_params(&intent).await,
+            Scenario::WebhookRedelivered => self.redeliver_webhook(&intent).await,
+            Scenario::ConflictingActions => self.conflict(&intent).await,
+            Scenario::LateSuccess => self.succeed_late(&intent).await,
+            Scenario::ProviderRefused => self.refused_then_retry(&intent).await,
+        }
+    }
+
+    async fn lose_response(&self, intent: &Intent) -> Result<(), String> {
+        if self.begin_and_claim(intent).await? {
+            // The provider does the work; the answer never reaches us.
+            let _ = self.provider.create(intent).await;
+            self.complete(
+                intent,
+                Outcome::Unknown,
+                None,
+                "timeout: no response within 10 s",
+            )
+            .await?;
+            self.stats.lost_responses.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    async fn crash_after_dispatch(&self, intent: &Intent) -> Result<(), String> {
+        if self.begin_and_claim(intent).await? {
+            if self.beats {
+                writer::heartbeat(&self.pool, &intent.op_key, HEARTBEAT_LEASE, &self.name)
+                    .await
+                    .map_err(describe)?;
             }
-            Scenario::LostResponse => {
-                if self.begin_and_claim(&intent).await? {
-                    // The provider does the work; the answer never reaches us.
-                    let _ = self.provider.create(&intent).await;
-                    self.complete(
-                        &intent,
-                        Outcome::Unknown,
-                        None,
-                        "timeout: no response within 10 s",
-                    )
-                    .await?;
-                    self.stats.lost_responses.fetch_add(1, Ordering::Relaxed);
-                }
+            let _ = self.provider.create(intent).await;
+            // The worker dies here: the ledger never hears back.
+            self.stats.crashes.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    async fn never_answer(&self, intent: &Intent) -> Result<(), String> {
+        if self.begin_and_claim(intent).await? {
+            // The request is lost on the way: the provider never saw it.
+            self.stats.never_answered.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    async fn retry_same_key(&mut self, intent: &Intent) -> Result<(), String> {
+        self.full_run(intent).await?;
+        for _ in 0..self.rng.random_range(1..3) {
+            let begun = self.begin(intent).await?;
+            if begun.decision == Decision::Replay {
+                self.stats.replays.fetch_add(1, Ordering::Relaxed);
             }
-            Scenario::CrashAfterDispatch => {
-                if self.begin_and_claim(&intent).await? {
-                    if self.beats {
-                        writer::heartbeat(&self.pool, &intent.op_key, HEARTBEAT_LEASE, &self.name)
-                            .await
-                            .map_err(describe)?;
-                    }
-                    let _ = self.provider.create(&intent).await;
-                    // The worker dies here: the ledger never hears back.
-                    self.stats.crashes.fetch_add(1, Ordering::Relaxed);
-                }
+        }
+        Ok(())
+    }
+
+    async fn reuse_key_changed_params(&mut self, intent: &Intent) -> Result<(), String> {
+        self.full_run(intent).await?;
+        let mut changed = intent.clone();
+        if let Some(amount) = changed.amount_minor {
+            let bumped = amount + 100 * self.rng.random_range(1..20);
+            changed.amount_minor = Some(bumped);
+            changed.params["amount_minor"] = json!(bumped);
+        } else {
+            changed.params["note"] = json!("edited by the agent after a retry");
+        }
+        if self.begin(&changed).await?.decision == Decision::Rejected {
+            self.stats.mismatches.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    async fn redeliver_webhook(&mut self, intent: &Intent) -> Result<(), String> {
+        let event = format!("webhook:evt_{}", self.next_id());
+        let delivery = Intent {
+            op_key: event.clone(),
+            action: "webhook".into(),
+            target: format!("order:ORD-{}", self.rng.random_range(1000..9999)),
+            params: json!({ "event": event, "type": "charge.refunded" }),
+            requested_by: "webhook-receiver".into(),
+            ..intent.clone()
+        };
+        let delivery = Intent {
+            amount_minor: None,
+            currency: None,
+            approval_ref: None,
+            approval_version: None,
+            ..delivery
+        };
+        self.full_run(&delivery).await?;
+        for _ in 0..self.rng.random_range(1..3) {
+            self.begin(&delivery).await?;
+            self.stats
+                .webhook_redeliveries
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Two agents decide to refund the same invoice at once.
+    async fn conflict(&mut self, intent: &Intent) -> Result<(), String> {
+        let first = self.begin_and_claim(intent).await?;
+        let mut second = intent.clone();
+        second.op_key = format!("{}:second", intent.op_key);
+        second.requested_by = format!("{}-twin", self.name);
+        if self.begin(&second).await?.decision == Decision::Held {
+            self.stats.held.fetch_add(1, Ordering::Relaxed);
+            self.come_back_later(&second);
+        }
+        if first && self.rng.random_bool(0.5) {
+            // Half the time the first one stays unanswered, keeping the hold.
+            self.complete(intent, Outcome::Unknown, None, "connection reset by peer")
+                .await?;
+            self.stats.lost_responses.fetch_add(1, Ordering::Relaxed);
+        } else if first {
+            self.call_and_complete(intent).await?;
+        }
+        Ok(())
+    }
+
+    async fn succeed_late(&mut self, intent: &Intent) -> Result<(), String> {
+        if !self.begin_and_claim(intent).await? {
+            return Ok(());
+        }
+        let created = self.provider.create(intent).await;
+        self.complete(intent, Outcome::Unknown, None, "HTTP 503 from the provider")
+            .await?;
+        self.stats.lost_responses.fetch_add(1, Ordering::Relaxed);
+        // The answer turns up much later, possibly after a person settled it.
+        let (pool, key, target, stats) = (
+            self.pool.clone(),
+            intent.op_key.clone(),
+            intent.target.clone(),
+            self.stats.clone(),
+        );
+        let delay = Duration::from_secs(self.rng.random_range(20..90));
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            let completion = Completion {
+                external_ref: created.ok(),
+                reason: Some("late webhook from the provider".into()),
+                worker: Some("late-webhook".into()),
+                target: Some(target),
+                ..Completion::default()
+            };
+            if let Ok(done) =
+                writer::complete_effect(&pool, &key, Outcome::Succeeded, &completion).await
+                && done.late
+            {
+                stats.late_results.fetch_add(1, Ordering::Relaxed);
             }
-            Scenario::NeverAnswered => {
-                if self.begin_and_claim(&intent).await? {
-                    // The request is lost on the way: the provider never saw it.
-                    self.stats.never_answered.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-            Scenario::RetrySameKey => {
-                self.full_run(&intent).await?;
-                for _ in 0..self.rng.random_range(1..3) {
-                    let begun = self.begin(&intent).await?;
-                    if begun.decision == Decision::Replay {
-                        self.stats.replays.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            }
-            Scenario::ReusedKeyChangedParams => {
-                self.full_run(&intent).await?;
-                let mut changed = intent.clone();
-                if let Some(amount) = changed.amount_minor {
-                    let bumped = amount + 100 * self.rng.random_range(1..20);
-                    changed.amount_minor = Some(bumped);
-                    changed.params["amount_minor"] = json!(bumped);
-                } else {
-                    changed.params["note"] = json!("edited by the agent after a retry");
-                }
-                if self.begin(&changed).await?.decision == Decision::Rejected {
-                    self.stats.mismatches.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-            Scenario::WebhookRedelivered => {
-                let event = format!("webhook:evt_{}", self.next_id());
-                let delivery = Intent {
-                    op_key: event.clone(),
-                    action: "webhook".into(),
-                    target: format!("order:ORD-{}", self.rng.random_range(1000..9999)),
-                    params: json!({ "event": event, "type": "charge.refunded" }),
-                    requested_by: "webhook-receiver".into(),
-                    ..intent.clone()
-                };
-                let delivery = Intent {
-                    amount_minor: None,
-                    currency: None,
-                    approval_ref: None,
-                    approval_version: None,
-                    ..delivery
-                };
-                self.full_run(&delivery).await?;
-                for _ in 0..self.rng.random_range(1..3) {
-                    self.begin(&delivery).await?;
-                    self.stats
-                        .webhook_redeliveries
-                        .fetch_add(1, Ordering::Relaxed);
-                }
-            }
-            Scenario::ConflictingActions => {
-                // Two agents decide to refund the same invoice at once.
-                let first = self.begin_and_claim(&intent).await?;
-                let mut second = intent.clone();
-                second.op_key = format!("{}:second", intent.op_key);
-                second.requested_by = format!("{}-twin", self.name);
-                if self.begin(&second).await?.decision == Decision::Held {
-                    self.stats.held.fetch_add(1, Ordering::Relaxed);
-                    self.come_back_later(&second);
-                }
-                if first && self.rng.random_bool(0.5) {
-                    // Half the time the first one stays unanswered, keeping the hold.
-                    self.complete(&intent, Outcome::Unknown, None, "connection reset by peer")
-                        .await?;
-                    self.stats.lost_responses.fetch_add(1, Ordering::Relaxed);
-                } else if first {
-                    self.call_and_complete(&intent).await?;
-                }
-            }
-            Scenario::LateSuccess => {
-                if self.begin_and_claim(&intent).await? {
-                    let created = self.provider.create(&intent).await;
-                    self.complete(
-                        &intent,
-                        Outcome::Unknown,
-                        None,
-                        "HTTP 503 from the provider",
-                    )
-                    .await?;
-                    self.stats.lost_responses.fetch_add(1, Ordering::Relaxed);
-                    // The answer turns up much later, possibly after a person settled it.
-                    let (pool, key, target, stats) = (
-                        self.pool.clone(),
-                        intent.op_key.clone(),
-                        intent.target.clone(),
-                        self.stats.clone(),
-                    );
-                    let delay = Duration::from_secs(self.rng.random_range(20..90));
-                    tokio::spawn(async move {
-                        tokio::time::sleep(delay).await;
-                        let completion = Completion {
-                            external_ref: created.ok(),
-                            reason: Some("late webhook from the provider".into()),
-                            worker: Some("late-webhook".into()),
-                            target: Some(target),
-                            ..Completion::default()
-                        };
-                        if let Ok(done) =
-                            writer::complete_effect(&pool, &key, Outcome::Succeeded, &completion)
-                                .await
-                            && done.late
-                        {
-                            stats.late_results.fetch_add(1, Ordering::Relaxed);
-                        }
-                    });
-                }
-            }
-            Scenario::ProviderRefused => {
-                if self.begin_and_claim(&intent).await? {
-                    self.complete(
-                        &intent,
-                        Outcome::Failed { retryable: true },
-                        None,
-                        "card issuer declined: try again later",
-                    )
-                    .await?;
-                    self.stats.failures.fetch_add(1, Ordering::Relaxed);
-                    // The agent retries under the same key, as it should.
-                    if self.begin(&intent).await?.decision == Decision::Retry {
-                        self.claim_call_complete(&intent).await?;
-                    }
-                }
+        });
+        Ok(())
+    }
+
+    async fn refused_then_retry(&self, intent: &Intent) -> Result<(), String> {
+        if self.begin_and_claim(intent).await? {
+            self.complete(
+                intent,
+                Outcome::Failed { retryable: true },
+                None,
+                "card issuer declined: try again later",
+            )
+            .await?;
+            self.stats.failures.fetch_add(1, Ordering::Relaxed);
+            // The agent retries under the same key, as it should.
+            if self.begin(intent).await?.decision == Decision::Retry {
+                self.claim_call_complete(intent).await?;
             }
         }
         Ok(())

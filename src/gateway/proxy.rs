@@ -573,16 +573,7 @@ impl RecordedCall {
                 )));
             }
         };
-        // The gateway, and the caller it tells apart: the ledger records
-        // the effect as requested by that caller, and answers a repeat only
-        // to it.
-        let requested_by = match &self.caller {
-            Some(caller) => format!("{}/caller:{caller}", shared.requested_by),
-            None => shared.requested_by.clone(),
-        };
-        // Who made the call, as the console shows the dispatch: the gateway,
-        // for which client, through which tool.
-        let worker = format!("{requested_by} ({}, tool {})", self.client, self.tool);
+        let (requested_by, worker) = self.requester_and_worker(shared);
         let intent = call.intent(&requested_by, self.request_id.clone());
         let peer = match peer {
             Ok(peer) => peer,
@@ -604,17 +595,7 @@ impl RecordedCall {
         // Until its outcome is recorded, a repeat of this call made through
         // this gateway waits for it here rather than asking the ledger.
         let in_flight = InFlight::register(shared, &call.op_key);
-        // The tool server gets the key too: one that passes it to its
-        // provider as an idempotency key makes even a retry from outside the
-        // ledger (a reconciler's safe retry) one effect.
-        let mut request = self.request.clone();
-        request.arguments = Some(call.arguments.clone());
-        request
-            .meta
-            .get_or_insert_with(Default::default)
-            .0
-            .0
-            .insert(OP_KEY_META.to_string(), Value::String(call.op_key.clone()));
+        let request = self.keyed_request(&call);
         // The lease in force may be the action's policy's, not this gateway's.
         let beating = started
             .heartbeat_lease
@@ -628,8 +609,57 @@ impl RecordedCall {
             target: Some(call.target.clone()),
             ..Completion::default()
         };
-        let (outcome, reply) = match answer {
-            Ok(Ok(result)) => self.judge(result, &call, &mut completion, shared),
+        let (outcome, reply) = self.outcome_of(answer, &call, &mut completion, shared);
+        completion.result = completion.result.map(storable);
+        completion.reason = completion.reason.map(|reason| storable_text(&reason));
+        completion.external_ref = completion.external_ref.map(|text| storable_text(&text));
+        let recorded = Recorded {
+            outcome,
+            completion,
+            reply,
+        };
+        record_outcome(shared, &call, recorded, in_flight).await
+    }
+
+    /// The gateway, and the caller it tells apart: the ledger records the
+    /// effect as requested by that caller, and answers a repeat only to it.
+    /// The worker is who made the call, as the console shows the dispatch:
+    /// the gateway, for which client, through which tool.
+    fn requester_and_worker(&self, shared: &Shared) -> (String, String) {
+        let requested_by = match &self.caller {
+            Some(caller) => format!("{}/caller:{caller}", shared.requested_by),
+            None => shared.requested_by.clone(),
+        };
+        let worker = format!("{requested_by} ({}, tool {})", self.client, self.tool);
+        (requested_by, worker)
+    }
+
+    /// The call as forwarded. The tool server gets the key too: one that
+    /// passes it to its provider as an idempotency key makes even a retry
+    /// from outside the ledger (a reconciler's safe retry) one effect.
+    fn keyed_request(&self, call: &MappedCall) -> CallToolRequestParams {
+        let mut request = self.request.clone();
+        request.arguments = Some(call.arguments.clone());
+        request
+            .meta
+            .get_or_insert_with(Default::default)
+            .0
+            .0
+            .insert(OP_KEY_META.to_string(), Value::String(call.op_key.clone()));
+        request
+    }
+
+    /// The outcome to record of the tool server's answer, or of its
+    /// failing to give one in time, and the reply for the model.
+    fn outcome_of(
+        &self,
+        answer: Result<Result<CallToolResult, ServiceError>, tokio::time::error::Elapsed>,
+        call: &MappedCall,
+        completion: &mut Completion,
+        shared: &Shared,
+    ) -> (Outcome, CallToolResult) {
+        match answer {
+            Ok(Ok(result)) => self.judge(result, call, completion, shared),
             Ok(Err(error)) => {
                 completion.error_class = Some(match error {
                     ServiceError::TransportClosed | ServiceError::TransportSend(_) => {
@@ -640,7 +670,7 @@ impl RecordedCall {
                     _ => ErrorClass::InvalidResponse,
                 });
                 completion.reason = Some(format!("the upstream tool server: {error}"));
-                (Outcome::Unknown, tool_error(lost_answer_text(&call)))
+                (Outcome::Unknown, tool_error(lost_answer_text(call)))
             }
             Err(_elapsed) => {
                 completion.error_class = Some(ErrorClass::Timeout);
@@ -648,38 +678,8 @@ impl RecordedCall {
                     "the upstream tool server did not answer within {} s",
                     shared.policy.upstream_timeout().as_secs()
                 ));
-                (Outcome::Unknown, tool_error(lost_answer_text(&call)))
+                (Outcome::Unknown, tool_error(lost_answer_text(call)))
             }
-        };
-        completion.result = completion.result.map(storable);
-        completion.reason = completion.reason.map(|reason| storable_text(&reason));
-        completion.external_ref = completion.external_ref.map(|text| storable_text(&text));
-        if outcome == Outcome::Succeeded {
-            // The tool's own answer is the truth of what it did, whatever
-            // the ledger says to its recording: the model has it now, and
-            // the success is recorded beside the reply. A repeat through
-            // this gateway waits for the recording (its InFlight lives as
-            // long); close() waits for every one; and if this process
-            // ends first, the effect stays dispatched, which the overdue
-            // pane and the reconciler take up.
-            let pool = shared.pool.clone();
-            let op_key = call.op_key.clone();
-            shared.recording.spawn(async move {
-                let _ = complete_after_dispatch(&pool, &op_key, outcome, &completion).await;
-                drop(in_flight);
-            });
-            return Ok(reply);
-        }
-        match complete_after_dispatch(&shared.pool, &call.op_key, outcome, &completion).await {
-            Ok(()) => Ok(reply),
-            Err(error) => Ok(tool_error(format!(
-                "The {action} was sent to the tool server (key {key}) and may have happened, but the gateway \
-                 could not record its outcome in the effect ledger ({error}). Do not call it again: \
-                 an operator will reconcile it with the provider.",
-                action = call.action,
-                key = call.op_key,
-                error = crate::text::message_line(&error.to_string()),
-            ))),
         }
     }
 
@@ -735,6 +735,55 @@ impl RecordedCall {
                 (Outcome::Unknown, tool_error(in_doubt_text(call, &said)))
             }
         }
+    }
+}
+
+/// A dispatched call's outcome, what the ledger is told of it, and the
+/// reply the model gets.
+struct Recorded {
+    outcome: Outcome,
+    completion: Completion,
+    reply: CallToolResult,
+}
+
+/// Records a dispatched call's outcome and gives the model its reply.
+async fn record_outcome(
+    shared: &Arc<Shared>,
+    call: &MappedCall,
+    recorded: Recorded,
+    in_flight: InFlight,
+) -> Result<CallToolResult, McpError> {
+    let Recorded {
+        outcome,
+        completion,
+        reply,
+    } = recorded;
+    if outcome == Outcome::Succeeded {
+        // The tool's own answer is the truth of what it did, whatever
+        // the ledger says to its recording: the model has it now, and
+        // the success is recorded beside the reply. A repeat through
+        // this gateway waits for the recording (its InFlight lives as
+        // long); close() waits for every one; and if this process
+        // ends first, the effect stays dispatched, which the overdue
+        // pane and the reconciler take up.
+        let pool = shared.pool.clone();
+        let op_key = call.op_key.clone();
+        shared.recording.spawn(async move {
+            let _ = complete_after_dispatch(&pool, &op_key, outcome, &completion).await;
+            drop(in_flight);
+        });
+        return Ok(reply);
+    }
+    match complete_after_dispatch(&shared.pool, &call.op_key, outcome, &completion).await {
+        Ok(()) => Ok(reply),
+        Err(error) => Ok(tool_error(format!(
+            "The {action} was sent to the tool server (key {key}) and may have happened, but the gateway \
+             could not record its outcome in the effect ledger ({error}). Do not call it again: \
+             an operator will reconcile it with the provider.",
+            action = call.action,
+            key = call.op_key,
+            error = crate::text::message_line(&error.to_string()),
+        ))),
     }
 }
 

@@ -7,7 +7,9 @@
 use serde_json::{Value, json};
 
 use super::{SettleError, Settled, Settler, require_reason};
-use crate::adapters::provider::{CompensationOutcome, EffectQuery};
+use crate::adapters::provider::{
+    CompensationAnswer, CompensationOutcome, EffectQuery, Prepared, Provider,
+};
 use crate::crash_point::crash_point;
 use crate::format::optional_money;
 use crate::ledger::compensation::{self, CompensationResult};
@@ -239,53 +241,15 @@ impl Settler {
         reason: &str,
     ) -> Result<Dispatch, SettleError> {
         let compensation = self.effect(compensation_key).await?;
-        // A failed one that is still in play was never received by the
-        // provider, and the ledger reopens it for this dispatch.
-        let never_received =
-            compensation.state == State::Failed && compensation.retryable == Some(true);
-        let unsent = compensation.state == State::Pending && compensation.dispatched_at.is_none();
-        if !unsent && !never_received {
-            let why = match (compensation.state, compensation.dispatched_at) {
-                (State::Pending, Some(at)) => format!(
-                    "already dispatched at {} with no answer recorded: reconcile {} if it stays pending",
-                    at.format("%Y-%m-%d %H:%M:%S UTC"),
-                    compensation.op_key
-                ),
-                (State::Held, _) => "held behind another effect: release it first".to_string(),
-                (state, _) => format!("already {state}"),
-            };
+        if let Some(why) = why_not_sendable(&compensation) {
             return Ok(Dispatch::NotSent {
                 state: compensation.state,
                 why,
             });
         }
         let provider = self.provider_for(original)?;
-        // A reversal of a duplicate record sends that record, not the effect's.
-        let duplicate_ref = compensation
-            .params
-            .get("reverses_duplicate")
-            .and_then(Value::as_str);
-        let mut reversed = EffectQuery::from(original);
-        if let Some(duplicate_ref) = duplicate_ref {
-            reversed.external_ref = Some(duplicate_ref.to_string());
-        }
-        let again = match duplicate_ref {
-            Some(duplicate_ref) => format!(
-                "reverse-duplicate {} --ref {duplicate_ref}",
-                original.op_key
-            ),
-            None => format!("compensate {}", original.op_key),
-        };
-        let prepared = provider
-            .prepare_compensation(&reversed, compensation_key, reason)
-            .map_err(|error| {
-                SettleError::Provider(format!(
-                    "compensation {} exists but cannot be sent: {error}; fix the configuration and \
-                     run {} again",
-                    sanitize_line(compensation_key),
-                    sanitize_line(&again)
-                ))
-            })?;
+        let prepared =
+            prepare_reversal(provider, original, &compensation, compensation_key, reason)?;
         crash_point("before_compensation_claim");
         let claim =
             compensation::dispatch_compensation(&self.pool, compensation_key, &self.operator)
@@ -299,6 +263,15 @@ impl Settler {
         }
         let answer = provider.compensate(prepared).await;
         crash_point("after_compensation_sent");
+        self.record_compensation(compensation_key, answer).await
+    }
+
+    /// Records the provider's answer to a sent compensation.
+    async fn record_compensation(
+        &self,
+        compensation_key: &str,
+        answer: CompensationAnswer,
+    ) -> Result<Dispatch, SettleError> {
         let (outcome, external_ref, retryable, why) = match &answer.outcome {
             CompensationOutcome::Succeeded { external_ref } => {
                 ("succeeded", Some(external_ref.as_str()), None, None)
@@ -338,6 +311,63 @@ impl Settler {
             evidence: answer.evidence,
         })
     }
+}
+
+/// Why a compensation cannot be sent now, if it cannot: only an unsent one
+/// can, or a failed one that is still in play, which was never received
+/// by the provider and which the ledger reopens for this dispatch.
+fn why_not_sendable(compensation: &Effect) -> Option<String> {
+    let never_received =
+        compensation.state == State::Failed && compensation.retryable == Some(true);
+    let unsent = compensation.state == State::Pending && compensation.dispatched_at.is_none();
+    if unsent || never_received {
+        return None;
+    }
+    Some(match (compensation.state, compensation.dispatched_at) {
+        (State::Pending, Some(at)) => format!(
+            "already dispatched at {} with no answer recorded: reconcile {} if it stays pending",
+            at.format("%Y-%m-%d %H:%M:%S UTC"),
+            compensation.op_key
+        ),
+        (State::Held, _) => "held behind another effect: release it first".to_string(),
+        (state, _) => format!("already {state}"),
+    })
+}
+
+/// The provider's request for a compensation. A reversal of a duplicate
+/// record sends that record, not the effect's.
+fn prepare_reversal(
+    provider: &Provider,
+    original: &Effect,
+    compensation: &Effect,
+    compensation_key: &str,
+    reason: &str,
+) -> Result<Prepared, SettleError> {
+    let duplicate_ref = compensation
+        .params
+        .get("reverses_duplicate")
+        .and_then(Value::as_str);
+    let mut reversed = EffectQuery::from(original);
+    if let Some(duplicate_ref) = duplicate_ref {
+        reversed.external_ref = Some(duplicate_ref.to_string());
+    }
+    let again = match duplicate_ref {
+        Some(duplicate_ref) => format!(
+            "reverse-duplicate {} --ref {duplicate_ref}",
+            original.op_key
+        ),
+        None => format!("compensate {}", original.op_key),
+    };
+    provider
+        .prepare_compensation(&reversed, compensation_key, reason)
+        .map_err(|error| {
+            SettleError::Provider(format!(
+                "compensation {} exists but cannot be sent: {error}; fix the configuration and \
+                 run {} again",
+                sanitize_line(compensation_key),
+                sanitize_line(&again)
+            ))
+        })
 }
 
 fn compensation_report(

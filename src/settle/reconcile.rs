@@ -6,13 +6,13 @@
 
 use std::time::Instant;
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::finding::{Assessment, assess};
 use super::{SettleError, Settled, Settler};
-use crate::adapters::provider::EffectQuery;
+use crate::adapters::provider::{EffectQuery, Provider};
 use crate::ledger::State;
-use crate::ledger::actions::{self, Finding, SeenVersion};
+use crate::ledger::actions::{self, Finding, ReconciliationOutcome, SeenVersion};
 
 /// A reconciliation as the ledger recorded it, for a caller that decides
 /// what comes next (the reconciler service), and its report.
@@ -48,39 +48,15 @@ impl Settler {
         }
         let (effect, seen) = self.look(op_key, seen).await?;
         let provider = self.provider_for(&effect)?;
-        let query = EffectQuery::from(&effect);
-        let started = Instant::now();
-        let looked = provider.lookup(&query).await;
-        let duration_ms = i32::try_from(started.elapsed().as_millis()).unwrap_or(i32::MAX);
-        let (assessment, evidence) = match looked {
-            Ok(lookup) => {
-                let assessment = assess(&query, &lookup.effects);
-                let mut evidence = lookup.evidence;
-                if let Some(map) = evidence.as_object_mut() {
-                    map.insert("effects".into(), json!(lookup.effects));
-                    if !assessment.differences.is_empty() {
-                        map.insert("differences".into(), json!(assessment.differences));
-                    }
-                    if assessment.ignored > 0 {
-                        map.insert("ignored_other_keys".into(), json!(assessment.ignored));
-                    }
-                }
-                (assessment, evidence)
-            }
-            // Nothing was asked: the operator must fix the configuration.
-            Err(error) if error.is_config() => {
-                return Err(SettleError::Provider(error.to_string()));
-            }
-            Err(error) => (Assessment::indeterminate(), error.evidence(provider.name())),
-        };
+        let mut answer = ask(provider, &EffectQuery::from(&effect)).await?;
         // What the provider said is stored and shown: never with a secret it echoed.
-        let evidence = self.config.secret_redactor().value(&evidence);
+        answer.evidence = self.config.secret_redactor().value(&answer.evidence);
         let finding = Finding {
             provider: provider.name().to_string(),
-            finding: assessment.finding.as_str().to_string(),
-            external_refs: assessment.external_refs.clone(),
-            evidence: evidence.clone(),
-            duration_ms,
+            finding: answer.assessment.finding.as_str().to_string(),
+            external_refs: answer.assessment.external_refs.clone(),
+            evidence: answer.evidence.clone(),
+            duration_ms: answer.duration_ms,
         };
         let recorded = actions::record_reconciliation(
             &self.pool,
@@ -90,55 +66,110 @@ impl Settler {
             &finding,
         )
         .await?;
-        let refs = if assessment.external_refs.is_empty() {
-            String::new()
-        } else {
-            format!(" [{}]", assessment.external_refs.join(", "))
-        };
-        let why = evidence
-            .get("message")
-            .and_then(|m| m.as_str())
-            .map(|m| format!(" ({m})"))
-            .unwrap_or_default();
-        // What the ledger recorded is what happened; the provider's answer
-        // is shown beside it when the ledger narrowed it.
-        let provider_said = assessment.finding.as_str();
-        let narrowed = if recorded.finding == provider_said {
-            String::new()
-        } else {
-            format!(" (provider said {provider_said})")
-        };
-        let settled = Settled::new(
-            format!(
-                "reconciled {op_key} with {}: {}{narrowed}{refs}{why} — {} → {} in {duration_ms} ms",
-                provider.name(),
-                recorded.finding,
-                effect.state,
-                recorded.state
-            ),
-            json!({
-                "action": "reconcile",
-                "op_key": op_key,
-                "provider": provider.name(),
-                "finding": recorded.finding,
-                "provider_finding": assessment.finding,
-                "external_refs": assessment.external_refs,
-                "differences": assessment.differences,
-                "state_before": effect.state,
-                "state": recorded.state,
-                "version": recorded.version,
-                "reconciliation_id": recorded.reconciliation_id,
-                "audit_seq": recorded.audit_seq,
-                "duration_ms": duration_ms,
-                "evidence": evidence,
-            }),
-        );
+        let settled = report(op_key, provider.name(), effect.state, &answer, &recorded);
         Ok(Reconciled {
             finding: recorded.finding,
             state_before: effect.state,
             state: recorded.state,
-            external_refs: assessment.external_refs,
+            external_refs: answer.assessment.external_refs,
             settled,
         })
     }
+}
+
+/// The provider's answer about one effect, assessed, with the evidence to
+/// store and how long the provider took.
+struct Answer {
+    assessment: Assessment,
+    evidence: Value,
+    duration_ms: i32,
+}
+
+/// Asks the provider. An answer that could not be had is indeterminate,
+/// except a configuration problem: then nothing was asked, and the
+/// operator must fix the configuration.
+async fn ask(provider: &Provider, query: &EffectQuery) -> Result<Answer, SettleError> {
+    let started = Instant::now();
+    let looked = provider.lookup(query).await;
+    let duration_ms = i32::try_from(started.elapsed().as_millis()).unwrap_or(i32::MAX);
+    let (assessment, evidence) = match looked {
+        Ok(lookup) => {
+            let assessment = assess(query, &lookup.effects);
+            let mut evidence = lookup.evidence;
+            if let Some(map) = evidence.as_object_mut() {
+                map.insert("effects".into(), json!(lookup.effects));
+                if !assessment.differences.is_empty() {
+                    map.insert("differences".into(), json!(assessment.differences));
+                }
+                if assessment.ignored > 0 {
+                    map.insert("ignored_other_keys".into(), json!(assessment.ignored));
+                }
+            }
+            (assessment, evidence)
+        }
+        Err(error) if error.is_config() => {
+            return Err(SettleError::Provider(error.to_string()));
+        }
+        Err(error) => (Assessment::indeterminate(), error.evidence(provider.name())),
+    };
+    Ok(Answer {
+        assessment,
+        evidence,
+        duration_ms,
+    })
+}
+
+/// The report of a recorded reconciliation, a line and its JSON.
+fn report(
+    op_key: &str,
+    provider: &str,
+    state_before: State,
+    answer: &Answer,
+    recorded: &ReconciliationOutcome,
+) -> Settled {
+    let Answer {
+        assessment,
+        evidence,
+        duration_ms,
+    } = answer;
+    let refs = if assessment.external_refs.is_empty() {
+        String::new()
+    } else {
+        format!(" [{}]", assessment.external_refs.join(", "))
+    };
+    let why = evidence
+        .get("message")
+        .and_then(|m| m.as_str())
+        .map(|m| format!(" ({m})"))
+        .unwrap_or_default();
+    // What the ledger recorded is what happened; the provider's answer
+    // is shown beside it when the ledger narrowed it.
+    let provider_said = assessment.finding.as_str();
+    let narrowed = if recorded.finding == provider_said {
+        String::new()
+    } else {
+        format!(" (provider said {provider_said})")
+    };
+    Settled::new(
+        format!(
+            "reconciled {op_key} with {provider}: {}{narrowed}{refs}{why} — {state_before} → {} in {duration_ms} ms",
+            recorded.finding, recorded.state
+        ),
+        json!({
+            "action": "reconcile",
+            "op_key": op_key,
+            "provider": provider,
+            "finding": recorded.finding,
+            "provider_finding": assessment.finding,
+            "external_refs": assessment.external_refs,
+            "differences": assessment.differences,
+            "state_before": state_before,
+            "state": recorded.state,
+            "version": recorded.version,
+            "reconciliation_id": recorded.reconciliation_id,
+            "audit_seq": recorded.audit_seq,
+            "duration_ms": duration_ms,
+            "evidence": evidence,
+        }),
+    )
 }

@@ -1,6 +1,6 @@
 //! Everything the ledger knows about one effect, for `show` and the detail view.
 
-use super::LedgerPool;
+use super::{LedgerPool, LedgerTransaction};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
@@ -158,28 +158,73 @@ pub async fn find_effect(pool: &LedgerPool, op_key: &str) -> Result<Option<Effec
 /// parts agree with each other even while workers write.
 pub async fn load(pool: &LedgerPool, op_key: &str) -> Result<EffectHistory, LedgerError> {
     let mut tx = super::snapshot::begin(pool).await?;
+    let effect = effect_in(&mut tx, op_key).await?;
+    let records = records_of(&mut tx, &effect).await?;
+    let related = related_to(&mut tx, &effect).await?;
+    let policy = Some(super::policies::for_action(&mut tx, &effect.action).await?);
+    let links = links_of(&mut tx, &effect).await?;
+    let settling = settling_of(&mut tx, &effect).await?;
+    let applicability =
+        super::actions::applicability(&mut tx, std::slice::from_ref(&effect.op_key))
+            .await?
+            .remove(&effect.op_key)
+            .unwrap_or_default();
+    tx.commit().await?;
+    Ok(EffectHistory {
+        effect,
+        attempts: records.attempts,
+        events: records.events,
+        reconciliations: records.reconciliations,
+        escalations: records.escalations,
+        audit: records.audit,
+        related,
+        policy,
+        applicability,
+        links,
+        compensation_requests: settling.compensation_requests,
+        escalation_deliveries: settling.escalation_deliveries,
+        next_steps: settling.next_steps,
+    })
+}
+
+async fn effect_in(tx: &mut LedgerTransaction<'_>, op_key: &str) -> Result<Effect, LedgerError> {
     let sql = format!(
         "select {} from ledger.effects e where e.op_key = $1",
         Effect::COLUMNS
     );
-    let effect = sqlx::query_as::<_, Effect>(sqlx::AssertSqlSafe(sql))
+    sqlx::query_as::<_, Effect>(sqlx::AssertSqlSafe(sql))
         .bind(op_key)
-        .fetch_optional(&mut tx)
+        .fetch_optional(&mut *tx)
         .await?
-        .ok_or_else(|| LedgerError::NotFound(op_key.to_string()))?;
+        .ok_or_else(|| LedgerError::NotFound(op_key.to_string()))
+}
+
+/// What was recorded of the effect itself, each in the order it happened.
+struct Records {
+    attempts: Vec<Attempt>,
+    events: Vec<EffectEvent>,
+    reconciliations: Vec<Reconciliation>,
+    escalations: Vec<Escalation>,
+    audit: Vec<AuditEntry>,
+}
+
+async fn records_of(
+    tx: &mut LedgerTransaction<'_>,
+    effect: &Effect,
+) -> Result<Records, LedgerError> {
     let attempts = sqlx::query_as::<_, Attempt>(
         "select id, kind, requested_by, db_role, request_id, params_hash, params, detail, flagged, at
            from ledger.attempts where effect_id = $1 order by at, id",
     )
     .bind(effect.id)
-    .fetch_all(&mut tx)
+    .fetch_all(&mut *tx)
     .await?;
     let events = sqlx::query_as::<_, EffectEvent>(
         "select id, from_state, to_state, actor, db_role, reason, at
            from ledger.effect_events where effect_id = $1 order by at, id",
     )
     .bind(effect.id)
-    .fetch_all(&mut tx)
+    .fetch_all(&mut *tx)
     .await?;
     let reconciliations = sqlx::query_as::<_, Reconciliation>(
         "select id, provider, finding, external_refs, evidence, duration_ms, state_before,
@@ -187,7 +232,7 @@ pub async fn load(pool: &LedgerPool, op_key: &str) -> Result<EffectHistory, Ledg
            from ledger.reconciliations where effect_id = $1 order by at, id",
     )
     .bind(effect.id)
-    .fetch_all(&mut tx)
+    .fetch_all(&mut *tx)
     .await?;
     let escalations = sqlx::query_as::<_, Escalation>(
         "select id, escalation_key, op_key, sink, decision_needed, payload, state, delivery_attempts,
@@ -195,27 +240,48 @@ pub async fn load(pool: &LedgerPool, op_key: &str) -> Result<EffectHistory, Ledg
            from ledger.escalations where effect_id = $1 order by created_at, id",
     )
     .bind(effect.id)
-    .fetch_all(&mut tx)
+    .fetch_all(&mut *tx)
     .await?;
     let audit = sqlx::query_as::<_, AuditEntry>(
         "select seq, at, operator, db_role, action, effect_id, op_key, reason, before, after, hash
            from ledger.audit_log where effect_id = $1 order by seq",
     )
     .bind(effect.id)
-    .fetch_all(&mut tx)
+    .fetch_all(&mut *tx)
     .await?;
+    Ok(Records {
+        attempts,
+        events,
+        reconciliations,
+        escalations,
+        audit,
+    })
+}
+
+/// Other effects on the same target, newest first.
+async fn related_to(
+    tx: &mut LedgerTransaction<'_>,
+    effect: &Effect,
+) -> Result<Vec<Effect>, LedgerError> {
     let related_sql = format!(
         "select {} from ledger.effects e where e.target = $1 and e.id <> $2
           order by e.created_at desc limit 50",
         Effect::COLUMNS
     );
-    let related = sqlx::query_as::<_, Effect>(sqlx::AssertSqlSafe(related_sql))
-        .bind(&effect.target)
-        .bind(effect.id)
-        .fetch_all(&mut tx)
-        .await?;
-    let policy = Some(super::policies::for_action(&mut tx, &effect.action).await?);
-    let links = sqlx::query_as::<_, Link>(
+    Ok(
+        sqlx::query_as::<_, Effect>(sqlx::AssertSqlSafe(related_sql))
+            .bind(&effect.target)
+            .bind(effect.id)
+            .fetch_all(&mut *tx)
+            .await?,
+    )
+}
+
+async fn links_of(
+    tx: &mut LedgerTransaction<'_>,
+    effect: &Effect,
+) -> Result<Vec<Link>, LedgerError> {
+    Ok(sqlx::query_as::<_, Link>(
         "select l.relation, x.op_key, x.state::text as state
            from (select 1 as ord, 'compensates'::text as relation, $2::bigint as id
                  union all
@@ -233,15 +299,29 @@ pub async fn load(pool: &LedgerPool, op_key: &str) -> Result<EffectHistory, Ledg
     .bind(effect.compensates)
     .bind(effect.held_by)
     .bind(&effect.target)
-    .fetch_all(&mut tx)
-    .await?;
+    .fetch_all(&mut *tx)
+    .await?)
+}
+
+/// What settling the effect has asked for and owed: compensation
+/// requests, escalation deliveries and next steps.
+struct Settling {
+    compensation_requests: Vec<CompensationRequest>,
+    escalation_deliveries: Vec<EscalationDelivery>,
+    next_steps: Vec<OwedStep>,
+}
+
+async fn settling_of(
+    tx: &mut LedgerTransaction<'_>,
+    effect: &Effect,
+) -> Result<Settling, LedgerError> {
     let compensation_requests = sqlx::query_as::<_, CompensationRequest>(
         "select id, state, amount_minor, currency, approval_limit_minor, requested_by, reason,
                 decided_by, decided_at, decision_reason, compensation_key, duplicate_ref, created_at
            from ledger.compensation_requests where effect_id = $1 order by created_at, id",
     )
     .bind(effect.id)
-    .fetch_all(&mut tx)
+    .fetch_all(&mut *tx)
     .await?;
     let escalation_deliveries = sqlx::query_as::<_, EscalationDelivery>(
         "select s.escalation_key, d.attempt, d.worker, d.ok, d.error, d.duration_ms, d.at
@@ -251,7 +331,7 @@ pub async fn load(pool: &LedgerPool, op_key: &str) -> Result<EffectHistory, Ledg
           order by d.at, d.id",
     )
     .bind(effect.id)
-    .fetch_all(&mut tx)
+    .fetch_all(&mut *tx)
     .await?;
     let next_steps = sqlx::query_as::<_, OwedStep>(
         "select step, why, recorded_by, recorded_at, tries, last_error, done_at, done_by, outcome
@@ -259,25 +339,9 @@ pub async fn load(pool: &LedgerPool, op_key: &str) -> Result<EffectHistory, Ledg
           order by done_at is not null, recorded_at, id",
     )
     .bind(effect.id)
-    .fetch_all(&mut tx)
+    .fetch_all(&mut *tx)
     .await?;
-    let applicability =
-        super::actions::applicability(&mut tx, std::slice::from_ref(&effect.op_key))
-            .await?
-            .remove(&effect.op_key)
-            .unwrap_or_default();
-    tx.commit().await?;
-    Ok(EffectHistory {
-        effect,
-        attempts,
-        events,
-        reconciliations,
-        escalations,
-        audit,
-        related,
-        policy,
-        applicability,
-        links,
+    Ok(Settling {
         compensation_requests,
         escalation_deliveries,
         next_steps,
@@ -297,119 +361,15 @@ pub struct TimelineEntry {
 pub fn timeline(history: &EffectHistory) -> Vec<TimelineEntry> {
     let mut entries = Vec::new();
     for attempt in &history.attempts {
-        let who = name_and_login(
-            attempt.requested_by.as_deref().unwrap_or("?"),
-            &attempt.db_role,
-        );
-        let flag = if attempt.flagged { " ⚑" } else { "" };
-        let mut text = format!("{}{flag} by {who}", attempt.kind);
-        if let Some(refusal) = attempt
-            .detail
-            .as_ref()
-            .and_then(|detail| detail.get("refused"))
-            .and_then(Value::as_str)
-        {
-            text.push_str(&format!(": {refusal}"));
-        }
-        if let Some(offered) = attempt
-            .params
-            .as_ref()
-            .filter(|_| attempt.kind == "mismatch")
-        {
-            let diff = params_diff(&history.effect.params, offered);
-            text.push_str(&format!(": params differ {}", diff.join("; ")));
-        }
-        entries.push(TimelineEntry {
-            at: attempt.at,
-            kind: "attempt",
-            text,
-        });
+        entries.push(attempt_line(&history.effect, attempt));
     }
-    for event in &history.events {
-        let from = event.from_state.as_deref().unwrap_or("∅");
-        let reason = event
-            .reason
-            .as_deref()
-            .map(|r| format!(" — {r}"))
-            .unwrap_or_default();
-        entries.push(TimelineEntry {
-            at: event.at,
-            kind: "state",
-            text: format!(
-                "{from} → {} by {}{reason}",
-                event.to_state,
-                name_and_login(&event.actor, &event.db_role)
-            ),
-        });
-    }
-    for recon in &history.reconciliations {
-        entries.push(TimelineEntry {
-            at: recon.at,
-            kind: "reconcile",
-            text: format!(
-                "{} at {} ({} ms) refs [{}]: {} → {} by {}",
-                recon.finding,
-                recon.provider.as_deref().unwrap_or("?"),
-                recon.duration_ms.unwrap_or(0),
-                recon.external_refs.join(", "),
-                recon.state_before,
-                recon.state_after,
-                recon.requested_by
-            ),
-        });
-    }
-    for escalation in &history.escalations {
-        entries.push(TimelineEntry {
-            at: escalation.created_at,
-            kind: "escalate",
-            text: format!(
-                "to {} ({}): {} by {}",
-                escalation.sink,
-                escalation.state,
-                escalation.decision_needed,
-                escalation.created_by
-            ),
-        });
-    }
-    for entry in &history.audit {
-        let reason = entry.reason.as_deref().unwrap_or("");
-        entries.push(TimelineEntry {
-            at: entry.at,
-            kind: "audit",
-            text: format!(
-                "#{} {} by {}: {reason}",
-                entry.seq,
-                entry.action,
-                name_and_login(&entry.operator, &entry.db_role)
-            ),
-        });
-    }
-    for delivery in &history.escalation_deliveries {
-        let outcome = match (&delivery.ok, &delivery.error) {
-            (true, _) => "delivered".to_string(),
-            (false, Some(error)) => format!("failed: {error}"),
-            (false, None) => "failed".to_string(),
-        };
-        entries.push(TimelineEntry {
-            at: delivery.at,
-            kind: "deliver",
-            text: format!(
-                "{} try {} by {}: {outcome}",
-                delivery.escalation_key, delivery.attempt, delivery.worker
-            ),
-        });
-    }
+    entries.extend(history.events.iter().map(state_line));
+    entries.extend(history.reconciliations.iter().map(reconcile_line));
+    entries.extend(history.escalations.iter().map(escalate_line));
+    entries.extend(history.audit.iter().map(audit_line));
+    entries.extend(history.escalation_deliveries.iter().map(deliver_line));
     for owed in &history.next_steps {
-        entries.push(TimelineEntry {
-            at: owed.recorded_at,
-            kind: "owed",
-            text: format!(
-                "{} (by {}): {}",
-                owed.step.replace('_', " "),
-                owed.recorded_by,
-                owed.why
-            ),
-        });
+        entries.push(owed_line(owed));
         if let Some(done_at) = owed.done_at {
             entries.push(TimelineEntry {
                 at: done_at,
@@ -420,6 +380,127 @@ pub fn timeline(history: &EffectHistory) -> Vec<TimelineEntry> {
     }
     entries.sort_by_key(|entry| entry.at);
     entries
+}
+
+/// An attempt, with what refused it, or how a mismatch's params differed
+/// from the effect's.
+fn attempt_line(effect: &Effect, attempt: &Attempt) -> TimelineEntry {
+    let who = name_and_login(
+        attempt.requested_by.as_deref().unwrap_or("?"),
+        &attempt.db_role,
+    );
+    let flag = if attempt.flagged { " ⚑" } else { "" };
+    let mut text = format!("{}{flag} by {who}", attempt.kind);
+    if let Some(refusal) = attempt
+        .detail
+        .as_ref()
+        .and_then(|detail| detail.get("refused"))
+        .and_then(Value::as_str)
+    {
+        text.push_str(&format!(": {refusal}"));
+    }
+    if let Some(offered) = attempt
+        .params
+        .as_ref()
+        .filter(|_| attempt.kind == "mismatch")
+    {
+        let diff = params_diff(&effect.params, offered);
+        text.push_str(&format!(": params differ {}", diff.join("; ")));
+    }
+    TimelineEntry {
+        at: attempt.at,
+        kind: "attempt",
+        text,
+    }
+}
+
+fn state_line(event: &EffectEvent) -> TimelineEntry {
+    let from = event.from_state.as_deref().unwrap_or("∅");
+    let reason = event
+        .reason
+        .as_deref()
+        .map(|r| format!(" — {r}"))
+        .unwrap_or_default();
+    TimelineEntry {
+        at: event.at,
+        kind: "state",
+        text: format!(
+            "{from} → {} by {}{reason}",
+            event.to_state,
+            name_and_login(&event.actor, &event.db_role)
+        ),
+    }
+}
+
+fn reconcile_line(recon: &Reconciliation) -> TimelineEntry {
+    TimelineEntry {
+        at: recon.at,
+        kind: "reconcile",
+        text: format!(
+            "{} at {} ({} ms) refs [{}]: {} → {} by {}",
+            recon.finding,
+            recon.provider.as_deref().unwrap_or("?"),
+            recon.duration_ms.unwrap_or(0),
+            recon.external_refs.join(", "),
+            recon.state_before,
+            recon.state_after,
+            recon.requested_by
+        ),
+    }
+}
+
+fn escalate_line(escalation: &Escalation) -> TimelineEntry {
+    TimelineEntry {
+        at: escalation.created_at,
+        kind: "escalate",
+        text: format!(
+            "to {} ({}): {} by {}",
+            escalation.sink, escalation.state, escalation.decision_needed, escalation.created_by
+        ),
+    }
+}
+
+fn audit_line(entry: &AuditEntry) -> TimelineEntry {
+    let reason = entry.reason.as_deref().unwrap_or("");
+    TimelineEntry {
+        at: entry.at,
+        kind: "audit",
+        text: format!(
+            "#{} {} by {}: {reason}",
+            entry.seq,
+            entry.action,
+            name_and_login(&entry.operator, &entry.db_role)
+        ),
+    }
+}
+
+fn deliver_line(delivery: &EscalationDelivery) -> TimelineEntry {
+    let outcome = match (&delivery.ok, &delivery.error) {
+        (true, _) => "delivered".to_string(),
+        (false, Some(error)) => format!("failed: {error}"),
+        (false, None) => "failed".to_string(),
+    };
+    TimelineEntry {
+        at: delivery.at,
+        kind: "deliver",
+        text: format!(
+            "{} try {} by {}: {outcome}",
+            delivery.escalation_key, delivery.attempt, delivery.worker
+        ),
+    }
+}
+
+fn owed_line(owed: &OwedStep) -> TimelineEntry {
+    TimelineEntry {
+        at: owed.recorded_at,
+        kind: "owed",
+        text: format!(
+            "{} (by {}): {}",
+            owed.step.replace('_', " "),
+            owed.recorded_by,
+            owed.why
+        ),
+    }
 }
 
 /// Field-level differences between two params objects, as JSON pointers:

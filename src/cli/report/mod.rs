@@ -114,8 +114,19 @@ impl ProgressLine {
 // Markdown ----------------------------------------------------------------------
 
 pub fn markdown(report: &Report) -> String {
-    let scope = &report.scope;
     let mut out = String::new();
+    md_heading(&mut out, report);
+    md_summary(&mut out, report);
+    md_worst(&mut out, report);
+    md_entered(&mut out, report);
+    md_reconciliations(&mut out, report);
+    md_operator_actions(&mut out, report);
+    md_still_open(&mut out, report);
+    out
+}
+
+fn md_heading(out: &mut String, report: &Report) {
+    let scope = &report.scope;
     let _ = writeln!(
         out,
         "# Effect ledger report: {} – {}\n",
@@ -134,7 +145,9 @@ pub fn markdown(report: &Report) -> String {
         let _ = write!(scope_line, " Actions matching “{}”.", md(action));
     }
     let _ = writeln!(out, "{scope_line} Times are UTC.\n");
+}
 
+fn md_summary(out: &mut String, report: &Report) {
     out.push_str("## Summary\n\n");
     out.push_str("| Pane | Entered | Resolved | Open at end | Median to resolution | Worst resolved | Oldest still open |\n");
     out.push_str("|---|---:|---:|---:|---:|---:|---:|\n");
@@ -157,48 +170,53 @@ pub fn markdown(report: &Report) -> String {
         report.reconciliations.len(),
         report.operator_actions.len()
     );
+}
 
-    if !report.worst.is_empty() {
-        out.push_str("## Worst items\n\n");
-        for (index, worst) in report.worst.iter().enumerate() {
-            let entry = &worst.entry;
-            let _ = writeln!(
-                out,
-                "### {}. {} — {}, {}\n",
-                index + 1,
-                md(&entry.op_key),
-                entry.pane.title().to_lowercase(),
-                resolution(entry)
-            );
-            let _ = writeln!(
-                out,
-                "{} on {}, {}; entered {}.\n",
-                md(&entry.action),
-                md(&entry.target),
-                optional_money(entry.amount_minor, entry.currency.as_deref()),
-                time(entry.entered_at)
-            );
-            out.push_str("| Time | Kind | What |\n|---|---|---|\n");
-            for line in worst.timeline.iter().take(MD_TIMELINE) {
-                let _ = writeln!(
-                    out,
-                    "| {} | {} | {} |",
-                    time(line.at),
-                    line.kind,
-                    md(&line.text)
-                );
-            }
-            if worst.timeline.len() > MD_TIMELINE {
-                let _ = writeln!(
-                    out,
-                    "\n… {} more lines: `effectwatch show` has them all.",
-                    worst.timeline.len() - MD_TIMELINE
-                );
-            }
-            out.push('\n');
-        }
+fn md_worst(out: &mut String, report: &Report) {
+    if report.worst.is_empty() {
+        return;
     }
+    out.push_str("## Worst items\n\n");
+    for (index, worst) in report.worst.iter().enumerate() {
+        let entry = &worst.entry;
+        let _ = writeln!(
+            out,
+            "### {}. {} — {}, {}\n",
+            index + 1,
+            md(&entry.op_key),
+            entry.pane.title().to_lowercase(),
+            resolution(entry)
+        );
+        let _ = writeln!(
+            out,
+            "{} on {}, {}; entered {}.\n",
+            md(&entry.action),
+            md(&entry.target),
+            optional_money(entry.amount_minor, entry.currency.as_deref()),
+            time(entry.entered_at)
+        );
+        out.push_str("| Time | Kind | What |\n|---|---|---|\n");
+        for line in worst.timeline.iter().take(MD_TIMELINE) {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} |",
+                time(line.at),
+                line.kind,
+                md(&line.text)
+            );
+        }
+        if worst.timeline.len() > MD_TIMELINE {
+            let _ = writeln!(
+                out,
+                "\n… {} more lines: `effectwatch show` has them all.",
+                worst.timeline.len() - MD_TIMELINE
+            );
+        }
+        out.push('\n');
+    }
+}
 
+fn md_entered(out: &mut String, report: &Report) {
     out.push_str("## Entered each pane\n\n");
     for pane in Pane::ALL {
         let entries: Vec<&PaneEntry> = report.entries.iter().filter(|e| e.pane == pane).collect();
@@ -223,9 +241,11 @@ pub fn markdown(report: &Report) -> String {
                 entry.resolved_to.as_deref().map_or("—".to_string(), md)
             );
         }
-        more(&mut out, entries.len());
+        more(out, entries.len());
     }
+}
 
+fn md_reconciliations(out: &mut String, report: &Report) {
     let _ = writeln!(
         out,
         "## Reconciliations ({})\n",
@@ -233,26 +253,28 @@ pub fn markdown(report: &Report) -> String {
     );
     if report.reconciliations.is_empty() {
         out.push_str("None.\n\n");
-    } else {
-        out.push_str("| Time | Key | Provider | Finding | References | State | By |\n");
-        out.push_str("|---|---|---|---|---|---|---|\n");
-        for recon in report.reconciliations.iter().take(MD_ROWS) {
-            let _ = writeln!(
-                out,
-                "| {} | {} | {} | {} | {} | {} → {} | {} |",
-                time(recon.at),
-                md(&recon.op_key),
-                recon.provider.as_deref().map_or("—".to_string(), md),
-                md(&recon.finding),
-                md(&recon.external_refs.join(", ")),
-                md(&recon.state_before),
-                md(&recon.state_after),
-                md(&recon.requested_by)
-            );
-        }
-        more(&mut out, report.reconciliations.len());
+        return;
     }
+    out.push_str("| Time | Key | Provider | Finding | References | State | By |\n");
+    out.push_str("|---|---|---|---|---|---|---|\n");
+    for recon in report.reconciliations.iter().take(MD_ROWS) {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} → {} | {} |",
+            time(recon.at),
+            md(&recon.op_key),
+            recon.provider.as_deref().map_or("—".to_string(), md),
+            md(&recon.finding),
+            md(&recon.external_refs.join(", ")),
+            md(&recon.state_before),
+            md(&recon.state_after),
+            md(&recon.requested_by)
+        );
+    }
+    more(out, report.reconciliations.len());
+}
 
+fn md_operator_actions(out: &mut String, report: &Report) {
     let _ = writeln!(
         out,
         "## Operator actions ({})\n",
@@ -260,29 +282,32 @@ pub fn markdown(report: &Report) -> String {
     );
     if report.operator_actions.is_empty() {
         out.push_str("None.\n\n");
-    } else {
-        out.push_str("| Time | Audit # | Operator | Action | Key | Reason |\n");
-        out.push_str("|---|---:|---|---|---|---|\n");
-        for action in report.operator_actions.iter().take(MD_ROWS) {
-            let _ = writeln!(
-                out,
-                "| {} | {} | {} ({}) | {} | {} | {} |",
-                time(action.at),
-                action.seq,
-                md(&action.operator),
-                md(&action.db_role),
-                md(&action.action),
-                action.op_key.as_deref().map_or("—".to_string(), md),
-                action.reason.as_deref().map_or("—".to_string(), md)
-            );
-        }
-        more(&mut out, report.operator_actions.len());
+        return;
     }
+    out.push_str("| Time | Audit # | Operator | Action | Key | Reason |\n");
+    out.push_str("|---|---:|---|---|---|---|\n");
+    for action in report.operator_actions.iter().take(MD_ROWS) {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} ({}) | {} | {} | {} |",
+            time(action.at),
+            action.seq,
+            md(&action.operator),
+            md(&action.db_role),
+            md(&action.action),
+            action.op_key.as_deref().map_or("—".to_string(), md),
+            action.reason.as_deref().map_or("—".to_string(), md)
+        );
+    }
+    more(out, report.operator_actions.len());
+}
 
-    let _ = writeln!(out, "## Still open at {}\n", time(scope.until));
+fn md_still_open(out: &mut String, report: &Report) {
+    let until = report.scope.until;
+    let _ = writeln!(out, "## Still open at {}\n", time(until));
     for open in &report.open_at_end {
         let _ = writeln!(out, "- **{}**: {}", open.pane.title(), open.count);
-        for (key, age) in open_rows(&open.rows, scope.until).into_iter().take(MD_ROWS) {
+        for (key, age) in open_rows(&open.rows, until).into_iter().take(MD_ROWS) {
             let _ = writeln!(out, "  - {} ({})", md(&key), duration_ms(age));
         }
         if open.count as usize > MD_ROWS.min(open.rows.len()) {
@@ -293,7 +318,6 @@ pub fn markdown(report: &Report) -> String {
             );
         }
     }
-    out
 }
 
 /// Keys and ages of a pane's rows at the end of the range: how long each
@@ -369,118 +393,129 @@ pub fn md(text: &str) -> String {
 
 /// One table: every pane entry, reconciliation and operator action, by time.
 fn csv(report: &Report) -> Result<String, Failure> {
-    let mut rows: Vec<(DateTime<Utc>, [String; 14])> = Vec::new();
-    let rfc = |at: DateTime<Utc>| at.to_rfc3339_opts(SecondsFormat::Micros, true);
+    let mut rows: Vec<(DateTime<Utc>, CsvRow)> = Vec::new();
     for entry in &report.entries {
-        rows.push((
-            entry.entered_at,
-            [
-                "pane_entry".into(),
-                rfc(entry.entered_at),
-                entry.pane.name().into(),
-                csv_text(&entry.op_key),
-                csv_text(&entry.target),
-                csv_text(&entry.action),
-                entry
-                    .amount_minor
-                    .map(|a| a.to_string())
-                    .unwrap_or_default(),
-                entry.currency.clone().unwrap_or_default(),
-                entry.resolved_at.map(rfc).unwrap_or_default(),
-                if entry.is_open() {
-                    String::new()
-                } else {
-                    entry.duration_ms.to_string()
-                },
-                entry
-                    .resolved_to
-                    .as_deref()
-                    .map(csv_text)
-                    .unwrap_or_default(),
-                entry.is_open().to_string(),
-                String::new(),
-                String::new(),
-            ],
-        ));
+        rows.push((entry.entered_at, pane_entry_row(entry)));
     }
     for recon in &report.reconciliations {
-        rows.push((
-            recon.at,
-            [
-                "reconciliation".into(),
-                rfc(recon.at),
-                String::new(),
-                csv_text(&recon.op_key),
-                csv_text(&recon.target),
-                String::new(),
-                String::new(),
-                String::new(),
-                String::new(),
-                String::new(),
-                csv_text(&recon.state_after),
-                String::new(),
-                csv_text(&recon.requested_by),
-                csv_text(&format!(
-                    "{} at {} [{}]: {} -> {}",
-                    recon.finding,
-                    recon.provider.as_deref().unwrap_or("?"),
-                    recon.external_refs.join(", "),
-                    recon.state_before,
-                    recon.state_after
-                )),
-            ],
-        ));
+        rows.push((recon.at, reconciliation_row(recon)));
     }
     for action in &report.operator_actions {
-        rows.push((
-            action.at,
-            [
-                "operator_action".into(),
-                rfc(action.at),
-                String::new(),
-                action.op_key.as_deref().map(csv_text).unwrap_or_default(),
-                String::new(),
-                String::new(),
-                String::new(),
-                String::new(),
-                String::new(),
-                String::new(),
-                String::new(),
-                String::new(),
-                csv_text(&action.operator),
-                csv_text(&format!(
-                    "#{} {}: {}",
-                    action.seq,
-                    action.action,
-                    action.reason.as_deref().unwrap_or("")
-                )),
-            ],
-        ));
+        rows.push((action.at, operator_action_row(action)));
     }
     rows.sort_by_key(|(at, _)| *at);
     let mut writer = csv::Writer::from_writer(Vec::new());
-    let header = [
-        "record",
-        "at",
-        "pane",
-        "op_key",
-        "target",
-        "action",
-        "amount_minor",
-        "currency",
-        "resolved_at",
-        "resolution_ms",
-        "became",
-        "open_at_end",
-        "by",
-        "detail",
-    ];
     let fail = |e: csv::Error| Failure::new(FAILURE, format!("cannot write CSV: {e}"));
-    writer.write_record(header).map_err(fail)?;
+    writer.write_record(CSV_HEADER).map_err(fail)?;
     for (_, row) in rows {
         writer.write_record(&row).map_err(fail)?;
     }
     csv_finish(writer)
+}
+
+/// The report's CSV columns. Every record kind fills all of them, leaving
+/// blank the ones it has no value for, so the file is one table.
+const CSV_HEADER: [&str; 14] = [
+    "record",
+    "at",
+    "pane",
+    "op_key",
+    "target",
+    "action",
+    "amount_minor",
+    "currency",
+    "resolved_at",
+    "resolution_ms",
+    "became",
+    "open_at_end",
+    "by",
+    "detail",
+];
+
+type CsvRow = [String; 14];
+
+fn csv_time(at: DateTime<Utc>) -> String {
+    at.to_rfc3339_opts(SecondsFormat::Micros, true)
+}
+
+fn pane_entry_row(entry: &PaneEntry) -> CsvRow {
+    [
+        "pane_entry".into(),
+        csv_time(entry.entered_at),
+        entry.pane.name().into(),
+        csv_text(&entry.op_key),
+        csv_text(&entry.target),
+        csv_text(&entry.action),
+        entry
+            .amount_minor
+            .map(|a| a.to_string())
+            .unwrap_or_default(),
+        entry.currency.clone().unwrap_or_default(),
+        entry.resolved_at.map(csv_time).unwrap_or_default(),
+        if entry.is_open() {
+            String::new()
+        } else {
+            entry.duration_ms.to_string()
+        },
+        entry
+            .resolved_to
+            .as_deref()
+            .map(csv_text)
+            .unwrap_or_default(),
+        entry.is_open().to_string(),
+        String::new(),
+        String::new(),
+    ]
+}
+
+fn reconciliation_row(recon: &report::ReportReconciliation) -> CsvRow {
+    [
+        "reconciliation".into(),
+        csv_time(recon.at),
+        String::new(),
+        csv_text(&recon.op_key),
+        csv_text(&recon.target),
+        String::new(),
+        String::new(),
+        String::new(),
+        String::new(),
+        String::new(),
+        csv_text(&recon.state_after),
+        String::new(),
+        csv_text(&recon.requested_by),
+        csv_text(&format!(
+            "{} at {} [{}]: {} -> {}",
+            recon.finding,
+            recon.provider.as_deref().unwrap_or("?"),
+            recon.external_refs.join(", "),
+            recon.state_before,
+            recon.state_after
+        )),
+    ]
+}
+
+fn operator_action_row(action: &report::OperatorAction) -> CsvRow {
+    [
+        "operator_action".into(),
+        csv_time(action.at),
+        String::new(),
+        action.op_key.as_deref().map(csv_text).unwrap_or_default(),
+        String::new(),
+        String::new(),
+        String::new(),
+        String::new(),
+        String::new(),
+        String::new(),
+        String::new(),
+        String::new(),
+        csv_text(&action.operator),
+        csv_text(&format!(
+            "#{} {}: {}",
+            action.seq,
+            action.action,
+            action.reason.as_deref().unwrap_or("")
+        )),
+    ]
 }
 
 /// Ledger text as a CSV cell: one line, no terminal controls, and never
