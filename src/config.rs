@@ -243,8 +243,12 @@ impl Config {
     /// An explicit path must exist; the default path may be absent. What
     /// the file says is checked, then whether it works on this machine
     /// (`environment_problems`): every command starts on a config it can
-    /// run on, or not at all.
-    pub fn load(explicit: Option<&Path>) -> Result<(Config, ConfigSource), ConfigError> {
+    /// run on, or not at all. `theme_problem` says why a theme would not
+    /// load: the console's to judge, so the config depends on no console.
+    pub fn load(
+        explicit: Option<&Path>,
+        theme_problem: impl Fn(&str) -> Option<String>,
+    ) -> Result<(Config, ConfigSource), ConfigError> {
         let path = match explicit {
             Some(path) => path.to_path_buf(),
             None => match Self::default_path() {
@@ -253,7 +257,7 @@ impl Config {
             },
         };
         let config = Self::from_file(&path)?;
-        match config.environment_problems() {
+        match config.environment_problems(theme_problem) {
             problems if problems.is_empty() => Ok((config, ConfigSource::File(path))),
             problems => Err(ConfigError::Invalid { path, problems }),
         }
@@ -337,11 +341,12 @@ impl Config {
     /// written, a secret's environment variable that is not set. Checked
     /// when a command starts; a secret is still read again when a request
     /// is made, so a rotated one is picked up.
-    pub fn environment_problems(&self) -> Vec<String> {
+    pub fn environment_problems(
+        &self,
+        theme_problem: impl Fn(&str) -> Option<String>,
+    ) -> Vec<String> {
         let mut problems = Vec::new();
-        if let Err(problem) = crate::console::theme::Theme::load(&self.theme) {
-            problems.push(problem);
-        }
+        problems.extend(theme_problem(&self.theme));
         if let Some(path) = &self.log_file
             && let Err(error) = can_append_to(path)
         {

@@ -54,7 +54,7 @@ async fn run(cli: Cli, explicit_url: bool, explicit_operator: bool) -> Result<()
     }
     // A version must print whatever the config holds.
     if cli.version {
-        let config = Config::load(cli.config.as_deref())
+        let config = Config::load(cli.config.as_deref(), theme_problem)
             .map(|(config, _)| config)
             .unwrap_or_default();
         let url = cli.database_url.clone().or(config.database_url.clone());
@@ -100,16 +100,22 @@ async fn run(cli: Cli, explicit_url: bool, explicit_operator: bool) -> Result<()
     run_on_ledger(on_ledger, command, configured_url).await
 }
 
+/// Why the theme a config names would not load.
+fn theme_problem(name: &str) -> Option<String> {
+    effectwatch::console::theme::Theme::load(name).err()
+}
+
 /// Loads the config with the command line's operator and replica applied.
 /// Every provider and sink is checked now: no command runs on a config
 /// that would fail later, when a provider or sink is first used.
 fn load_config(cli: &Cli) -> Result<(Config, ConfigSource), Failure> {
-    let (mut config, source) = Config::load(cli.config.as_deref()).map_err(|error| {
-        if let Some(Command::Config) = cli.command {
-            cli::config::print_problems(&error);
-        }
-        Failure::new(BAD_CONFIG, error.to_string())
-    })?;
+    let (mut config, source) =
+        Config::load(cli.config.as_deref(), theme_problem).map_err(|error| {
+            if let Some(Command::Config) = cli.command {
+                cli::config::print_problems(&error);
+            }
+            Failure::new(BAD_CONFIG, error.to_string())
+        })?;
     if let Some(operator) = &cli.operator {
         config.operator = operator.clone();
     }

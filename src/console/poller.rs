@@ -6,30 +6,20 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::ledger::LedgerPool;
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::JoinHandle;
 
 use super::app::{Message, Notifications, Snapshot, WINDOW};
 use crate::ledger::escalations::{ApprovalRow, EscalationRow};
 use crate::ledger::finance::{self, FinanceReview};
-use crate::ledger::panes::{self, Filter, Pane, PaneRows};
+use crate::ledger::panes::{self, Pane, PaneRows};
 use crate::ledger::{
     self, ConnectSettings, LedgerError, NOTIFY_CHANNEL, audit, channel, escalations, snapshot,
 };
 
-#[derive(Debug, Clone, PartialEq)]
-pub struct PollSettings {
-    pub filter: Filter,
-    pub interval: Duration,
-    pub paused: bool,
-    pub offsets: [usize; 4],
-    /// Time travel: read the panes as they were at this instant.
-    pub at: Option<DateTime<Utc>>,
-    /// Actions the console settled: a new one reads the finance review
-    /// again at once (a compensation changes what is at risk).
-    pub settled_actions: u64,
-}
+// What to read is the app's to say; the poller reads it.
+pub use super::app::PollSettings;
 
 const AUDIT_ROWS: i64 = 300;
 /// The finance view reviews this many days of succeeded effects.

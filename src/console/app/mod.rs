@@ -25,7 +25,6 @@ pub use self::snapshot::{Notifications, Snapshot};
 pub use super::action::DialogField;
 use super::action::{Action, Use};
 use super::model::{self, APPROVAL_ROW, TableModel};
-use super::poller::PollSettings;
 use super::theme::Role;
 pub use super::view::{VIEW_COUNT, VIEWS, View};
 use crate::console::theme::Theme;
@@ -242,6 +241,21 @@ impl Settings {
             welcome: None,
         }
     }
+}
+
+/// What the poller reads, as the console's state says: the filter, the
+/// pages, the instant, whether it is paused.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PollSettings {
+    pub filter: crate::ledger::panes::Filter,
+    pub interval: std::time::Duration,
+    pub paused: bool,
+    pub offsets: [usize; 4],
+    /// Time travel: read the panes as they were at this instant.
+    pub at: Option<chrono::DateTime<chrono::Utc>>,
+    /// Actions the console settled: a new one reads the finance review
+    /// again at once (a compensation changes what is at risk).
+    pub settled_actions: u64,
 }
 
 /// A welcome's message and its hint: the parts that name a key (`i: …`,
