@@ -43,186 +43,47 @@ pub struct Dialog {
     pub cancel_instead: bool,
 }
 
+/// What a dialog opens on, found from the action's scope: the subject, the
+/// sentence saying what will happen, and the keys and stopped-asking items
+/// that only some scopes have. Built together so a scope that cannot open
+/// (its status already set) gives nothing at all.
+struct Opening {
+    subject: Subject,
+    summary: String,
+    names: Option<String>,
+    stopped_asking: Vec<(String, i64)>,
+}
+
 impl App {
     pub(super) fn open_dialog(&mut self, action: Action) -> Vec<Task> {
-        let info = action.info();
-        let mut names = None;
         let releases = matches!(action, Action::Verb(verb, _) if *verb == verbs::RELEASE);
-        let mut stopped_asking = Vec::new();
-        let (subject, summary) = match info.scope {
-            Scope::Pane => {
-                if let Some(why) = self.why_not_every_item(action) {
-                    self.set_status(format!("cannot {}: {why}", info.label), Role::Warn);
-                    return Vec::new();
-                }
-                let targets: Vec<(String, i64)> = self.models[self.view]
-                    .rows
-                    .iter()
-                    .filter_map(|row| Some((row.op_key.clone()?, row.version?)))
-                    .collect();
-                if targets.is_empty() || self.detail.is_some() {
-                    self.set_status("nothing to act on in this view", Role::Muted);
-                    return Vec::new();
-                }
-                let filtered = if self.filter.is_empty() {
-                    String::new()
-                } else {
-                    format!(" matching {:?}", self.filter_text)
-                };
-                let items = format!(
-                    "{} of {}{filtered}{}",
-                    crate::format::count_of(targets.len(), "item", "items"),
-                    self.current_view().title(),
-                    self.pane_split()
-                );
-                // Only a verb done to every item has a key on a pane (`runs`).
-                let every_item = match action {
-                    Action::Verb(verb, _) => verb.every_item.as_ref().map(|every| (verb, every)),
-                    _ => None,
-                };
-                let summary = match every_item {
-                    Some((verb, every_item)) => (every_item.says)(verb.name, &items),
-                    None => items,
-                };
-                let keys: Vec<&str> = targets.iter().map(|(key, _)| key.as_str()).collect();
-                names = Some(super::a_few_keys(&keys));
-                if releases {
-                    stopped_asking = targets
-                        .iter()
-                        .filter(|(op_key, _)| self.stopped_asking.contains(op_key))
-                        .cloned()
-                        .collect();
-                }
-                (Subject::Pane { targets }, summary)
-            }
-            Scope::Escalations => {
-                if self.current_view() != View::Escalations || self.detail.is_some() {
-                    self.set_status("every escalation: in view 5", Role::Muted);
-                    return Vec::new();
-                }
-                if !self.pane_rows_match_filter() {
-                    self.set_status(
-                        format!(
-                            "cannot {}: the escalations matching {:?} are still being read; {} \
-                             again once they show",
-                            info.label, self.filter_text, info.keys
-                        ),
-                        Role::Warn,
-                    );
-                    return Vec::new();
-                }
-                let escalation_keys: Vec<String> = self.models[View::Escalations]
-                    .rows
-                    .iter()
-                    .filter(|row| !row.id.starts_with(APPROVAL_ROW))
-                    .map(|row| row.id.clone())
-                    .collect();
-                if escalation_keys.is_empty() {
-                    self.set_status("no open escalation in this view", Role::Muted);
-                    return Vec::new();
-                }
-                let filtered = if self.filter.is_empty() {
-                    String::new()
-                } else {
-                    format!(" matching {:?}", self.filter_text)
-                };
-                let items = format!(
-                    "{}{filtered}{}",
-                    crate::format::count_of(escalation_keys.len(), "escalation", "escalations"),
-                    self.pane_split()
-                );
-                let summary = match action {
-                    Action::Verb(verb, _) => match &verb.every_item {
-                        Some(every_item) => (every_item.says)(verb.name, &items),
-                        None => items,
-                    },
-                    _ => items,
-                };
-                names = Some(super::a_few_keys(&escalation_keys));
-                (Subject::Escalations { escalation_keys }, summary)
-            }
-            Scope::Escalation => {
-                let Some(row) = self.selected_row().filter(|row| {
-                    self.current_view() == View::Escalations && !row.id.starts_with(APPROVAL_ROW)
-                }) else {
-                    self.set_status("select an escalation first (view 5)", Role::Muted);
-                    return Vec::new();
-                };
-                let summary = format!(
-                    "{} {}",
-                    info.description,
-                    crate::text::sanitize_line(&row.id)
-                );
-                let escalation_key = row.id.clone();
-                (Subject::Escalation { escalation_key }, summary)
-            }
+        let opening = match action.info().scope {
+            Scope::Pane => self.open_on_pane(action, releases),
+            Scope::Escalations => self.open_on_escalations(action),
+            Scope::Escalation => self.open_on_escalation(action),
             Scope::Effect | Scope::Everywhere | Scope::History => {
-                let Some((op_key, seen)) = self.selected_effect() else {
-                    self.set_status("select an effect first", Role::Muted);
-                    return Vec::new();
-                };
-                let summary = format!(
-                    "{} — {}{}",
-                    info.description,
-                    crate::text::sanitize_line(&op_key),
-                    self.selected_context()
-                );
-                if releases && self.stopped_asking.contains(&op_key) {
-                    stopped_asking = vec![(op_key.clone(), seen)];
-                }
-                let seen = Some(seen);
-                (Subject::Effect { op_key, seen }, summary)
+                self.open_on_effect(action, releases)
             }
         };
-        // One rule: what moves money asks for the key's last characters,
-        // nothing else does. Resolving moves money only when the effect has
-        // an amount; a compensation and its approval always do.
-        let moves_money = match action.money() {
-            Money::Always => true,
-            Money::WhenItHasAnAmount => self.selected_amount().is_some(),
-            Money::Never => false,
+        let Some(Opening {
+            subject,
+            summary,
+            names,
+            stopped_asking,
+        }) = opening
+        else {
+            return Vec::new();
         };
-        let required_suffix = match &subject {
-            Subject::Effect { op_key, .. } if moves_money => Some(key_suffix(op_key)),
-            _ => None,
-        };
+        let required_suffix = self.required_suffix(action, &subject);
         let fields = fields_of(
             action,
             required_suffix.is_some(),
             !stopped_asking.is_empty(),
         );
-        let note = match action {
-            Action::Verb(verb, _) if *verb == verbs::COMPENSATE => {
-                self.selected_applicability().map(approval_note)
-            }
-            Action::Verb(verb, _) if *verb == verbs::APPROVE => self.approval_summary(),
-            Action::Verb(_, Use::As(Outcome::Succeeded)) if self.selected_never_dispatched() => {
-                Some((
-                    "never dispatched (○ prepared): the ledger has no record that the provider was called. \
-                     Resolve it as succeeded only with the provider's evidence, in the reason and the reference."
-                        .to_string(),
-                    Role::Warn,
-                ))
-            }
-            _ => None,
-        };
-        let note = match &subject {
-            _ if stopped_asking.is_empty() => note,
-            Subject::Effect { .. } => Some((
-                "its agent has not asked for it within its pending window: released, it goes to \
-                 Overdue undispatched unless the agent asks again"
-                    .to_string(),
-                Role::Warn,
-            )),
-            _ => Some((
-                format!(
-                    "{} of these: their agents have not asked for them within their \
-                     pending window; released, they go to Overdue undispatched",
-                    stopped_asking.len()
-                ),
-                Role::Warn,
-            )),
-        };
+        // The items whose agents stopped asking matter more than what the
+        // action would say otherwise: releasing them sends them to Overdue.
+        let note =
+            stopped_asking_note(&subject, &stopped_asking).or_else(|| self.action_note(action));
         self.mode = Mode::Dialog(Box::new(Dialog {
             action,
             title: action_title(action).to_string(),
@@ -244,6 +105,184 @@ impl App {
         Vec::new()
     }
 
+    /// Every item of the pane on screen, if the rows shown are the ones the
+    /// action would touch.
+    fn open_on_pane(&mut self, action: Action, releases: bool) -> Option<Opening> {
+        let info = action.info();
+        if let Some(why) = self.why_not_every_item(action) {
+            self.set_status(format!("cannot {}: {why}", info.label), Role::Warn);
+            return None;
+        }
+        let targets: Vec<(String, i64)> = self.models[self.view]
+            .rows
+            .iter()
+            .filter_map(|row| Some((row.op_key.clone()?, row.version?)))
+            .collect();
+        if targets.is_empty() || self.detail.is_some() {
+            self.set_status("nothing to act on in this view", Role::Muted);
+            return None;
+        }
+        let items = format!(
+            "{} of {}{}{}",
+            crate::format::count_of(targets.len(), "item", "items"),
+            self.current_view().title(),
+            self.matching_filter(),
+            self.pane_split()
+        );
+        let keys: Vec<&str> = targets.iter().map(|(key, _)| key.as_str()).collect();
+        let names = Some(super::a_few_keys(&keys));
+        let stopped_asking = if releases {
+            targets
+                .iter()
+                .filter(|(op_key, _)| self.stopped_asking.contains(op_key))
+                .cloned()
+                .collect()
+        } else {
+            Vec::new()
+        };
+        Some(Opening {
+            subject: Subject::Pane { targets },
+            summary: every_item_says(action, items),
+            names,
+            stopped_asking,
+        })
+    }
+
+    /// Every open escalation in view 5, once the filter's rows are read.
+    fn open_on_escalations(&mut self, action: Action) -> Option<Opening> {
+        let info = action.info();
+        if self.current_view() != View::Escalations || self.detail.is_some() {
+            self.set_status("every escalation: in view 5", Role::Muted);
+            return None;
+        }
+        if !self.pane_rows_match_filter() {
+            self.set_status(
+                format!(
+                    "cannot {}: the escalations matching {:?} are still being read; {} \
+                     again once they show",
+                    info.label, self.filter_text, info.keys
+                ),
+                Role::Warn,
+            );
+            return None;
+        }
+        let escalation_keys: Vec<String> = self.models[View::Escalations]
+            .rows
+            .iter()
+            .filter(|row| !row.id.starts_with(APPROVAL_ROW))
+            .map(|row| row.id.clone())
+            .collect();
+        if escalation_keys.is_empty() {
+            self.set_status("no open escalation in this view", Role::Muted);
+            return None;
+        }
+        let items = format!(
+            "{}{}{}",
+            crate::format::count_of(escalation_keys.len(), "escalation", "escalations"),
+            self.matching_filter(),
+            self.pane_split()
+        );
+        let names = Some(super::a_few_keys(&escalation_keys));
+        Some(Opening {
+            subject: Subject::Escalations { escalation_keys },
+            summary: every_item_says(action, items),
+            names,
+            stopped_asking: Vec::new(),
+        })
+    }
+
+    /// The selected escalation (an approval request's row is not one).
+    fn open_on_escalation(&mut self, action: Action) -> Option<Opening> {
+        let Some(row) = self.selected_row().filter(|row| {
+            self.current_view() == View::Escalations && !row.id.starts_with(APPROVAL_ROW)
+        }) else {
+            self.set_status("select an escalation first (view 5)", Role::Muted);
+            return None;
+        };
+        let summary = format!(
+            "{} {}",
+            action.info().description,
+            crate::text::sanitize_line(&row.id)
+        );
+        let escalation_key = row.id.clone();
+        Some(Opening {
+            subject: Subject::Escalation { escalation_key },
+            summary,
+            names: None,
+            stopped_asking: Vec::new(),
+        })
+    }
+
+    /// The selected effect, at the version the console saw.
+    fn open_on_effect(&mut self, action: Action, releases: bool) -> Option<Opening> {
+        let Some((op_key, seen)) = self.selected_effect() else {
+            self.set_status("select an effect first", Role::Muted);
+            return None;
+        };
+        let summary = format!(
+            "{} — {}{}",
+            action.info().description,
+            crate::text::sanitize_line(&op_key),
+            self.selected_context()
+        );
+        let stopped_asking = if releases && self.stopped_asking.contains(&op_key) {
+            vec![(op_key.clone(), seen)]
+        } else {
+            Vec::new()
+        };
+        let seen = Some(seen);
+        Some(Opening {
+            subject: Subject::Effect { op_key, seen },
+            summary,
+            names: None,
+            stopped_asking,
+        })
+    }
+
+    /// The filter, as a bulk summary mentions it.
+    fn matching_filter(&self) -> String {
+        if self.filter.is_empty() {
+            String::new()
+        } else {
+            format!(" matching {:?}", self.filter_text)
+        }
+    }
+
+    /// The key's last characters the operator must type, if any.
+    fn required_suffix(&self, action: Action, subject: &Subject) -> Option<String> {
+        // One rule: what moves money asks for the key's last characters,
+        // nothing else does. Resolving moves money only when the effect has
+        // an amount; a compensation and its approval always do.
+        let moves_money = match action.money() {
+            Money::Always => true,
+            Money::WhenItHasAnAmount => self.selected_amount().is_some(),
+            Money::Never => false,
+        };
+        match subject {
+            Subject::Effect { op_key, .. } if moves_money => Some(key_suffix(op_key)),
+            _ => None,
+        }
+    }
+
+    /// What the action leads to that its summary does not say.
+    fn action_note(&self, action: Action) -> Option<(String, Role)> {
+        match action {
+            Action::Verb(verb, _) if *verb == verbs::COMPENSATE => {
+                self.selected_applicability().map(approval_note)
+            }
+            Action::Verb(verb, _) if *verb == verbs::APPROVE => self.approval_summary(),
+            Action::Verb(_, Use::As(Outcome::Succeeded)) if self.selected_never_dispatched() => {
+                Some((
+                    "never dispatched (○ prepared): the ledger has no record that the provider was called. \
+                     Resolve it as succeeded only with the provider's evidence, in the reason and the reference."
+                        .to_string(),
+                    Role::Warn,
+                ))
+            }
+            _ => None,
+        }
+    }
+
     pub(super) fn on_dialog_key(&mut self, key: KeyEvent) -> Vec<Task> {
         let Mode::Dialog(dialog) = &mut self.mode else {
             return Vec::new();
@@ -254,19 +293,9 @@ impl App {
             !dialog.stopped_asking.is_empty(),
         );
         match key.code {
-            KeyCode::Esc => {
-                self.mode = Mode::Browse;
-                self.set_status("backed out: nothing written", Role::Muted);
-                return Vec::new();
-            }
-            KeyCode::Tab | KeyCode::Down => {
-                let at = fields.iter().position(|f| *f == dialog.focus).unwrap_or(0);
-                dialog.focus = fields[(at + 1) % fields.len()];
-            }
-            KeyCode::BackTab | KeyCode::Up => {
-                let at = fields.iter().position(|f| *f == dialog.focus).unwrap_or(0);
-                dialog.focus = fields[(at + fields.len() - 1) % fields.len()];
-            }
+            KeyCode::Esc => return self.back_out_of_dialog(),
+            KeyCode::Tab | KeyCode::Down => dialog.focus = field_after(&fields, dialog.focus),
+            KeyCode::BackTab | KeyCode::Up => dialog.focus = field_before(&fields, dialog.focus),
             // The arrows move to the button on that side; pressed twice they
             // stay there rather than toggling back.
             KeyCode::Left if dialog.focus == DialogField::Buttons => {
@@ -275,86 +304,155 @@ impl App {
             KeyCode::Right if dialog.focus == DialogField::Buttons => {
                 dialog.confirm_selected = true;
             }
-            KeyCode::Enter => {
-                if dialog.focus != DialogField::Buttons {
-                    // Enter in a field moves on, and in the last one submits a
-                    // valid form: it never lands on Back, where a second Enter
-                    // would throw the typed text away.
-                    let at = fields.iter().position(|f| *f == dialog.focus).unwrap_or(0);
-                    let next = fields[(at + 1) % fields.len()];
-                    if next != DialogField::Buttons {
-                        dialog.focus = next;
-                        return Vec::new();
-                    }
-                } else if !dialog.confirm_selected {
-                    self.mode = Mode::Browse;
-                    self.set_status("backed out: nothing written", Role::Muted);
-                    return Vec::new();
-                }
-                if let Err(problem) = validate_dialog(dialog) {
-                    dialog.error = Some(problem);
-                    return Vec::new();
-                }
-                let Mode::Dialog(dialog) = std::mem::take(&mut self.mode) else {
-                    return Vec::new();
-                };
-                let what = action_title(dialog.action);
-                self.set_status(
-                    match &dialog.subject {
-                        Subject::Pane { targets } => format!("… {what}: {} effects", targets.len()),
-                        Subject::Escalations { escalation_keys } => {
-                            format!("… {what}: {} escalations", escalation_keys.len())
-                        }
-                        _ => format!("… {what}"),
-                    },
-                    Role::Muted,
-                );
-                let answers = Answers {
-                    reason: dialog.reason.trim().to_string(),
-                    reference: dialog.external_ref.trim().to_string(),
-                    retryable: dialog.retryable,
-                    ..Answers::default()
-                };
-                if dialog.cancel_instead && !dialog.stopped_asking.is_empty() {
-                    return cancel_instead(*dialog, answers);
-                }
-                return match dialog.action.request(dialog.subject, answers) {
-                    Some(request) => vec![Task::Settle(request)],
-                    None => {
-                        self.set_status(format!("{what}: does not apply here"), Role::Warn);
-                        Vec::new()
-                    }
-                };
-            }
+            KeyCode::Enter => return self.on_dialog_enter(&fields),
             _ if dialog_text(dialog).is_some() => {
                 if let Some(text) = dialog_text(dialog) {
                     edit_line(text, key, 500);
                 }
             }
-            KeyCode::Char(ch) => {
-                let toggled = match dialog.focus {
-                    DialogField::Retryable => Some(&mut dialog.retryable),
-                    DialogField::CancelInstead => Some(&mut dialog.cancel_instead),
-                    _ => None,
-                };
-                if let Some(toggled) = toggled {
-                    match ch {
-                        ' ' => *toggled = !*toggled,
-                        'y' | 'Y' => *toggled = true,
-                        'n' | 'N' => *toggled = false,
-                        _ => {}
-                    }
-                } else if dialog.focus == DialogField::Buttons {
-                    match ch {
-                        'y' | 'Y' => dialog.confirm_selected = true,
-                        'n' | 'N' => dialog.confirm_selected = false,
-                        _ => {}
-                    }
-                }
-            }
+            KeyCode::Char(ch) => on_dialog_char(dialog, ch),
             _ => {}
         }
         Vec::new()
+    }
+
+    fn back_out_of_dialog(&mut self) -> Vec<Task> {
+        self.mode = Mode::Browse;
+        self.set_status("backed out: nothing written", Role::Muted);
+        Vec::new()
+    }
+
+    /// Enter moves on from a field, backs out on Back, and on Confirm
+    /// submits a valid form or says what is missing.
+    fn on_dialog_enter(&mut self, fields: &[DialogField]) -> Vec<Task> {
+        let Mode::Dialog(dialog) = &mut self.mode else {
+            return Vec::new();
+        };
+        if dialog.focus != DialogField::Buttons {
+            // Enter in a field moves on, and in the last one submits a
+            // valid form: it never lands on Back, where a second Enter
+            // would throw the typed text away.
+            let next = field_after(fields, dialog.focus);
+            if next != DialogField::Buttons {
+                dialog.focus = next;
+                return Vec::new();
+            }
+        } else if !dialog.confirm_selected {
+            return self.back_out_of_dialog();
+        }
+        if let Err(problem) = validate_dialog(dialog) {
+            dialog.error = Some(problem);
+            return Vec::new();
+        }
+        self.submit_dialog()
+    }
+
+    /// Closes the dialog and turns its answers into the settling requests.
+    fn submit_dialog(&mut self) -> Vec<Task> {
+        let Mode::Dialog(dialog) = std::mem::take(&mut self.mode) else {
+            return Vec::new();
+        };
+        let what = action_title(dialog.action);
+        self.set_status(
+            match &dialog.subject {
+                Subject::Pane { targets } => format!("… {what}: {} effects", targets.len()),
+                Subject::Escalations { escalation_keys } => {
+                    format!("… {what}: {} escalations", escalation_keys.len())
+                }
+                _ => format!("… {what}"),
+            },
+            Role::Muted,
+        );
+        let answers = Answers {
+            reason: dialog.reason.trim().to_string(),
+            reference: dialog.external_ref.trim().to_string(),
+            retryable: dialog.retryable,
+            ..Answers::default()
+        };
+        if dialog.cancel_instead && !dialog.stopped_asking.is_empty() {
+            return cancel_instead(*dialog, answers);
+        }
+        match dialog.action.request(dialog.subject, answers) {
+            Some(request) => vec![Task::Settle(request)],
+            None => {
+                self.set_status(format!("{what}: does not apply here"), Role::Warn);
+                Vec::new()
+            }
+        }
+    }
+}
+
+/// A bulk dialog's summary: a verb done to every item says it in its own
+/// words (only such a verb has a key on a pane, `runs`); anything else
+/// just counts the items.
+fn every_item_says(action: Action, items: String) -> String {
+    match action {
+        Action::Verb(verb, _) => match &verb.every_item {
+            Some(every_item) => (every_item.says)(verb.name, &items),
+            None => items,
+        },
+        _ => items,
+    }
+}
+
+/// Of a release, what happens to the items whose agents stopped asking;
+/// nothing when there are none.
+fn stopped_asking_note(
+    subject: &Subject,
+    stopped_asking: &[(String, i64)],
+) -> Option<(String, Role)> {
+    match subject {
+        _ if stopped_asking.is_empty() => None,
+        Subject::Effect { .. } => Some((
+            "its agent has not asked for it within its pending window: released, it goes to \
+             Overdue undispatched unless the agent asks again"
+                .to_string(),
+            Role::Warn,
+        )),
+        _ => Some((
+            format!(
+                "{} of these: their agents have not asked for them within their \
+                 pending window; released, they go to Overdue undispatched",
+                stopped_asking.len()
+            ),
+            Role::Warn,
+        )),
+    }
+}
+
+/// The field after `focus`, wrapping from the buttons to the first.
+fn field_after(fields: &[DialogField], focus: DialogField) -> DialogField {
+    let at = fields.iter().position(|f| *f == focus).unwrap_or(0);
+    fields[(at + 1) % fields.len()]
+}
+
+/// The field before `focus`, wrapping from the first to the buttons.
+fn field_before(fields: &[DialogField], focus: DialogField) -> DialogField {
+    let at = fields.iter().position(|f| *f == focus).unwrap_or(0);
+    fields[(at + fields.len() - 1) % fields.len()]
+}
+
+/// A typed character outside a text field: it sets a yes/no choice, or on
+/// the buttons picks Confirm or Back.
+fn on_dialog_char(dialog: &mut Dialog, ch: char) {
+    let toggled = match dialog.focus {
+        DialogField::Retryable => Some(&mut dialog.retryable),
+        DialogField::CancelInstead => Some(&mut dialog.cancel_instead),
+        _ => None,
+    };
+    if let Some(toggled) = toggled {
+        match ch {
+            ' ' => *toggled = !*toggled,
+            'y' | 'Y' => *toggled = true,
+            'n' | 'N' => *toggled = false,
+            _ => {}
+        }
+    } else if dialog.focus == DialogField::Buttons {
+        match ch {
+            'y' | 'Y' => dialog.confirm_selected = true,
+            'n' | 'N' => dialog.confirm_selected = false,
+            _ => {}
+        }
     }
 }
 
@@ -519,7 +617,6 @@ fn cancel_instead(dialog: Dialog, answers: Answers) -> Vec<Task> {
         .collect()
 }
 
-/// The dialog's title and the status line's word: the description up to its colon.
 /// Whether a compensation goes out at once or waits for a second
 /// operator, as the ledger will decide it.
 fn approval_note(applicability: &Applicability) -> (String, Role) {
@@ -549,6 +646,7 @@ fn approval_note(applicability: &Applicability) -> (String, Role) {
     }
 }
 
+/// The dialog's title and the status line's word: the description up to its colon.
 fn action_title(action: Action) -> &'static str {
     let description = action.info().description;
     description.split(':').next().unwrap_or(description)
