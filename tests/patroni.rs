@@ -29,8 +29,14 @@
 //! mcp-tools`, called by an MCP client; and both at once with the leader
 //! killed while every provider call is out, so that each answer comes back
 //! with no leader and its completion must be tried again until the failover.
-//! Last, a reconciler's leases taken on a leader whose node then dies: held
+//! Then a reconciler's leases taken on a leader whose node then dies: held
 //! on the new leader for their term, by the ledger's clock, and no longer.
+//! Last (#44): the agents through a replica lagging, then asked to lead (an
+//! asynchronous one past `maximum_lag_on_failover`, which Patroni refuses;
+//! the synchronous standby behind in its replay, which it promotes, taking
+//! writes once caught up); two real consoles in pseudo-terminals reading
+//! replicas through a switchover; and a real `effectwatch reconcile`
+//! process settling through one.
 
 mod common;
 
@@ -39,7 +45,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::patroni::PatroniCluster;
+use common::patroni::{LeaderChange, PatroniCluster};
 use effectwatch::fakeprovider::FakeProvider;
 use effectwatch::ledger::writer::{
     Completion, Outcome, begin_and_dispatch, begin_effect, complete_effect, mark_dispatched,
@@ -311,6 +317,12 @@ enum Disruption {
     /// while the old primary still answers; then woken (SIGCONT), it must
     /// demote its PostgreSQL.
     PatroniStopped,
+    /// An asynchronous replica's WAL receiver stalled past Patroni's
+    /// `maximum_lag_on_failover`, and the lead asked onto it (`patronictl
+    /// failover` and `switchover --candidate`); then the synchronous
+    /// standby held back in its replay by a report it serves, and the
+    /// lead switched over to it while it lags.
+    LaggingReplica,
 }
 
 /// How long a stopped Patroni stays stopped once the new leader runs: the
@@ -345,6 +357,7 @@ async fn writers_across(disruption: Disruption) -> Option<()> {
     // Patroni stopped: what the agents completed while the new leader ran
     // and the old primary, not yet demoted, still answered them.
     let mut stalled_on_old_primary: Option<usize> = None;
+    let mut lagging: Option<String> = None;
     let change = match disruption {
         Disruption::Switchover => cluster.switchover().await,
         Disruption::LeaderKilled => cluster.kill_leader().await,
@@ -355,6 +368,11 @@ async fn writers_across(disruption: Disruption) -> Option<()> {
             tokio::time::sleep(STOPPED_PAST_PROMOTION).await;
             stalled_on_old_primary = Some(record.completed.lock().unwrap().len() - completed);
             cluster.resume(&change.from);
+            change
+        }
+        Disruption::LaggingReplica => {
+            let (change, figures) = lagging_replica_asked_to_lead(&mut cluster).await;
+            lagging = Some(figures);
             change
         }
     };
@@ -483,13 +501,16 @@ async fn writers_across(disruption: Disruption) -> Option<()> {
             )
         })
         .unwrap_or_default();
+    let lagging = lagging
+        .map(|figures| format!("\n  {figures}"))
+        .unwrap_or_default();
     eprintln!(
         "patroni, {disruption:?}: the lead moved {} -> {} in {:.1} s ({})\n  \
          {} effects begun, {} performed by the provider, {} succeeded; \
          open for the reconciler: {} dispatched, {} begun only\n  \
          {} calls failed, on {} keys; the longest a writer waited for a leader: {:.1} s; \
          the slowest key: {:.1} s\n  \
-         completions not written at first: {}, ended {completion_ended:?}{stalled}\n  \
+         completions not written at first: {}, ended {completion_ended:?}{stalled}{lagging}\n  \
          0 acknowledged lost, 0 sent twice, 0 failed; \
          cluster up in {:.1} s, the old leader back as a replica {:.1} s after the run",
         change.from,
@@ -500,6 +521,9 @@ async fn writers_across(disruption: Disruption) -> Option<()> {
             Disruption::Failover => "patronictl failover until the new leader runs",
             Disruption::LeaderKilled => "the kill until the new leader runs",
             Disruption::PatroniStopped => "SIGSTOP until the new leader runs",
+            Disruption::LaggingReplica => {
+                "patronictl switchover until the lagging standby takes writes"
+            }
         },
         all.len(),
         performed.len(),
@@ -540,6 +564,222 @@ async fn writers_lose_nothing_and_dispatch_nothing_twice_across_a_patroni_failov
 #[tokio::test]
 async fn writers_lose_nothing_and_dispatch_nothing_twice_when_the_leaders_patroni_hangs() {
     writers_across(Disruption::PatroniStopped).await;
+}
+
+/// An asynchronous replica whose WAL receiver stalled past Patroni's
+/// `maximum_lag_on_failover`, then the synchronous standby lagging in its
+/// replay, each asked to lead while the agents write:
+/// - the replica's receiver is stopped (SIGSTOP, as behind a stalled
+///   network) and WAL it never receives is written; once Patroni reports it
+///   more than `maximum_lag_on_failover` behind, `patronictl failover
+///   --candidate` it (which synchronous mode allows onto a node that is not
+///   the synchronous standby) and `patronictl switchover --candidate` it
+///   must both be refused, the leader staying where it is; its receiver is
+///   then woken. (Patroni resumes a replay paused by `pg_wal_replay_pause()`
+///   and resets a `recovery_min_apply_delay` set by hand, so neither makes
+///   a replica lag under it.)
+/// - a report on the synchronous standby reads a table the primary then
+///   truncates: the standby's replay waits behind the report (up to
+///   `max_standby_streaming_delay`), receiving and acknowledging
+///   everything, replaying nothing. The lead is switched over to it
+///   `LAG_BEFORE_SWITCH` later: Patroni, which measures a replica by what
+///   it received, hands over at once, and the promoted standby takes
+///   writes only once it has replayed its backlog, when the report ends.
+///
+/// Returns the change (`took`: from asking to the new leader taking writes)
+/// and the figures.
+async fn lagging_replica_asked_to_lead(cluster: &mut PatroniCluster) -> (LeaderChange, String) {
+    let (leader, standby, others) = cluster.roles().await;
+    let lagging = others.first().expect("an asynchronous replica").clone();
+    let on_leader = cluster.node_url(&leader, "postgres");
+
+    cluster.stall_receiver(&lagging);
+    // WAL the stalled replica does not receive, beyond the agents' own.
+    common::execute(
+        &on_leader,
+        "create table lag_filler as select repeat('x', 1000) as pad from generate_series(1, 3000)",
+    )
+    .await;
+    let waiting = Instant::now();
+    let behind = loop {
+        let lag = cluster
+            .members()
+            .await
+            .into_iter()
+            .find(|member| member.name == lagging)
+            .and_then(|member| member.receive_lag);
+        if let Some(lag) = lag
+            && lag > MAXIMUM_LAG_ON_FAILOVER
+        {
+            break lag;
+        }
+        assert!(
+            waiting.elapsed() < Duration::from_secs(20),
+            "Patroni never reported {lagging} beyond maximum_lag_on_failover: {:?}",
+            cluster.members().await
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let failover = cluster.failover_to(&lagging).await;
+    let switchover = cluster.switchover_to(&lagging).await;
+    cluster.resume_receiver(&lagging);
+    let failover_said = match failover {
+        Ok(change) => panic!(
+            "Patroni failed over to {lagging}, {behind} bytes behind: {change:?}\n{}",
+            cluster.logs()
+        ),
+        Err(said) => said,
+    };
+    let switchover_said = match switchover {
+        Ok(change) => panic!(
+            "Patroni switched over to {lagging}, {behind} bytes behind: {change:?}\n{}",
+            cluster.logs()
+        ),
+        Err(said) => said,
+    };
+    assert!(failover_said.contains("Failover failed"), "{failover_said}");
+    assert!(
+        switchover_said.contains("candidate name does not match with sync_standby"),
+        "{switchover_said}"
+    );
+    let leader_log = cluster.patroni_log(&leader);
+    assert!(
+        leader_log.contains(&format!("Member {lagging} exceeds maximum replication lag")),
+        "the leader's Patroni did not say why it refused: {}",
+        cluster.logs()
+    );
+    assert_eq!(
+        cluster.leader().await.as_deref(),
+        Some(leader.as_str()),
+        "the lead moved"
+    );
+    let said_line = |said: &str, wanted: &str| {
+        said.lines()
+            .find(|line| line.contains(wanted))
+            .unwrap_or_default()
+            .trim()
+            .to_string()
+    };
+
+    // The synchronous standby's replay held back by a report it serves.
+    common::execute(&on_leader, "create table lag_report (n int)").await;
+    let on_standby = cluster.node_url(&standby, "postgres");
+    let waiting = Instant::now();
+    loop {
+        let mut connection = PgConnection::connect(&on_standby).await.unwrap();
+        let replayed: bool = sqlx::query_scalar("select to_regclass('lag_report') is not null")
+            .fetch_one(&mut connection)
+            .await
+            .unwrap();
+        if replayed {
+            break;
+        }
+        assert!(
+            waiting.elapsed() < Duration::from_secs(20),
+            "{standby} never replayed the report's table"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let report = {
+        let url = on_standby.clone();
+        tokio::spawn(async move {
+            let mut connection = PgConnection::connect(&url).await.unwrap();
+            let started = Instant::now();
+            let statement = format!(
+                "select pg_sleep({}) from (select count(*) from lag_report) counted",
+                REPORT_HOLDS.as_secs_f64()
+            );
+            let ended = sqlx::query(sqlx::AssertSqlSafe(statement))
+                .execute(&mut connection)
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string());
+            (ended, started.elapsed())
+        })
+    };
+    // The report holds its lock before the truncation's is replayed.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    common::execute(&on_leader, "truncate lag_report").await;
+    tokio::time::sleep(LAG_BEFORE_SWITCH).await;
+    let mut connection = PgConnection::connect(&on_standby).await.unwrap();
+    let (lag_secs, lag_bytes): (f64, i64) = sqlx::query_as(
+        "select coalesce(extract(epoch from now() - pg_last_xact_replay_timestamp()), 0)::float8,
+                pg_wal_lsn_diff(pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn())::bigint",
+    )
+    .fetch_one(&mut connection)
+    .await
+    .unwrap();
+    drop(connection);
+    let patroni_saw = cluster
+        .members()
+        .await
+        .into_iter()
+        .find(|member| member.name == standby)
+        .map(|member| {
+            format!(
+                "{} received, {} replayed",
+                member.receive_lag.unwrap_or_default(),
+                member.replay_lag.unwrap_or_default()
+            )
+        })
+        .unwrap_or_default();
+    assert!(
+        lag_secs >= 1.0 && lag_bytes > 0,
+        "{standby} did not lag in its replay: {lag_secs:.1} s, {lag_bytes} bytes"
+    );
+    let asked = Instant::now();
+    let change = cluster
+        .switchover_to(&standby)
+        .await
+        .unwrap_or_else(|said| panic!("the switchover to {standby} was refused: {said}"));
+    let leading_after = change.took;
+    let writable_after = cluster.wait_until_writable(&standby, asked).await;
+    let (report_ended, report_took) = report.await.unwrap();
+    let figures = format!(
+        "{lagging}'s receiver stalled, Patroni reporting it {:.1} MiB behind (maximum_lag_on_failover \
+         1 MiB): `patronictl failover --candidate {lagging}` refused ({:?}; the leader's Patroni: \
+         \"{}\"), `switchover --candidate {lagging}` refused ({:?}); {leader} kept the lead\n  \
+         {standby}, the synchronous standby, {lag_secs:.1} s and {:.1} MiB behind in its replay \
+         (received everything; Patroni said bytes behind: {patroni_saw}): \
+         `patronictl switchover` returned and Patroni called it the running leader after {:.1} s, \
+         it took writes {:.1} s after the asking, once the report holding its replay back ended \
+         ({}, after {:.1} s)",
+        behind as f64 / f64::from(1 << 20),
+        said_line(&failover_said, "failed"),
+        said_line(&leader_log, "no healthy members found")
+            .split_once("WARNING: ")
+            .map_or(String::new(), |(_, said)| said.to_string()),
+        said_line(&switchover_said, "failed"),
+        lag_bytes as f64 / f64::from(1 << 20),
+        leading_after.as_secs_f64(),
+        writable_after.as_secs_f64(),
+        match &report_ended {
+            Ok(()) => "it ran its course".to_string(),
+            Err(error) => format!("it was ended: {error}"),
+        },
+        report_took.as_secs_f64(),
+    );
+    (
+        LeaderChange {
+            took: writable_after,
+            ..change
+        },
+        figures,
+    )
+}
+
+/// Patroni's `maximum_lag_on_failover` in docs/patroni/node.yml.template.
+const MAXIMUM_LAG_ON_FAILOVER: u64 = 1 << 20;
+/// How long a report on the synchronous standby reads: its replay waits
+/// behind it from the truncation on, through the switchover to it.
+const REPORT_HOLDS: Duration = Duration::from_secs(12);
+/// How long the standby lags before the switchover to it is asked.
+const LAG_BEFORE_SWITCH: Duration = Duration::from_secs(4);
+
+/// A replica lagging, then asked to lead. See `lagging_replica_asked_to_lead`.
+#[tokio::test]
+async fn writers_lose_nothing_and_dispatch_nothing_twice_when_a_lagging_replica_is_asked_to_lead() {
+    writers_across(Disruption::LaggingReplica).await;
 }
 
 /// What a process's lines said so far: its stdout's JSON lines, its stderr.
@@ -1620,6 +1860,561 @@ async fn a_dead_nodes_reconciler_leases_hold_their_term_on_the_new_leader_and_no
             .unwrap_or_default()
             .as_secs_f64(),
         late.as_secs_f64(),
+        cluster_up.as_secs_f64(),
+        began.elapsed().as_secs_f64(),
+    );
+}
+
+/// An effect an agent began, dispatched and never heard back about, written
+/// through `pool`, each call made again until a leader takes it; performed
+/// at `provider` too (the agent's call landed) when one is given.
+async fn unknown_effect(pool: &LedgerPool, key: &str, provider: Option<&FakeProvider>) {
+    use effectwatch::fakeprovider::NewEffect;
+    use effectwatch::ledger::State;
+    let target = format!("invoice:{key}");
+    let mut intent = common::intent(key, &target);
+    intent.provider = Some("pay".to_string());
+    let started = Instant::now();
+    let again = |what: &str, error: &dyn std::fmt::Display| {
+        assert!(
+            started.elapsed() < KEY_TIMEOUT,
+            "{key}: {what} found no leader for {KEY_TIMEOUT:?}; last error: {error}"
+        );
+    };
+    loop {
+        match begin_and_dispatch(pool, &intent, "agent", false, None).await {
+            // Claimed now, or by a try whose answer was lost.
+            Ok(Some(begun)) if begun.dispatched || begun.begun.decision == Decision::InFlight => {
+                break;
+            }
+            Ok(other) => panic!("{key}: not claimed: {:?}", other.map(|s| s.begun.decision)),
+            Err(error) => again("begin_and_dispatch", &error),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    if let Some(provider) = provider {
+        provider.insert_effect(NewEffect {
+            kind: "refund".into(),
+            amount_minor: Some(1200),
+            currency: Some("EUR".into()),
+            target: Some(target.clone()),
+            idempotency_key: Some(key.into()),
+            metadata: json!({ "op_key": key }),
+            reverses: None,
+        });
+    }
+    loop {
+        let completion = Completion {
+            reason: Some("the provider's answer never came".into()),
+            ..Completion::default()
+        };
+        match complete_effect(pool, key, Outcome::Unknown, &completion).await {
+            Ok(_) => return,
+            Err(error) => {
+                // Written by a try whose answer was lost?
+                let found = effectwatch::ledger::history::find_effect(pool, key).await;
+                if let Ok(Some(effect)) = found
+                    && effect.state == State::Unknown
+                {
+                    return;
+                }
+                again("complete_effect", &error);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[path = "patroni/console.rs"]
+mod console;
+
+/// Whether the Unknown pane on `screen` lists `key`.
+fn lists(screen: &str, key: &str) -> bool {
+    screen.contains("Unknown outcomes") && screen.contains(key)
+}
+
+/// The replay lag a console's header says, in seconds: `replica, 0.4 s
+/// behind`, or `replica 3.1 s behind: stale`.
+fn lag_said(header: &str) -> Option<f64> {
+    let (_, after) = header.split_once("replica")?;
+    after
+        .trim_start_matches(',')
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Two consoles run as a person runs them beside a Patroni cluster,
+/// `--database-url` the cluster's URL (every node, the primary wanted) and
+/// `--read-url` one of its replicas, while two agents write on the primary
+/// and the lead is switched over:
+/// - one reads the asynchronous replica, which stays a replica. Its config
+///   calls the data stale past 1 s of replay lag (`replica_lag_stale_secs`:
+///   with the default 30 s a switchover's few seconds show only as the lag
+///   in muted words). Before: it says it reads a replica and is current.
+///   During: the replica has no primary to stream from, and the header says
+///   so as stale data. After: current again, the same process, and an
+///   effect written after the switch on its screen.
+/// - one reads the synchronous standby, which the switchover promotes: it
+///   says it reads a replica before; after, the node it reads is the
+///   primary and the header no longer calls it a replica; an effect written
+///   after the switch is on its screen, the same process.
+/// What each header said through the switch is printed with the figures.
+#[tokio::test]
+async fn consoles_on_replicas_say_so_show_the_switchover_and_read_on_without_a_restart() {
+    let began = Instant::now();
+    let Some((cluster, cluster_up)) = ledger_cluster().await else {
+        return;
+    };
+    let (_, standby, others) = cluster.roles().await;
+    let replica = others.first().expect("an asynchronous replica").clone();
+    let url = cluster.url("ledger");
+    let mut settings = ConnectSettings::new(url.clone());
+    settings.connect_timeout = Duration::from_secs(2);
+    let pool = ledger::connect(&settings).await.unwrap();
+    unknown_effect(&pool, "refund:BEFORE-SWITCH:v1", None).await;
+
+    let (_fake, provider) = FakeProvider::start().await.unwrap();
+    let record = Arc::new(Record::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let agents: Vec<_> = (0..2)
+        .map(|index| {
+            tokio::spawn(agent(
+                index,
+                url.clone(),
+                provider.clone(),
+                record.clone(),
+                stop.clone(),
+            ))
+        })
+        .collect();
+
+    let mut on_replica = console::Console::start(
+        &url,
+        &cluster.node_url(&replica, "ledger"),
+        "replica_lag_stale_secs = 1\n",
+    );
+    let mut on_standby = console::Console::start(&url, &cluster.node_url(&standby, "ledger"), "");
+    let mut before = Vec::new();
+    for (name, console) in [("replica", &mut on_replica), ("standby", &mut on_standby)] {
+        // The first poll waits for the binary's start beside the agents.
+        console
+            .wait_for(
+                &format!("the console on the {name}, live"),
+                Duration::from_secs(60),
+                |screen| screen.lines().next().is_some_and(|h| h.contains("● live")),
+            )
+            .await;
+        console.press("2");
+        console
+            .wait_for(
+                &format!("the console on the {name} saying it reads a replica"),
+                Duration::from_secs(20),
+                |screen| {
+                    let header = screen.lines().next().unwrap_or_default();
+                    header.contains("● live")
+                        && header.contains("replica, ")
+                        && lists(screen, "refund:BEFORE-SWITCH:v1")
+                },
+            )
+            .await;
+        before.push(console.header());
+    }
+    completions(&record, 10).await;
+
+    let switch_at = Instant::now();
+    let change = cluster.switchover().await;
+    assert_eq!(change.to, standby);
+    let writable_after = cluster.wait_until_writable(&change.to, switch_at).await;
+    unknown_effect(&pool, "refund:AFTER-SWITCH:v1", None).await;
+    let written_at = Instant::now();
+    on_replica
+        .wait_for(
+            "the console on the replica, current again, showing the effect written after the switch",
+            Duration::from_secs(30),
+            |screen| {
+                let header = screen.lines().next().unwrap_or_default();
+                header.contains("● live")
+                    && header.contains("replica, ")
+                    && lists(screen, "refund:AFTER-SWITCH:v1")
+            },
+        )
+        .await;
+    let replica_shows = written_at.elapsed();
+    on_standby
+        .wait_for(
+            "the console on the promoted standby showing the effect written after the switch",
+            Duration::from_secs(30),
+            |screen| lists(screen, "refund:AFTER-SWITCH:v1"),
+        )
+        .await;
+    let standby_shows = written_at.elapsed();
+    // A poll or two more: what the header settles on.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.store(true, Ordering::Relaxed);
+    for agent in agents {
+        agent.await.unwrap();
+    }
+
+    let replica_headers = on_replica.headers_since(switch_at);
+    let standby_headers = on_standby.headers_since(switch_at);
+    let stale: Vec<&String> = replica_headers
+        .iter()
+        .filter(|header| header.contains("behind: stale"))
+        .collect();
+    assert!(
+        !stale.is_empty(),
+        "the console on the replica never called its data stale through the switchover: \
+         {replica_headers:#?}"
+    );
+    let most_behind = |headers: &[String]| {
+        headers
+            .iter()
+            .filter_map(|header| lag_said(header))
+            .fold(0.0, f64::max)
+    };
+    let after_replica = on_replica.header();
+    let after_standby = on_standby.header();
+    assert!(
+        after_replica.contains("replica, ") && after_replica.contains("● live"),
+        "{after_replica}"
+    );
+    assert!(
+        !after_standby.contains("replica"),
+        "the promoted node is the primary now, the console still calls it a replica: {after_standby}"
+    );
+    assert!(
+        on_replica.running() && on_standby.running(),
+        "a console ended"
+    );
+    // The header's words, without the time of the poll.
+    let words = |header: &str| {
+        header
+            .split('│')
+            .filter(|part| !part.contains("polled") && !part.contains("effectwatch"))
+            .map(str::trim)
+            .collect::<Vec<_>>()
+            .join(" │ ")
+    };
+    let distinct = |headers: &[String]| {
+        let mut seen: Vec<String> = Vec::new();
+        for header in headers {
+            let said = words(header)
+                .split_whitespace()
+                .map(|word| {
+                    if word.parse::<f64>().is_ok() {
+                        "N"
+                    } else {
+                        word
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join(" ");
+            if seen.last() != Some(&said) {
+                seen.push(said);
+            }
+        }
+        seen
+    };
+    eprintln!(
+        "patroni, consoles on replicas: the lead moved {} -> {} in {:.1} s, writable after {:.1} s\n  \
+         on the replica {replica} (stale past 1 s): before \"{}\"; through the switch {:?}, \
+         the most behind {:.1} s; {} header(s) said stale; the effect written after the switch on \
+         screen {:.1} s after it was written, \"{}\"\n  \
+         on the standby {standby}, promoted (the default 30 s): before \"{}\"; through the switch {:?}, \
+         the most behind {:.1} s; the effect written after the switch on screen {:.1} s after it \
+         was written, \"{}\"\n  \
+         neither console restarted; cluster up in {:.1} s, test {:.1} s",
+        change.from,
+        change.to,
+        change.took.as_secs_f64(),
+        writable_after.as_secs_f64(),
+        words(&before[0]),
+        distinct(&replica_headers),
+        most_behind(&replica_headers),
+        stale.len(),
+        replica_shows.as_secs_f64(),
+        words(&after_replica),
+        words(&before[1]),
+        distinct(&standby_headers),
+        most_behind(&standby_headers),
+        standby_shows.as_secs_f64(),
+        words(&after_standby),
+        cluster_up.as_secs_f64(),
+        began.elapsed().as_secs_f64(),
+    );
+}
+
+/// The reconciler service's settings: a pass every 200 ms, leases of
+/// `SERVICE_LEASE`, four effects leased at a time and asked about at once.
+const SERVICE_LEASE: Duration = Duration::from_secs(10);
+const SERVICE_BATCH: usize = 4;
+/// How long the provider takes to answer a lookup: a batch is out at the
+/// provider whenever the switchover comes.
+const SLOW_LOOKUP: Duration = Duration::from_millis(700);
+const UNKNOWN_BEFORE: usize = 24;
+const UNKNOWN_AFTER: usize = 12;
+const SERVICE_NAME: &str = "reconciler@patroni";
+
+/// A real `effectwatch reconcile --watch` process, its `--database-url` the
+/// cluster's URL, with unknown effects to settle (each performed at the
+/// fake provider: its agent's call landed, the answer was lost), through a
+/// `patronictl switchover` while a batch of its lookups is out (the
+/// provider answering in 0.7 s). The same process, never restarted, goes
+/// on settling on the new leader: what was left, and effects written after
+/// the switch. Then, on the new leader: every effect `succeeded`, each
+/// reconciled once, nothing sent to the provider; the leases the cut pass
+/// held, written synchronously, were held on the new leader until their
+/// term ended (by the ledger's clock) and were taken again just after it,
+/// never before; no lease is held once it is done.
+#[tokio::test]
+async fn a_reconciler_service_settles_on_through_a_switchover_and_holds_no_lease_past_its_term() {
+    use effectwatch::fakeprovider::{Fault, Route};
+    let began = Instant::now();
+    let Some((cluster, cluster_up)) = ledger_cluster().await else {
+        return;
+    };
+    let url = cluster.url("ledger");
+    let (fake, _provider) = FakeProvider::start().await.unwrap();
+    fake.set_fault(Route::Lookup, Some(Fault::Slow(SLOW_LOOKUP)));
+    let mut settings = ConnectSettings::new(url.clone());
+    settings.connect_timeout = Duration::from_secs(2);
+    let pool = ledger::connect(&settings).await.unwrap();
+    for n in 0..UNKNOWN_BEFORE {
+        unknown_effect(&pool, &format!("refund:LOST-{n}:v1"), Some(&fake)).await;
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "{}\n[reconciler]\ninterval_secs = 0.2\ngrace_secs = 0\nlease_secs = {}\nbatch = {SERVICE_BATCH}\n\
+             concurrency = {SERVICE_BATCH}\n",
+            fake.provider_toml("pay", 5_000),
+            SERVICE_LEASE.as_secs()
+        ),
+    )
+    .unwrap();
+    let mut service = tokio::process::Command::new(env!("CARGO_BIN_EXE_effectwatch"))
+        .arg("--config")
+        .arg(&config)
+        .args([
+            "--database-url",
+            &url,
+            "reconcile",
+            "--watch",
+            "--as",
+            SERVICE_NAME,
+        ])
+        .env("HOME", dir.path())
+        .env("XDG_CONFIG_HOME", dir.path())
+        .env_remove("DATABASE_URL")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("starting effectwatch reconcile");
+    let said: Arc<Mutex<Vec<(Instant, String)>>> = Arc::default();
+    let reading = {
+        let said = said.clone();
+        let mut stderr = BufReader::new(service.stderr.take().unwrap()).lines();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = stderr.next_line().await {
+                said.lock().unwrap().push((Instant::now(), line));
+            }
+        })
+    };
+    let said_tail = |said: &Mutex<Vec<(Instant, String)>>| {
+        let said = said.lock().unwrap();
+        said[said.len().saturating_sub(20)..]
+            .iter()
+            .map(|(_, line)| line.as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let reconciled = || {
+        let pool = pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(
+                "select count(*) from ledger.reconciliations where requested_by = $1",
+            )
+            .bind(SERVICE_NAME)
+            .fetch_one(&pool.session_pool())
+            .await
+        }
+    };
+    let waiting = Instant::now();
+    loop {
+        if reconciled().await.unwrap() >= 6 {
+            break;
+        }
+        assert!(
+            waiting.elapsed() < KEY_TIMEOUT,
+            "the reconciler settled nothing:\n{}",
+            said_tail(&said)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // The switchover, while a batch is out at the provider.
+    let settled_before = reconciled().await.unwrap() as usize;
+    let switch_at = Instant::now();
+    let change = cluster.switchover().await;
+    let writable_after = cluster.wait_until_writable(&change.to, switch_at).await;
+    // What the cut pass left leased, still held: taken on the old leader,
+    // whose last transaction the promoted node replayed last; a lease taken
+    // on the new leader ends later than that and a term.
+    let mut on_new_leader = PgConnection::connect(&cluster.node_url(&change.to, "ledger"))
+        .await
+        .unwrap();
+    let held_at_switch: Vec<(String, String, chrono::DateTime<chrono::Utc>)> = sqlx::query_as(
+        "select e.op_key, e.state::text, l.claimed_until
+           from ledger.reconcile_leases l join ledger.effects e on e.id = l.effect_id
+          where l.claimed_by = $1 and l.claimed_until > now()
+            and l.claimed_until <= pg_last_xact_replay_timestamp() + $2::interval",
+    )
+    .bind(SERVICE_NAME)
+    .bind(format!("{} seconds", SERVICE_LEASE.as_secs()))
+    .fetch_all(&mut on_new_leader)
+    .await
+    .unwrap();
+    for n in 0..UNKNOWN_AFTER {
+        unknown_effect(&pool, &format!("refund:LOST-AFTER-{n}:v1"), Some(&fake)).await;
+    }
+    let all = UNKNOWN_BEFORE + UNKNOWN_AFTER;
+    let waiting = Instant::now();
+    loop {
+        let settled: i64 = sqlx::query_scalar(
+            "select count(*) from ledger.effects where op_key like 'refund:LOST-%' and state <> 'unknown'",
+        )
+        .fetch_one(&mut on_new_leader)
+        .await
+        .unwrap();
+        if settled as usize == all {
+            break;
+        }
+        assert!(
+            waiting.elapsed() < SERVICE_LEASE + KEY_TIMEOUT,
+            "{settled} of {all} settled on the new leader:\n{}",
+            said_tail(&said)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let settled_took = switch_at.elapsed();
+    let pid = nix::unistd::Pid::from_raw(service.id().unwrap() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(20), service.wait())
+        .await
+        .expect("the reconciler did not stop within 20 s of SIGTERM")
+        .unwrap();
+    reading.await.unwrap();
+    assert!(status.success(), "{status:?}\n{}", said_tail(&said));
+
+    let states: Vec<(String, String)> = sqlx::query_as(
+        "select op_key, state::text from ledger.effects where op_key like 'refund:LOST-%'",
+    )
+    .fetch_all(&mut on_new_leader)
+    .await
+    .unwrap();
+    let not_succeeded: Vec<&(String, String)> = states
+        .iter()
+        .filter(|(_, state)| state != "succeeded")
+        .collect();
+    assert!(
+        states.len() == all && not_succeeded.is_empty(),
+        "{} effects, not succeeded: {not_succeeded:?}",
+        states.len()
+    );
+    let reconciliations: Vec<(String, i64, chrono::DateTime<chrono::Utc>)> = sqlx::query_as(
+        "select op_key, count(*), max(at) from ledger.reconciliations
+          where op_key like 'refund:LOST-%' group by op_key",
+    )
+    .fetch_all(&mut on_new_leader)
+    .await
+    .unwrap();
+    let twice: Vec<&(String, i64, _)> = reconciliations.iter().filter(|(_, n, _)| *n > 1).collect();
+    assert!(twice.is_empty(), "reconciled twice: {twice:?}");
+    assert_eq!(reconciliations.len(), all, "each effect reconciled once");
+    assert_eq!(
+        fake.requests(Route::Create),
+        0,
+        "the reconciler sent something to the provider"
+    );
+    // The cut pass's leases: held to their term on the new leader, taken
+    // again within a pass or two of it, never before.
+    let when_reconciled: BTreeMap<&str, chrono::DateTime<chrono::Utc>> = reconciliations
+        .iter()
+        .map(|(key, _, at)| (key.as_str(), *at))
+        .collect();
+    let mut late_by = Vec::new();
+    for (key, state, term_end) in &held_at_switch {
+        if state != "unknown" {
+            continue;
+        }
+        let at = when_reconciled[key.as_str()];
+        assert!(
+            at >= *term_end,
+            "{key}, leased before the switchover until {term_end}, was reconciled at {at}"
+        );
+        let late = (at - *term_end).to_std().unwrap_or_default();
+        assert!(
+            late < Duration::from_secs(5),
+            "{key} was taken {late:?} after its lease ended"
+        );
+        late_by.push(late.as_secs_f64());
+    }
+    let still_held: i64 = sqlx::query_scalar(
+        "select count(*) from ledger.reconcile_leases where claimed_until > now()",
+    )
+    .fetch_one(&mut on_new_leader)
+    .await
+    .unwrap();
+    assert_eq!(still_held, 0, "leases held once everything was settled");
+    let lines = said.lock().unwrap().clone();
+    let failed_passes = lines
+        .iter()
+        .filter(|(_, line)| line.contains("reconcile pass failed"))
+        .count();
+    let failures: BTreeSet<String> = lines
+        .iter()
+        .filter_map(|(_, line)| line.split_once("reconcile pass failed: "))
+        .map(|(_, why)| why.chars().take(90).collect())
+        .collect();
+    let lookups = fake.requests(Route::Lookup) as usize;
+    let cut: Vec<&(String, String, _)> = held_at_switch
+        .iter()
+        .filter(|(_, state, _)| state == "unknown")
+        .collect();
+    eprintln!(
+        "patroni, a reconciler service through a switchover ({UNKNOWN_BEFORE} unknown effects before, \
+         {UNKNOWN_AFTER} after; lookups answered in {:.1} s, leases of {} s, {SERVICE_BATCH} at a time): \
+         the lead moved {} -> {} in {:.1} s, writable after {:.1} s\n  \
+         settled {settled_before} before the switch and {} after it by the same process \
+         ({failed_passes} passes failed meanwhile: {failures:?}); all {all} settled {:.1} s after \
+         the asking\n  \
+         {} leases held at the switch by the cut pass ({} of their effects still unknown), taken \
+         again {:?} s after their term; {lookups} lookups for {all} effects ({} asked again after \
+         the cut pass), each effect reconciled once, 0 sent to the provider, 0 failed, no lease \
+         held at the end\n  \
+         cluster up in {:.1} s, test {:.1} s",
+        SLOW_LOOKUP.as_secs_f64(),
+        SERVICE_LEASE.as_secs(),
+        change.from,
+        change.to,
+        change.took.as_secs_f64(),
+        writable_after.as_secs_f64(),
+        all - settled_before,
+        settled_took.as_secs_f64(),
+        held_at_switch.len(),
+        cut.len(),
+        late_by
+            .iter()
+            .map(|late| format!("{late:.2}"))
+            .collect::<Vec<_>>(),
+        lookups.saturating_sub(all),
         cluster_up.as_secs_f64(),
         began.elapsed().as_secs_f64(),
     );

@@ -63,6 +63,10 @@ pub struct Member {
     pub role: String,
     /// `running`, `streaming`, `stopped`, `starting`, …
     pub state: String,
+    /// A replica's bytes of WAL behind the leader's last reported position:
+    /// received, and replayed (None for the leader).
+    pub receive_lag: Option<u64>,
+    pub replay_lag: Option<u64>,
 }
 
 /// The leader moved: from which node to which, and how long it took from
@@ -225,6 +229,8 @@ impl PatroniCluster {
                     name: field(member, "name"),
                     role: field(member, "role"),
                     state: field(member, "state"),
+                    receive_lag: member["receive_lag"].as_u64(),
+                    replay_lag: member["replay_lag"].as_u64(),
                 })
                 .filter(|member| !self.killed.contains(&member.name))
                 .collect();
@@ -245,36 +251,43 @@ impl PatroniCluster {
     /// (the only node synchronous mode lets take over without losing what
     /// was acknowledged); returns once the standby leads.
     pub async fn switchover(&self) -> LeaderChange {
-        let (from, to) = self.leader_and_synchronous_standby().await;
+        let (_, to) = self.leader_and_synchronous_standby().await;
+        self.switchover_to(&to).await.unwrap_or_else(|said| {
+            panic!(
+                "patronictl switchover to {to} failed: {said}\n{}",
+                self.logs()
+            )
+        })
+    }
+
+    /// `patronictl switchover --leader <the leader> --candidate <candidate>
+    /// --force`; returns once the candidate leads (Patroni calls it the
+    /// running leader: it may still be replaying, see `wait_until_writable`),
+    /// or what patronictl said when it refused (it exits 0 all the same).
+    pub async fn switchover_to(&self, candidate: &str) -> Result<LeaderChange, String> {
+        let (from, _) = self.leader_and_synchronous_standby().await;
         let started = Instant::now();
-        let output = tokio::process::Command::new(self.venv.join("bin/patronictl"))
-            .arg("-c")
-            .arg(self.nodes[0].dir.join("patroni.yml"))
-            .args([
+        let said = self
+            .patronictl(&[
                 "switchover",
                 "--leader",
                 &from,
                 "--candidate",
-                &to,
+                candidate,
                 "--force",
             ])
-            .stdin(Stdio::null())
-            .output()
-            .await
-            .expect("running patronictl");
-        let said = format!(
-            "{}{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-        assert!(
-            output.status.success() && said.contains("Successfully switched over"),
-            "patronictl switchover from {from} to {to} failed ({}): {said}\n{}",
-            output.status,
-            self.logs()
-        );
-        let took = self.wait_for_leader(&to, started, "the switchover").await;
-        LeaderChange { from, to, took }
+            .await;
+        if !said.contains("Successfully switched over") {
+            return Err(said);
+        }
+        let took = self
+            .wait_for_leader(candidate, started, "the switchover")
+            .await;
+        Ok(LeaderChange {
+            from,
+            to: candidate.to_string(),
+            took,
+        })
     }
 
     /// `patronictl failover --candidate <the synchronous standby> --force`:
@@ -282,29 +295,129 @@ impl PatroniCluster {
     /// names one), the only one synchronous mode lets take over without
     /// losing what was acknowledged; returns once it leads.
     pub async fn failover(&self) -> LeaderChange {
-        let (from, to) = self.leader_and_synchronous_standby().await;
+        let (_, to) = self.leader_and_synchronous_standby().await;
+        self.failover_to(&to).await.unwrap_or_else(|said| {
+            panic!(
+                "patronictl failover to {to} failed: {said}\n{}",
+                self.logs()
+            )
+        })
+    }
+
+    /// `patronictl failover --candidate <candidate> --force`; returns once
+    /// the candidate leads, or what patronictl said when it refused (it
+    /// exits 0 all the same). Synchronous mode lets a failover, unlike a
+    /// switchover, name a node that is not the synchronous standby.
+    pub async fn failover_to(&self, candidate: &str) -> Result<LeaderChange, String> {
+        let (from, _) = self.leader_and_synchronous_standby().await;
         let started = Instant::now();
+        let said = self
+            .patronictl(&["failover", "--candidate", candidate, "--force"])
+            .await;
+        if !said.contains("Successfully failed over") {
+            return Err(said);
+        }
+        let took = self
+            .wait_for_leader(candidate, started, "the failover")
+            .await;
+        Ok(LeaderChange {
+            from,
+            to: candidate.to_string(),
+            took,
+        })
+    }
+
+    /// What `patronictl <args>` printed, stdout then stderr.
+    async fn patronictl(&self, args: &[&str]) -> String {
         let output = tokio::process::Command::new(self.venv.join("bin/patronictl"))
             .arg("-c")
             .arg(self.nodes[0].dir.join("patroni.yml"))
-            .args(["failover", "--candidate", &to, "--force"])
+            .args(args)
             .stdin(Stdio::null())
             .output()
             .await
             .expect("running patronictl");
-        let said = format!(
+        format!(
             "{}{}",
             String::from_utf8_lossy(&output.stdout),
             String::from_utf8_lossy(&output.stderr)
-        );
-        assert!(
-            output.status.success() && said.contains("Successfully failed over"),
-            "patronictl failover to {to} failed ({}): {said}\n{}",
-            output.status,
-            self.logs()
-        );
-        let took = self.wait_for_leader(&to, started, "the failover").await;
-        LeaderChange { from, to, took }
+        )
+    }
+
+    /// The leader, its synchronous standby, and the other replicas.
+    pub async fn roles(&self) -> (String, String, Vec<String>) {
+        let (leader, standby) = self.leader_and_synchronous_standby().await;
+        let others = self
+            .members()
+            .await
+            .into_iter()
+            .filter(|member| member.name != leader && member.name != standby)
+            .map(|member| member.name)
+            .collect();
+        (leader, standby, others)
+    }
+
+    /// Waits until `name`'s PostgreSQL takes writes, and returns how long
+    /// since `started`: Patroni calls a promoted node the running leader
+    /// while its promotion may still be replaying what it had received.
+    pub async fn wait_until_writable(&self, name: &str, started: Instant) -> Duration {
+        use sqlx::Connection;
+        let url = self.node_url(name, "postgres");
+        loop {
+            if let Ok(mut connection) = sqlx::PgConnection::connect(&url).await {
+                let recovering: Result<bool, _> = sqlx::query_scalar("select pg_is_in_recovery()")
+                    .fetch_one(&mut connection)
+                    .await;
+                if let Ok(false) = recovering {
+                    return started.elapsed();
+                }
+            }
+            assert!(
+                started.elapsed() < SWITCH_TIMEOUT,
+                "{name} took no writes within {SWITCH_TIMEOUT:?}: {:?}\n{}",
+                self.members().await,
+                self.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Stops `name`'s WAL receiver (SIGSTOP): the replica receives nothing
+    /// more, as behind a stalled network, and falls behind while its
+    /// Patroni still reports it streaming. `resume_receiver` wakes it.
+    pub fn stall_receiver(&self, name: &str) {
+        use nix::sys::signal::{Signal, kill};
+        kill(self.wal_receiver(name), Signal::SIGSTOP).expect("stopping a WAL receiver");
+    }
+
+    /// Wakes a WAL receiver stopped by `stall_receiver` (SIGCONT).
+    pub fn resume_receiver(&self, name: &str) {
+        use nix::sys::signal::{Signal, kill};
+        kill(self.wal_receiver(name), Signal::SIGCONT).expect("waking a WAL receiver");
+    }
+
+    /// The WAL receiver of `name`'s PostgreSQL: the child of its postmaster
+    /// that calls itself `walreceiver`.
+    fn wal_receiver(&self, name: &str) -> nix::unistd::Pid {
+        let pid_file = self.node(name).dir.join("data/postmaster.pid");
+        let text = fs::read_to_string(&pid_file)
+            .unwrap_or_else(|e| panic!("reading {}: {e}", pid_file.display()));
+        let postmaster = text.lines().next().unwrap_or_default().trim().to_string();
+        let found = fs::read_dir("/proc")
+            .expect("listing /proc")
+            .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok())
+            .find(|pid| {
+                let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+                // `pid (comm) state ppid …`: the command may hold spaces.
+                let parent = stat
+                    .rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+                    .unwrap_or_default();
+                let command = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                parent == postmaster && String::from_utf8_lossy(&command).contains("walreceiver")
+            });
+        let pid = found.unwrap_or_else(|| panic!("{name} has no WAL receiver"));
+        nix::unistd::Pid::from_raw(pid)
     }
 
     /// The leader's Patroni stops (SIGSTOP: hung, or its machine starved),
@@ -471,6 +584,11 @@ impl PatroniCluster {
             );
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
+    }
+
+    /// What `name`'s Patroni has logged so far.
+    pub fn patroni_log(&self, name: &str) -> String {
+        fs::read_to_string(self.node(name).dir.join("patroni.log")).unwrap_or_default()
     }
 
     /// The end of each process's log, for a failure's message.
