@@ -1130,6 +1130,33 @@ fn the_arrows_move_to_a_button_and_stay_there() {
     assert_eq!(app.dialog().unwrap().reason, "called the customer");
 }
 
+/// A standby the console reads is promoted (a failover): the console says
+/// it reads the primary now; a primary demoted says it is a standby.
+#[test]
+fn a_console_says_when_the_server_it_reads_is_promoted_or_demoted() {
+    let mut app = App::new(Settings::new("ops", false, Duration::from_secs(2)));
+    let read = |lag: Option<f64>| Snapshot {
+        server: Some("n1:5432/ledger".to_string()),
+        replica_lag: lag,
+        ..snapshot(rows(&["a"]), 1, 0)
+    };
+    app.update(Message::Snapshot(Box::new(read(Some(0.2)))));
+    app.update(Message::Snapshot(Box::new(read(Some(1.4)))));
+    assert!(app.status().is_none(), "{:?}", app.status());
+    app.update(Message::Snapshot(Box::new(read(None))));
+    let promoted = app.status().cloned().expect("the promotion is said");
+    assert_eq!(
+        promoted.text,
+        "n1:5432/ledger was promoted: this console reads the primary now"
+    );
+    assert_eq!(promoted.role, Role::Warn);
+    app.update(Message::Snapshot(Box::new(read(Some(0.0)))));
+    assert_eq!(
+        status(&app),
+        "n1:5432/ledger is a standby now: changes show at each poll"
+    );
+}
+
 #[test]
 fn a_console_whose_ledger_moved_to_another_server_says_where_it_reads_now() {
     let mut app = App::new(Settings::new("ops", false, Duration::from_secs(2)));

@@ -1049,6 +1049,17 @@ fn a_console_on_a_replica_says_how_far_behind_it_is_and_when_that_is_stale() {
     assert!(!caught_up.contains("not listening"), "{caught_up}");
     let late = header_of(45.0);
     assert!(late.contains("· replica 45.0 s behind: stale"), "{late}");
+    // A failover under way: the replica hears nothing from its primary, and
+    // says so before its lag reaches the stale mark.
+    let mut snapshot = full_snapshot();
+    snapshot.replica_lag = Some(2.5);
+    snapshot.primary_heard = Some(false);
+    let app = app_with(snapshot, false);
+    let cut_off = screen(&app).lines().next().unwrap().to_string();
+    assert!(
+        cut_off.contains("· replica, primary out of reach, 2.5 s behind"),
+        "{cut_off}"
+    );
 }
 
 /// Under `--at`, `t` opens an empty line that names the instant shown, and

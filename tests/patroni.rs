@@ -2050,6 +2050,17 @@ async fn consoles_on_replicas_say_so_show_the_switchover_and_read_on_without_a_r
         )
         .await;
     let standby_shows = written_at.elapsed();
+    // Promoted, it is told of changes again: the poller listens to it.
+    on_standby
+        .wait_for(
+            "the console on the promoted standby listening to it",
+            Duration::from_secs(20),
+            |screen| {
+                let header = screen.lines().next().unwrap_or_default();
+                header.contains("● live") && !header.contains("not listening")
+            },
+        )
+        .await;
     // A poll or two more: what the header settles on.
     tokio::time::sleep(Duration::from_secs(2)).await;
     stop.store(true, Ordering::Relaxed);
@@ -2067,6 +2078,14 @@ async fn consoles_on_replicas_say_so_show_the_switchover_and_read_on_without_a_r
         !stale.is_empty(),
         "the console on the replica never called its data stale through the switchover: \
          {replica_headers:#?}"
+    );
+    // The replica, cut off from its primary through the switch, says so
+    // whatever its stale mark.
+    assert!(
+        replica_headers
+            .iter()
+            .any(|header| header.contains("primary out of reach")),
+        "the console on the replica never said its primary was out of reach: {replica_headers:#?}"
     );
     let most_behind = |headers: &[String]| {
         headers

@@ -19,7 +19,8 @@ as $$
     replay as (
         select case when pg_last_wal_receive_lsn() is not distinct from pg_last_wal_replay_lsn()
                     then 0::float8
-                    else coalesce(extract(epoch from now() - pg_last_xact_replay_timestamp())::float8, 0)
+                    -- A commit replayed after this read began is no lag at all.
+                    else greatest(0, coalesce(extract(epoch from now() - pg_last_xact_replay_timestamp())::float8, 0))
                end as lag
     ),
     allowed as (

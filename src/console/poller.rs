@@ -112,6 +112,10 @@ struct Poller {
     pool: Option<LedgerPool>,
     /// Only ever dropped (which stops it), never read: hence the `_`.
     _listener: Option<Listening>,
+    /// Whether the server read is a standby, which sends no notifications:
+    /// one promoted (a failover) is listened to from the poll that finds
+    /// it a primary; a primary demoted is no longer.
+    reading_standby: bool,
     last_start: Instant,
     /// A failure is kept as long as a review: a review slower than the
     /// statement timeout must not hold up every poll.
@@ -133,6 +137,7 @@ impl Poller {
             backoff: Duration::from_millis(250),
             pool: None,
             _listener: None,
+            reading_standby: false,
             last_start: Instant::now(),
             last_finance: None,
         }
@@ -171,15 +176,9 @@ impl Poller {
                 // A server that cannot say is taken for a primary:
                 // the listener then finds out for itself.
                 let standby = snapshot::is_standby(&connected).await.unwrap_or(false);
-                self._listener = (current.at.is_none() && !standby).then(|| {
-                    Listening(spawn_listener(
-                        connected.clone(),
-                        self.wake.clone(),
-                        self.lost.clone(),
-                        self.heard.clone(),
-                    ))
-                });
                 self.pool = Some(connected);
+                self.listen_unless(current.at.is_some() || standby);
+                self.reading_standby = standby;
                 self.backoff = Duration::from_millis(250);
                 Ok(true)
             }
@@ -192,6 +191,19 @@ impl Poller {
         }
     }
 
+    /// Listens to the server read, unless it has nothing to tell.
+    fn listen_unless(&mut self, nothing_to_tell: bool) {
+        self._listener = match (&self.pool, nothing_to_tell) {
+            (Some(connected), false) => Some(Listening(spawn_listener(
+                connected.clone(),
+                self.wake.clone(),
+                self.lost.clone(),
+                self.heard.clone(),
+            ))),
+            _ => None,
+        };
+    }
+
     /// Drops the connection and its listener: the next turn connects again.
     fn disconnect(&mut self) {
         self.pool = None;
@@ -201,7 +213,7 @@ impl Poller {
     /// One read of everything, told to the console: the snapshot, or why
     /// there is none (a lost connection is dropped).
     async fn poll(&mut self, current: &PollSettings) -> Result<(), Closed> {
-        let Some(connected) = &self.pool else {
+        let Some(connected) = self.pool.clone() else {
             return Ok(());
         };
         self.last_start = Instant::now();
@@ -216,9 +228,14 @@ impl Poller {
             })
             .map(|(_, _, reading)| reading);
         let kept = keep.is_some();
-        let reading = poll_with(connected, current, keep);
+        let reading = poll_with(&connected, current, keep);
         let message = match tokio::time::timeout(self.answer_within, reading).await {
             Ok(Ok(mut snapshot)) => {
+                let standby_now = snapshot.replica_lag.is_some();
+                if current.at.is_none() && standby_now != self.reading_standby {
+                    self.reading_standby = standby_now;
+                    self.listen_unless(standby_now);
+                }
                 snapshot.notifications = *self.hearing.borrow();
                 snapshot.server = Some(connected.server());
                 if !kept {
@@ -453,6 +470,10 @@ async fn poll_with(
         }
     };
     let replica_lag = snapshot::replica_lag(&mut tx).await?;
+    let primary_heard = match replica_lag {
+        Some(_) => snapshot::primary_heard(&mut tx).await?,
+        None => None,
+    };
     // A standby's settings are not what decides: its primary's are.
     let durability = match (settings.at, replica_lag) {
         (None, None) => Some(crate::ledger::durability::measure(&mut tx).await?.verdict()),
@@ -474,6 +495,7 @@ async fn poll_with(
         finance,
         applicability,
         replica_lag,
+        primary_heard,
         durability,
         finance_error,
         polled_at: Utc::now(),

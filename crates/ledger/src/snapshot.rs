@@ -32,6 +32,14 @@ pub async fn replica_lag<'c>(tx: impl PgExecutor<'c>) -> Result<Option<f64>, Led
         .await?)
 }
 
+/// Whether a standby hears from its primary now (ledger.replica_receiving);
+/// None on a primary.
+pub async fn primary_heard<'c>(tx: impl PgExecutor<'c>) -> Result<Option<bool>, LedgerError> {
+    Ok(sqlx::query_scalar("select ledger.replica_receiving()")
+        .fetch_one(tx)
+        .await?)
+}
+
 pub async fn is_standby(pool: &LedgerPool) -> Result<bool, LedgerError> {
     Ok(sqlx::query_scalar("select pg_is_in_recovery()")
         .fetch_one(pool)

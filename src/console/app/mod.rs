@@ -673,11 +673,28 @@ impl App {
             Message::Key(key) => self.on_key(key),
             Message::Snapshot(snapshot) => {
                 let before = self.snapshot.as_ref().and_then(|s| s.server.clone());
+                let was_standby = self.snapshot.as_ref().map(|s| s.replica_lag.is_some());
                 if let (Some(before), Some(now)) = (before, &snapshot.server)
                     && &before != now
                 {
                     self.set_status(
                         format!("the ledger moved: reading {now} now (was {before})"),
+                        Role::Warn,
+                    );
+                } else if let Some(was_standby) = was_standby
+                    && self.at.is_none()
+                    && was_standby != snapshot.replica_lag.is_some()
+                {
+                    let server = snapshot
+                        .server
+                        .clone()
+                        .unwrap_or_else(|| "the server".into());
+                    self.set_status(
+                        if was_standby {
+                            format!("{server} was promoted: this console reads the primary now")
+                        } else {
+                            format!("{server} is a standby now: changes show at each poll")
+                        },
                         Role::Warn,
                     );
                 }

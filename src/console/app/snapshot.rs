@@ -41,6 +41,9 @@ pub struct Snapshot {
     pub applicability: HashMap<String, Applicability>,
     /// Replay lag in seconds when the console reads a standby (None: the primary).
     pub replica_lag: Option<f64>,
+    /// Whether the standby read hears from its primary now (None: the
+    /// primary): false while a failover is under way.
+    pub primary_heard: Option<bool>,
     /// Whether acknowledged writes survive a failover, as the live ledger's
     /// settings and standbys say (None under time travel).
     pub durability: Option<crate::ledger::durability::Verdict>,

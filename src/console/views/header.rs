@@ -125,7 +125,8 @@ fn connection_state(app: &dyn Shown) -> (String, Role) {
 /// is as old as the replay behind the primary.
 fn replica_part(app: &dyn Shown, theme: &Theme) -> Option<Part> {
     let header = theme.header();
-    let lag = app.snapshot()?.replica_lag?;
+    let snapshot = app.snapshot()?;
+    let lag = snapshot.replica_lag?;
     Some(if lag > app.replica_lag_stale_secs() {
         Part::new(
             Gives::Last,
@@ -133,6 +134,16 @@ fn replica_part(app: &dyn Shown, theme: &Theme) -> Option<Part> {
             [
                 format!("· replica {lag:.1} s behind: stale "),
                 format!("· {lag:.0} s behind: stale "),
+            ],
+        )
+    } else if snapshot.primary_heard == Some(false) {
+        // A failover under way: what it reads stops at the primary's end.
+        Part::new(
+            Gives::Last,
+            header.fg(theme.warn),
+            [
+                format!("· replica, primary out of reach, {lag:.1} s behind "),
+                format!("· replica, no primary {lag:.0} s "),
             ],
         )
     } else {
