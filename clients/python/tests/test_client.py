@@ -457,11 +457,11 @@ def test_another_logins_key_is_refused_and_tells_nothing(two_logins: tuple[str, 
     owner_url, stranger_url = two_logins
     key, target = f"refund:NY-{unique}", f"invoice:NY-{unique}"
     params = {"amount_minor": 1500, "currency": "EUR"}
-    owner = Ledger(owner_url, requested_by="agent-a", max_idle=0)
+    owner = Ledger(owner_url, requested_by="agent-a")
     with owner.effect(key, action="refund", target=target, params=params) as e:
         e.dispatched()
         e.succeeded("re_ny", {"card": "4242"})
-    stranger = Ledger(stranger_url, requested_by="agent-b", max_idle=0)
+    stranger = Ledger(stranger_url, requested_by="agent-b")
     ran = False
     with pytest.raises(NotYours) as refused:
         with stranger.effect(key, action="refund", target=target, params=params):
@@ -476,3 +476,6 @@ def test_another_logins_key_is_refused_and_tells_nothing(two_logins: tuple[str, 
     with owner.effect(key, action="refund", target=target, params=params) as again:
         again.dispatched()
     assert again.replayed and again.result == {"card": "4242"}
+    # Their pools' connections closed, so that the logins can be dropped.
+    owner.close()
+    stranger.close()

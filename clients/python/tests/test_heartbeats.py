@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import psycopg
 import pytest
@@ -121,41 +121,29 @@ class Seam:
         return self.unreachable.is_set()
 
     def install(self, ledger: Ledger) -> Seam:
-        connect = ledger._connect
+        run = ledger._run
 
-        def connect_through() -> psycopg.Connection[dict[str, Any]]:
-            connection = connect()
-            execute = connection.execute
+        def run_through(connection: psycopg.Connection[Any], sql: str, args: Mapping[str, Any]) -> dict[str, Any] | None:
+            if self.lost(sql, args):
+                connection.close()
+                raise lost_reply()
+            return run(connection, sql, args)
 
-            def execute_through(query: Any, params: Any = None, **kwargs: Any) -> Any:
-                if self.lost(query, params):
-                    connection.close()
-                    raise lost_reply()
-                return execute(query, params, **kwargs)
-
-            setattr(connection, "execute", execute_through)
-            return connection
-
-        setattr(ledger, "_connect", connect_through)
+        setattr(ledger, "_run", run_through)
         return self
 
     def install_async(self, ledger: AsyncLedger) -> Seam:
-        connect = ledger._connect
+        run = ledger._run
 
-        async def connect_through() -> psycopg.AsyncConnection[dict[str, Any]]:
-            connection = await connect()
-            execute = connection.execute
+        async def run_through(
+            connection: psycopg.AsyncConnection[Any], sql: str, args: Mapping[str, Any]
+        ) -> dict[str, Any] | None:
+            if self.lost(sql, args):
+                await connection.close()
+                raise lost_reply()
+            return await run(connection, sql, args)
 
-            async def execute_through(query: Any, params: Any = None, **kwargs: Any) -> Any:
-                if self.lost(query, params):
-                    await connection.close()
-                    raise lost_reply()
-                return await execute(query, params, **kwargs)
-
-            setattr(connection, "execute", execute_through)
-            return connection
-
-        setattr(ledger, "_connect", connect_through)
+        setattr(ledger, "_run", run_through)
         return self
 
 
@@ -496,7 +484,12 @@ def test_a_lease_is_from_a_second_to_an_hour(face: Callable[..., Any]) -> None:
 
 
 def test_both_faces_take_the_same_settings() -> None:
-    assert inspect.signature(Ledger) == inspect.signature(AsyncLedger)
+    # Names, kinds and defaults; the pool each takes is its face's own
+    # (tests/test_faces.py compares the whole surface).
+    def settings(face: type) -> list[tuple[str, Any, Any]]:
+        return [(setting.name, setting.kind, setting.default) for setting in inspect.signature(face).parameters.values()]
+
+    assert settings(Ledger) == settings(AsyncLedger)
     assert inspect.signature(Ledger).parameters["heartbeat_lease"].default == 15.0
 
 

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Mapping
 
 import psycopg
 import pytest
 
 from agent import post_refund
 from effectwatch import AsyncLedger, InFlight, Intent, Ledger, NotPerformed
-from effectwatch._core import BEGIN_SQL, COMPLETE_SQL, DISPATCH_SQL, OWN_SQL
+from effectwatch._core import BEGIN_SQL, COMPLETE_SQL, DISPATCH_SQL, OWN_SQL, POOL_WAIT
 from test_client import attempts_of, effect_row, provider_calls
 
 STATEMENTS = {"begin": BEGIN_SQL, "dispatch": DISPATCH_SQL, "complete": COMPLETE_SQL}
@@ -36,26 +36,19 @@ def losing(
     connection closes before the reply is read (after `then`, what others
     do meanwhile). Answers how many times each statement was sent."""
     sent: Counter[str] = Counter()
-    connect = ledger._connect
+    run = ledger._run
 
-    def connect_losing() -> psycopg.Connection[dict[str, Any]]:
-        connection = connect()
-        execute = connection.execute
+    def run_losing(connection: psycopg.Connection[Any], sql: str, args: Mapping[str, Any]) -> dict[str, Any] | None:
+        sent[sql] += 1
+        row = run(connection, sql, args)
+        if sql == statement and sent[sql] <= times:
+            connection.close()
+            if then is not None:
+                then()
+            raise lost_reply()
+        return row
 
-        def execute_losing(query: Any, params: Any = None, **kwargs: Any) -> Any:
-            sent[query] += 1
-            cursor = execute(query, params, **kwargs)
-            if query == statement and sent[query] <= times:
-                connection.close()
-                if then is not None:
-                    then()
-                raise lost_reply()
-            return cursor
-
-        setattr(connection, "execute", execute_losing)
-        return connection
-
-    setattr(ledger, "_connect", connect_losing)
+    setattr(ledger, "_run", run_losing)
     return sent
 
 
@@ -65,54 +58,42 @@ def carried_out_late(ledger: Ledger, statement: str) -> Counter[str]:
     statement (the read before sending it again), as a statement held up
     in the network may."""
     sent: Counter[str] = Counter()
-    held: list[tuple[Any, Any]] = []
-    connect = ledger._connect
+    held: list[tuple[str, Mapping[str, Any]]] = []
+    run = ledger._run
 
-    def connect_late() -> psycopg.Connection[dict[str, Any]]:
-        connection = connect()
-        execute = connection.execute
+    def run_late(connection: psycopg.Connection[Any], sql: str, args: Mapping[str, Any]) -> dict[str, Any] | None:
+        sent[sql] += 1
+        if sql == statement and sent[sql] == 1:
+            held.append((sql, args))
+            connection.close()
+            raise lost_reply()
+        row = run(connection, sql, args)
+        while held:
+            late_sql, late_args = held.pop()
+            with psycopg.connect(str(ledger.conninfo), autocommit=True) as late:
+                late.execute(late_sql, late_args)
+        return row
 
-        def execute_late(query: Any, params: Any = None, **kwargs: Any) -> Any:
-            sent[query] += 1
-            if query == statement and sent[query] == 1:
-                held.append((query, params))
-                connection.close()
-                raise lost_reply()
-            cursor = execute(query, params, **kwargs)
-            while held:
-                late_query, late_params = held.pop()
-                with psycopg.connect(ledger.conninfo, autocommit=True) as late:
-                    late.execute(late_query, late_params)
-            return cursor
-
-        setattr(connection, "execute", execute_late)
-        return connection
-
-    setattr(ledger, "_connect", connect_late)
+    setattr(ledger, "_run", run_late)
     return sent
 
 
 def losing_async(ledger: AsyncLedger, statement: str, times: int = 1) -> Counter[str]:
     """`losing` for the asyncio client."""
     sent: Counter[str] = Counter()
-    connect = ledger._connect
+    run = ledger._run
 
-    async def connect_losing() -> psycopg.AsyncConnection[dict[str, Any]]:
-        connection = await connect()
-        execute = connection.execute
+    async def run_losing(
+        connection: psycopg.AsyncConnection[Any], sql: str, args: Mapping[str, Any]
+    ) -> dict[str, Any] | None:
+        sent[sql] += 1
+        row = await run(connection, sql, args)
+        if sql == statement and sent[sql] <= times:
+            await connection.close()
+            raise lost_reply()
+        return row
 
-        async def execute_losing(query: Any, params: Any = None, **kwargs: Any) -> Any:
-            sent[query] += 1
-            cursor = await execute(query, params, **kwargs)
-            if query == statement and sent[query] <= times:
-                await connection.close()
-                raise lost_reply()
-            return cursor
-
-        setattr(connection, "execute", execute_losing)
-        return connection
-
-    setattr(ledger, "_connect", connect_losing)
+    setattr(ledger, "_run", run_losing)
     return sent
 
 
@@ -308,20 +289,23 @@ def test_an_error_the_ledger_answered_is_not_sent_again(database_url: str, uniqu
 
 def test_a_ledger_out_of_reach_is_tried_a_few_times_then_said(database_url: str, unique: str) -> None:
     ledger = Ledger("postgresql://nobody@127.0.0.1:1/none", requested_by="agent-test")
-    connects = 0
-    connect = ledger._connect
+    connections = 0
+    connection = ledger._connection
 
-    def counted() -> psycopg.Connection[dict[str, Any]]:
-        nonlocal connects
-        connects += 1
-        return connect()
+    def counted(*, fresh: bool = False) -> Any:
+        nonlocal connections
+        connections += 1
+        return connection(fresh=fresh)
 
-    setattr(ledger, "_connect", counted)
+    setattr(ledger, "_connection", counted)
     started = time.monotonic()
     with pytest.raises(psycopg.OperationalError):
         with ledger.effect(f"refund:LRU-{unique}", action="refund", target=f"invoice:LRU-{unique}", params={}):
             pass
-    # One try, and three more, each of which reads the effect back first
-    # (whether the lost send went through) and so fails there.
-    assert connects == 4
-    assert 1.5 < time.monotonic() - started < 10
+    took = time.monotonic() - started
+    # One try, which waits for its pool (which cannot connect) as long as
+    # _core.POOL_WAIT says, and three more on connections of their own,
+    # each of which reads the effect back first (whether the lost send went
+    # through) and so fails there, about two seconds in all.
+    assert connections == 4
+    assert POOL_WAIT + 1.5 < took < POOL_WAIT + 10, took

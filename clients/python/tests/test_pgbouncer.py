@@ -12,7 +12,8 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg.rows import dict_row
+
+from psycopg_pool import ConnectionPool
 
 from effectwatch import Ledger
 from test_heartbeats import LEASE, beats_of, history_of, shown
@@ -30,11 +31,19 @@ def pgbouncer_url() -> str:
 
 
 class PreparingLedger(Ledger):
-    """The client as it would be with psycopg's default preparation, made
-    eager: what the guard (`prepare_threshold=None`) is there to prevent."""
+    """The client as it would be without its guard (`prepare=False` on every
+    statement, whatever the pool's connections say), on a pool whose
+    connections prepare every statement: what the guard is there to
+    prevent."""
 
-    def _connect(self) -> psycopg.Connection[dict[str, Any]]:
-        return psycopg.connect(self.conninfo, autocommit=True, prepare_threshold=0, row_factory=dict_row)
+    _prepare = None
+
+
+def preparing(pgbouncer_url: str) -> PreparingLedger:
+    pool = ConnectionPool(
+        pgbouncer_url, kwargs={"autocommit": True, "prepare_threshold": 0}, min_size=THREADS, open=True
+    )
+    return PreparingLedger(pool=pool, requested_by="agent-pooled")
 
 
 def run_effects(ledger: Ledger, prefix: str, count: int) -> list[BaseException]:
@@ -71,7 +80,11 @@ def test_500_effects_through_pgbouncer_in_transaction_mode_make_no_error(pgbounc
 
 
 def test_prepared_statements_through_pgbouncer_fail(pgbouncer_url: str, unique: str) -> None:
-    errors = run_effects(PreparingLedger(pgbouncer_url, requested_by="agent-pooled"), f"PREP-{unique}", 100)
+    ledger = preparing(pgbouncer_url)
+    try:
+        errors = run_effects(ledger, f"PREP-{unique}", 100)
+    finally:
+        ledger.pool.close()
     assert errors, "prepared statements through PgBouncer in transaction mode raised nothing: the guard proves nothing"
     assert any(isinstance(error, psycopg.Error) and "prepared statement" in str(error) for error in errors), errors[:3]
     print(f"with preparation switched on: {len(errors)} of 100 effects failed, e.g. {errors[0]}")
@@ -98,3 +111,37 @@ def test_a_slow_call_through_pgbouncer_keeps_beating(pgbouncer_url: str, unique:
     assert set(history) == {"pending", "succeeded"} and history[-1] == "succeeded", history
     print(f"PgBouncer transaction mode: a call of {2.3 * LEASE:g} s had {seen['beats']} beats (the claim's first), "
           "never unknown")
+
+
+def test_a_pool_of_the_callers_through_pgbouncer_keeps_its_statement_timeout(
+    pgbouncer_url: str, database_url: str, unique: str
+) -> None:
+    # psycopg's defaults: not autocommit, statements prepared from their
+    # fifth run. The ledger sends each call as `begin; set local
+    # statement_timeout`, the statement, `commit`, never prepared.
+    with ConnectionPool(pgbouncer_url, min_size=2, max_size=THREADS, open=True) as pool:
+        with pool.connection() as connection:
+            before = connection.execute("show statement_timeout").fetchone()
+        ledger = Ledger(pool=pool, requested_by="agent-pooled", statement_timeout_ms=5_000)
+        errors = run_effects(ledger, f"PGBP-{unique}", 200)
+        assert errors == [], f"{len(errors)} of 200 effects failed; first: {errors[0]!r}"
+        # The timeout reaches the server through the pooler: a begin kept
+        # waiting on the effect's row is cancelled after it.
+        bounded = Ledger(pool=pool, requested_by="agent-pooled", statement_timeout_ms=300)
+        key, target = f"refund:PGBT-{unique}", f"invoice:PGBT-{unique}"
+        with bounded.effect(key, action="refund", target=target, params={"amount_minor": 1}):
+            pass  # the block ends before dispatched(): failed, retryable
+        with psycopg.connect(database_url) as holder:
+            holder.execute("select 1 from ledger.effects where op_key = %s for update", (key,))
+            started = time.monotonic()
+            with pytest.raises(psycopg.errors.QueryCanceled):
+                with bounded.effect(key, action="refund", target=target, params={"amount_minor": 1}):
+                    pass
+            took = time.monotonic() - started
+        assert took < 3, took
+        # And it was the transaction's own: the pool's connections keep theirs.
+        with pool.connection() as connection:
+            row = connection.execute("show statement_timeout").fetchone()
+        assert row == before and row != ("300ms",), (row, before)
+    print(f"PgBouncer transaction mode, a pool of the caller's: 200 effects, 0 errors; "
+          f"a 300 ms statement timeout set per transaction cancelled a held begin in {took:.2f} s")

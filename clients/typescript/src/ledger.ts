@@ -318,22 +318,37 @@ const LONGEST_LEASE_MS = 3_600_000;
 
 export interface LedgerOptions {
   /**
-   * A PostgreSQL URL. Several hosts, as libpq writes them
+   * A PostgreSQL URL, on which the ledger makes its own pool (or pass
+   * `pool`: one of the two). Several hosts, as libpq writes them
    * (`postgres://u@h1:5432,h2:5432/ledger?target_session_attrs=read-write`,
    * README, "Connections and PgBouncer"), make the client follow the primary: it uses
    * the host that takes writes and looks again when an error says it moved.
    */
-  connectionString: string;
+  connectionString?: string;
+  /**
+   * A node-postgres pool of yours, used as it is instead of one the ledger
+   * makes (or pass `connectionString`: one of the two): its host, its
+   * connections' settings and its `error` listener are yours, and
+   * `close()` leaves it open. With a statement timeout (below), each call
+   * is a transaction of its own that sets it first:
+   * `begin; set local statement_timeout = N`, the statement, `commit`.
+   */
+  pool?: pg.Pool;
   /** Who asks: recorded with every attempt, and the worker that dispatches. */
   requestedBy: string;
+  /** The name of the ledger's own connections (default effectwatch-typescript); a pool you pass names its own. */
   applicationName?: string;
   /**
-   * Sent when connecting (default 10 s). PgBouncer refuses it as a startup
+   * Each statement's bound (default 10 s; null: none). The ledger's own
+   * connections are made with it, which PgBouncer refuses as a startup
    * parameter: behind PgBouncer pass null and set statement_timeout on the
-   * login role instead (ALTER ROLE ... SET statement_timeout).
+   * login role instead (ALTER ROLE ... SET statement_timeout), or pass a
+   * pool. On a pool you pass it is set in each call's own transaction
+   * (`set local`), which PgBouncer takes, leaving your connections' own
+   * timeout as it was.
    */
   statementTimeoutMs?: number | null;
-  /** Connections kept by the pool; each is held for one statement only. */
+  /** Connections kept by the ledger's own pool (default 10); each is held for one statement only. A pool you pass has its own size. */
   maxConnections?: number;
   /**
    * The lease a provider call in progress holds, from 1000 (1 s) to
@@ -363,11 +378,59 @@ export interface LedgerOptions {
 
 const MAY_RUN = new Set(["proceed", "retry"]);
 
+/** Each statement's bound unless told otherwise (LedgerOptions.statementTimeoutMs). */
+const STATEMENT_TIMEOUT_MS = 10_000;
+
+/**
+ * A pool of the caller's (LedgerOptions.pool), used as it is: one host,
+ * its connections as the caller made them, never ended by the ledger. Every
+ * statement is unnamed, so never prepared. With a statement timeout, each
+ * statement is a transaction of its own that sets it first, in one round
+ * trip with its BEGIN (`set local`: the connection keeps its own timeout,
+ * and PgBouncer's transaction mode takes it), then the statement, then
+ * COMMIT; a connection whose ROLLBACK fails after an error is dropped
+ * from the pool. Without one, a statement is the pool's `query`.
+ */
+class CallersPool implements Statements {
+  private readonly begin: string | null;
+
+  constructor(
+    private readonly pool: pg.Pool,
+    statementTimeoutMs: number | null,
+  ) {
+    this.begin = statementTimeoutMs === null ? null : `begin; set local statement_timeout = ${statementTimeoutMs}`;
+  }
+
+  async query<Row extends pg.QueryResultRow>(sql: string, values: unknown[]): Promise<pg.QueryResult<Row>> {
+    if (this.begin === null) return this.pool.query<Row>(sql, values);
+    const client = await this.pool.connect();
+    let broken: Error | undefined;
+    try {
+      await client.query(this.begin);
+      const answer = await client.query<Row>(sql, values);
+      await client.query("commit");
+      return answer;
+    } catch (error) {
+      try {
+        await client.query("rollback");
+      } catch (lost) {
+        broken = lost instanceof Error ? lost : new Error(String(lost));
+      }
+      throw error;
+    } finally {
+      client.release(broken);
+    }
+  }
+
+  async end(): Promise<void> {}
+}
+
 /**
  * A writer of the effect ledger. Each call is one statement, its own short
  * transaction, on a pooled connection released before the provider is
- * called; statements are never prepared, so the ledger may sit behind
- * PgBouncer in transaction mode. A call whose connection is lost is sent
+ * called — of the pool the ledger makes on its connectionString, or of the
+ * pg.Pool you pass (`pool`), used as it is; statements are never prepared,
+ * so the ledger may sit behind PgBouncer in transaction mode. A call whose connection is lost is sent
  * again, a few times; a call sent again recognises what its first send did
  * for the same request id (README, "A lost reply"). A completion, which
  * carries the provider's answer, is sent again with backoff for up to
@@ -402,18 +465,33 @@ export class Ledger {
     this.heartbeatLeaseMs = lease;
     this.completionRetryForMs = retryFor;
     this.warn = options.onWarning ?? ((message) => console.warn(message));
+    const timeout = options.statementTimeoutMs === undefined ? STATEMENT_TIMEOUT_MS : options.statementTimeoutMs;
+    if (timeout !== null && !(Number.isInteger(timeout) && timeout >= 0)) {
+      throw new RangeError(`statementTimeoutMs is whole milliseconds, 0 or more, or null for none, not ${String(timeout)}`);
+    }
+    if ((options.connectionString === undefined) === (options.pool === undefined)) {
+      throw new TypeError("a Ledger is made on a connectionString or on a pool (pool: a pg.Pool of yours): one of the two");
+    }
+    if (options.pool !== undefined) {
+      if (options.applicationName !== undefined || options.maxConnections !== undefined) {
+        throw new TypeError("applicationName and maxConnections are for the pool a Ledger makes on a connectionString: set them on the pool you pass");
+      }
+      this.pool = new CallersPool(options.pool, timeout);
+      return;
+    }
     const config: pg.PoolConfig = {
       application_name: options.applicationName ?? "effectwatch-typescript",
-      ...(options.statementTimeoutMs === null ? {} : { statement_timeout: options.statementTimeoutMs ?? 10_000 }),
+      ...(timeout === null ? {} : { statement_timeout: timeout }),
       max: options.maxConnections ?? 10,
     };
     // Several hosts (`h1:5432,h2:5432`) or target_session_attrs, which
     // node-postgres does not know: a pool that follows the primary.
-    const hosts = hostsOf(options.connectionString);
+    const connectionString = options.connectionString!;
+    const hosts = hostsOf(connectionString);
     if (hosts !== null) {
       this.pool = new PrimaryPool(hosts, config);
     } else {
-      const pool = new pg.Pool({ ...config, connectionString: options.connectionString });
+      const pool = new pg.Pool({ ...config, connectionString });
       // An idle connection the server or the network dropped (a failover, a
       // restart): the pool removes it, and the next call opens another. Left
       // unheard, the pool's error event would end the process.
@@ -422,6 +500,7 @@ export class Ledger {
     }
   }
 
+  /** Ends the pool the ledger made; a pool you passed is yours to end, and stays open. */
   async close(): Promise<void> {
     await this.pool.end();
   }

@@ -37,6 +37,12 @@ export const EXPECTED: Record<string, (lines: string[]) => void> = {
     assert.match(lines[1]!, REJECTED);
     assert.equal(lines[2], "the provider was called 1 time(s)");
   },
+  pool(lines) {
+    assert.equal(lines.length, 3, lines.join("\n"));
+    assert.equal(lines[0], "refunded re_1; asked again, got re_1");
+    assert.equal(lines[1], "the provider was called 1 time(s)");
+    assert.equal(lines[2], "the ledger is closed, the pool still answers: 1");
+  },
   "ai-sdk"(lines) {
     assert.equal(lines.length, 5, lines.join("\n"));
     const refund = { id: "re_1", invoice: "INV-7", amount_minor: 1500, currency: "EUR" };

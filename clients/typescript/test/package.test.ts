@@ -99,7 +99,8 @@ test("npm pack's tarball, installed with the frameworks in a clean project, comp
   const app = join(root, "app");
   mkdirSync(app);
   writeFileSync(join(app, "package.json"), JSON.stringify({ name: "refund-agent", private: true, type: "module" }, null, 2));
-  const frameworks = ["ai", "zod", "@openai/agents", "typescript", "@types/node"].map((name) => `${name}@${pinned(name)}`);
+  // pg and its types too: an example passes a pg.Pool of its own.
+  const frameworks = ["ai", "zod", "@openai/agents", "pg", "@types/pg", "typescript", "@types/node"].map((name) => `${name}@${pinned(name)}`);
   await sh("npm install of the tarball and the frameworks", app, "npm", ["install", "--no-audit", "--no-fund", "--prefer-offline", tarball, ...frameworks]);
   assert.ok(!lstatSync(join(app, "node_modules", "effectwatch")).isSymbolicLink(), "the tarball is installed, not linked");
 

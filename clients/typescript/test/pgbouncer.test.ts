@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { setTimeout as sleep } from "node:timers/promises";
 import pg from "pg";
 import { Ledger } from "../src/index.js";
-import { historyOf, leaseBeats, unique } from "./support.js";
+import { databaseUrl, historyOf, leaseBeats, unique } from "./support.js";
 
 const bouncerUrl = process.env["EFFECTWATCH_TEST_PGBOUNCER_URL"];
 const skip = bouncerUrl ? false : "PgBouncer is not installed";
@@ -99,6 +99,44 @@ test("the same calls as named, prepared queries fail through PgBouncer: why the 
     const codes = new Set(errors.map((error) => (error as { code?: string }).code));
     assert.ok(codes.has("26000") || codes.has("42P05"), `errors: ${[...codes].join(", ")}`);
   } finally {
+    await pool.end();
+  }
+});
+
+test("a pool of the caller's through PgBouncer: each call's statement timeout set in its own transaction", { skip }, async (t) => {
+  const pool = new pg.Pool({ connectionString: bouncerUrl!, max: CALLERS });
+  pool.on("error", () => {});
+  // The default 10 s, set in each call's transaction: `set local` is what
+  // PgBouncer's transaction mode takes where a startup parameter is refused.
+  const ledger = new Ledger({ pool, requestedBy: "agent-ts-bouncer" });
+  const bounded = new Ledger({ pool, requestedBy: "agent-ts-bouncer", statementTimeoutMs: 300 });
+  const run = unique();
+  const holder = new pg.Client({ connectionString: databaseUrl() });
+  try {
+    const count = 200;
+    const errors = await inParallel(count, CALLERS, async (index) => {
+      const opKey = `refund:BNCP-${run}-${index}`;
+      await ledger.effect({ opKey, action: "refund", target: `invoice:BNCP-${run}-${index}`, params: { amount_minor: index } }, async (e) => {
+        await e.dispatched();
+        return e.succeeded(`re_${index}`, { index });
+      });
+    });
+    assert.deepEqual(errors.map(String), []);
+    // The timeout reaches the server through the pooler: a begin kept
+    // waiting on the effect's row is cancelled after it.
+    const intent = { opKey: `refund:BNCT-${run}`, action: "refund", target: `invoice:BNCT-${run}`, params: { amount_minor: 1 } };
+    assert.equal((await bounded.begin(intent)).decision, "proceed");
+    await holder.connect();
+    await holder.query("begin");
+    await holder.query("select 1 from ledger.effects where op_key = $1 for update", [intent.opKey]);
+    const started = performance.now();
+    await assert.rejects(bounded.begin(intent), (error: { code?: string }) => error.code === "57014");
+    const took = performance.now() - started;
+    assert.ok(took < 3_000, `cancelled after ${took} ms`);
+    t.diagnostic(`a pool of the caller's through PgBouncer: ${count} effects, 0 errors; a 300 ms timeout cancelled a held begin in ${Math.round(took)} ms`);
+  } finally {
+    await holder.end().catch(() => {});
+    await ledger.close();
     await pool.end();
   }
 });

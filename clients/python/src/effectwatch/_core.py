@@ -15,6 +15,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import psycopg
 from psycopg.types.json import Jsonb
+from psycopg_pool import PoolClosed
 
 from ._keys import KeyMaker, Terms, ToolKeys, params_by_value, whole_minor_units
 from .errors import (
@@ -78,6 +79,63 @@ OWN_SQL = """select id, state, dispatched_at is not null as dispatched, request_
     owner_role = session_user::text as owned from ledger.effects where op_key = %(op_key)s"""
 
 MAY_RUN = ("proceed", "retry")
+
+# The connections a ledger makes for itself, unless it is given a pool:
+# named so in pg_stat_activity, at most this many at once (opened as calls
+# need them, kept idle between calls), and how long a call waits for one of
+# them (all busy, or the ledger out of reach) before it is sent again on a
+# connection of its own. A pool that cannot connect gives up after as long:
+# the next call tries again at once, rather than after a growing backoff.
+APPLICATION_NAME = "effectwatch-python"
+POOL_SIZE = 10
+POOL_WAIT = 5.0
+
+
+def pool_settings(
+    conninfo: str | None, pool: object | None, application_name: str | None, max_connections: int | None
+) -> tuple[str | None, int | None]:
+    """The application name and size of the pool a ledger makes on
+    `conninfo`, checked when the ledger is made; (None, None) for a pool the
+    caller passes (`pool=`), whose connections are the caller's to set."""
+    if (conninfo is None) == (pool is None):
+        raise ValueError("a ledger is made on a conninfo or on a pool (pool=...): one of the two")
+    if pool is not None:
+        if application_name is not None or max_connections is not None:
+            raise ValueError(
+                "application_name and max_connections are for the pool a ledger makes on a conninfo: "
+                "set them on the pool you pass"
+            )
+        return None, None
+    if max_connections is not None and not (isinstance(max_connections, int) and max_connections >= 1):
+        raise ValueError(f"max_connections is 1 or more, not {max_connections!r}")
+    return application_name or APPLICATION_NAME, max_connections or POOL_SIZE
+
+
+def statement_timeout(milliseconds: int | None) -> int | None:
+    """The statement timeout asked for, in ms (None: none; 0 is none too,
+    as PostgreSQL has it)."""
+    if milliseconds is not None and not (
+        isinstance(milliseconds, int) and not isinstance(milliseconds, bool) and milliseconds >= 0
+    ):
+        raise ValueError(f"statement_timeout_ms is whole milliseconds, 0 or more, or None, not {milliseconds!r}")
+    return milliseconds
+
+
+def startup_options(milliseconds: int | None) -> str | None:
+    """The statement timeout of the connections a ledger makes, sent when
+    each starts. PgBouncer refuses the `options` startup parameter: behind
+    it, set statement_timeout on the login role (ALTER ROLE ... SET), or
+    pass a pool, on which it is set in each call's transaction instead."""
+    return None if milliseconds is None else f"-c statement_timeout={milliseconds}"
+
+
+def set_local(milliseconds: int | None) -> str | None:
+    """On a pool the caller passed, whose connections did not start with
+    the ledger's statement timeout: what begins each call's transaction and
+    sets it there, one round trip (the statement and its commit follow).
+    PgBouncer in transaction mode takes it. None: no timeout asked, each
+    call one autocommit statement."""
+    return None if milliseconds is None else f"begin; set local statement_timeout = {milliseconds}"
 
 # A call whose connection was lost is sent again, on a new connection, after
 # each of these pauses (seconds): three more tries over about two seconds.
@@ -150,8 +208,10 @@ def connection_lost(error: BaseException) -> bool:
     never came), a connection exception (08) or the server shutting down
     (57P01-57P03). The ledger may have carried the call out. An error the
     ledger answered (a refusal, a check, a timeout it cancelled) is never
-    sent again."""
-    if not isinstance(error, psycopg.OperationalError):
+    sent again. A pool that gave no connection in time (`PoolTimeout`)
+    sent nothing, and may give one a moment later; a closed pool never
+    will (`PoolClosed`: said at once)."""
+    if not isinstance(error, psycopg.OperationalError) or isinstance(error, PoolClosed):
         return False
     state = error.sqlstate
     return state is None or state.startswith("08") or state in ("57P01", "57P02", "57P03")
@@ -733,6 +793,16 @@ class ToolIntents:
         return Intent(
             terms.op_key, self.action, terms.target, terms.params, terms.amount_minor, terms.currency, self.provider
         )
+
+
+def other_effect_type(effect_type: type) -> type:
+    """The other face's effect: what a tool of the ledger whose effect is
+    `effect_type` cannot be given (`effect_parameter`). Imported late: each
+    face's module imports this one."""
+    from .aio import AsyncEffect
+    from .ledger import Effect
+
+    return Effect if effect_type is AsyncEffect else AsyncEffect
 
 
 def registered(intents: Mapping[Callable[..., Any], ToolIntents], tool: Callable[..., Any]) -> ToolIntents:

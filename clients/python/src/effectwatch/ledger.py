@@ -1,127 +1,239 @@
-"""The synchronous client: `Ledger.effect(...)` and `@Ledger.tool(...)`."""
+# Generated from aio.py by tools/async_to_sync.py: do not edit.
+# Change aio.py (or the heartbeats' own _beats.py), then run
+# python tools/async_to_sync.py (in clients/python).
+"""The synchronous client: `Ledger.effect(...)` and `@Ledger.tool(...)`.
+`effectwatch.AsyncLedger` is the same, awaited: this module is made from
+its module, aio.py, which documents both."""
 
 from __future__ import annotations
 
 import functools
-import heapq
-import itertools
-import math
 import os
-import threading
 import time
 import uuid
+import weakref
+from contextlib import contextmanager, suppress
 from dataclasses import replace
 from types import TracebackType
-from typing import Any, Callable, Concatenate, Literal, Mapping, ParamSpec, Sequence, TypeVar, cast, overload
+from typing import (
+    Any,
+    Iterator,
+    Callable,
+    Concatenate,
+    Literal,
+    Mapping,
+    ParamSpec,
+    Sequence,
+    TypeVar,
+    cast,
+    overload,
+)
 
-import psycopg
+from psycopg import Connection
 from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool
 
 from . import _core
+from ._beats import Heartbeats, Metronome
 from ._core import Beat, Begun, Completed, Dispatch, Intent
 from ._keys import KeyMaker
-from .errors import LedgerRefused
+from .errors import LedgerRefused, Misuse
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
+# The ledgers of this process, so that a forked child forgets their pools
+# (`_forget_pools`, at the end), and in a child the pools it forgot: kept,
+# never used nor closed there (psycopg closes none of a parent's connections
+# in a child), so that not even their clean-up runs in it.
+_LEDGERS: weakref.WeakSet[Ledger] = weakref.WeakSet()
+_PARENTS_POOLS: list[object] = []
+
 
 class Ledger:
     """A writer of the effect ledger. Each call is one short autocommit
-    transaction: no transaction stays open across the provider call, and a
-    connection is only kept idle between calls (up to `max_idle`, 0 to
-    connect for every call; opening one costs more than the call itself).
-    Statements are never prepared, so the ledger may sit behind PgBouncer
-    in transaction mode, where an idle client holds no server connection.
+    statement: no transaction stays open across the provider call, and a
+    connection is held for the statement only, taken from a psycopg_pool
+    pool: the one the ledger makes on `conninfo` (at most `max_connections`,
+    default 10, opened as calls need them and kept idle between calls:
+    opening one costs more than the call itself; `close()` closes it), or
+    the one the caller passes (`pool=`), used as it is. Statements are
+    never prepared, whatever the pool's connections say, so the ledger may
+    sit behind PgBouncer in transaction mode, where an idle client holds no
+    server connection. `statement_timeout_ms` (default: none) bounds each
+    statement: the ledger's own connections start with it (PgBouncer
+    refuses that: set it on the login role there); on a pool passed to it,
+    each call is a transaction of its own that sets it first (`set local`),
+    which PgBouncer takes. A forked child makes a pool of its own rather
+    than talk on its parent's connections; a ledger on a pool it was given
+    refuses to go on in a forked child (`Misuse`).
+
     A call whose connection is lost is sent again, a few times, on a new
     connection; a call sent again recognises what its first send did for
     the same request id (README, "A lost reply"); a completion, which
     carries the provider's answer, is sent again with backoff for up to
     `completion_retry_for` seconds (0: as any other call), each try said at
-    warning on the `effectwatch` logger. A provider call's claim
-    starts its lease of `heartbeat_lease` seconds (1 to 3600; None: no
-    lease, no heartbeats), in the same statement, and while the call runs
-    a thread beats for it every third of the lease, the first a third of a
-    lease after the claim, so that a worker that dies mid-call is unknown
-    once its lease runs out (README, "Heartbeats"). The action's policy may
-    set the lease instead: the beats go by the lease the ledger answers."""
+    warning on the `effectwatch` logger. A provider call's claim starts its
+    lease of `heartbeat_lease` seconds (1 to 3600; None: no lease, no
+    heartbeats), in the same statement, and while the call runs it is
+    beaten for every third of the lease, the first a third of a lease after
+    the claim, so that a worker that dies mid-call is unknown once its lease
+    runs out (README, "Heartbeats"): from one thread of the ledger's, or on
+    the asyncio ledger from timers and tasks on the caller's event loop.
+    The action's policy may set the lease instead: the beats go by the
+    lease the ledger answers. An asyncio ledger serves one event loop."""
+
+    # psycopg's `prepare` for every statement: False, never prepared, on any
+    # pool (PgBouncer's transaction mode); the PgBouncer tests turn it off.
+    _prepare: bool | None = False
 
     def __init__(
         self,
-        conninfo: str,
+        conninfo: str | None = None,
         *,
         requested_by: str,
-        application_name: str = "effectwatch-python",
+        pool: ConnectionPool[Any] | None = None,
+        application_name: str | None = None,
         statement_timeout_ms: int | None = None,
-        max_idle: int = 4,
+        max_connections: int | None = None,
         heartbeat_lease: float | None = 15.0,
         completion_retry_for: float = 30.0,
     ) -> None:
         self.conninfo = conninfo
         self.requested_by = requested_by
-        self.application_name = application_name
-        self.statement_timeout_ms = statement_timeout_ms
-        self.max_idle = max_idle
+        self.application_name, self.max_connections = _core.pool_settings(
+            conninfo, pool, application_name, max_connections
+        )
+        self.statement_timeout_ms = _core.statement_timeout(statement_timeout_ms)
         self.heartbeat_lease = _core.heartbeat_lease(heartbeat_lease)
         self.completion_retry_for = _core.completion_retry_for(completion_retry_for)
-        self._idle: list[psycopg.Connection[dict[str, Any]]] = []
-        self._lock = threading.Lock()
-        self._pid = os.getpid()
+        # The pool the statements take their connections from: the caller's,
+        # or the ledger's own, opened by its first call (and made anew in a
+        # forked child).
+        self._made = pool is None
+        self.pool: ConnectionPool[Any] = self._new_pool() if pool is None else pool
+        self._opened = False
+        self._forked_from: int | None = None
+        # On a pool passed to it, what begins each call's transaction and
+        # sets the statement timeout there (None: one autocommit statement).
+        self._set_local = None if pool is None else _core.set_local(self.statement_timeout_ms)
         # What each tool this ledger decorated makes of its arguments.
         self._intents: dict[Callable[..., Any], _core.ToolIntents] = {}
         # Whether a decorated tool with nothing to check first begins and
         # claims its effect in one round trip (False: two, as before; the
         # bench compares them).
         self._one_round_trip = True
-        # The thread that sends this ledger's heartbeats, made with the
-        # first call that beats (and again in a forked child).
-        self._metronome: Metronome | None = None
+        # What sends its provider calls' beats, as this face does (its own
+        # module, written by hand).
+        self._metronome = Metronome(self)
+        _LEDGERS.add(self)
 
-    def _options(self) -> str | None:
-        # PgBouncer refuses the `options` startup parameter: behind it, set
-        # statement_timeout on the login role instead (ALTER ROLE ... SET).
-        if self.statement_timeout_ms is None:
-            return None
-        return f"-c statement_timeout={self.statement_timeout_ms}"
+    def _connection_kwargs(self) -> dict[str, Any]:
+        """How the ledger's own connections are made: autocommit, never
+        prepared, named, with the statement timeout from their start."""
+        return {
+            "autocommit": True,
+            "prepare_threshold": None,
+            "row_factory": dict_row,
+            "application_name": self.application_name,
+            "options": _core.startup_options(self.statement_timeout_ms),
+        }
 
-    def _connect(self) -> psycopg.Connection[dict[str, Any]]:
-        return psycopg.connect(
-            self.conninfo,
-            autocommit=True,
-            prepare_threshold=None,
-            row_factory=dict_row,
-            application_name=self.application_name,
-            options=self._options(),
+    def _new_pool(self) -> ConnectionPool[Any]:
+        return ConnectionPool(
+            self.conninfo or "",
+            kwargs=self._connection_kwargs(),
+            min_size=0,
+            max_size=self.max_connections,
+            timeout=_core.POOL_WAIT,
+            reconnect_timeout=_core.POOL_WAIT,
+            open=False,
+            name="effectwatch",
         )
 
-    def _checkout(self) -> psycopg.Connection[dict[str, Any]]:
-        with self._lock:
-            if self._pid != os.getpid():
-                # A forked child must not talk on its parent's sockets.
-                self._idle.clear()
-                self._pid = os.getpid()
-            while self._idle:
-                connection = self._idle.pop()
-                if not (connection.closed or connection.broken):
-                    return connection
-        return self._connect()
+    def _forked(self) -> None:
+        """In a forked child, before it runs anything else: the parent's
+        connections are not the child's to talk on (its statements would
+        interleave with the parent's on one server session)."""
+        if self._made:
+            _PARENTS_POOLS.append(self.pool)
+            self.pool = self._new_pool()
+            self._opened = False
+        else:
+            self._forked_from = os.getppid()
 
-    def _checkin(self, connection: psycopg.Connection[dict[str, Any]]) -> None:
-        with self._lock:
-            if len(self._idle) < self.max_idle and self._pid == os.getpid():
-                self._idle.append(connection)
+    def _pool_now(self) -> ConnectionPool[Any]:
+        if self._forked_from is not None:
+            raise Misuse(
+                f"this ledger was given its pool in process {self._forked_from}, and this process is a fork of "
+                "it: its connections are the parent's. Make the child a ledger on a pool of its own"
+            )
+        if self._made and not self._opened:
+            self.pool.open()
+            self._opened = True
+        return self.pool
+
+    def close(self) -> None:
+        """Closes the pool the ledger made; its calls from then on raise
+        `psycopg_pool.PoolClosed`. A pool passed to it is left open: it is
+        the caller's to close."""
+        if self._made:
+            self._opened = True  # not to be opened again
+            self.pool.close()
+
+    @contextmanager
+    def _connection(self, *, fresh: bool = False) -> Iterator[Connection[Any]]:
+        """A connection of the pool, given back after one statement. `fresh`,
+        for a call sent again after its connection was lost, when the pool's
+        others may be gone too (the server restarted, or failed over): on
+        the ledger's own pool, a new connection, closed after it; on a pool
+        passed to it, one of the pool's once it has checked them (`check()`
+        drops those that are broken)."""
+        pool = self._pool_now()
+        if fresh and self._made:
+            with Connection.connect(self.conninfo or "", **self._connection_kwargs()) as connection:
+                yield connection
+            return
+        if fresh:
+            pool.check()
+        with pool.connection() as connection:
+            if connection.autocommit:
+                yield connection
                 return
-        connection.close()
+            # A connection of the caller's that is not autocommit: for this
+            # statement it is (no BEGIN first), then as it was.
+            connection.set_autocommit(True)
+            try:
+                yield connection
+            finally:
+                if not (connection.closed or connection.broken):
+                    with suppress(Exception):
+                        connection.set_autocommit(False)
+
+    def _run(self, connection: Connection[Any], sql: str, args: Mapping[str, Any]) -> dict[str, Any] | None:
+        """One statement and its row. On a pool passed to the ledger with a
+        statement timeout, in a transaction of its own that sets it first:
+        `begin; set local statement_timeout = N` (one round trip), the
+        statement, `commit`."""
+        cursor = connection.cursor(row_factory=dict_row)
+        if self._set_local is None:
+            cursor.execute(sql, args, prepare=self._prepare)
+            return cursor.fetchone()
+        cursor.execute(self._set_local, prepare=False)
+        try:
+            cursor.execute(sql, args, prepare=self._prepare)
+            row = cursor.fetchone()
+        except BaseException:
+            if not (connection.closed or connection.broken):
+                with suppress(Exception):
+                    connection.execute("rollback", prepare=False)
+            raise
+        connection.execute("commit", prepare=False)
+        return row
 
     def _one(self, sql: str, args: Mapping[str, Any], *, fresh: bool = False) -> dict[str, Any] | None:
-        connection = self._connect() if fresh else self._checkout()
-        try:
-            row = connection.execute(sql, args).fetchone()
-        except BaseException:
-            connection.close()
-            raise
-        self._checkin(connection)
-        return row
+        with self._connection(fresh=fresh) as connection:
+            return self._run(connection, sql, args)
 
     def _call(
         self,
@@ -155,7 +267,8 @@ class Ledger:
             again = True
 
     def _own(self, op_key: str) -> dict[str, Any] | None:
-        return self._call(_core.OWN_SQL, {"op_key": op_key})[0]
+        row, _ = self._call(_core.OWN_SQL, {"op_key": op_key})
+        return row
 
     # The three SQL calls, answered as they are; a call sent again after its
     # reply was lost recognises what its first send did for the same
@@ -213,11 +326,15 @@ class Ledger:
         )
         assert row is not None
         dispatch = Dispatch(row["claimed"], row["state"], row["refused"], row.get("lease_in_force"))
-        if again and not dispatch.claimed and not dispatch.refused and _core.own_claim(self._own(op_key), request_id):
-            return Dispatch(True, "pending", None)
+        if again and not dispatch.claimed and not dispatch.refused:
+            if _core.own_claim(self._own(op_key), request_id):
+                return Dispatch(True, "pending", None)
         return dispatch
 
     def complete(self, op_key: str, *, target: str, outcome: str, **fields: Any) -> Completed:
+        """complete_effect: records the provider call's outcome (`fields`:
+        external_ref, result, retryable, reason, error_class, retry_after,
+        request_id)."""
         args = _core.complete_args(op_key, target, outcome, self.requested_by, **fields)
 
         def recorded_and_moved_on() -> dict[str, Any] | None:
@@ -243,7 +360,7 @@ class Ledger:
         """Heartbeats for `op_key`'s provider call, claimed just now with
         its lease (`lease=True`), until they are stopped: the first a third
         of a lease from now, then one every third of a lease, off the
-        caller's thread. `lease`: the lease in force its claim answered
+        caller's path. `lease`: the lease in force its claim answered
         (`Begun.lease_in_force`, `Dispatch.lease_in_force`: the action's
         policy may set one), else `heartbeat_lease`; from each beat on, the
         lease in force it is answered. None when heartbeats are off."""
@@ -258,13 +375,9 @@ class Ledger:
         and its answer tells the lease in force."""
         if self.heartbeat_lease is None:
             return None
-        with self._lock:
-            if self._metronome is None or self._metronome.pid != os.getpid():
-                self._metronome = Metronome(self)
-            metronome = self._metronome
         if lease is None:
-            return metronome.start(op_key, self.heartbeat_lease, first_in=0.0)
-        return metronome.start(op_key, lease)
+            return self._metronome.start(op_key, self.heartbeat_lease, first_in=0.0)
+        return self._metronome.start(op_key, lease)
 
     def _lease_if(self, lease: bool) -> float | None:
         """The lease a claim starts, in seconds: none unless asked for, and
@@ -273,7 +386,7 @@ class Ledger:
 
     def state_of(self, op_key: str) -> str | None:
         """The key's state as the ledger has it now (None: no such effect)."""
-        row = self._call(_core.STATE_SQL, {"op_key": op_key})[0]
+        row, _ = self._call(_core.STATE_SQL, {"op_key": op_key})
         return None if row is None else str(row["state"])
 
     # The primitive and the decorator.
@@ -376,12 +489,14 @@ class Ledger:
         Where the provider call starts: by default the effect is claimed
         (`dispatched()`) just before the function runs, so anything it raises
         may have happened (`unknown`). `validate`, called before that with
-        the arguments as the function gets them, refuses a call by raising:
-        recorded `failed`, retryable, the provider never called. Or, with `dispatch="manual"`, the function
-        gets the effect as its first parameter (`effect: Effect`, not an
-        argument of the call) and calls `effect.dispatched()` itself just
-        before the provider call: what it raises before that is `failed`,
-        retryable; after it, `unknown`. `wait_in_flight`: see
+        the arguments as the function gets them (on the asyncio ledger, a
+        coroutine function too), refuses a call by raising: recorded
+        `failed`, retryable, the provider never called. Or, with
+        `dispatch="manual"`, the function gets the effect as its first
+        parameter (`effect: Effect`, not an argument of the call) and
+        calls `effect.dispatched()` itself (awaited, on the asyncio ledger)
+        just before the provider call: what it raises before that is
+        `failed`, retryable; after it, `unknown`. `wait_in_flight`: see
         `Ledger.effect`."""
 
         def decorate(function: Callable[..., R]) -> Callable[..., R]:
@@ -397,7 +512,7 @@ class Ledger:
                 provider=provider,
                 dispatch=dispatch,
                 effect_type=Effect,
-                other_type=_async_effect_type(),
+                other_type=_core.other_effect_type(Effect),
             )
 
             @functools.wraps(function)
@@ -412,9 +527,9 @@ class Ledger:
                             validate(*call.args, **call.kwargs)
                         if intents.effect_parameter is None:
                             effect.dispatched()
-                        value = intents.invoke(function, call, effect)
+                        value = cast(R, intents.invoke(function, call, effect))
                         if effect.completed:  # the function recorded its outcome itself
-                            return cast(R, value)
+                            return value
                         effect.succeeded(external_ref(value) if external_ref else None, value)
                 return cast(R, effect.result)
 
@@ -430,137 +545,6 @@ class Ledger:
         from the canonical arguments as the call would make them. A wrapper
         of such a tool (made with `functools.wraps`) is followed to it."""
         return _core.registered(self._intents, tool).of_keywords(arguments)
-
-
-def _async_effect_type() -> type:
-    from .aio import AsyncEffect  # each of the two modules imports the other late
-
-    return AsyncEffect
-
-
-class Heartbeats:
-    """The beats of one provider call in progress, whose claim started its
-    lease: one every third of the lease, the first a third of a lease after
-    the claim (a call shorter than that sends none), each one statement
-    sent by the ledger's `Metronome`. `lease` is the lease in force, as the
-    claim answered it, then as each beat answers it (the action's policy
-    may set it): a beat answered another goes by it from the next beat.
-    Nothing a beat meets is raised into the call: a beat that fails is
-    logged and tried again at the next tick; one told the call is no
-    longer in flight is the last (logged once if the ledger declared the
-    call lost, silent if it was completed)."""
-
-    def __init__(self, metronome: Metronome, op_key: str, lease: float, due: float) -> None:
-        self.op_key = op_key
-        self.lease = lease
-        self._metronome = metronome
-        self._due = due  # when the next beat is due (time.monotonic)
-        self._stopped = False
-        self._in_flight = False
-
-    def stop(self) -> None:
-        """Stops the beats; returns once none is left in flight. With no
-        beat in flight (the usual case) it sends nothing and waits for
-        nothing."""
-        self._metronome.stop(self)
-
-
-class Metronome:
-    """The one daemon thread that sends a ledger's heartbeats, for every
-    provider call of it in progress, one statement at a time, each on one
-    of the ledger's idle connections (else a new one), given back after.
-    It sleeps until the earliest beat is due: starting and stopping a
-    call's beats takes a lock, and sends nothing. Its thread starts with
-    the first call that beats (in each process), and ends once no call has
-    had beats due for a lease."""
-
-    def __init__(self, ledger: Ledger) -> None:
-        self.ledger = ledger
-        self.pid = os.getpid()
-        self._condition = threading.Condition()
-        # (due, order, beats): the calls' next beats, earliest first; a
-        # stopped call's entry is dropped when it comes up.
-        self._due: list[tuple[float, int, Heartbeats]] = []
-        self._order = itertools.count()
-        self._thread: threading.Thread | None = None
-        self._wakes_at = math.inf
-
-    def start(self, op_key: str, lease: float, first_in: float | None = None) -> Heartbeats:
-        """Beats every third of `lease`, the first `first_in` seconds from
-        now (default: a third of `lease`)."""
-        first = _core.beat_interval(lease) if first_in is None else first_in
-        beats = Heartbeats(self, op_key, lease, time.monotonic() + first)
-        with self._condition:
-            self._schedule(beats)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="effectwatch heartbeats", daemon=True)
-                self._thread.start()
-        return beats
-
-    def stop(self, beats: Heartbeats) -> None:
-        with self._condition:
-            beats._stopped = True
-            while beats._in_flight:
-                self._condition.wait()
-
-    def _schedule(self, beats: Heartbeats) -> None:
-        # Under the lock.
-        heapq.heappush(self._due, (beats._due, next(self._order), beats))
-        if beats._due < self._wakes_at:
-            self._condition.notify_all()
-
-    def _next(self) -> Heartbeats | None:
-        """The call whose beat is due, marked in flight, once one is; None
-        once none has been in flight for a lease (the thread then ends)."""
-        with self._condition:
-            idle_since: float | None = None
-            while True:
-                while self._due and self._due[0][2]._stopped:
-                    heapq.heappop(self._due)
-                now = time.monotonic()
-                if not self._due:
-                    lease = self.ledger.heartbeat_lease or 15.0
-                    idle_since = now if idle_since is None else idle_since
-                    if now - idle_since >= lease:
-                        self._thread = None
-                        self._wakes_at = math.inf
-                        return None
-                    self._wakes_at = math.inf
-                    self._condition.wait(idle_since + lease - now)
-                    continue
-                idle_since = None
-                due, _, beats = self._due[0]
-                if due > now:
-                    self._wakes_at = due
-                    self._condition.wait(due - now)
-                    continue
-                heapq.heappop(self._due)
-                beats._in_flight = True
-                self._wakes_at = -math.inf  # busy: nobody need wake it
-                return beats
-
-    def _run(self) -> None:
-        while (beats := self._next()) is not None:
-            lease = beats.lease
-            try:
-                beat = self.ledger.heartbeat(beats.op_key, lease=lease)
-                going_on = _core.beats_go_on(beats.op_key, beat)
-                lease = _core.lease_told(beat, lease)
-            except Exception as error:
-                _core.beat_failed(beats.op_key, beats.lease, error)
-                going_on = True
-            with self._condition:
-                beats._in_flight = False
-                self._condition.notify_all()  # a stop waiting for this beat
-                if going_on and not beats._stopped:
-                    # The next tick from this one's by the lease in force it
-                    # was answered (from the claim's, while that stays the
-                    # same), ticks missed meanwhile skipped.
-                    beats.lease = lease
-                    now = time.monotonic()
-                    while beats._due <= now:
-                        beats._due += _core.beat_interval(beats.lease)
-                    self._schedule(beats)
 
 
 class Effect:
@@ -710,3 +694,14 @@ class Effect:
                 retry_after=seen.retry_after,
             )
         return isinstance(error, _core.Replayed)
+
+
+def _forget_pools() -> None:
+    """Run in a forked child before anything else: each ledger of the
+    parent's makes a pool of its own, or refuses to go on (`_forked`)."""
+    for ledger in list(_LEDGERS):
+        ledger._forked()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pools)
