@@ -2438,3 +2438,124 @@ async fn a_reconciler_service_settles_on_through_a_switchover_and_holds_no_lease
         began.elapsed().as_secs_f64(),
     );
 }
+
+/// How long the CLI is run, one settle command after another, through a
+/// switchover.
+const CLI_RUNS_FOR: Duration = Duration::from_secs(14);
+
+/// The CLI as an operator runs it, on the cluster's URL, through a
+/// `patronictl switchover`: `effectwatch annotate` on an effect, over and
+/// over, one process each. Every run that said it was done (exit 0) is in
+/// the new leader's audit trail, once; a run that could not be done says
+/// so in one line with the out-of-reach exit code (4), never another code
+/// or a panic; and the CLI writes again once a leader takes writes.
+#[tokio::test]
+async fn the_cli_settles_through_a_switchover_and_every_write_it_acknowledged_is_kept() {
+    let began = Instant::now();
+    let Some((cluster, cluster_up)) = ledger_cluster().await else {
+        return;
+    };
+    let url = cluster.url("ledger");
+    let mut settings = ConnectSettings::new(url.clone());
+    settings.connect_timeout = Duration::from_secs(2);
+    let pool = ledger::connect(&settings).await.unwrap();
+    let key = "refund:CLI-NOTES:v1";
+    unknown_effect(&pool, key, None).await;
+
+    let runs = tokio::spawn({
+        let url = url.clone();
+        async move {
+            let mut runs: Vec<(usize, Option<i32>, String, Duration)> = Vec::new();
+            let start = Instant::now();
+            let mut index = 0;
+            while start.elapsed() < CLI_RUNS_FOR {
+                let at = start.elapsed();
+                let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_effectwatch"))
+                    .args(["--database-url", &url, "--operator", "carol"])
+                    .args(["annotate", key, "--reason", &format!("cli-note-{index}")])
+                    .env("NO_COLOR", "1")
+                    .stdin(Stdio::null())
+                    .output()
+                    .await
+                    .unwrap();
+                let said = String::from_utf8_lossy(&output.stderr).trim().to_string();
+                runs.push((index, output.status.code(), said, at));
+                index += 1;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            runs
+        }
+    });
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let switch_at = Instant::now();
+    let change = cluster.switchover().await;
+    let writable_after = cluster.wait_until_writable(&change.to, switch_at).await;
+    let runs = runs.await.unwrap();
+
+    let kept: Vec<String> = sqlx::query_scalar(
+        "select reason from ledger.audit_log where action = 'annotate' order by seq",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    let acknowledged: Vec<String> = runs
+        .iter()
+        .filter(|(_, code, _, _)| *code == Some(0))
+        .map(|(index, _, _, _)| format!("cli-note-{index}"))
+        .collect();
+    let refused: Vec<&(usize, Option<i32>, String, Duration)> = runs
+        .iter()
+        .filter(|(_, code, _, _)| *code != Some(0))
+        .collect();
+    for (index, code, said, _) in &refused {
+        assert_eq!(
+            *code,
+            Some(4),
+            "run {index} ended neither done nor out of reach: {code:?} {said}"
+        );
+        assert!(
+            !said.is_empty() && said.lines().count() == 1 && !said.contains("panicked"),
+            "run {index} did not say why in one line: {said:?}"
+        );
+    }
+    for note in &acknowledged {
+        assert_eq!(
+            kept.iter().filter(|kept| *kept == note).count(),
+            1,
+            "{note} was acknowledged but is not in the new leader's audit trail once: {kept:?}"
+        );
+    }
+    let switched = switch_at.duration_since(began);
+    let last_refused = refused.iter().map(|(_, _, _, at)| *at).max();
+    let after_switch = runs
+        .iter()
+        .filter(|(_, code, _, at)| *code == Some(0) && Some(*at) > last_refused)
+        .count();
+    assert!(
+        after_switch > 0,
+        "the CLI never wrote again after the switch: {runs:?}"
+    );
+    let others = kept.len() - acknowledged.len();
+    eprintln!(
+        "patroni, the CLI through a switchover: the lead moved {} -> {} in {:.1} s, writable after {:.1} s; \
+         {} runs: {} acknowledged, all kept (0 lost); {} out of reach, each in one line (e.g. \"{}\"); \
+         {} of those written all the same; {} done after the last refusal; cluster up in {:.1} s, \
+         switch at {:.1} s, test {:.1} s",
+        change.from,
+        change.to,
+        change.took.as_secs_f64(),
+        writable_after.as_secs_f64(),
+        runs.len(),
+        acknowledged.len(),
+        refused.len(),
+        refused
+            .first()
+            .map(|(_, _, said, _)| said.as_str())
+            .unwrap_or(""),
+        others,
+        after_switch,
+        cluster_up.as_secs_f64(),
+        switched.as_secs_f64(),
+        began.elapsed().as_secs_f64(),
+    );
+}
