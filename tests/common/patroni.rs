@@ -454,6 +454,56 @@ impl PatroniCluster {
         self.killed.retain(|n| n != name);
     }
 
+    /// The leader's postmaster killed (SIGKILL), its Patroni alive: its
+    /// backends end with it, and Patroni, finding PostgreSQL gone, starts it
+    /// again (crash recovery) and keeps the lead — or, were that to take too
+    /// long, another node leads. Returns once a leader takes writes on a
+    /// postmaster other than the one killed.
+    pub async fn kill_leaders_postmaster(&mut self) -> LeaderChange {
+        use nix::sys::signal::{Signal, kill};
+        use nix::unistd::Pid;
+        use sqlx::Connection;
+        let (from, _) = self.leader_and_synchronous_standby().await;
+        let pid_file = self.node(&from).dir.join("data/postmaster.pid");
+        let pid_of = || -> Option<i32> {
+            fs::read_to_string(&pid_file)
+                .ok()?
+                .lines()
+                .next()?
+                .trim()
+                .parse()
+                .ok()
+        };
+        let killed = pid_of().unwrap_or_else(|| panic!("{from}'s postmaster.pid holds no pid"));
+        let started = Instant::now();
+        kill(Pid::from_raw(killed), Signal::SIGKILL).expect("killing the leader's postmaster");
+        loop {
+            let members = self.members().await;
+            if let Some(leader) = members
+                .iter()
+                .find(|member| member.role == "leader" && member.state == "running")
+                && (leader.name != from || pid_of().is_some_and(|pid| pid != killed))
+                && let Ok(mut connection) =
+                    sqlx::PgConnection::connect(&self.node_url(&leader.name, "postgres")).await
+                && let Ok(false) = sqlx::query_scalar::<_, bool>("select pg_is_in_recovery()")
+                    .fetch_one(&mut connection)
+                    .await
+            {
+                return LeaderChange {
+                    from,
+                    to: leader.name.clone(),
+                    took: started.elapsed(),
+                };
+            }
+            assert!(
+                started.elapsed() < SWITCH_TIMEOUT,
+                "no leader took writes within {SWITCH_TIMEOUT:?} of the postmaster's kill: {members:?}\n{}",
+                self.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// The leader's node dies: its Patroni and its PostgreSQL killed at
     /// once (SIGKILL), as a machine that loses power. Its key in etcd
     /// expires after `ttl`, and the synchronous standby — the only node
