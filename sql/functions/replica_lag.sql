@@ -6,37 +6,26 @@
 -- streaming, or one that has heard nothing from the primary for longer than
 -- its pings allow (it asks for an answer after wal_receiver_timeout / 2),
 -- the data is as old as the last word from the primary, or the last commit
--- replayed. Security definer: pg_stat_wal_receiver shows its details only
--- to privileged roles, which a console's login is not; without them (an
--- owner that is not privileged either) a running receiver is trusted.
+-- replayed (ledger.replica_receiving judges the receiver). Security
+-- definer: pg_stat_wal_receiver shows its details only to privileged
+-- roles, which a console's login is not.
 create or replace function ledger.replica_lag() returns float8
 language sql stable security definer
 set search_path = pg_catalog, pg_temp
 as $$
-    with receiver as (
-        select r.pid, r.status, r.last_msg_receipt_time from pg_stat_wal_receiver r
-    ),
-    replay as (
+    with replay as (
         select case when pg_last_wal_receive_lsn() is not distinct from pg_last_wal_replay_lsn()
                     then 0::float8
                     -- A commit replayed after this read began is no lag at all.
                     else greatest(0, coalesce(extract(epoch from now() - pg_last_xact_replay_timestamp())::float8, 0))
                end as lag
-    ),
-    allowed as (
-        select make_interval(secs => coalesce(nullif(s.setting::float8, 0), 60000) / 2000 + 5) as silence
-          from pg_settings s where s.name = 'wal_receiver_timeout'
     )
     select case when pg_is_in_recovery() then
-        case when exists (select 1 from receiver r, allowed a
-                           where r.status is null
-                              or (r.status = 'streaming'
-                                  and (r.last_msg_receipt_time is null
-                                       or now() - r.last_msg_receipt_time <= a.silence)))
+        case when ledger.replica_receiving()
              then (select lag from replay)
              else greatest((select lag from replay),
                            extract(epoch from now() - coalesce(
-                               (select r.last_msg_receipt_time from receiver r),
+                               (select r.last_msg_receipt_time from pg_stat_wal_receiver r),
                                pg_last_xact_replay_timestamp()))::float8)
         end
     end

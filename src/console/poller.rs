@@ -469,11 +469,7 @@ async fn poll_with(
             crate::ledger::actions::applicability(&mut tx, &shown).await?
         }
     };
-    let replica_lag = snapshot::replica_lag(&mut tx).await?;
-    let primary_heard = match replica_lag {
-        Some(_) => snapshot::primary_heard(&mut tx).await?,
-        None => None,
-    };
+    let (replica_lag, primary_heard) = snapshot::replica(&mut tx).await?;
     // A standby's settings are not what decides: its primary's are.
     let durability = match (settings.at, replica_lag) {
         (None, None) => Some(crate::ledger::durability::measure(&mut tx).await?.verdict()),

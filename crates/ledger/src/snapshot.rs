@@ -25,19 +25,16 @@ pub async fn whoami<'c>(tx: impl PgExecutor<'c>) -> Result<(String, String), Led
 
 /// Seconds the server's data may be behind its primary when it is a
 /// standby, counting a WAL receiver that receives nothing (ledger.replica_lag
-/// says how); None on a primary.
-pub async fn replica_lag<'c>(tx: impl PgExecutor<'c>) -> Result<Option<f64>, LedgerError> {
-    Ok(sqlx::query_scalar("select ledger.replica_lag()")
-        .fetch_one(tx)
-        .await?)
-}
-
-/// Whether a standby hears from its primary now (ledger.replica_receiving);
-/// None on a primary.
-pub async fn primary_heard<'c>(tx: impl PgExecutor<'c>) -> Result<Option<bool>, LedgerError> {
-    Ok(sqlx::query_scalar("select ledger.replica_receiving()")
-        .fetch_one(tx)
-        .await?)
+/// says how), and whether it hears from its primary now
+/// (ledger.replica_receiving); both None on a primary.
+pub async fn replica<'c>(
+    tx: impl PgExecutor<'c>,
+) -> Result<(Option<f64>, Option<bool>), LedgerError> {
+    Ok(
+        sqlx::query_as("select ledger.replica_lag(), ledger.replica_receiving()")
+            .fetch_one(tx)
+            .await?,
+    )
 }
 
 pub async fn is_standby(pool: &LedgerPool) -> Result<bool, LedgerError> {
