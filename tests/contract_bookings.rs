@@ -1,7 +1,8 @@
 //! Bookings that cannot overlap: for an action whose policy conflicts by
 //! time range, a retried booking with a slightly different time is a second
 //! booking, refused with its own decision when it overlaps one already made
-//! and held behind an open one; an exclusion constraint keeps even a
+//! and held behind an open one (and released with every other booking it
+//! does not overlap when that one fails); an exclusion constraint keeps even a
 //! hand-written insert from double-booking.
 
 mod common;
@@ -183,5 +184,158 @@ async fn an_overlapping_booking_waits_behind_an_open_one_and_no_insert_can_doubl
         .await
         .unwrap();
     assert_eq!(rig.effect("book:B").await.state, State::Pending);
+    rig.audit_intact().await;
+}
+
+/// Who holds `key` now, by key.
+async fn holder_of(rig: &Rig, key: &str) -> Option<String> {
+    sqlx::query_scalar(
+        "select h.op_key from ledger.effects e join ledger.effects h on h.id = e.held_by
+          where e.op_key = $1",
+    )
+    .bind(key)
+    .fetch_optional(&rig.db.pool)
+    .await
+    .unwrap()
+}
+
+async fn fail(rig: &Rig, key: &str) {
+    complete_effect(
+        &rig.db.pool,
+        key,
+        Outcome::Failed { retryable: false },
+        &Completion::default(),
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn a_failed_booking_releases_together_every_booking_it_held_that_overlaps_no_open_one() {
+    let rig = Rig::new().await;
+    book_by_time(&rig).await;
+    let pool = &rig.db.pool;
+    // A holds the room all morning; B (10–11) and C (12–13) wait behind it
+    // and do not overlap each other; D (10:30–11:30) overlaps B.
+    assert_eq!(
+        begin_effect(pool, &booking("book:A", at(9, 0), at(14, 0)))
+            .await
+            .unwrap()
+            .decision,
+        Decision::Proceed
+    );
+    assert!(
+        mark_dispatched(pool, "book:A", None, "w")
+            .await
+            .unwrap()
+            .claimed
+    );
+    for (key, from, to) in [
+        ("book:B", at(10, 0), at(11, 0)),
+        ("book:C", at(12, 0), at(13, 0)),
+        ("book:D", at(10, 30), at(11, 30)),
+    ] {
+        assert_eq!(
+            begin_effect(pool, &booking(key, from, to))
+                .await
+                .unwrap()
+                .decision,
+            Decision::Held,
+            "{key}"
+        );
+    }
+
+    fail(&rig, "book:A").await;
+
+    for key in ["book:B", "book:C"] {
+        let released = rig.effect(key).await;
+        assert_eq!(
+            (released.state, released.held_by),
+            (State::Pending, None),
+            "{key} overlaps no open booking, so it goes at once"
+        );
+    }
+    assert_eq!(rig.effect("book:D").await.state, State::Held);
+    assert_eq!(
+        holder_of(&rig, "book:D").await.as_deref(),
+        Some("book:B"),
+        "D waits behind the released booking it overlaps, not a failed one"
+    );
+    let by_rule: Vec<(String, String)> = sqlx::query_as(
+        "select action, op_key from ledger.audit_log where operator = 'ledger' order by seq",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        by_rule,
+        [
+            ("release_by_rule".to_string(), "book:B".to_string()),
+            ("release_by_rule".to_string(), "book:C".to_string()),
+        ]
+    );
+    assert_eq!(
+        rig.count("select count(*) from ledger.holds where closed_at is null")
+            .await,
+        1,
+        "only D's hold is still open, on B"
+    );
+
+    // B's call goes ahead and fails too: D goes in turn, C is untouched.
+    assert!(
+        mark_dispatched(pool, "book:B", None, "w")
+            .await
+            .unwrap()
+            .claimed
+    );
+    fail(&rig, "book:B").await;
+    assert_eq!(rig.effect("book:D").await.state, State::Pending);
+    assert_eq!(rig.effect("book:C").await.state, State::Pending);
+    assert_eq!(
+        rig.count("select count(*) from ledger.held_conflicts")
+            .await,
+        0
+    );
+    rig.audit_intact().await;
+}
+
+#[tokio::test]
+async fn a_booking_held_over_one_that_succeeded_is_left_for_a_person_when_its_holder_fails() {
+    let rig = Rig::new().await;
+    book_by_time(&rig).await;
+    let pool = &rig.db.pool;
+    for key in ["book:A", "book:S"] {
+        let (from, to) = if key == "book:A" {
+            (at(9, 0), at(11, 0))
+        } else {
+            (at(12, 0), at(13, 0))
+        };
+        begin_effect(pool, &booking(key, from, to)).await.unwrap();
+        assert!(mark_dispatched(pool, key, None, "w").await.unwrap().claimed);
+    }
+    // E (10–12:30) waits behind A, which is open; it also overlaps S.
+    assert_eq!(
+        begin_effect(pool, &booking("book:E", at(10, 0), at(12, 30)))
+            .await
+            .unwrap()
+            .decision,
+        Decision::Held
+    );
+    complete_effect(pool, "book:S", Outcome::Succeeded, &Completion::default())
+        .await
+        .unwrap();
+    fail(&rig, "book:A").await;
+
+    assert_eq!(
+        rig.effect("book:E").await.state,
+        State::Held,
+        "releasing E would double-book the room with S"
+    );
+    assert_eq!(holder_of(&rig, "book:E").await.as_deref(), Some("book:A"));
+    assert_eq!(
+        rig.count("select count(*) from ledger.audit_log where operator = 'ledger'")
+            .await,
+        0
+    );
     rig.audit_intact().await;
 }

@@ -3,7 +3,10 @@
 -- reconciliation, an operator, a compensation):
 --   failed or cancelled: the oldest effect it held is released (pending,
 --     and the held call, asked again, proceeds); the others now wait behind
---     the released one;
+--     the released one. Under a policy that conflicts by time range, every
+--     held booking that overlaps no open one is released together, oldest
+--     first, and each left waits behind the oldest open booking it overlaps;
+
 --   succeeded: they wait for a person (a second action on one object is a
 --     real decision), unless the action's policy says on_holder_success =
 --     'cancel', which cancels them;
@@ -18,6 +21,7 @@ set search_path = pg_catalog, pg_temp
 as $$
 declare
     held         ledger.effects;
+    next_holder  ledger.effects;
     before       jsonb;
     why          text;
     saved_actor  text;
@@ -46,6 +50,43 @@ begin
             update ledger.holds h set closed_at = now(), closed_how = 'cancelled', closed_by = 'ledger'
              where h.effect_id = held.id and h.closed_at is null;
             perform ledger.audit('ledger', 'cancel_by_rule', held, why, before, ledger.effect_snapshot(held));
+        end loop;
+    elsif (ledger.policy_for(new.action)).conflicts_by_time_range then
+        why := 'released by rule: ' || new.op_key || ', which held it, ' || new.state;
+        for held in select h.* from ledger.effects h
+                     where h.held_by = new.id and h.state = 'held'
+                     order by h.created_at, h.id for update
+        loop
+            perform set_config('ledger.reason', why, true);
+            before := ledger.effect_snapshot(held);
+            begin
+                update ledger.effects e
+                   set state = 'pending', held_by = null, deadline_at = now() + e.pending_window
+                 where e.id = held.id
+                returning e.* into held;
+            exception when exclusion_violation then
+                -- Overlaps a booking released before it, or another open one.
+                continue;
+            end;
+            update ledger.holds h set closed_at = now(), closed_how = 'released', closed_by = 'ledger'
+             where h.effect_id = held.id and h.closed_at is null;
+            perform ledger.audit('ledger', 'release_by_rule', held, why, before, ledger.effect_snapshot(held));
+        end loop;
+        for held in select h.* from ledger.effects h
+                     where h.held_by = new.id and h.state = 'held'
+                     order by h.created_at, h.id
+        loop
+            select o.* into next_holder from ledger.effects o
+             where o.target = held.target and o.action = held.action and o.id <> held.id
+               and o.state in ('pending', 'unknown') and o.during && held.during
+             order by o.created_at, o.id
+             limit 1;
+            -- Only a settled booking is in the way: a person decides.
+            continue when not found;
+            perform set_config('ledger.reason', 'now held by ' || next_holder.op_key || ': ' || why, true);
+            update ledger.effects e set held_by = next_holder.id where e.id = held.id;
+            update ledger.holds h set holder_id = next_holder.id
+             where h.effect_id = held.id and h.closed_at is null;
         end loop;
     else
         select h.* into held from ledger.effects h
