@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use effectwatch::config::Config;
 use effectwatch::ledger::writer::{self, Completion, Intent, Outcome};
+use effectwatch::settle::verbs::{self, Answers};
 use effectwatch::settle::{Request, Settler};
 use serde_json::json;
 use settle_support::{PROVIDER_TIMEOUT_MS, Rig};
@@ -227,10 +228,12 @@ effects = "/data"
 
     let settler = Settler::new(rig.operator_pool.clone(), config, "alice", false);
     let report = settler
-        .settle(Request::Reconcile {
-            op_key: op_key.into(),
-            seen: None,
-        })
+        .settle(Request::on_effect(
+            &verbs::RECONCILE,
+            op_key,
+            None,
+            Answers::default(),
+        ))
         .await
         .expect("reconcile");
     assert!(
@@ -289,10 +292,12 @@ async fn secrets_a_provider_echoes_are_masked_in_every_stored_body() {
         effectwatch::fakeprovider::Fault::Echo(400),
     );
     settler
-        .settle(Request::Reconcile {
-            op_key: "refund:ECHO:1".into(),
-            seen: None,
-        })
+        .settle(Request::on_effect(
+            &verbs::RECONCILE,
+            "refund:ECHO:1",
+            None,
+            Answers::default(),
+        ))
         .await
         .expect("reconcile");
     // Escalation: the sink refuses the delivery with the request echoed.
@@ -301,12 +306,15 @@ async fn secrets_a_provider_echoes_are_masked_in_every_stored_body() {
         effectwatch::fakeprovider::Fault::Echo(500),
     );
     settler
-        .settle(Request::Escalate {
-            op_key: "refund:ECHO:1".into(),
-            seen: None,
-            sink: None,
-            reason: "nobody can tell".into(),
-        })
+        .settle(Request::on_effect(
+            &verbs::ESCALATE,
+            "refund:ECHO:1",
+            None,
+            Answers {
+                sink: None,
+                ..Answers::because("nobody can tell")
+            },
+        ))
         .await
         .expect("escalate");
     // Compensation: the reversal is refused with the request echoed.
@@ -316,11 +324,12 @@ async fn secrets_a_provider_echoes_are_masked_in_every_stored_body() {
         effectwatch::fakeprovider::Fault::Echo(422),
     );
     settler
-        .settle(Request::Compensate {
-            op_key: "refund:ECHO:2".into(),
-            seen: None,
-            reason: "refunded twice".into(),
-        })
+        .settle(Request::on_effect(
+            &verbs::COMPENSATE,
+            "refund:ECHO:2",
+            None,
+            Answers::because("refunded twice"),
+        ))
         .await
         .expect("compensate");
 

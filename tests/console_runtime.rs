@@ -32,6 +32,7 @@ use effectwatch::ledger::panes::{Filter, Pane};
 use effectwatch::ledger::writer::{self, Completion, Intent, Outcome};
 use effectwatch::ledger::{ConnectSettings, NOTIFY_CHANNEL};
 use effectwatch::settle::Request;
+use effectwatch::settle::verbs::{self, Answers};
 use serde_json::json;
 use settle_support::{PROVIDER_TIMEOUT_MS, Rig};
 
@@ -632,12 +633,15 @@ async fn a_writing_console_retries_failed_escalation_deliveries() {
     rig.fake.fail_next(Route::Hook, Fault::Status(503));
     let report = rig
         .settler("bob")
-        .settle(Request::Escalate {
-            op_key: "refund:ESC:v1".into(),
-            seen: None,
-            sink: None,
-            reason: "nobody can tell whether the customer got the money".into(),
-        })
+        .settle(Request::on_effect(
+            &verbs::ESCALATE,
+            "refund:ESC:v1",
+            None,
+            Answers {
+                sink: None,
+                ..Answers::because("nobody can tell whether the customer got the money")
+            },
+        ))
         .await
         .unwrap();
     let key = report.detail["escalation_key"]
@@ -890,11 +894,13 @@ async fn a_settled_action_reads_the_finance_review_again_at_once() {
 
     // The console counts what it settled, and only what succeeded.
     let mut app = App::new(Settings::new("ops", false, Duration::from_secs(2)));
-    let release = || Request::Operator {
-        call: &effectwatch::ledger::actions::RELEASE,
-        op_key: "refund:SETTLED:v1".into(),
-        seen: Some(1),
-        reason: "holder settled".into(),
+    let release = || {
+        Request::on_effect(
+            &verbs::RELEASE,
+            "refund:SETTLED:v1",
+            Some(1),
+            Answers::because("holder settled"),
+        )
     };
     app.update(Message::Settled {
         request: release(),

@@ -17,6 +17,7 @@ use effectwatch::console::theme::Role;
 use effectwatch::ledger::actions::Applicability;
 use effectwatch::ledger::escalations::EscalationRow;
 use effectwatch::ledger::panes::{Filter, OverdueRow, Pane, PaneRows, Scope as FilterScope};
+use effectwatch::settle::verbs::{self, Answers, Outcome};
 use effectwatch::settle::{Request, Settled};
 use serde_json::json;
 
@@ -492,12 +493,15 @@ fn a_reason_is_required() {
     let requests = settles(&commands);
     assert_eq!(
         requests,
-        [&Request::Escalate {
-            op_key: "a".to_string(),
-            seen: Some(1),
-            sink: None,
-            reason: "bank is down".to_string()
-        }]
+        [&Request::on_effect(
+            &verbs::ESCALATE,
+            "a",
+            Some(1),
+            Answers {
+                sink: None,
+                ..Answers::because("bank is down")
+            }
+        )]
     );
 }
 
@@ -536,11 +540,12 @@ fn compensate_needs_the_end_of_the_key_typed() {
     let commands = key(&mut app, KeyCode::Enter);
     assert_eq!(
         commands,
-        vec![Task::Settle(Request::Compensate {
-            op_key: "pay:inv-0042".to_string(),
-            seen: Some(2),
-            reason: "customer asked for a refund".to_string(),
-        })]
+        vec![Task::Settle(Request::on_effect(
+            &verbs::COMPENSATE,
+            "pay:inv-0042",
+            Some(2),
+            Answers::because("customer asked for a refund")
+        ))]
     );
     assert!(app.dialog().is_none());
     // A second Enter does nothing more: exactly one request.
@@ -559,10 +564,12 @@ fn the_version_sent_is_the_one_the_operator_saw() {
     let commands = key(&mut app, KeyCode::Enter);
     assert_eq!(
         settles(&commands),
-        [&Request::Reconcile {
-            op_key: "a".to_string(),
-            seen: Some(1)
-        }]
+        [&Request::on_effect(
+            &verbs::RECONCILE,
+            "a",
+            Some(1),
+            Answers::default()
+        )]
     );
 }
 
@@ -580,10 +587,11 @@ fn escalation_actions_need_the_escalations_view() {
     let commands = key(&mut app, KeyCode::Enter);
     assert_eq!(
         settles(&commands),
-        [&Request::Acknowledge {
-            escalation_key: "esc:1".to_string(),
-            reason: "seen".to_string()
-        }]
+        [&Request::on_escalation(
+            &verbs::ACKNOWLEDGE_ESCALATION,
+            "esc:1",
+            Answers::because("seen")
+        )]
     );
 }
 
@@ -635,8 +643,12 @@ fn reconcile_all_targets_every_row_of_the_filtered_pane() {
     let requests = settles(&commands);
     assert_eq!(
         requests,
-        [&Request::ReconcileMany {
-            targets: vec![("a".to_string(), 1), ("c".to_string(), 3)]
+        [&Request {
+            verb: &verbs::RECONCILE,
+            subject: Subject::Pane {
+                targets: vec![("a".to_string(), 1), ("c".to_string(), 3)]
+            },
+            answers: Answers::default()
         }]
     );
 }
@@ -651,10 +663,7 @@ fn reconcile_all_on_an_empty_pane_opens_nothing() {
 #[test]
 fn a_settled_action_reports_and_repolls() {
     let mut app = app_with(&["a"]);
-    let reconcile = || Request::Reconcile {
-        op_key: "a".to_string(),
-        seen: Some(1),
-    };
+    let reconcile = || Request::on_effect(&verbs::RECONCILE, "a", Some(1), Answers::default());
     let commands = app.update(done(reconcile(), "reconciled a", json!({})));
     assert_eq!(commands, vec![Task::Repoll]);
     assert_eq!(status(&app), "✓ reconciled a");
@@ -806,12 +815,12 @@ fn acknowledging_repeats_sends_the_ledgers_call_for_the_version_seen() {
     let commands = key(&mut app, KeyCode::Enter);
     assert_eq!(
         settles(&commands),
-        [&Request::Operator {
-            call: &effectwatch::ledger::actions::ACKNOWLEDGE_DUPLICATES,
-            op_key: "a".to_string(),
-            seen: Some(1),
-            reason: "agent retried on a timeout".to_string()
-        }]
+        [&Request::on_effect(
+            &verbs::ACKNOWLEDGE_DUPLICATES,
+            "a",
+            Some(1),
+            Answers::because("agent retried on a timeout")
+        )]
     );
 
     // Read-only: the key is refused before any dialog opens.
@@ -912,12 +921,16 @@ fn resolving_as_failed_offers_retryable() {
     for retry in [false, true] {
         assert_eq!(
             resolve_failed(retry),
-            [Request::Resolve {
-                op_key: "a".to_string(),
-                seen: Some(1),
-                reason: "provider says it never arrived".to_string(),
-                resolution: effectwatch::ledger::actions::Resolution::Failed { retryable: retry },
-            }]
+            [Request::on_effect(
+                &verbs::RESOLVE,
+                "a",
+                Some(1),
+                Answers {
+                    outcome: Some(Outcome::Failed),
+                    retryable: retry,
+                    ..Answers::because("provider says it never arrived")
+                }
+            )]
         );
     }
 }
@@ -1280,10 +1293,13 @@ fn results_are_kept_in_a_log_and_a_message_about_another_item_fades() {
         "compensate:refund:INV-177:{}:1 of 399.60 EUR sent",
         "x".repeat(120)
     );
-    let compensate = || Request::Compensate {
-        op_key: "a".to_string(),
-        seen: Some(1),
-        reason: "paid twice".to_string(),
+    let compensate = || {
+        Request::on_effect(
+            &verbs::COMPENSATE,
+            "a",
+            Some(1),
+            Answers::because("paid twice"),
+        )
     };
     app.update(done(compensate(), &long, json!({})));
     app.update(failed(compensate(), "cannot compensate a: not succeeded"));
@@ -1327,15 +1343,15 @@ fn clear_all_acknowledges_every_item_of_the_duplicates_pane() {
     let requests = settles(&commands);
     match requests.as_slice() {
         [
-            Request::OperatorMany {
-                call,
-                targets,
-                reason,
+            Request {
+                verb,
+                subject: Subject::Pane { targets },
+                answers,
             },
         ] => {
-            assert_eq!(call.name, "acknowledge-duplicates");
+            assert_eq!(verb.name, "acknowledge-duplicates");
             assert_eq!(targets.len(), 6);
-            assert_eq!(reason, "replays of a known retry storm");
+            assert_eq!(answers.reason, "replays of a known retry storm");
         }
         other => panic!("{other:?}"),
     }
@@ -1396,16 +1412,17 @@ fn escalate_all_sends_every_item_of_the_pane_to_a_person() {
     let commands = key(&mut app, KeyCode::Enter);
     match settles(&commands).as_slice() {
         [
-            Request::EscalateMany {
-                targets,
-                sink,
-                reason,
+            Request {
+                verb,
+                subject: Subject::Pane { targets },
+                answers,
             },
         ] => {
+            assert_eq!(**verb, verbs::ESCALATE);
             assert_eq!(targets.len(), 3);
             assert!(targets.iter().all(|(_, seen)| *seen > 0));
-            assert_eq!(*sink, None);
-            assert_eq!(reason, "provider outage, finance decides");
+            assert_eq!(answers.sink, None);
+            assert_eq!(answers.reason, "provider outage, finance decides");
         }
         other => panic!("{other:?}"),
     }
@@ -1433,12 +1450,15 @@ fn a_duplicate_record_is_reversed_from_the_console() {
         .collect();
     assert_eq!(
         sent,
-        [Request::ReverseDuplicate {
-            op_key: "refund:INV-9:v1".to_string(),
-            seen: Some(1),
-            duplicate_ref: "re_2".to_string(),
-            reason: "paid twice, the bank shows both".to_string(),
-        }]
+        [Request::on_effect(
+            &verbs::REVERSE_DUPLICATE,
+            "refund:INV-9:v1",
+            Some(1),
+            Answers {
+                reference: "re_2".to_string(),
+                ..Answers::because("paid twice, the bank shows both")
+            }
+        )]
     );
 }
 
@@ -1459,12 +1479,12 @@ fn acknowledged_repeats_are_reopened_from_the_console() {
         .collect();
     assert_eq!(
         sent,
-        [Request::Operator {
-            call: &effectwatch::ledger::actions::REOPEN_DUPLICATES,
-            op_key: "refund:INV-9:v1".to_string(),
-            seen: Some(1),
-            reason: "acknowledged by mistake".to_string(),
-        }]
+        [Request::on_effect(
+            &verbs::REOPEN_DUPLICATES,
+            "refund:INV-9:v1",
+            Some(1),
+            Answers::because("acknowledged by mistake")
+        )]
     );
 }
 
@@ -1542,10 +1562,11 @@ fn a_resolved_escalation_leaves_the_view_and_z_again_is_for_the_next_one() {
 fn an_escalation_already_resolved_is_a_refusal_not_a_success() {
     let mut app = fixture_app("ops");
     char(&mut app, '5');
-    let request = Request::ResolveEscalation {
-        escalation_key: FIRST_ESCALATION.to_string(),
-        reason: "done".to_string(),
-    };
+    let request = Request::on_escalation(
+        &verbs::RESOLVE_ESCALATION,
+        FIRST_ESCALATION,
+        Answers::because("done"),
+    );
     app.update(done(
         request,
         &format!("escalation {FIRST_ESCALATION} is already resolved"),
@@ -1711,7 +1732,11 @@ fn the_message_log_heads_a_result_with_the_key_acted_on() {
         .map(|key| (key.to_string(), 1))
         .collect();
     app.update(done(
-        Request::ReconcileMany { targets },
+        Request {
+            verb: &verbs::RECONCILE,
+            subject: Subject::Pane { targets },
+            answers: Answers::default(),
+        },
         "reconciled 5 of 5: absent 5",
         json!({}),
     ));
@@ -1873,9 +1898,12 @@ fn every_escalation_of_the_view_is_acknowledged_or_resolved_with_one_key() {
     );
     type_text(&mut app, "on it");
     let tasks = key(&mut app, KeyCode::Enter);
-    let request = Request::AcknowledgeMany {
-        escalation_keys: keys.clone(),
-        reason: "on it".to_string(),
+    let request = Request {
+        verb: &verbs::ACKNOWLEDGE_ESCALATION,
+        subject: Subject::Escalations {
+            escalation_keys: keys.clone(),
+        },
+        answers: Answers::because("on it"),
     };
     assert_eq!(settles(&tasks), [&request]);
     let states: Vec<serde_json::Value> = keys
@@ -1905,9 +1933,12 @@ fn every_escalation_of_the_view_is_acknowledged_or_resolved_with_one_key() {
     assert!(ctrl(&mut app, 'w').is_empty());
     type_text(&mut app, "decided");
     let tasks = key(&mut app, KeyCode::Enter);
-    let request = Request::ResolveEscalationMany {
-        escalation_keys: keys.clone(),
-        reason: "decided".to_string(),
+    let request = Request {
+        verb: &verbs::RESOLVE_ESCALATION,
+        subject: Subject::Escalations {
+            escalation_keys: keys.clone(),
+        },
+        answers: Answers::because("decided"),
     };
     assert_eq!(settles(&tasks), [&request]);
     let states: Vec<serde_json::Value> = keys.iter().map(|key| json!([key, "resolved"])).collect();
@@ -1987,15 +2018,17 @@ fn a_release_offers_cancel_for_held_items_whose_agents_stopped_asking() {
     assert_eq!(
         settles(&tasks),
         [
-            &Request::OperatorMany {
-                call: &effectwatch::ledger::actions::CANCEL,
-                targets: stopped.clone(),
-                reason: "holders settled".to_string(),
+            &Request {
+                verb: &verbs::CANCEL,
+                subject: Subject::Pane {
+                    targets: stopped.clone()
+                },
+                answers: Answers::because("holders settled")
             },
-            &Request::OperatorMany {
-                call: &effectwatch::ledger::actions::RELEASE,
-                targets: rest,
-                reason: "holders settled".to_string(),
+            &Request {
+                verb: &verbs::RELEASE,
+                subject: Subject::Pane { targets: rest },
+                answers: Answers::because("holders settled")
             }
         ]
     );
@@ -2026,12 +2059,12 @@ fn a_release_offers_cancel_for_held_items_whose_agents_stopped_asking() {
     let tasks = key(&mut app, KeyCode::Enter);
     assert_eq!(
         settles(&tasks),
-        [&Request::Operator {
-            call: &effectwatch::ledger::actions::RELEASE,
+        [&Request::on_effect(
+            &verbs::RELEASE,
             op_key,
-            seen: Some(seen),
-            reason: "holder settled".to_string(),
-        }]
+            Some(seen),
+            Answers::because("holder settled")
+        )]
     );
 }
 

@@ -19,6 +19,7 @@ use effectwatch::console::theme::{Role, Theme};
 use effectwatch::console::views;
 use effectwatch::ledger::actions::Applicability;
 use effectwatch::ledger::panes::{Pane, PaneRows};
+use effectwatch::settle::verbs::{self, Answers};
 use effectwatch::settle::{Request, Settled};
 
 const WIDTH: u16 = 140;
@@ -1172,12 +1173,15 @@ fn a_long_result_is_cut_on_the_status_line_and_whole_in_the_log() {
         "sink-".repeat(20)
     );
     let settled = |op_key: &str, summary: &str| Message::Settled {
-        request: Request::Escalate {
-            op_key: op_key.into(),
-            seen: Some(1),
-            sink: None,
-            reason: "provider down".into(),
-        },
+        request: Request::on_effect(
+            &verbs::ESCALATE,
+            op_key,
+            Some(1),
+            Answers {
+                sink: None,
+                ..Answers::because("provider down")
+            },
+        ),
         result: Ok(Settled {
             summary: summary.into(),
             detail: json!({}),

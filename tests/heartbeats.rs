@@ -11,9 +11,9 @@ mod settle_support;
 use std::time::Duration;
 
 use effectwatch::ledger::State;
-use effectwatch::ledger::actions::Resolution;
 use effectwatch::ledger::writer::{self, Completion, Outcome};
 use effectwatch::settle::Request;
+use effectwatch::settle::verbs::{self, Answers};
 use settle_support::Rig;
 
 const LEASE: Duration = Duration::from_secs(1);
@@ -211,12 +211,15 @@ async fn an_operator_acts_on_a_lost_worker_as_shown_before_anything_wrote_it() {
     // Resolve applies to unknown effects only: the operator acts on what was shown.
     let settler = rig.settler("ops@test");
     settler
-        .settle(Request::Resolve {
-            op_key: "refund:SHOWN:v1".into(),
-            seen: Some(shown_version),
-            reason: "the provider's dashboard shows no refund".into(),
-            resolution: Resolution::Failed { retryable: false },
-        })
+        .settle(Request::on_effect(
+            &verbs::RESOLVE,
+            "refund:SHOWN:v1",
+            Some(shown_version),
+            Answers {
+                outcome: Some(verbs::Outcome::Failed),
+                ..Answers::because("the provider's dashboard shows no refund")
+            },
+        ))
         .await
         .expect("resolving what the console showed");
     assert_eq!(rig.effect("refund:SHOWN:v1").await.state, State::Failed);

@@ -13,6 +13,8 @@ use effectwatch::ledger::State;
 use effectwatch::ledger::reconciler::{self as leases, LeaseTerms};
 use effectwatch::reconciler::metrics::{self, Exposed};
 use effectwatch::reconciler::{Reconciler, ReconcilerSettings};
+use effectwatch::settle::Request;
+use effectwatch::settle::verbs::{self, Answers, Outcome};
 use settle_support::Rig;
 
 fn settings(name: &str) -> ReconcilerSettings {
@@ -239,14 +241,16 @@ async fn an_effect_changed_after_its_lease_is_not_reconciled_over() {
     assert_eq!(taken.len(), 1);
     // An operator settles it by hand meanwhile.
     rig.settler("alice")
-        .settle(effectwatch::settle::Request::Resolve {
-            op_key: "refund:RACE:v1".into(),
-            seen: None,
-            reason: "the provider's dashboard shows it".into(),
-            resolution: effectwatch::ledger::actions::Resolution::Succeeded {
-                external_ref: "re_1".into(),
+        .settle(Request::on_effect(
+            &verbs::RESOLVE,
+            "refund:RACE:v1",
+            None,
+            Answers {
+                outcome: Some(Outcome::Succeeded),
+                reference: "re_1".into(),
+                ..Answers::because("the provider's dashboard shows it")
             },
-        })
+        ))
         .await
         .unwrap();
     let service = reconciler(&rig, settings("reconciler@test"));
@@ -487,12 +491,15 @@ async fn an_escalate_action_is_handed_to_a_person_once_without_asking_the_provid
 }
 
 fn reverse(op_key: &str, duplicate_ref: &str, reason: &str) -> effectwatch::settle::Request {
-    effectwatch::settle::Request::ReverseDuplicate {
-        op_key: op_key.to_string(),
-        seen: None,
-        duplicate_ref: duplicate_ref.to_string(),
-        reason: reason.to_string(),
-    }
+    effectwatch::settle::Request::on_effect(
+        &verbs::REVERSE_DUPLICATE,
+        op_key,
+        None,
+        Answers {
+            reference: duplicate_ref.to_string(),
+            ..Answers::because(reason.to_string())
+        },
+    )
 }
 
 async fn set_compensating_policy(rig: &Rig, approval_limit_minor: i64) {
@@ -583,11 +590,12 @@ async fn a_duplicate_of_an_action_that_compensates_is_reversed_by_rule_and_the_e
     // The effect itself can still be compensated in full, later, by a person.
     let full = rig
         .settler("alice")
-        .settle(effectwatch::settle::Request::Compensate {
-            op_key: "refund:TWICE:v1".to_string(),
-            seen: None,
-            reason: "the customer returned the goods".to_string(),
-        })
+        .settle(effectwatch::settle::Request::on_effect(
+            &verbs::COMPENSATE,
+            "refund:TWICE:v1",
+            None,
+            Answers::because("the customer returned the goods"),
+        ))
         .await
         .unwrap();
     assert_eq!(
@@ -663,11 +671,12 @@ async fn a_duplicate_above_the_approval_limit_waits_for_a_second_operator_and_a_
     // A second operator approves: the duplicate record is reversed, the effect stands.
     let approved = rig
         .settler("bob")
-        .settle(effectwatch::settle::Request::Approve {
-            op_key: "refund:BIG:v1".to_string(),
-            seen: None,
-            reason: "paid twice, checked with the provider".to_string(),
-        })
+        .settle(effectwatch::settle::Request::on_effect(
+            &verbs::APPROVE,
+            "refund:BIG:v1",
+            None,
+            Answers::because("paid twice, checked with the provider"),
+        ))
         .await
         .unwrap();
     assert_eq!(
@@ -725,10 +734,12 @@ async fn only_a_record_the_reconciliation_found_twice_can_be_reversed() {
     let first = rig.provider_did("refund:DUP:v1", 1500);
     rig.provider_did("refund:DUP:v1", 1500);
     settler
-        .settle(effectwatch::settle::Request::Reconcile {
-            op_key: "refund:DUP:v1".to_string(),
-            seen: None,
-        })
+        .settle(effectwatch::settle::Request::on_effect(
+            &verbs::RECONCILE,
+            "refund:DUP:v1",
+            None,
+            Answers::default(),
+        ))
         .await
         .unwrap();
     let own = settler

@@ -7,8 +7,8 @@ mod common;
 use std::sync::Arc;
 
 use effectwatch::config::Config;
-use effectwatch::ledger::actions::RELEASE;
 use effectwatch::ledger::writer;
+use effectwatch::settle::verbs::{self, Answers, Subject};
 use effectwatch::settle::{Request, Settler};
 
 #[tokio::test]
@@ -45,10 +45,12 @@ async fn releasing_a_pane_releases_each_item_on_its_own_and_skips_what_changed()
         false,
     );
     let settled = settler
-        .settle(Request::OperatorMany {
-            call: &RELEASE,
-            targets: held.clone(),
-            reason: "the holders are settled".to_string(),
+        .settle(Request {
+            verb: &verbs::RELEASE,
+            subject: Subject::Pane {
+                targets: held.clone(),
+            },
+            answers: Answers::because("the holders are settled"),
         })
         .await
         .unwrap();

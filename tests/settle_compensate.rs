@@ -11,23 +11,26 @@ use effectwatch::adapters::provider::{CompensationOutcome, EffectQuery, Provider
 use effectwatch::fakeprovider::{Fault, Route};
 use effectwatch::ledger::compensation;
 use effectwatch::ledger::{LedgerError, State};
+use effectwatch::settle::verbs::{self, Answers};
 use effectwatch::settle::{Request, SettleError};
 use settle_support::Rig;
 
 fn compensate(op_key: &str, seen: Option<i64>) -> Request {
-    Request::Compensate {
-        op_key: op_key.into(),
+    Request::on_effect(
+        &verbs::COMPENSATE,
+        op_key,
         seen,
-        reason: "customer was refunded twice".into(),
-    }
+        Answers::because("customer was refunded twice"),
+    )
 }
 
 fn approve(op_key: &str) -> Request {
-    Request::Approve {
-        op_key: op_key.into(),
-        seen: None,
-        reason: "checked the invoice".into(),
-    }
+    Request::on_effect(
+        &verbs::APPROVE,
+        op_key,
+        None,
+        Answers::because("checked the invoice"),
+    )
 }
 
 #[tokio::test]
@@ -233,10 +236,12 @@ async fn a_crash_between_dispatch_and_record_then_a_rerun_does_not_compensate_tw
     // Reconciling the compensation by its key settles both.
     let report = rig
         .settler("alice")
-        .settle(Request::Reconcile {
-            op_key: key.clone(),
-            seen: None,
-        })
+        .settle(Request::on_effect(
+            &verbs::RECONCILE,
+            key.clone(),
+            None,
+            Answers::default(),
+        ))
         .await
         .unwrap();
     assert_eq!(
@@ -288,10 +293,12 @@ async fn a_compensation_that_times_out_is_unknown_then_reconciled_never_resent()
     assert_eq!(again.detail["sent"], false);
     let key = "compensate:refund:SLOW:v1:1";
     rig.settler("bob")
-        .settle(Request::Reconcile {
-            op_key: key.into(),
-            seen: None,
-        })
+        .settle(Request::on_effect(
+            &verbs::RECONCILE,
+            key,
+            None,
+            Answers::default(),
+        ))
         .await
         .unwrap();
     assert_eq!(rig.effect("refund:SLOW:v1").await.state, State::Compensated);
@@ -431,11 +438,12 @@ async fn above_the_limit_a_second_different_operator_must_approve() {
         .unwrap();
     let rejected = rig
         .settler("bob")
-        .settle(Request::Reject {
-            op_key: "refund:BIG:v2".into(),
-            seen: None,
-            reason: "the customer keeps it".into(),
-        })
+        .settle(Request::on_effect(
+            &verbs::REJECT,
+            "refund:BIG:v2",
+            None,
+            Answers::because("the customer keeps it"),
+        ))
         .await
         .unwrap();
     assert!(
@@ -497,11 +505,12 @@ async fn refusals_write_nothing_and_send_nothing() {
     );
     let no_reason = rig
         .settler("alice")
-        .settle(Request::Compensate {
-            op_key: "refund:R:v1".into(),
-            seen: None,
-            reason: " ".into(),
-        })
+        .settle(Request::on_effect(
+            &verbs::COMPENSATE,
+            "refund:R:v1",
+            None,
+            Answers::because(" "),
+        ))
         .await
         .unwrap_err();
     assert!(no_reason.to_string().contains("reason"), "{no_reason}");

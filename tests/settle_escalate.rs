@@ -8,17 +8,21 @@ use std::time::{Duration, Instant};
 
 use effectwatch::fakeprovider::{Fault, Route};
 use effectwatch::ledger::escalations;
+use effectwatch::settle::verbs::{self, Answers};
 use effectwatch::settle::{Request, Settler};
 use serde_json::Value;
 use settle_support::{PROVIDER_TIMEOUT_MS, Rig};
 
 fn escalate(op_key: &str, sink: Option<&str>) -> Request {
-    Request::Escalate {
-        op_key: op_key.into(),
-        seen: None,
-        sink: sink.map(str::to_string),
-        reason: "nobody can tell whether the customer got the money".into(),
-    }
+    Request::on_effect(
+        &verbs::ESCALATE,
+        op_key,
+        None,
+        Answers {
+            sink: sink.map(str::to_string),
+            ..Answers::because("nobody can tell whether the customer got the money")
+        },
+    )
 }
 
 /// Runs delivery passes until the escalation is delivered (or a bound).
@@ -45,10 +49,12 @@ async fn a_sink_that_fails_twice_then_succeeds_delivers_the_escalation_once() {
     // The provider cannot tell: the effect stays unknown, with that evidence.
     rig.fake.fail_next(Route::Lookup, Fault::Status(503));
     settler
-        .settle(Request::Reconcile {
-            op_key: "refund:ESC:v1".into(),
-            seen: None,
-        })
+        .settle(Request::on_effect(
+            &verbs::RECONCILE,
+            "refund:ESC:v1",
+            None,
+            Answers::default(),
+        ))
         .await
         .unwrap();
     rig.fake.fail_next(Route::Hook, Fault::Status(503));
@@ -194,10 +200,11 @@ async fn the_same_decision_escalated_again_returns_the_open_escalation() {
     let key = first.detail["escalation_key"].as_str().unwrap().to_string();
     let bob = rig.settler("bob");
     let acked = bob
-        .settle(Request::Acknowledge {
-            escalation_key: key.clone(),
-            reason: "on it".into(),
-        })
+        .settle(Request::on_escalation(
+            &verbs::ACKNOWLEDGE_ESCALATION,
+            key.clone(),
+            Answers::because("on it"),
+        ))
         .await
         .unwrap();
     assert!(
@@ -206,10 +213,11 @@ async fn the_same_decision_escalated_again_returns_the_open_escalation() {
         acked.summary
     );
     let resolved = bob
-        .settle(Request::ResolveEscalation {
-            escalation_key: key.clone(),
-            reason: "reconciled".into(),
-        })
+        .settle(Request::on_escalation(
+            &verbs::RESOLVE_ESCALATION,
+            key.clone(),
+            Answers::because("reconciled"),
+        ))
         .await
         .unwrap();
     assert!(
@@ -218,10 +226,11 @@ async fn the_same_decision_escalated_again_returns_the_open_escalation() {
         resolved.summary
     );
     let repeat = bob
-        .settle(Request::ResolveEscalation {
-            escalation_key: key.clone(),
-            reason: "again".into(),
-        })
+        .settle(Request::on_escalation(
+            &verbs::RESOLVE_ESCALATION,
+            key.clone(),
+            Answers::because("again"),
+        ))
         .await
         .unwrap();
     assert_eq!(repeat.detail["status"], "unchanged");
@@ -276,14 +285,16 @@ async fn pagerduty_gets_one_incident_per_key_and_the_loop_closed() {
         .unwrap()
         .to_string();
     for request in [
-        Request::Acknowledge {
-            escalation_key: key.clone(),
-            reason: "paged".into(),
-        },
-        Request::ResolveEscalation {
-            escalation_key: key.clone(),
-            reason: "fine".into(),
-        },
+        Request::on_escalation(
+            &verbs::ACKNOWLEDGE_ESCALATION,
+            key.clone(),
+            Answers::because("paged"),
+        ),
+        Request::on_escalation(
+            &verbs::RESOLVE_ESCALATION,
+            key.clone(),
+            Answers::because("fine"),
+        ),
     ] {
         let closed = settler.settle(request).await.unwrap();
         assert_eq!(closed.detail["sink_told"], true, "{}", closed.detail);

@@ -6,9 +6,9 @@ mod common;
 mod settle_support;
 
 use effectwatch::fakeprovider::Route;
-use effectwatch::ledger::actions::{self, Resolution};
 use effectwatch::ledger::writer::{self, Intent};
 use effectwatch::ledger::{LedgerError, State};
+use effectwatch::settle::verbs::{self, Answers, On, Outcome};
 use effectwatch::settle::{Request, SettleError, Settler};
 use serde_json::json;
 use settle_support::{Rig, role_pool};
@@ -17,65 +17,72 @@ fn every_request(op_key: &str, seen: Option<i64>) -> Vec<Request> {
     let key = op_key.to_string();
     let reason = "because".to_string();
     vec![
-        Request::Reconcile {
-            op_key: key.clone(),
+        Request::on_effect(&verbs::RECONCILE, key.clone(), seen, Answers::default()),
+        Request::on_effect(
+            &verbs::COMPENSATE,
+            key.clone(),
             seen,
-        },
-        Request::Compensate {
-            op_key: key.clone(),
+            Answers::because(reason.clone()),
+        ),
+        Request::on_effect(
+            &verbs::ESCALATE,
+            key.clone(),
             seen,
-            reason: reason.clone(),
-        },
-        Request::Escalate {
-            op_key: key.clone(),
-            seen,
-            sink: None,
-            reason: reason.clone(),
-        },
-        Request::Resolve {
-            op_key: key.clone(),
-            seen,
-            reason: reason.clone(),
-            resolution: Resolution::Succeeded {
-                external_ref: "fx_1".into(),
+            Answers {
+                sink: None,
+                ..Answers::because(reason.clone())
             },
-        },
-        Request::Operator {
-            call: &actions::RELEASE,
-            op_key: key.clone(),
+        ),
+        Request::on_effect(
+            &verbs::RESOLVE,
+            key.clone(),
             seen,
-            reason: reason.clone(),
-        },
-        Request::Operator {
-            call: &actions::CANCEL,
-            op_key: key.clone(),
+            Answers {
+                outcome: Some(Outcome::Succeeded),
+                reference: "fx_1".into(),
+                ..Answers::because(reason.clone())
+            },
+        ),
+        Request::on_effect(
+            &verbs::RELEASE,
+            key.clone(),
             seen,
-            reason: reason.clone(),
-        },
-        Request::Operator {
-            call: &actions::ANNOTATE,
-            op_key: key.clone(),
+            Answers::because(reason.clone()),
+        ),
+        Request::on_effect(
+            &verbs::CANCEL,
+            key.clone(),
             seen,
-            reason: reason.clone(),
-        },
-        Request::Approve {
-            op_key: key.clone(),
+            Answers::because(reason.clone()),
+        ),
+        Request::on_effect(
+            &verbs::ANNOTATE,
+            key.clone(),
             seen,
-            reason: reason.clone(),
-        },
-        Request::Reject {
-            op_key: key.clone(),
+            Answers::because(reason.clone()),
+        ),
+        Request::on_effect(
+            &verbs::APPROVE,
+            key.clone(),
             seen,
-            reason: reason.clone(),
-        },
-        Request::Acknowledge {
-            escalation_key: format!("escalate:{key}:unknown_outcome"),
-            reason: reason.clone(),
-        },
-        Request::ResolveEscalation {
-            escalation_key: format!("escalate:{key}:unknown_outcome"),
-            reason,
-        },
+            Answers::because(reason.clone()),
+        ),
+        Request::on_effect(
+            &verbs::REJECT,
+            key.clone(),
+            seen,
+            Answers::because(reason.clone()),
+        ),
+        Request::on_escalation(
+            &verbs::ACKNOWLEDGE_ESCALATION,
+            format!("escalate:{key}:unknown_outcome"),
+            Answers::because(reason.clone()),
+        ),
+        Request::on_escalation(
+            &verbs::RESOLVE_ESCALATION,
+            format!("escalate:{key}:unknown_outcome"),
+            Answers::because(reason),
+        ),
     ]
 }
 
@@ -141,45 +148,45 @@ async fn the_readonly_role_is_refused_by_the_database_itself() {
     let settler = Settler::new(readonly.clone(), rig.config.clone(), "mallory", false);
     let before = rig.footprint().await;
     let attempts = [
-        Request::Reconcile {
-            op_key: "refund:ROLE:v1".into(),
-            seen: None,
-        },
-        Request::Resolve {
-            op_key: "refund:ROLE:v1".into(),
-            seen: None,
-            reason: "I say so".into(),
-            resolution: Resolution::Failed { retryable: true },
-        },
-        Request::Compensate {
-            op_key: "refund:ROLE:v2".into(),
-            seen: None,
-            reason: "x".into(),
-        },
-        Request::Escalate {
-            op_key: "refund:ROLE:v1".into(),
-            seen: None,
-            sink: None,
-            reason: "x".into(),
-        },
-        Request::Operator {
-            call: &actions::RELEASE,
-            op_key: held.clone(),
-            seen: None,
-            reason: "x".into(),
-        },
-        Request::Operator {
-            call: &actions::CANCEL,
-            op_key: held,
-            seen: None,
-            reason: "x".into(),
-        },
-        Request::Operator {
-            call: &actions::ANNOTATE,
-            op_key: "refund:ROLE:v1".into(),
-            seen: None,
-            reason: "x".into(),
-        },
+        Request::on_effect(
+            &verbs::RECONCILE,
+            "refund:ROLE:v1",
+            None,
+            Answers::default(),
+        ),
+        Request::on_effect(
+            &verbs::RESOLVE,
+            "refund:ROLE:v1",
+            None,
+            Answers {
+                outcome: Some(Outcome::Failed),
+                retryable: true,
+                ..Answers::because("I say so")
+            },
+        ),
+        Request::on_effect(
+            &verbs::COMPENSATE,
+            "refund:ROLE:v2",
+            None,
+            Answers::because("x"),
+        ),
+        Request::on_effect(
+            &verbs::ESCALATE,
+            "refund:ROLE:v1",
+            None,
+            Answers {
+                sink: None,
+                ..Answers::because("x")
+            },
+        ),
+        Request::on_effect(&verbs::RELEASE, held.clone(), None, Answers::because("x")),
+        Request::on_effect(&verbs::CANCEL, held, None, Answers::because("x")),
+        Request::on_effect(
+            &verbs::ANNOTATE,
+            "refund:ROLE:v1",
+            None,
+            Answers::because("x"),
+        ),
     ];
     for request in attempts {
         let name = request.name();
@@ -211,12 +218,12 @@ async fn the_readonly_role_is_refused_by_the_database_itself() {
     let agent = role_pool(&rig.db, "effect_agent").await;
     let settler = Settler::new(agent, rig.config.clone(), "agent-7", false);
     let error = settler
-        .settle(Request::Operator {
-            call: &actions::ANNOTATE,
-            op_key: "refund:ROLE:v1".into(),
-            seen: None,
-            reason: "x".into(),
-        })
+        .settle(Request::on_effect(
+            &verbs::ANNOTATE,
+            "refund:ROLE:v1",
+            None,
+            Answers::because("x"),
+        ))
         .await
         .unwrap_err();
     assert!(
@@ -232,19 +239,21 @@ async fn a_stale_version_is_refused_with_nothing_written() {
     let seen = rig.effect("refund:OLD:v1").await.version;
     // Someone else acted since the operator looked.
     rig.settler("bob")
-        .settle(Request::Operator {
-            call: &actions::ANNOTATE,
-            op_key: "refund:OLD:v1".into(),
-            seen: None,
-            reason: "looking".into(),
-        })
+        .settle(Request::on_effect(
+            &verbs::ANNOTATE,
+            "refund:OLD:v1",
+            None,
+            Answers::because("looking"),
+        ))
         .await
         .unwrap();
     rig.settler("bob")
-        .settle(Request::Reconcile {
-            op_key: "refund:OLD:v1".into(),
-            seen: None,
-        })
+        .settle(Request::on_effect(
+            &verbs::RECONCILE,
+            "refund:OLD:v1",
+            None,
+            Answers::default(),
+        ))
         .await
         .unwrap();
     let now = rig.effect("refund:OLD:v1").await.version;
@@ -254,10 +263,7 @@ async fn a_stale_version_is_refused_with_nothing_written() {
     let lookups = rig.fake.requests(Route::Lookup);
     let settler = rig.settler("alice");
     for request in every_request("refund:OLD:v1", Some(seen)) {
-        if matches!(
-            request,
-            Request::Acknowledge { .. } | Request::ResolveEscalation { .. }
-        ) {
+        if request.verb.on == On::Escalation {
             continue; // escalations carry no version
         }
         let name = request.name();
@@ -289,14 +295,16 @@ async fn resolve_release_cancel_and_annotate_by_hand_with_reasons() {
     let (_, held_two) = held_pair(&rig, "flight:LH-3").await;
 
     let resolved = alice
-        .settle(Request::Resolve {
-            op_key: "refund:HAND:v1".into(),
-            seen: None,
-            reason: "the bank statement shows it".into(),
-            resolution: Resolution::Succeeded {
-                external_ref: "bank:123".into(),
+        .settle(Request::on_effect(
+            &verbs::RESOLVE,
+            "refund:HAND:v1",
+            None,
+            Answers {
+                outcome: Some(Outcome::Succeeded),
+                reference: "bank:123".into(),
+                ..Answers::because("the bank statement shows it")
             },
-        })
+        ))
         .await
         .unwrap();
     assert!(
@@ -309,52 +317,55 @@ async fn resolve_release_cancel_and_annotate_by_hand_with_reasons() {
         Some("bank:123")
     );
     alice
-        .settle(Request::Resolve {
-            op_key: "refund:HAND:v2".into(),
-            seen: None,
-            reason: "the provider's support says it was declined".into(),
-            resolution: Resolution::Failed { retryable: false },
-        })
+        .settle(Request::on_effect(
+            &verbs::RESOLVE,
+            "refund:HAND:v2",
+            None,
+            Answers {
+                outcome: Some(Outcome::Failed),
+                ..Answers::because("the provider's support says it was declined")
+            },
+        ))
         .await
         .unwrap();
     assert_eq!(rig.effect("refund:HAND:v2").await.state, State::Failed);
     alice
-        .settle(Request::Operator {
-            call: &actions::RELEASE,
-            op_key: held_one.clone(),
-            seen: None,
-            reason: "different seat".into(),
-        })
+        .settle(Request::on_effect(
+            &verbs::RELEASE,
+            held_one.clone(),
+            None,
+            Answers::because("different seat"),
+        ))
         .await
         .unwrap();
     assert_eq!(rig.effect(&held_one).await.state, State::Pending);
     alice
-        .settle(Request::Operator {
-            call: &actions::CANCEL,
-            op_key: held_two.clone(),
-            seen: None,
-            reason: "duplicate booking".into(),
-        })
+        .settle(Request::on_effect(
+            &verbs::CANCEL,
+            held_two.clone(),
+            None,
+            Answers::because("duplicate booking"),
+        ))
         .await
         .unwrap();
     assert_eq!(rig.effect(&held_two).await.state, State::Cancelled);
     alice
-        .settle(Request::Operator {
-            call: &actions::ANNOTATE,
-            op_key: "refund:HAND:v2".into(),
-            seen: None,
-            reason: "called the bank".into(),
-        })
+        .settle(Request::on_effect(
+            &verbs::ANNOTATE,
+            "refund:HAND:v2",
+            None,
+            Answers::because("called the bank"),
+        ))
         .await
         .unwrap();
 
     let no_reason = alice
-        .settle(Request::Operator {
-            call: &actions::RELEASE,
-            op_key: held_one.clone(),
-            seen: None,
-            reason: "".into(),
-        })
+        .settle(Request::on_effect(
+            &verbs::RELEASE,
+            held_one.clone(),
+            None,
+            Answers::because(""),
+        ))
         .await
         .unwrap_err();
     assert!(no_reason.to_string().contains("reason"), "{no_reason}");

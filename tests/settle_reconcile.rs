@@ -8,14 +8,12 @@ use std::time::{Duration, Instant};
 
 use effectwatch::fakeprovider::{Fault, Route};
 use effectwatch::ledger::{LedgerError, State};
+use effectwatch::settle::verbs::{self, Answers};
 use effectwatch::settle::{Request, SettleError};
 use settle_support::{PROVIDER_TIMEOUT_MS, Rig};
 
 fn reconcile(op_key: &str, seen: Option<i64>) -> Request {
-    Request::Reconcile {
-        op_key: op_key.into(),
-        seen,
-    }
+    Request::on_effect(&verbs::RECONCILE, op_key, seen, Answers::default())
 }
 
 #[tokio::test]

@@ -455,3 +455,67 @@ async fn a_compensation_resumes_after_it_is_created() {
     assert_eq!(rig.effect(key).await.state, State::Compensated);
     nothing_left_without_a_next_step(&rig).await;
 }
+
+/// A compensation its sender left unsent is sent by an operator too, from
+/// the command line, by the compensation's key: once, however often asked.
+#[tokio::test]
+async fn a_compensation_left_unsent_is_sent_once_from_the_command_line() {
+    let rig = Rig::new().await;
+    compensating_ledger(&rig, 100_000).await;
+    let key = "refund:UNSENT:v1";
+    let reference = rig.succeeded_effect(key, 1500).await;
+    let config = config_file(&rig);
+    crash_at(
+        &rig,
+        &config,
+        "alice",
+        &["compensate", key, "--reason", "customer returned it"],
+        "before_compensation_claim",
+    )
+    .await;
+    let compensation_key: String = sqlx::query_scalar(
+        "select c.op_key from ledger.effects c join ledger.effects o on o.id = c.compensates
+          where o.op_key = $1",
+    )
+    .bind(key)
+    .fetch_one(&rig.db.pool)
+    .await
+    .unwrap();
+    let send = [
+        "send-compensation",
+        compensation_key.as_str(),
+        "--reason",
+        "its sender died",
+    ];
+    for attempt in 0..2 {
+        let sent = run(&rig, &config, "bob", &send, None).await;
+        let said = String::from_utf8_lossy(&sent.stdout);
+        assert!(
+            sent.status.success(),
+            "attempt {attempt}: {said}{}",
+            String::from_utf8_lossy(&sent.stderr)
+        );
+        assert_eq!(rig.fake.reversals_of(&reference).len(), 1, "{said}");
+    }
+    assert_eq!(rig.effect(key).await.state, State::Compensated);
+    let audited: i64 = sqlx::query_scalar(
+        "select count(*) from ledger.audit_log where operator = 'bob' and op_key = $1",
+    )
+    .bind(&compensation_key)
+    .fetch_one(&rig.db.pool)
+    .await
+    .unwrap();
+    assert!(audited >= 1, "bob's sending is in the audit trail");
+
+    // The original is no compensation: refused, nothing sent.
+    let refused = run(
+        &rig,
+        &config,
+        "bob",
+        &["send-compensation", key, "--reason", "x"],
+        None,
+    )
+    .await;
+    assert!(!refused.status.success());
+    assert_eq!(rig.fake.reversals_of(&reference).len(), 1);
+}

@@ -457,10 +457,12 @@ pub async fn run(
             Some(bulk) => reconcile_pane(&settler, pool, bulk, args.format).await,
             None => {
                 let op_key = args.op_key.unwrap_or_default();
-                let request = Request::Reconcile {
+                let request = Request::on_effect(
+                    &verbs::RECONCILE,
                     op_key,
-                    seen: args.expect_version,
-                };
+                    args.expect_version,
+                    Answers::default(),
+                );
                 settle_and_print(&settler, request, args.format).await
             }
         },
@@ -558,7 +560,7 @@ impl Bulk<'_> {
     ) -> Result<Option<(Pane, PaneRows)>, Failure> {
         let verb = self.verb;
         if settler.is_read_only() {
-            return Err(SettleError::ReadOnly(verb).into());
+            return Err(SettleError::ReadOnly(verb.to_string()).into());
         }
         let pane = match (on, self.listing) {
             (On::Effect, Listing::Pane(pane)) => pane,
@@ -669,7 +671,7 @@ impl Bulk<'_> {
     ) -> Result<Option<Chosen>, Failure> {
         let verb = self.verb;
         if settler.is_read_only() {
-            return Err(SettleError::ReadOnly(verb).into());
+            return Err(SettleError::ReadOnly(verb.to_string()).into());
         }
         let filter = self.filter()?;
         let mut matching: Vec<_> = escalations::open(pool, None, ESCALATIONS_READ)

@@ -516,6 +516,13 @@ pub const TABLE: &[ActionInfo] = &[
             "reverse dup",
         )
     },
+    runs(
+        &verbs::SEND_COMPENSATION,
+        Use::One,
+        "B",
+        &[key('B')],
+        "send comp",
+    ),
     ActionInfo {
         in_key_bar: true,
         ..runs(&verbs::ESCALATE, Use::One, "e", &[key('e')], "escalate")
@@ -863,12 +870,12 @@ mod tests {
                     ..Answers::default()
                 }
             ),
-            Some(Request::Operator {
-                call: &crate::ledger::actions::ACKNOWLEDGE_DUPLICATES,
-                op_key: "k".into(),
-                seen: Some(3),
-                reason: "seen".into()
-            })
+            Some(Request::on_effect(
+                &verbs::ACKNOWLEDGE_DUPLICATES,
+                "k",
+                Some(3),
+                Answers::because("seen")
+            ))
         );
         assert_eq!(
             ack.request(
@@ -923,15 +930,11 @@ mod tests {
                 ..Answers::default()
             },
         );
-        assert!(
-            matches!(
-                request,
-                Some(Request::Resolve {
-                    resolution: crate::ledger::actions::Resolution::Failed { retryable: true },
-                    ..
-                })
-            ),
-            "{request:?}"
+        let request = request.expect("a failed outcome fits resolve");
+        assert_eq!(*request.verb, verbs::RESOLVE);
+        assert_eq!(
+            (request.answers.outcome, request.answers.retryable),
+            (Some(Outcome::Failed), true)
         );
     }
 

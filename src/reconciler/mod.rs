@@ -32,6 +32,7 @@ use crate::ledger::LedgerError;
 use crate::ledger::State;
 use crate::ledger::history;
 use crate::ledger::reconciler::{self as leases, LeaseTerms, Leased, NextStep};
+use crate::settle::verbs::{self, Answers};
 use crate::settle::{Request, SettleError, Settled, Settler};
 use crate::text::sanitize_line;
 
@@ -393,12 +394,15 @@ impl Reconciler {
         );
         let mut reversed = 0;
         for duplicate_ref in leases::duplicate_records(&self.pool, op_key).await? {
-            let request = Request::ReverseDuplicate {
-                op_key: op_key.to_string(),
-                seen: None,
-                duplicate_ref: duplicate_ref.clone(),
-                reason: reason.clone(),
-            };
+            let request = Request::on_effect(
+                &verbs::REVERSE_DUPLICATE,
+                op_key,
+                None,
+                Answers {
+                    reference: duplicate_ref.clone(),
+                    ..Answers::because(reason.clone())
+                },
+            );
             let settled = match unless_ledger_trouble(self.settler.settle(request).await)? {
                 Ok(settled) => settled,
                 Err(SettleError::Ledger(LedgerError::Changed(why))) => {
@@ -460,10 +464,12 @@ impl Reconciler {
 
     /// Sends a compensation whose sender died before it claimed the dispatch.
     async fn send_compensation(&self, step: &NextStep) -> Result<StepProgress, LedgerError> {
-        let request = Request::SendCompensation {
-            compensation_key: step.op_key.clone(),
-            reason: format!("{}: {}", self.settings.name, step.why),
-        };
+        let request = Request::on_effect(
+            &verbs::SEND_COMPENSATION,
+            step.op_key.clone(),
+            None,
+            Answers::because(format!("{}: {}", self.settings.name, step.why)),
+        );
         match unless_ledger_trouble(self.settler.settle(request).await)? {
             Ok(settled) => Ok(StepProgress::closed(settled.summary)),
             // Sent, and the answer is not recorded: the compensation is
@@ -613,12 +619,15 @@ impl Reconciler {
         sink: Option<String>,
         why: &str,
     ) -> Result<Option<String>, LedgerError> {
-        let request = Request::Escalate {
-            op_key: op_key.to_string(),
-            seen: None,
-            sink: sink.or_else(|| self.settings.sink.clone()),
-            reason: format!("{}: {why}", self.settings.name),
-        };
+        let request = Request::on_effect(
+            &verbs::ESCALATE,
+            op_key,
+            None,
+            Answers {
+                sink: sink.or_else(|| self.settings.sink.clone()),
+                ..Answers::because(format!("{}: {why}", self.settings.name))
+            },
+        );
         match unless_ledger_trouble(self.settler.settle(request).await)? {
             Ok(settled) => {
                 leases::mark_escalated(&self.pool, op_key, &self.settings.name).await?;

@@ -6,7 +6,8 @@
 
 use serde_json::{Value, json};
 
-use super::{SettleError, Settled, Settler, require_reason};
+use super::verbs::Subject;
+use super::{Request, Running, SettleError, Settled, Settler, require_reason};
 use crate::adapters::provider::{
     CompensationAnswer, CompensationOutcome, EffectQuery, Prepared, Provider,
 };
@@ -419,4 +420,60 @@ fn compensation_report(
             )
         }
     }
+}
+
+/// The effect a verb of one effect is about; `None` for any other subject.
+fn one_effect(request: &Request) -> Result<(&str, Option<i64>), SettleError> {
+    match &request.subject {
+        Subject::Effect { op_key, seen } => Ok((op_key, *seen)),
+        Subject::Pane { .. } | Subject::Escalation { .. } | Subject::Escalations { .. } => {
+            Err(request.unfit())
+        }
+    }
+}
+
+/// The row of [`super::verbs::COMPENSATE`].
+pub(super) fn run<'a>(settler: &'a Settler, request: &'a Request) -> Running<'a> {
+    Box::pin(async move {
+        let (op_key, seen) = one_effect(request)?;
+        settler.compensate(op_key, seen, request.reason()).await
+    })
+}
+
+/// The row of [`super::verbs::REVERSE_DUPLICATE`].
+pub(super) fn reverse_duplicate<'a>(settler: &'a Settler, request: &'a Request) -> Running<'a> {
+    Box::pin(async move {
+        let (op_key, seen) = one_effect(request)?;
+        let duplicate_ref = request.answers.reference.trim();
+        settler
+            .reverse_duplicate(op_key, seen, duplicate_ref, request.reason())
+            .await
+    })
+}
+
+/// The row of [`super::verbs::SEND_COMPENSATION`]: the key is the
+/// compensation's.
+pub(super) fn send<'a>(settler: &'a Settler, request: &'a Request) -> Running<'a> {
+    Box::pin(async move {
+        let (compensation_key, _) = one_effect(request)?;
+        settler
+            .send_compensation(compensation_key, request.reason())
+            .await
+    })
+}
+
+/// The row of [`super::verbs::APPROVE`].
+pub(super) fn approve<'a>(settler: &'a Settler, request: &'a Request) -> Running<'a> {
+    Box::pin(async move {
+        let (op_key, seen) = one_effect(request)?;
+        settler.approve(op_key, seen, request.reason()).await
+    })
+}
+
+/// The row of [`super::verbs::REJECT`].
+pub(super) fn reject<'a>(settler: &'a Settler, request: &'a Request) -> Running<'a> {
+    Box::pin(async move {
+        let (op_key, seen) = one_effect(request)?;
+        settler.reject(op_key, seen, request.reason()).await
+    })
 }

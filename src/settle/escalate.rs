@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::json;
 
-use super::{SettleError, Settled, Settler, Tally, require_reason};
+use super::verbs::Subject;
+use super::{Request, Running, SettleError, Settled, Settler, Tally, require_reason};
 use crate::adapters::RetryConfig;
 use crate::adapters::sink::Closing;
 use crate::crash_point::crash_point;
@@ -113,7 +114,7 @@ impl Settler {
     /// that is due, and returns how many were delivered.
     pub async fn deliver_due_escalations(&self) -> Result<usize, SettleError> {
         if self.read_only {
-            return Err(SettleError::ReadOnly("delivering escalations"));
+            return Err(SettleError::ReadOnly("delivering escalations".into()));
         }
         let outcomes = self.deliver_pass(None).await?;
         Ok(outcomes.iter().filter(|o| o.delivered).count())
@@ -142,7 +143,7 @@ impl Settler {
     /// passes; what a pass cannot deliver the background loop retries.
     pub(super) async fn escalate_many(
         &self,
-        targets: Vec<(String, i64)>,
+        targets: &[(String, i64)],
         sink: Option<&str>,
         reason: &str,
     ) -> Result<Settled, SettleError> {
@@ -150,7 +151,7 @@ impl Settler {
         let sink = self.choose_sink(sink)?;
         let (mut tally, mut already) = (Tally::default(), 0usize);
         let mut opened = Vec::new();
-        for (op_key, seen) in &targets {
+        for (op_key, seen) in targets {
             let started =
                 escalations::escalate(&self.pool, op_key, *seen, &self.operator, reason, &sink)
                     .await;
@@ -386,4 +387,51 @@ impl Settler {
                     "sink_told": sink_told, "audit_seq": closed.audit_seq }),
         ))
     }
+}
+
+/// Hand an effect, or every item of a pane, to a person: the row of
+/// [`super::verbs::ESCALATE`].
+pub(super) fn run<'a>(settler: &'a Settler, request: &'a Request) -> Running<'a> {
+    Box::pin(async move {
+        let sink = request.answers.sink.as_deref();
+        match &request.subject {
+            Subject::Effect { op_key, seen } => {
+                settler
+                    .escalate(op_key, *seen, sink, request.reason())
+                    .await
+            }
+            Subject::Pane { targets } => {
+                settler.escalate_many(targets, sink, request.reason()).await
+            }
+            Subject::Escalation { .. } | Subject::Escalations { .. } => Err(request.unfit()),
+        }
+    })
+}
+
+/// The row of [`super::verbs::ACKNOWLEDGE_ESCALATION`].
+pub(super) fn acknowledge<'a>(settler: &'a Settler, request: &'a Request) -> Running<'a> {
+    close(settler, request, false)
+}
+
+/// The row of [`super::verbs::RESOLVE_ESCALATION`].
+pub(super) fn resolve<'a>(settler: &'a Settler, request: &'a Request) -> Running<'a> {
+    close(settler, request, true)
+}
+
+fn close<'a>(settler: &'a Settler, request: &'a Request, resolve: bool) -> Running<'a> {
+    Box::pin(async move {
+        match &request.subject {
+            Subject::Escalation { escalation_key } => {
+                settler
+                    .close_escalation(escalation_key, request.reason(), resolve)
+                    .await
+            }
+            Subject::Escalations { escalation_keys } => {
+                settler
+                    .close_escalations(escalation_keys, request.reason(), resolve)
+                    .await
+            }
+            Subject::Effect { .. } | Subject::Pane { .. } => Err(request.unfit()),
+        }
+    })
 }

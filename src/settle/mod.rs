@@ -27,107 +27,24 @@ use crate::ledger::actions::{self, ActionOutcome, OperatorCall, Resolution, Seen
 use crate::ledger::history;
 use crate::ledger::{Effect, LedgerError};
 use crate::text::sanitize_line;
+use futures_util::future::BoxFuture;
+use verbs::{Answers, Field, On, Runs, Subject, Verb};
 
 pub use escalate::DeliveryOutcome;
 pub use reconcile::Reconciled;
 
-/// Everything an operator can ask of the settling machinery. `seen` is the
-/// version the operator saw; `None` reads the current one first.
+/// A verb asked of the settling machinery: what it is about and what the
+/// operator gave. Made by [`Verb::request`], which says whether they fit;
+/// carried out by the verb's row ([`Runs`]).
 #[derive(Debug, Clone, PartialEq)]
-pub enum Request {
-    Reconcile {
-        op_key: String,
-        seen: Option<i64>,
-    },
-    /// Every `(op_key, version seen)`, a few at a time; each succeeds or fails on its own.
-    ReconcileMany {
-        targets: Vec<(String, i64)>,
-    },
-    /// One operator call for every `(op_key, version seen)` of a (filtered)
-    /// pane, one transaction and one audit entry each; an effect changed
-    /// since, or to which the call no longer applies, is skipped.
-    OperatorMany {
-        call: &'static OperatorCall,
-        targets: Vec<(String, i64)>,
-        reason: String,
-    },
-    Compensate {
-        op_key: String,
-        seen: Option<i64>,
-        reason: String,
-    },
-    /// Reverse one extra record of an effect its provider holds twice.
-    ReverseDuplicate {
-        op_key: String,
-        seen: Option<i64>,
-        duplicate_ref: String,
-        reason: String,
-    },
-    /// Send a compensation that exists but was never dispatched (its
-    /// sender died, or it was approved and the approver's console closed).
-    SendCompensation {
-        compensation_key: String,
-        reason: String,
-    },
-    Escalate {
-        op_key: String,
-        seen: Option<i64>,
-        /// A configured sink; `None` picks the only one configured.
-        sink: Option<String>,
-        reason: String,
-    },
-    /// Escalate every `(op_key, version seen)` of a (filtered) pane to one
-    /// sink: one escalation (and audit entry) each, delivered in the
-    /// background's way; an effect changed since is skipped.
-    EscalateMany {
-        targets: Vec<(String, i64)>,
-        sink: Option<String>,
-        reason: String,
-    },
-    Resolve {
-        op_key: String,
-        seen: Option<i64>,
-        reason: String,
-        resolution: Resolution,
-    },
-    /// An operator action of the common shape (release, cancel, annotate, …).
-    Operator {
-        call: &'static OperatorCall,
-        op_key: String,
-        seen: Option<i64>,
-        reason: String,
-    },
-    Approve {
-        op_key: String,
-        seen: Option<i64>,
-        reason: String,
-    },
-    Reject {
-        op_key: String,
-        seen: Option<i64>,
-        reason: String,
-    },
-    Acknowledge {
-        escalation_key: String,
-        reason: String,
-    },
-    ResolveEscalation {
-        escalation_key: String,
-        reason: String,
-    },
-    /// Acknowledge every escalation named, one after the other, each in
-    /// its own transaction with its audit entry; one acknowledged or
-    /// resolved since is skipped.
-    AcknowledgeMany {
-        escalation_keys: Vec<String>,
-        reason: String,
-    },
-    /// Resolve every escalation named, as [`Request::AcknowledgeMany`].
-    ResolveEscalationMany {
-        escalation_keys: Vec<String>,
-        reason: String,
-    },
+pub struct Request {
+    pub verb: &'static Verb,
+    pub subject: Subject,
+    pub answers: Answers,
 }
+
+/// A verb being carried out.
+pub type Running<'a> = BoxFuture<'a, Result<Settled, SettleError>>;
 
 /// How the items of a bulk action went, each in its own transaction: done,
 /// skipped (changed since, no longer applicable, gone) and failed, with the
@@ -171,53 +88,100 @@ impl Tally {
 }
 
 impl Request {
-    pub fn name(&self) -> &'static str {
-        match self {
-            Request::Reconcile { .. } | Request::ReconcileMany { .. } => "reconcile",
-            Request::Compensate { .. } => "compensate",
-            Request::ReverseDuplicate { .. } => "reverse a duplicate",
-            Request::SendCompensation { .. } => "send a compensation",
-            Request::Escalate { .. } | Request::EscalateMany { .. } => "escalate",
-            Request::Resolve { .. } => "resolve",
-            Request::Operator { call, .. } | Request::OperatorMany { call, .. } => call.name,
-            Request::Approve { .. } => "approve",
-            Request::Reject { .. } => "reject",
-            Request::Acknowledge { .. } | Request::AcknowledgeMany { .. } => "acknowledge",
-            Request::ResolveEscalation { .. } | Request::ResolveEscalationMany { .. } => {
-                "resolve escalation"
-            }
+    /// `verb` on one effect, at the version seen (`None`: the current
+    /// one); whether it fits is said when it is settled.
+    pub fn on_effect(
+        verb: &'static Verb,
+        op_key: impl Into<String>,
+        seen: Option<i64>,
+        answers: Answers,
+    ) -> Request {
+        Request {
+            verb,
+            subject: Subject::Effect {
+                op_key: op_key.into(),
+                seen,
+            },
+            answers,
+        }
+    }
+
+    /// `verb` on one escalation.
+    pub fn on_escalation(
+        verb: &'static Verb,
+        escalation_key: impl Into<String>,
+        answers: Answers,
+    ) -> Request {
+        Request {
+            verb,
+            subject: Subject::Escalation {
+                escalation_key: escalation_key.into(),
+            },
+            answers,
+        }
+    }
+
+    /// The verb's name, in a sentence (`resolve escalation` for an
+    /// escalation's).
+    pub fn name(&self) -> String {
+        match self.verb.on {
+            On::Effect => self.verb.name.to_string(),
+            On::Escalation => format!("{} escalation", self.verb.name),
+        }
+    }
+
+    /// Whether the subject is one the verb acts on, with what it must ask.
+    pub fn fits(&self) -> bool {
+        self.verb.acts_on(&self.subject)
+            && (!self.verb.asks(Field::Outcome) || self.answers.outcome.is_some())
+    }
+
+    /// Every key the request acts on, in the order the operator saw them.
+    pub fn keys(&self) -> Vec<String> {
+        match &self.subject {
+            Subject::Effect { op_key, .. } => vec![op_key.clone()],
+            Subject::Pane { targets } => targets.iter().map(|(op_key, _)| op_key.clone()).collect(),
+            Subject::Escalation { escalation_key } => vec![escalation_key.clone()],
+            Subject::Escalations { escalation_keys } => escalation_keys.clone(),
         }
     }
 
     /// The effect (or escalation) key the request is about; the first of many.
     pub fn key(&self) -> &str {
-        match self {
-            Request::Reconcile { op_key, .. }
-            | Request::Compensate { op_key, .. }
-            | Request::ReverseDuplicate { op_key, .. }
-            | Request::Escalate { op_key, .. }
-            | Request::Resolve { op_key, .. }
-            | Request::Operator { op_key, .. }
-            | Request::Approve { op_key, .. }
-            | Request::Reject { op_key, .. } => op_key,
-            Request::ReconcileMany { targets }
-            | Request::OperatorMany { targets, .. }
-            | Request::EscalateMany { targets, .. } => targets
+        match &self.subject {
+            Subject::Effect { op_key, .. } => op_key,
+            Subject::Pane { targets } => targets
                 .first()
                 .map(|(op_key, _)| op_key.as_str())
                 .unwrap_or(""),
-            Request::Acknowledge { escalation_key, .. }
-            | Request::ResolveEscalation { escalation_key, .. } => escalation_key,
-            Request::AcknowledgeMany {
-                escalation_keys, ..
+            Subject::Escalation { escalation_key } => escalation_key,
+            Subject::Escalations { escalation_keys } => {
+                escalation_keys.first().map(String::as_str).unwrap_or("")
             }
-            | Request::ResolveEscalationMany {
-                escalation_keys, ..
-            } => escalation_keys.first().map(String::as_str).unwrap_or(""),
-            Request::SendCompensation {
-                compensation_key, ..
-            } => compensation_key,
         }
+    }
+
+    /// Why, as the operator gave it.
+    pub(crate) fn reason(&self) -> &str {
+        &self.answers.reason
+    }
+
+    /// A request that does not fit its verb, refused before anything is written.
+    fn unfit(&self) -> SettleError {
+        let about = match &self.subject {
+            Subject::Effect { .. } => "an effect",
+            Subject::Pane { .. } => "every item of a pane",
+            Subject::Escalation { .. } => "an escalation",
+            Subject::Escalations { .. } => "every escalation of a view",
+        };
+        SettleError::Invalid(if self.verb.acts_on(&self.subject) {
+            format!(
+                "{} needs an outcome (--succeeded REF or --failed)",
+                self.name()
+            )
+        } else {
+            format!("{} is not done to {about}", self.name())
+        })
     }
 }
 
@@ -242,7 +206,7 @@ impl Settled {
 #[derive(Debug, Error)]
 pub enum SettleError {
     #[error("read-only: {0} refused (this console runs with --read-only or read_only = true)")]
-    ReadOnly(&'static str),
+    ReadOnly(String),
     #[error(transparent)]
     Ledger(#[from] LedgerError),
     /// A provider that is not configured or cannot make the request: nothing was sent.
@@ -347,101 +311,47 @@ impl Settler {
         self.read_only
     }
 
-    /// The one dispatcher, and the ledger-side read-only gate: every request
-    /// writes (a reconciliation stores its finding), so read-only refuses all.
+    /// The one way a verb is carried out, as its row says, and the
+    /// ledger-side read-only gate: every verb writes (a reconciliation
+    /// stores its finding), so read-only refuses all.
     pub async fn settle(&self, request: Request) -> Result<Settled, SettleError> {
         if self.read_only {
             return Err(SettleError::ReadOnly(request.name()));
         }
-        match request {
-            Request::Reconcile { op_key, seen } => self.reconcile(&op_key, seen).await,
-            Request::ReconcileMany { targets } => {
-                Ok(bulk_settled(&self.reconcile_many(targets).await?))
-            }
-            Request::OperatorMany {
-                call,
-                targets,
-                reason,
-            } => Ok(self.operate_many(call, targets, &reason).await),
-            Request::Compensate {
-                op_key,
-                seen,
-                reason,
-            } => self.compensate(&op_key, seen, &reason).await,
-            Request::ReverseDuplicate {
-                op_key,
-                seen,
-                duplicate_ref,
-                reason,
-            } => {
-                self.reverse_duplicate(&op_key, seen, &duplicate_ref, &reason)
-                    .await
-            }
-            Request::SendCompensation {
-                compensation_key,
-                reason,
-            } => self.send_compensation(&compensation_key, &reason).await,
-            Request::Escalate {
-                op_key,
-                seen,
-                sink,
-                reason,
-            } => self.escalate(&op_key, seen, sink.as_deref(), &reason).await,
-            Request::EscalateMany {
-                targets,
-                sink,
-                reason,
-            } => self.escalate_many(targets, sink.as_deref(), &reason).await,
-            Request::Resolve {
-                op_key,
-                seen,
-                reason,
-                resolution,
-            } => self.resolve(&op_key, seen, &reason, &resolution).await,
-            Request::Operator {
-                call,
-                op_key,
-                seen,
-                reason,
-            } => {
-                let seen = self.seen(&op_key, seen).await?;
+        if !request.fits() {
+            return Err(request.unfit());
+        }
+        match request.verb.runs {
+            Runs::Call(call) => self.operate(call, &request).await,
+            Runs::With(run) => run(self, &request).await,
+        }
+    }
+
+    /// An operator call of the common shape on one effect, or on every
+    /// item of a pane.
+    async fn operate(
+        &self,
+        call: &'static OperatorCall,
+        request: &Request,
+    ) -> Result<Settled, SettleError> {
+        match &request.subject {
+            Subject::Effect { op_key, seen } => {
+                let seen = self.seen(op_key, *seen).await?;
                 let outcome = call
-                    .call(&self.pool, &op_key, seen, &self.operator, &reason)
+                    .call(
+                        &self.pool,
+                        op_key,
+                        seen,
+                        &self.operator,
+                        &request.answers.reason,
+                    )
                     .await?;
-                Ok(simple_report(call.done, &op_key, &outcome))
+                Ok(simple_report(call.done, op_key, &outcome))
             }
-            Request::Approve {
-                op_key,
-                seen,
-                reason,
-            } => self.approve(&op_key, seen, &reason).await,
-            Request::Reject {
-                op_key,
-                seen,
-                reason,
-            } => self.reject(&op_key, seen, &reason).await,
-            Request::Acknowledge {
-                escalation_key,
-                reason,
-            } => self.close_escalation(&escalation_key, &reason, false).await,
-            Request::ResolveEscalation {
-                escalation_key,
-                reason,
-            } => self.close_escalation(&escalation_key, &reason, true).await,
-            Request::AcknowledgeMany {
-                escalation_keys,
-                reason,
-            } => {
-                self.close_escalations(&escalation_keys, &reason, false)
-                    .await
-            }
-            Request::ResolveEscalationMany {
-                escalation_keys,
-                reason,
-            } => {
-                self.close_escalations(&escalation_keys, &reason, true)
-                    .await
-            }
+            Subject::Pane { targets } => Ok(self
+                .operate_many(call, targets, &request.answers.reason)
+                .await),
+            Subject::Escalation { .. } | Subject::Escalations { .. } => Err(request.unfit()),
         }
     }
 
@@ -452,11 +362,11 @@ impl Settler {
     async fn operate_many(
         &self,
         call: &'static OperatorCall,
-        targets: Vec<(String, i64)>,
+        targets: &[(String, i64)],
         reason: &str,
     ) -> Settled {
         let mut tally = Tally::default();
-        for (op_key, seen) in &targets {
+        for (op_key, seen) in targets {
             let called = call
                 .call(
                     &self.pool,
@@ -494,7 +404,7 @@ impl Settler {
         items: Vec<(String, i64)>,
     ) -> Result<Vec<BulkItem>, SettleError> {
         if self.read_only {
-            return Err(SettleError::ReadOnly("reconcile"));
+            return Err(SettleError::ReadOnly("reconcile".into()));
         }
         let gate = Arc::new(tokio::sync::Semaphore::new(BULK_CONCURRENCY));
         let mut tasks = tokio::task::JoinSet::new();
@@ -580,19 +490,36 @@ impl Settler {
             )),
         }
     }
+}
 
-    async fn resolve(
-        &self,
-        op_key: &str,
-        seen: Option<i64>,
-        reason: &str,
-        resolution: &Resolution,
-    ) -> Result<Settled, SettleError> {
-        let seen = self.seen(op_key, seen).await?;
-        let outcome =
-            actions::resolve(&self.pool, op_key, seen, &self.operator, reason, resolution).await?;
+/// Resolve by hand, with evidence: the row of [`verbs::RESOLVE`].
+pub(super) fn resolve<'a>(settler: &'a Settler, request: &'a Request) -> Running<'a> {
+    Box::pin(async move {
+        let (Subject::Effect { op_key, seen }, Some(outcome)) =
+            (&request.subject, request.answers.outcome)
+        else {
+            return Err(request.unfit());
+        };
+        let resolution = match outcome {
+            verbs::Outcome::Succeeded => Resolution::Succeeded {
+                external_ref: request.answers.reference.clone(),
+            },
+            verbs::Outcome::Failed => Resolution::Failed {
+                retryable: request.answers.retryable,
+            },
+        };
+        let seen = settler.seen(op_key, *seen).await?;
+        let outcome = actions::resolve(
+            &settler.pool,
+            op_key,
+            seen,
+            &settler.operator,
+            &request.answers.reason,
+            &resolution,
+        )
+        .await?;
         Ok(simple_report("resolved", op_key, &outcome))
-    }
+    })
 }
 
 fn require_reason(reason: &str, action: &str) -> Result<(), SettleError> {
@@ -655,26 +582,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_request_names_itself_and_writes() {
-        let requests = [
-            Request::Reconcile {
-                op_key: "k".into(),
-                seen: None,
-            },
-            Request::Acknowledge {
-                escalation_key: "e".into(),
-                reason: "r".into(),
-            },
-            Request::Operator {
-                call: &actions::ANNOTATE,
-                op_key: "k".into(),
-                seen: Some(1),
-                reason: "n".into(),
-            },
-        ];
-        for request in requests {
-            assert!(!request.name().is_empty());
-            assert!(!request.key().is_empty());
+    fn every_request_names_itself_and_its_key() {
+        let effect = Subject::Effect {
+            op_key: "k".into(),
+            seen: None,
+        };
+        let escalation = Subject::Escalation {
+            escalation_key: "e".into(),
+        };
+        let because = Answers {
+            reason: "r".into(),
+            ..Answers::default()
+        };
+        for (verb, subject, name, key) in [
+            (&verbs::RECONCILE, effect.clone(), "reconcile", "k"),
+            (&verbs::ANNOTATE, effect, "annotate", "k"),
+            (
+                &verbs::RESOLVE_ESCALATION,
+                escalation,
+                "resolve escalation",
+                "e",
+            ),
+        ] {
+            let request = verb.request(subject, because.clone()).unwrap();
+            assert_eq!((request.name().as_str(), request.key()), (name, key));
         }
     }
 

@@ -9,7 +9,8 @@ use std::time::Instant;
 use serde_json::{Value, json};
 
 use super::finding::{Assessment, assess};
-use super::{SettleError, Settled, Settler};
+use super::verbs::Subject;
+use super::{Request, Running, SettleError, Settled, Settler, bulk_settled};
 use crate::adapters::provider::{EffectQuery, Provider};
 use crate::ledger::State;
 use crate::ledger::actions::{self, Finding, ReconciliationOutcome, SeenVersion};
@@ -44,7 +45,7 @@ impl Settler {
         seen: Option<i64>,
     ) -> Result<Reconciled, SettleError> {
         if self.read_only {
-            return Err(SettleError::ReadOnly("reconcile"));
+            return Err(SettleError::ReadOnly("reconcile".into()));
         }
         let (effect, seen) = self.look(op_key, seen).await?;
         let provider = self.provider_for(&effect)?;
@@ -172,4 +173,18 @@ fn report(
             "evidence": evidence,
         }),
     )
+}
+
+/// Ask the provider about an effect, or every item of a pane: the row of
+/// [`super::verbs::RECONCILE`].
+pub(super) fn run<'a>(settler: &'a Settler, request: &'a Request) -> Running<'a> {
+    Box::pin(async move {
+        match &request.subject {
+            Subject::Effect { op_key, seen } => settler.reconcile(op_key, *seen).await,
+            Subject::Pane { targets } => Ok(bulk_settled(
+                &settler.reconcile_many(targets.clone()).await?,
+            )),
+            Subject::Escalation { .. } | Subject::Escalations { .. } => Err(request.unfit()),
+        }
+    })
 }

@@ -1,15 +1,15 @@
 //! Every verb an operator writes to the ledger with, described once: its
 //! name on the command line and in the audit trail, its help, what it acts
 //! on, what it asks, whether it moves money, the SQL function it ends in
-//! and the settling request its answers become. The CLI's subcommands and
-//! the console's dialogs are made from this table; the console adds only
+//! and how it is carried out. The CLI's subcommands, the console's dialogs
+//! and [`Settler::settle`] are made from this table; the console adds only
 //! the keys and where a verb shows in its key bar. A new verb is a row here
 //! and its SQL function.
 
 use std::hash::{Hash, Hasher};
 
-use super::Request;
-use crate::ledger::actions::{self, OperatorCall, Resolution};
+use super::{Request, Running, Settler, compensate, escalate, reconcile};
+use crate::ledger::actions::{self, OperatorCall};
 
 /// What a verb acts on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -86,6 +86,16 @@ pub struct Answers {
     pub sink: Option<String>,
 }
 
+impl Answers {
+    /// A reason, and nothing else.
+    pub fn because(reason: impl Into<String>) -> Answers {
+        Answers {
+            reason: reason.into(),
+            ..Answers::default()
+        }
+    }
+}
+
 /// A verb done to every item of a (filtered) pane, each in its own
 /// transaction.
 #[derive(Debug)]
@@ -121,17 +131,17 @@ pub struct Verb {
     pub function: &'static str,
     pub every_item: Option<EveryItem>,
     pub cli: Cli,
-    pub makes: Makes,
+    pub runs: Runs,
 }
 
-/// What a verb's answers become.
-#[derive(Debug)]
-pub enum Makes {
-    /// This request; `None` when the subject is not one it acts on.
-    Request(fn(Subject, Answers) -> Option<Request>),
+/// How a verb is carried out, given a request that fits it.
+pub enum Runs {
     /// An operator call of the common shape, on one effect or every item
-    /// of a pane.
+    /// of a pane: its SQL function, nothing else.
     Call(&'static OperatorCall),
+    /// The settling machinery around its SQL function: a provider asked or
+    /// sent a compensation, a sink told.
+    With(for<'a> fn(&'a Settler, &'a Request) -> Running<'a>),
 }
 
 impl std::fmt::Debug for Verb {
@@ -169,17 +179,25 @@ impl Verb {
         self.fields.contains(&field)
     }
 
-    /// The request for this subject and these answers; a pane (or every
-    /// escalation) only for a verb done to every item.
-    pub fn request(&self, subject: Subject, answers: Answers) -> Option<Request> {
-        if matches!(subject, Subject::Pane { .. } | Subject::Escalations { .. })
-            && self.every_item.is_none()
-        {
-            return None;
-        }
-        match self.makes {
-            Makes::Request(request) => request(subject, answers),
-            Makes::Call(call) => operator_call(call, subject, answers),
+    /// The request for this subject and these answers, when they fit the
+    /// verb: what it acts on, a pane (or every escalation) only for a verb
+    /// done to every item, and an outcome for one that asks it.
+    pub fn request(&'static self, subject: Subject, answers: Answers) -> Option<Request> {
+        let request = Request {
+            verb: self,
+            subject,
+            answers,
+        };
+        request.fits().then_some(request)
+    }
+
+    /// Whether this subject is one the verb acts on.
+    pub(super) fn acts_on(&self, subject: &Subject) -> bool {
+        match subject {
+            Subject::Effect { .. } => self.on == On::Effect,
+            Subject::Escalation { .. } => self.on == On::Escalation,
+            Subject::Pane { .. } => self.on == On::Effect && self.every_item.is_some(),
+            Subject::Escalations { .. } => self.on == On::Escalation && self.every_item.is_some(),
         }
     }
 }
@@ -189,6 +207,7 @@ pub const VERBS: &[&Verb] = &[
     &RECONCILE,
     &COMPENSATE,
     &REVERSE_DUPLICATE,
+    &SEND_COMPENSATION,
     &ESCALATE,
     &RESOLVE,
     &RELEASE,
@@ -224,11 +243,7 @@ pub const RECONCILE: Verb = Verb {
         says: |_, items| format!("Ask the provider about {items}, one after the other."),
     }),
     cli: Cli::Own,
-    makes: Makes::Request(|subject, _| match subject {
-        Subject::Effect { op_key, seen } => Some(Request::Reconcile { op_key, seen }),
-        Subject::Pane { targets } => Some(Request::ReconcileMany { targets }),
-        Subject::Escalation { .. } | Subject::Escalations { .. } => None,
-    }),
+    runs: Runs::With(reconcile::run),
 };
 
 pub const COMPENSATE: Verb = Verb {
@@ -242,13 +257,7 @@ pub const COMPENSATE: Verb = Verb {
     function: "ledger.op_compensate",
     every_item: None,
     cli: Cli::Made,
-    makes: Makes::Request(|subject, answers| {
-        on_effect(subject, |op_key, seen| Request::Compensate {
-            op_key,
-            seen,
-            reason: answers.reason,
-        })
-    }),
+    runs: Runs::With(compensate::run),
 };
 
 pub const REVERSE_DUPLICATE: Verb = Verb {
@@ -262,14 +271,22 @@ pub const REVERSE_DUPLICATE: Verb = Verb {
     function: "ledger.op_reverse_duplicate",
     every_item: None,
     cli: Cli::Made,
-    makes: Makes::Request(|subject, answers| {
-        on_effect(subject, |op_key, seen| Request::ReverseDuplicate {
-            op_key,
-            seen,
-            duplicate_ref: answers.reference,
-            reason: answers.reason,
-        })
-    }),
+    runs: Runs::With(compensate::reverse_duplicate),
+};
+
+pub const SEND_COMPENSATION: Verb = Verb {
+    name: "send-compensation",
+    on: On::Effect,
+    about: "Send a compensation that exists and was never sent (its sender died before \
+            the dispatch, or it was approved and the approver's console closed); the key \
+            is the compensation's.",
+    summary: "send a compensation that was never sent",
+    fields: &[Field::Reason],
+    money: Money::Always,
+    function: "ledger.op_dispatch_compensation",
+    every_item: None,
+    cli: Cli::Made,
+    runs: Runs::With(compensate::send),
 };
 
 pub const ESCALATE: Verb = Verb {
@@ -292,20 +309,7 @@ pub const ESCALATE: Verb = Verb {
         },
     }),
     cli: Cli::Made,
-    makes: Makes::Request(|subject, answers| match subject {
-        Subject::Effect { op_key, seen } => Some(Request::Escalate {
-            op_key,
-            seen,
-            sink: answers.sink,
-            reason: answers.reason,
-        }),
-        Subject::Pane { targets } => Some(Request::EscalateMany {
-            targets,
-            sink: answers.sink,
-            reason: answers.reason,
-        }),
-        Subject::Escalation { .. } | Subject::Escalations { .. } => None,
-    }),
+    runs: Runs::With(escalate::run),
 };
 
 pub const RESOLVE: Verb = Verb {
@@ -318,22 +322,7 @@ pub const RESOLVE: Verb = Verb {
     function: "ledger.op_resolve",
     every_item: None,
     cli: Cli::Made,
-    makes: Makes::Request(|subject, answers| {
-        let resolution = match answers.outcome? {
-            Outcome::Succeeded => Resolution::Succeeded {
-                external_ref: answers.reference,
-            },
-            Outcome::Failed => Resolution::Failed {
-                retryable: answers.retryable,
-            },
-        };
-        on_effect(subject, |op_key, seen| Request::Resolve {
-            op_key,
-            seen,
-            reason: answers.reason,
-            resolution,
-        })
-    }),
+    runs: Runs::With(super::resolve),
 };
 
 pub const RELEASE: Verb = calls(
@@ -383,13 +372,7 @@ pub const APPROVE: Verb = Verb {
     function: "ledger.op_approve_compensation",
     every_item: None,
     cli: Cli::Made,
-    makes: Makes::Request(|subject, answers| {
-        on_effect(subject, |op_key, seen| Request::Approve {
-            op_key,
-            seen,
-            reason: answers.reason,
-        })
-    }),
+    runs: Runs::With(compensate::approve),
 };
 
 pub const REJECT: Verb = Verb {
@@ -402,13 +385,7 @@ pub const REJECT: Verb = Verb {
     function: "ledger.op_reject_compensation",
     every_item: None,
     cli: Cli::Made,
-    makes: Makes::Request(|subject, answers| {
-        on_effect(subject, |op_key, seen| Request::Reject {
-            op_key,
-            seen,
-            reason: answers.reason,
-        })
-    }),
+    runs: Runs::With(compensate::reject),
 };
 
 pub const ACKNOWLEDGE_ESCALATION: Verb = Verb {
@@ -430,17 +407,7 @@ pub const ACKNOWLEDGE_ESCALATION: Verb = Verb {
         },
     }),
     cli: Cli::Made,
-    makes: Makes::Request(|subject, answers| match subject {
-        Subject::Escalation { escalation_key } => Some(Request::Acknowledge {
-            escalation_key,
-            reason: answers.reason,
-        }),
-        Subject::Escalations { escalation_keys } => Some(Request::AcknowledgeMany {
-            escalation_keys,
-            reason: answers.reason,
-        }),
-        Subject::Effect { .. } | Subject::Pane { .. } => None,
-    }),
+    runs: Runs::With(escalate::acknowledge),
 };
 
 pub const RESOLVE_ESCALATION: Verb = Verb {
@@ -461,17 +428,7 @@ pub const RESOLVE_ESCALATION: Verb = Verb {
         },
     }),
     cli: Cli::Made,
-    makes: Makes::Request(|subject, answers| match subject {
-        Subject::Escalation { escalation_key } => Some(Request::ResolveEscalation {
-            escalation_key,
-            reason: answers.reason,
-        }),
-        Subject::Escalations { escalation_keys } => Some(Request::ResolveEscalationMany {
-            escalation_keys,
-            reason: answers.reason,
-        }),
-        Subject::Effect { .. } | Subject::Pane { .. } => None,
-    }),
+    runs: Runs::With(escalate::resolve),
 };
 
 /// A verb of the common shape: an operator call on an effect, asking a
@@ -499,39 +456,7 @@ const fn calls(
             None => None,
         },
         cli: Cli::Made,
-        makes: Makes::Call(call),
-    }
-}
-
-fn on_effect(
-    subject: Subject,
-    make: impl FnOnce(String, Option<i64>) -> Request,
-) -> Option<Request> {
-    match subject {
-        Subject::Effect { op_key, seen } => Some(make(op_key, seen)),
-        Subject::Pane { .. } | Subject::Escalation { .. } | Subject::Escalations { .. } => None,
-    }
-}
-
-/// An operator call of the common shape, on one effect or every item of a pane.
-fn operator_call(
-    call: &'static OperatorCall,
-    subject: Subject,
-    answers: Answers,
-) -> Option<Request> {
-    match subject {
-        Subject::Effect { op_key, seen } => Some(Request::Operator {
-            call,
-            op_key,
-            seen,
-            reason: answers.reason,
-        }),
-        Subject::Pane { targets } => Some(Request::OperatorMany {
-            call,
-            targets,
-            reason: answers.reason,
-        }),
-        Subject::Escalation { .. } | Subject::Escalations { .. } => None,
+        runs: Runs::Call(call),
     }
 }
 
@@ -604,11 +529,14 @@ mod tests {
                     ..Answers::default()
                 }
             ),
-            Some(Request::ReverseDuplicate {
-                op_key: "k".into(),
-                seen: Some(2),
-                duplicate_ref: "fx_2".into(),
-                reason: "paid twice".into()
+            Some(Request {
+                verb: &REVERSE_DUPLICATE,
+                subject: effect(),
+                answers: Answers {
+                    reference: "fx_2".into(),
+                    reason: "paid twice".into(),
+                    ..Answers::default()
+                }
             })
         );
     }

@@ -9,8 +9,8 @@ use serde_json::Value;
 use super::{App, Task, VIEWS, View, model};
 use crate::console::model::{APPROVAL_ROW, TableModel};
 use crate::console::theme::Role;
-use crate::ledger::actions;
 use crate::ledger::panes::Pane;
+use crate::settle::verbs::{self, Runs, Subject};
 use crate::settle::{Request, Settled};
 
 /// What an action this console confirmed did to one item, as its result
@@ -25,7 +25,7 @@ pub(crate) struct Acted {
     pub(crate) known_from: u64,
     /// The request's name (release, resolve escalation…), for a refusal
     /// that says why the item must be read again first.
-    pub(crate) by: &'static str,
+    pub(crate) by: String,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -56,7 +56,7 @@ impl App {
         request: Request,
         result: Result<Settled, String>,
     ) -> Vec<Task> {
-        let keys = keys_of(&request);
+        let keys = request.keys();
         match result {
             Ok(report) if wrote_nothing(&report) => self.report(
                 format!(
@@ -78,7 +78,7 @@ impl App {
                     .extend(acted_on(&request, &report).into_iter().map(|on| Acted {
                         on,
                         known_from,
-                        by,
+                        by: by.clone(),
                     }));
                 self.show_acted();
                 for view in VIEWS {
@@ -142,24 +142,6 @@ impl App {
     }
 }
 
-/// Every key a request acts on, in the order the operator saw them.
-fn keys_of(request: &Request) -> Vec<String> {
-    match request {
-        Request::ReconcileMany { targets }
-        | Request::OperatorMany { targets, .. }
-        | Request::EscalateMany { targets, .. } => {
-            targets.iter().map(|(op_key, _)| op_key.clone()).collect()
-        }
-        Request::AcknowledgeMany {
-            escalation_keys, ..
-        }
-        | Request::ResolveEscalationMany {
-            escalation_keys, ..
-        } => escalation_keys.clone(),
-        one => vec![one.key().to_string()],
-    }
-}
-
 /// An escalation already in the state asked for is answered `unchanged`:
 /// nothing was written, which the operator reads as a refusal, not a
 /// success.
@@ -181,9 +163,9 @@ fn acted_on(request: &Request, report: &Settled) -> Vec<ActedOn> {
         version: None,
         off_duplicates: false,
     };
-    match request {
-        Request::Acknowledge { escalation_key, .. }
-        | Request::ResolveEscalation { escalation_key, .. } => state
+    let verb = request.verb;
+    match &request.subject {
+        Subject::Escalation { escalation_key } => state
             .map(|state| ActedOn::Escalation {
                 escalation_key: escalation_key.clone(),
                 state,
@@ -191,7 +173,7 @@ fn acted_on(request: &Request, report: &Settled) -> Vec<ActedOn> {
             .into_iter()
             .collect(),
         // Each escalation acted on, in the state the ledger answered.
-        Request::AcknowledgeMany { .. } | Request::ResolveEscalationMany { .. } => report
+        Subject::Escalations { .. } => report
             .detail
             .get("states")
             .and_then(Value::as_array)
@@ -204,38 +186,31 @@ fn acted_on(request: &Request, report: &Settled) -> Vec<ActedOn> {
                 })
             })
             .collect(),
-        Request::Approve { op_key, .. } | Request::Reject { op_key, .. } => vec![
-            ActedOn::Approval {
-                op_key: op_key.clone(),
-            },
-            unknown(op_key),
-        ],
-        Request::ReconcileMany { targets }
-        | Request::OperatorMany { targets, .. }
-        | Request::EscalateMany { targets, .. } => {
-            targets.iter().map(|(op_key, _)| unknown(op_key)).collect()
+        Subject::Pane { targets } => targets.iter().map(|(op_key, _)| unknown(op_key)).collect(),
+        Subject::Effect { op_key, .. } if *verb == verbs::APPROVE || *verb == verbs::REJECT => {
+            vec![
+                ActedOn::Approval {
+                    op_key: op_key.clone(),
+                },
+                unknown(op_key),
+            ]
         }
-        Request::Operator { call, op_key, .. } => vec![ActedOn::Effect {
-            op_key: op_key.clone(),
-            state,
-            version,
-            // Taking a key off the duplicates pane is what acknowledging is for.
-            off_duplicates: **call == actions::ACKNOWLEDGE_DUPLICATES,
-        }],
-        Request::Reconcile { op_key, .. } | Request::Resolve { op_key, .. } => {
+        // What the effect became, where the report is of the effect itself
+        // (a compensation's or an escalation's is of another record).
+        Subject::Effect { op_key, .. }
+            if matches!(verb.runs, Runs::Call(_))
+                || *verb == verbs::RECONCILE
+                || *verb == verbs::RESOLVE =>
+        {
             vec![ActedOn::Effect {
                 op_key: op_key.clone(),
                 state,
                 version,
-                off_duplicates: false,
+                // Taking a key off the duplicates pane is what acknowledging is for.
+                off_duplicates: *verb == verbs::ACKNOWLEDGE_DUPLICATES,
             }]
         }
-        Request::Compensate { op_key, .. }
-        | Request::ReverseDuplicate { op_key, .. }
-        | Request::Escalate { op_key, .. } => vec![unknown(op_key)],
-        Request::SendCompensation {
-            compensation_key, ..
-        } => vec![unknown(compensation_key)],
+        Subject::Effect { op_key, .. } => vec![unknown(op_key)],
     }
 }
 
