@@ -4,7 +4,9 @@
 //! is a verb whose function asks that very rule, and a console key — so a
 //! renamed function or a misspelt rule fails here instead of quietly
 //! letting an operator try what the ledger will refuse, or hiding what it
-//! would allow.
+//! would allow. And every function that writes an audit entry for a
+//! person is a row of that table or of the ledger's own writes beside it,
+//! so no audited write lives outside them.
 
 mod common;
 
@@ -12,7 +14,7 @@ use std::collections::BTreeSet;
 
 use effectwatch::console::action::{Action, TABLE};
 use effectwatch::ledger::writer;
-use effectwatch::settle::verbs::{On, VERBS};
+use effectwatch::settle::verbs::{LEDGER_WRITES, On, VERBS};
 
 /// The actions `ledger.refusals` rules on, read from the ledger itself: an
 /// effect to which none applies is refused all of them, by name.
@@ -113,5 +115,91 @@ async fn every_rule_of_applicability_is_a_function_a_command_and_a_console_actio
                 .any(|row| matches!(row.action, Action::Verb(used, _) if used == *verb)),
             "the console has no key for {verb:?}"
         );
+    }
+}
+
+/// The functions a person's write ends in, read from the database: every
+/// one that writes an audit entry, but the audit's own and the triggers.
+async fn audited_writes(db: &common::TestDb) -> BTreeSet<String> {
+    sqlx::query_scalar(
+        "select 'ledger.' || p.proname from pg_proc p join pg_namespace n on n.oid = p.pronamespace
+          where n.nspname = 'ledger' and p.prorettype <> 'trigger'::regtype
+            and (p.prosrc like '%ledger.audit(%' or p.prosrc like '%ledger.operator_begin(%')
+            and p.proname not in ('audit', 'operator_begin', 'operator_finish')",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap()
+    .into_iter()
+    .collect()
+}
+
+#[tokio::test]
+async fn every_audited_write_a_person_makes_is_a_row_of_the_verb_table_or_the_ledgers_writes() {
+    let db = common::test_db().await;
+    let writes = audited_writes(&db).await;
+    assert!(writes.len() >= 15, "{writes:?}");
+    // Written only as a step of a row's own flow, never asked for alone.
+    let steps = [
+        (
+            "ledger.op_complete_compensation",
+            "a compensation's answer, recorded by the verb that sent it",
+        ),
+        (
+            "ledger.close_escalation",
+            "escalation acknowledge and resolve",
+        ),
+        ("ledger.prune_tombstones", "prune"),
+        (
+            "ledger.write_worker_lost",
+            "the ledger's own, when a heartbeat lease runs out",
+        ),
+    ];
+    let rows: BTreeSet<&str> = VERBS
+        .iter()
+        .map(|verb| verb.function)
+        .chain(LEDGER_WRITES.iter().map(|write| write.function))
+        .collect();
+    for write in &writes {
+        assert!(
+            rows.contains(write.as_str()) || steps.iter().any(|(step, _)| step == write),
+            "{write} writes an audit entry, and no row of the verb table or the ledger's writes ends in it"
+        );
+    }
+    for (step, part_of) in steps {
+        assert!(
+            writes.contains(step),
+            "{step} ({part_of}) writes no audit entry any more"
+        );
+    }
+    for write in LEDGER_WRITES {
+        assert!(
+            writes.contains(write.function),
+            "{} writes no audit entry",
+            write.function
+        );
+        if write.role.starts_with("effect_") {
+            let may: bool = sqlx::query_scalar(
+                "select has_function_privilege($1, p.oid, 'execute') from pg_proc p
+                  join pg_namespace n on n.oid = p.pronamespace
+                 where n.nspname || '.' || p.proname = $2",
+            )
+            .bind(write.role)
+            .bind(write.function)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+            assert!(may, "{} may not call {}", write.role, write.function);
+        }
+        let mut words: Vec<&str> = write
+            .command
+            .split(' ')
+            .take_while(|word| !word.starts_with("--"))
+            .collect();
+        words.push("--help");
+        let help = common::effectwatch_cli(&words);
+        let help = String::from_utf8_lossy(&help.stdout);
+        let opening: String = write.about.chars().take(30).collect();
+        assert!(help.contains(&opening), "{}: {help}", write.command);
     }
 }

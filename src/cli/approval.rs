@@ -9,14 +9,15 @@ use super::Format;
 use super::exit::{Failure, REFUSED, USAGE};
 use crate::config::Config;
 use crate::ledger::approvals::{self, Grant};
+use crate::settle::verbs;
 use crate::text::{safe_json, sanitize_line};
 use crate::time_args::{parse_duration, parse_instant};
 
 #[derive(Debug, Subcommand)]
 pub enum ApprovalCommand {
-    /// Record what an approval authorises: one action on one target, until it expires.
+    #[command(about = verbs::GRANT_APPROVAL.about)]
     Grant(GrantArgs),
-    /// Withdraw an approval: effects not yet dispatched under it stop.
+    #[command(about = verbs::REVOKE_APPROVAL.about)]
     Revoke {
         approval_ref: String,
         /// The version to revoke; the newest when left out.

@@ -192,7 +192,7 @@ pub enum LedgerCommand {
         #[command(subcommand)]
         command: policy::PolicyCommand,
     },
-    /// Remove old settled effects nothing protects, exporting them first (ledger owner only).
+    #[command(about = crate::settle::verbs::PRUNE.about)]
     Prune(prune::PruneArgs),
     /// An MCP proxy between an agent and its tool server: each side-effecting tool call recorded in the ledger.
     Gateway(gateway::GatewayArgs),

@@ -10,6 +10,7 @@ use super::exit::{Failure, REFUSED};
 use crate::config::Config;
 use crate::format::duration_ms;
 use crate::ledger::policies::{self, Policy, PolicyChange, RETRY_SEMANTICS};
+use crate::settle::verbs;
 use crate::text::{safe_json, sanitize_line};
 use crate::time_args::parse_duration;
 
@@ -20,7 +21,7 @@ pub enum PolicyCommand {
         #[arg(long, value_enum, default_value_t = Format::Table)]
         format: Format,
     },
-    /// Change one action's policy; what is not given stays as it is.
+    #[command(about = verbs::SET_POLICY.about)]
     Set(Box<SetArgs>),
 }
 
@@ -29,8 +30,7 @@ pub struct SetArgs {
     /// The action whose policy changes; leave it out to change only ledger-wide settings.
     #[arg(required_unless_present = "unknown_actions")]
     pub action: Option<String>,
-    /// Ledger-wide: refuse effects of an action that has no policy of its own, or allow them
-    /// under the defaults.
+    #[arg(help = verbs::SET_UNKNOWN_ACTIONS.about)]
     #[arg(long, value_parser = ["allow", "refuse"])]
     pub unknown_actions: Option<String>,
     /// What may happen after a doubt: safe_retry, reconcile_first, compensate (a duplicate is

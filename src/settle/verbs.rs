@@ -221,6 +221,70 @@ pub const VERBS: &[&Verb] = &[
     &RESOLVE_ESCALATION,
 ];
 
+/// An audited write a person makes that is not done to an effect or an
+/// escalation: the ledger's rules, the approvals it checks, retention.
+/// Each has a subcommand of its own, since what it asks is more than a
+/// verb's (a policy's settings, an approval's terms, a retention plan),
+/// which takes its help line from here; listed beside [`VERBS`] so that
+/// every audited write a person makes is in this file, which
+/// `tests/contract_vocabulary.rs` holds to the database's functions.
+#[derive(Debug, PartialEq, Eq)]
+pub struct LedgerWrite {
+    /// The subcommand's words (`policy set`).
+    pub command: &'static str,
+    pub about: &'static str,
+    /// The SQL function it ends in, in one transaction with its audit entry.
+    pub function: &'static str,
+    /// The database role that may call it.
+    pub role: &'static str,
+}
+
+/// Every audited write of the ledger's own rules and records.
+pub const LEDGER_WRITES: &[&LedgerWrite] = &[
+    &SET_POLICY,
+    &SET_UNKNOWN_ACTIONS,
+    &GRANT_APPROVAL,
+    &REVOKE_APPROVAL,
+    &PRUNE,
+];
+
+pub const SET_POLICY: LedgerWrite = LedgerWrite {
+    command: "policy set",
+    about: "Change one action's policy; what is not given stays as it is.",
+    function: "ledger.op_set_policy",
+    role: "effect_operator",
+};
+
+pub const SET_UNKNOWN_ACTIONS: LedgerWrite = LedgerWrite {
+    command: "policy set --unknown-actions",
+    about: "Ledger-wide: refuse effects of an action that has no policy of its own, or allow \
+            them under the defaults.",
+    function: "ledger.op_set_unknown_actions",
+    role: "effect_operator",
+};
+
+pub const GRANT_APPROVAL: LedgerWrite = LedgerWrite {
+    command: "approval grant",
+    about: "Record what an approval authorises: one action on one target, until it expires.",
+    function: "ledger.grant_approval",
+    role: "effect_approver",
+};
+
+pub const REVOKE_APPROVAL: LedgerWrite = LedgerWrite {
+    command: "approval revoke",
+    about: "Withdraw an approval: effects not yet dispatched under it stop.",
+    function: "ledger.revoke_approval",
+    role: "effect_approver",
+};
+
+pub const PRUNE: LedgerWrite = LedgerWrite {
+    command: "prune",
+    about: "Remove old settled effects nothing protects, exporting them first (ledger owner \
+            only).",
+    function: "ledger.prune_settled",
+    role: "the ledger's owner",
+};
+
 /// The verb of this name acting on this.
 pub fn named(on: On, name: &str) -> Option<&'static Verb> {
     VERBS
