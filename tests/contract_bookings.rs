@@ -187,18 +187,6 @@ async fn an_overlapping_booking_waits_behind_an_open_one_and_no_insert_can_doubl
     rig.audit_intact().await;
 }
 
-/// Who holds `key` now, by key.
-async fn holder_of(rig: &Rig, key: &str) -> Option<String> {
-    sqlx::query_scalar(
-        "select h.op_key from ledger.effects e join ledger.effects h on h.id = e.held_by
-          where e.op_key = $1",
-    )
-    .bind(key)
-    .fetch_optional(&rig.db.pool)
-    .await
-    .unwrap()
-}
-
 async fn fail(rig: &Rig, key: &str) {
     complete_effect(
         &rig.db.pool,
@@ -257,7 +245,7 @@ async fn a_failed_booking_releases_together_every_booking_it_held_that_overlaps_
     }
     assert_eq!(rig.effect("book:D").await.state, State::Held);
     assert_eq!(
-        holder_of(&rig, "book:D").await.as_deref(),
+        rig.holder_of("book:D").await.as_deref(),
         Some("book:B"),
         "D waits behind the released booking it overlaps, not a failed one"
     );
@@ -331,7 +319,7 @@ async fn a_booking_held_over_one_that_succeeded_is_left_for_a_person_when_its_ho
         State::Held,
         "releasing E would double-book the room with S"
     );
-    assert_eq!(holder_of(&rig, "book:E").await.as_deref(), Some("book:A"));
+    assert_eq!(rig.holder_of("book:E").await.as_deref(), Some("book:A"));
     assert_eq!(
         rig.count("select count(*) from ledger.audit_log where operator = 'ledger'")
             .await,

@@ -62,17 +62,6 @@ async fn answer(rig: &Rig, key: &str, outcome: Outcome) {
     .unwrap();
 }
 
-async fn held_by(rig: &Rig, key: &str) -> Option<String> {
-    sqlx::query_scalar(
-        "select h.op_key from ledger.effects e join ledger.effects h on h.id = e.held_by
-          where e.op_key = $1",
-    )
-    .bind(key)
-    .fetch_optional(&rig.db.pool)
-    .await
-    .unwrap()
-}
-
 /// The audit entries the ledger's rules wrote: (action, key, reason).
 async fn by_rule(rig: &Rig) -> Vec<(String, String, String)> {
     sqlx::query_as(
@@ -93,7 +82,7 @@ async fn a_failed_holder_releases_the_oldest_it_held_and_the_held_call_proceeds(
     assert_eq!((b.state, b.held_by), (State::Pending, None));
     assert_eq!(rig.effect("refund:C").await.state, State::Held);
     assert_eq!(
-        held_by(&rig, "refund:C").await.as_deref(),
+        rig.holder_of("refund:C").await.as_deref(),
         Some("refund:B"),
         "C waits behind the released one, not a settled holder"
     );
@@ -178,7 +167,7 @@ async fn a_holder_whose_outcome_is_unknown_still_holds() {
     a_holds_b_and_c(&rig).await;
     answer(&rig, "refund:A", Outcome::Unknown).await;
     assert_eq!(rig.effect("refund:B").await.state, State::Held);
-    assert_eq!(held_by(&rig, "refund:B").await.as_deref(), Some("refund:A"));
+    assert_eq!(rig.holder_of("refund:B").await.as_deref(), Some("refund:A"));
     assert!(by_rule(&rig).await.is_empty());
 }
 
@@ -258,7 +247,7 @@ async fn a_held_holder_cancelled_releases_what_waits_behind_it() {
             .decision,
         Decision::Held
     );
-    assert_eq!(held_by(&rig, "refund:D").await.as_deref(), Some("refund:B"));
+    assert_eq!(rig.holder_of("refund:D").await.as_deref(), Some("refund:B"));
     CANCEL
         .call(
             &rig.operator_pool,

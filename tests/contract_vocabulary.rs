@@ -154,6 +154,10 @@ async fn every_audited_write_a_person_makes_is_a_row_of_the_verb_table_or_the_le
             "ledger.write_worker_lost",
             "the ledger's own, when a heartbeat lease runs out",
         ),
+        (
+            "ledger.release_held_by_rule",
+            "the ledger's own, when a holder ends",
+        ),
     ];
     let rows: BTreeSet<&str> = VERBS
         .iter()

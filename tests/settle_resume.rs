@@ -430,24 +430,31 @@ async fn check_names_work_nobody_is_on() {
     );
 }
 
-/// Below the approval limit `compensate` creates the compensation and
-/// sends it at once; the command dies in between. A fresh reconciler sends
-/// it: the refund is reversed once.
-#[tokio::test]
-async fn a_compensation_resumes_after_it_is_created() {
-    let rig = Rig::new().await;
-    compensating_ledger(&rig, 100_000).await;
-    let key = "refund:PLAIN:v1";
+/// A refund of 15.00 whose compensation `compensate` created and died
+/// before sending: the provider's reference of the refund, and the config.
+async fn compensation_left_unsent(rig: &Rig, key: &str) -> (String, tempfile::NamedTempFile) {
+    compensating_ledger(rig, 100_000).await;
     let reference = rig.succeeded_effect(key, 1500).await;
-    let config = config_file(&rig);
+    let config = config_file(rig);
     crash_at(
-        &rig,
+        rig,
         &config,
         "alice",
         &["compensate", key, "--reason", "customer returned it"],
         "before_compensation_claim",
     )
     .await;
+    (reference, config)
+}
+
+/// Below the approval limit `compensate` creates the compensation and
+/// sends it at once; the command dies in between. A fresh reconciler sends
+/// it: the refund is reversed once.
+#[tokio::test]
+async fn a_compensation_resumes_after_it_is_created() {
+    let rig = Rig::new().await;
+    let key = "refund:PLAIN:v1";
+    let (reference, config) = compensation_left_unsent(&rig, key).await;
     assert!(rig.fake.reversals_of(&reference).is_empty());
     let said = fresh_pass(&rig, &config, Duration::ZERO).await;
     assert!(said.contains("1 next steps taken up"), "{said}");
@@ -461,18 +468,8 @@ async fn a_compensation_resumes_after_it_is_created() {
 #[tokio::test]
 async fn a_compensation_left_unsent_is_sent_once_from_the_command_line() {
     let rig = Rig::new().await;
-    compensating_ledger(&rig, 100_000).await;
     let key = "refund:UNSENT:v1";
-    let reference = rig.succeeded_effect(key, 1500).await;
-    let config = config_file(&rig);
-    crash_at(
-        &rig,
-        &config,
-        "alice",
-        &["compensate", key, "--reason", "customer returned it"],
-        "before_compensation_claim",
-    )
-    .await;
+    let (reference, config) = compensation_left_unsent(&rig, key).await;
     let compensation_key: String = sqlx::query_scalar(
         "select c.op_key from ledger.effects c join ledger.effects o on o.id = c.compensates
           where o.op_key = $1",

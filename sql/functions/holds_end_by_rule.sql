@@ -57,20 +57,9 @@ begin
                      where h.held_by = new.id and h.state = 'held'
                      order by h.created_at, h.id for update
         loop
-            perform set_config('ledger.reason', why, true);
-            before := ledger.effect_snapshot(held);
-            begin
-                update ledger.effects e
-                   set state = 'pending', held_by = null, deadline_at = now() + e.pending_window
-                 where e.id = held.id
-                returning e.* into held;
-            exception when exclusion_violation then
-                -- Overlaps a booking released before it, or another open one.
-                continue;
-            end;
-            update ledger.holds h set closed_at = now(), closed_how = 'released', closed_by = 'ledger'
-             where h.effect_id = held.id and h.closed_at is null;
-            perform ledger.audit('ledger', 'release_by_rule', held, why, before, ledger.effect_snapshot(held));
+            -- One that overlaps a booking released before it, or another
+            -- open one, stays held.
+            perform ledger.release_held_by_rule(held, why);
         end loop;
         for held in select h.* from ledger.effects h
                      where h.held_by = new.id and h.state = 'held'
@@ -93,22 +82,12 @@ begin
          where h.held_by = new.id and h.state = 'held'
          order by h.created_at, h.id limit 1 for update;
         why := 'released by rule: ' || new.op_key || ', which held it, ' || new.state;
-        perform set_config('ledger.reason', why, true);
-        before := ledger.effect_snapshot(held);
-        begin
-            update ledger.effects e
-               set state = 'pending', held_by = null, deadline_at = now() + e.pending_window
-             where e.id = held.id
-            returning e.* into held;
-        exception when exclusion_violation then
+        if not ledger.release_held_by_rule(held, why) then
             -- Still overlaps another booking: a person decides.
             perform set_config('ledger.actor', coalesce(saved_actor, ''), true);
             perform set_config('ledger.reason', coalesce(saved_reason, ''), true);
             return null;
-        end;
-        update ledger.holds h set closed_at = now(), closed_how = 'released', closed_by = 'ledger'
-         where h.effect_id = held.id and h.closed_at is null;
-        perform ledger.audit('ledger', 'release_by_rule', held, why, before, ledger.effect_snapshot(held));
+        end if;
         -- The rest wait behind the one released, and are released in turn.
         perform set_config('ledger.reason', 'now held by ' || held.op_key || ': ' || why, true);
         update ledger.effects e set held_by = held.id

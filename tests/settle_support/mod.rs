@@ -188,6 +188,18 @@ impl Rig {
             .unwrap_or_else(|| panic!("no effect {op_key}"))
     }
 
+    /// The key of the effect `op_key` is held by, if any.
+    pub async fn holder_of(&self, op_key: &str) -> Option<String> {
+        sqlx::query_scalar(
+            "select h.op_key from ledger.effects e join ledger.effects h on h.id = e.held_by
+              where e.op_key = $1",
+        )
+        .bind(op_key)
+        .fetch_optional(&self.db.pool)
+        .await
+        .expect("reading the holder")
+    }
+
     pub async fn count(&self, sql: &'static str) -> i64 {
         sqlx::query_scalar::<_, i64>(sql)
             .fetch_one(&self.db.pool)
