@@ -29,201 +29,6 @@ enum Dispatch {
 }
 
 impl Settler {
-    pub(super) async fn compensate(
-        &self,
-        op_key: &str,
-        seen: Option<i64>,
-        reason: &str,
-    ) -> Result<Settled, SettleError> {
-        require_reason(reason, "compensate")?;
-        let (effect, seen) = self.look(op_key, seen).await?;
-        // Before anything is written: a compensation we could not send is
-        // worse than none. (In any other state the ledger answers: it
-        // returns the live compensation, or says why it does not apply.)
-        if effect.state == State::Succeeded {
-            self.check_sendable(&effect, reason)?;
-        }
-        let start =
-            compensation::compensate(&self.pool, op_key, seen, &self.operator, reason).await?;
-        let amount = optional_money(start.amount_minor, start.currency.as_deref());
-        match (start.status.as_str(), start.compensation_key.clone()) {
-            ("awaiting_approval", _) => {
-                let limit = optional_money(start.approval_limit_minor, start.currency.as_deref());
-                let requester = start.requested_by.clone().unwrap_or_default();
-                Ok(Settled::new(
-                    format!(
-                        "compensation of {op_key} ({amount}) is above the limit ({limit}): it waits for a \
-                         second operator's approval (requested by {requester}; `effectwatch approve {op_key}`)"
-                    ),
-                    json!({ "action": "compensate", "op_key": op_key, "status": "awaiting_approval",
-                            "requested_by": requester, "amount_minor": start.amount_minor,
-                            "currency": start.currency, "approval_limit_minor": start.approval_limit_minor,
-                            "audit_seq": start.audit_seq }),
-                ))
-            }
-            (status, Some(key)) => {
-                let dispatch = self.dispatch_compensation(&effect, &key, reason).await?;
-                Ok(compensation_report(
-                    "compensate",
-                    op_key,
-                    status,
-                    &key,
-                    &amount,
-                    dispatch,
-                    start.audit_seq,
-                ))
-            }
-            (status, None) => Err(SettleError::Invalid(format!(
-                "the ledger answered {status} without a compensation key for {}",
-                sanitize_line(op_key)
-            ))),
-        }
-    }
-
-    /// Reverses one extra record of an effect its provider holds twice
-    /// (`ledger.op_reverse_duplicate`): a compensation of its own, sent with
-    /// that record as the one to reverse; the effect itself stands.
-    pub(crate) async fn reverse_duplicate(
-        &self,
-        op_key: &str,
-        seen: Option<i64>,
-        duplicate_ref: &str,
-        reason: &str,
-    ) -> Result<Settled, SettleError> {
-        require_reason(reason, "reverse a duplicate")?;
-        let (effect, seen) = self.look(op_key, seen).await?;
-        self.check_sendable(&effect, reason)?;
-        let start = compensation::reverse_duplicate(
-            &self.pool,
-            op_key,
-            seen,
-            &self.operator,
-            reason,
-            duplicate_ref,
-        )
-        .await?;
-        let amount = optional_money(start.amount_minor, start.currency.as_deref());
-        let Some(key) = start.compensation_key.as_deref() else {
-            let limit = optional_money(start.approval_limit_minor, start.currency.as_deref());
-            return Ok(Settled::new(
-                format!(
-                    "reversing the duplicate {duplicate_ref} of {op_key} ({amount}) is above the limit \
-                     ({limit}): it waits for a second operator's approval (`effectwatch approve {op_key}`)"
-                ),
-                json!({ "action": "reverse_duplicate", "op_key": op_key, "status": start.status,
-                        "duplicate_ref": duplicate_ref, "amount_minor": start.amount_minor,
-                        "currency": start.currency, "approval_limit_minor": start.approval_limit_minor,
-                        "audit_seq": start.audit_seq }),
-            ));
-        };
-        let dispatch = self.dispatch_compensation(&effect, key, reason).await?;
-        let mut settled = compensation_report(
-            "reverse_duplicate",
-            op_key,
-            &start.status,
-            key,
-            &amount,
-            dispatch,
-            start.audit_seq,
-        );
-        if let Some(detail) = settled.detail.as_object_mut() {
-            detail.insert("duplicate_ref".into(), json!(duplicate_ref));
-        }
-        Ok(settled)
-    }
-
-    /// Sends a compensation that exists and was never dispatched: the
-    /// step its creator recorded as owed (`ledger.next_steps`).
-    pub(super) async fn send_compensation(
-        &self,
-        compensation_key: &str,
-        reason: &str,
-    ) -> Result<Settled, SettleError> {
-        require_reason(reason, "send a compensation")?;
-        let original_key = compensation::original_of(&self.pool, compensation_key)
-            .await?
-            .ok_or_else(|| {
-                SettleError::Ledger(LedgerError::NotApplicable(format!(
-                    "{} is not a compensation",
-                    sanitize_line(compensation_key)
-                )))
-            })?;
-        let original = self.effect(&original_key).await?;
-        let amount = optional_money(original.amount_minor, original.currency.as_deref());
-        let dispatch = self
-            .dispatch_compensation(&original, compensation_key, reason)
-            .await?;
-        Ok(compensation_report(
-            "send_compensation",
-            &original_key,
-            "existing",
-            compensation_key,
-            &amount,
-            dispatch,
-            None,
-        ))
-    }
-
-    pub(super) async fn approve(
-        &self,
-        op_key: &str,
-        seen: Option<i64>,
-        reason: &str,
-    ) -> Result<Settled, SettleError> {
-        require_reason(reason, "approve")?;
-        let (effect, seen) = self.look(op_key, seen).await?;
-        if effect.state == State::Succeeded {
-            self.check_sendable(&effect, reason)?;
-        }
-        let approval =
-            compensation::approve(&self.pool, op_key, seen, &self.operator, reason).await?;
-        let amount = optional_money(effect.amount_minor, effect.currency.as_deref());
-        let dispatch = self
-            .dispatch_compensation(&effect, &approval.compensation_key, reason)
-            .await?;
-        let mut report = compensation_report(
-            "approve",
-            op_key,
-            "created",
-            &approval.compensation_key,
-            &amount,
-            dispatch,
-            Some(approval.audit_seq),
-        );
-        let what = match &approval.duplicate_ref {
-            Some(duplicate_ref) => format!("the reversal of the duplicate {duplicate_ref} of"),
-            None => "the compensation".to_string(),
-        };
-        report.summary = sanitize_line(&format!(
-            "approved {what} {} requested by {}; {}",
-            op_key, approval.requested_by, report.summary
-        ));
-        if let Some(map) = report.detail.as_object_mut() {
-            map.insert("requested_by".into(), json!(approval.requested_by));
-        }
-        Ok(report)
-    }
-
-    pub(super) async fn reject(
-        &self,
-        op_key: &str,
-        seen: Option<i64>,
-        reason: &str,
-    ) -> Result<Settled, SettleError> {
-        require_reason(reason, "reject")?;
-        let (_, seen) = self.look(op_key, seen).await?;
-        let rejection =
-            compensation::reject(&self.pool, op_key, seen, &self.operator, reason).await?;
-        Ok(Settled::new(
-            format!(
-                "rejected the compensation of {op_key} requested by {} (audit #{})",
-                rejection.requested_by, rejection.audit_seq
-            ),
-            json!({ "action": "reject", "op_key": op_key, "status": rejection.status,
-                    "requested_by": rejection.requested_by, "audit_seq": rejection.audit_seq }),
-        ))
-    }
-
     /// Whether a compensation of `effect` could be sent as configured.
     fn check_sendable(&self, effect: &Effect, reason: &str) -> Result<(), SettleError> {
         self.provider_for(effect)?
@@ -422,7 +227,7 @@ fn compensation_report(
     }
 }
 
-/// The effect a verb of one effect is about; `None` for any other subject.
+/// The effect a verb of one effect is about; refused for any other subject.
 fn one_effect(request: &Request) -> Result<(&str, Option<i64>), SettleError> {
     match &request.subject {
         Subject::Effect { op_key, seen } => Ok((op_key, *seen)),
@@ -432,33 +237,142 @@ fn one_effect(request: &Request) -> Result<(&str, Option<i64>), SettleError> {
     }
 }
 
-/// The row of [`super::verbs::COMPENSATE`].
+/// The row of [`super::verbs::COMPENSATE`]: a new effect with its own
+/// key, linked to the original, sent at once unless a second operator must
+/// approve it.
 pub(super) fn run<'a>(settler: &'a Settler, request: &'a Request) -> Running<'a> {
     Box::pin(async move {
         let (op_key, seen) = one_effect(request)?;
-        settler.compensate(op_key, seen, request.reason()).await
+        let reason = request.reason();
+        require_reason(reason, "compensate")?;
+        let (effect, seen) = settler.look(op_key, seen).await?;
+        // Before anything is written: a compensation we could not send is
+        // worse than none. (In any other state the ledger answers: it
+        // returns the live compensation, or says why it does not apply.)
+        if effect.state == State::Succeeded {
+            settler.check_sendable(&effect, reason)?;
+        }
+        let start =
+            compensation::compensate(&settler.pool, op_key, seen, &settler.operator, reason)
+                .await?;
+        let amount = optional_money(start.amount_minor, start.currency.as_deref());
+        match (start.status.as_str(), start.compensation_key.clone()) {
+            ("awaiting_approval", _) => {
+                let limit = optional_money(start.approval_limit_minor, start.currency.as_deref());
+                let requester = start.requested_by.clone().unwrap_or_default();
+                Ok(Settled::new(
+                    format!(
+                        "compensation of {op_key} ({amount}) is above the limit ({limit}): it waits for a \
+                         second operator's approval (requested by {requester}; `effectwatch approve {op_key}`)"
+                    ),
+                    json!({ "action": "compensate", "op_key": op_key, "status": "awaiting_approval",
+                            "requested_by": requester, "amount_minor": start.amount_minor,
+                            "currency": start.currency, "approval_limit_minor": start.approval_limit_minor,
+                            "audit_seq": start.audit_seq }),
+                ))
+            }
+            (status, Some(key)) => {
+                let dispatch = settler.dispatch_compensation(&effect, &key, reason).await?;
+                Ok(compensation_report(
+                    "compensate",
+                    op_key,
+                    status,
+                    &key,
+                    &amount,
+                    dispatch,
+                    start.audit_seq,
+                ))
+            }
+            (status, None) => Err(SettleError::Invalid(format!(
+                "the ledger answered {status} without a compensation key for {}",
+                sanitize_line(op_key)
+            ))),
+        }
     })
 }
 
-/// The row of [`super::verbs::REVERSE_DUPLICATE`].
+/// The row of [`super::verbs::REVERSE_DUPLICATE`]: reverses one extra
+/// record of an effect its provider holds twice (`ledger.op_reverse_duplicate`),
+/// a compensation of its own sent with that record as the one to reverse;
+/// the effect itself stands.
 pub(super) fn reverse_duplicate<'a>(settler: &'a Settler, request: &'a Request) -> Running<'a> {
     Box::pin(async move {
         let (op_key, seen) = one_effect(request)?;
         let duplicate_ref = request.answers.reference.trim();
-        settler
-            .reverse_duplicate(op_key, seen, duplicate_ref, request.reason())
-            .await
+        let reason = request.reason();
+        require_reason(reason, "reverse a duplicate")?;
+        let (effect, seen) = settler.look(op_key, seen).await?;
+        settler.check_sendable(&effect, reason)?;
+        let start = compensation::reverse_duplicate(
+            &settler.pool,
+            op_key,
+            seen,
+            &settler.operator,
+            reason,
+            duplicate_ref,
+        )
+        .await?;
+        let amount = optional_money(start.amount_minor, start.currency.as_deref());
+        let Some(key) = start.compensation_key.as_deref() else {
+            let limit = optional_money(start.approval_limit_minor, start.currency.as_deref());
+            return Ok(Settled::new(
+                format!(
+                    "reversing the duplicate {duplicate_ref} of {op_key} ({amount}) is above the limit \
+                     ({limit}): it waits for a second operator's approval (`effectwatch approve {op_key}`)"
+                ),
+                json!({ "action": "reverse_duplicate", "op_key": op_key, "status": start.status,
+                        "duplicate_ref": duplicate_ref, "amount_minor": start.amount_minor,
+                        "currency": start.currency, "approval_limit_minor": start.approval_limit_minor,
+                        "audit_seq": start.audit_seq }),
+            ));
+        };
+        let dispatch = settler.dispatch_compensation(&effect, key, reason).await?;
+        let mut settled = compensation_report(
+            "reverse_duplicate",
+            op_key,
+            &start.status,
+            key,
+            &amount,
+            dispatch,
+            start.audit_seq,
+        );
+        if let Some(detail) = settled.detail.as_object_mut() {
+            detail.insert("duplicate_ref".into(), json!(duplicate_ref));
+        }
+        Ok(settled)
     })
 }
 
-/// The row of [`super::verbs::SEND_COMPENSATION`]: the key is the
-/// compensation's.
+/// The row of [`super::verbs::SEND_COMPENSATION`]: sends a compensation
+/// that exists and was never dispatched, by its own key — the step its
+/// creator recorded as owed (`ledger.next_steps`).
 pub(super) fn send<'a>(settler: &'a Settler, request: &'a Request) -> Running<'a> {
     Box::pin(async move {
         let (compensation_key, _) = one_effect(request)?;
-        settler
-            .send_compensation(compensation_key, request.reason())
-            .await
+        let reason = request.reason();
+        require_reason(reason, "send a compensation")?;
+        let original_key = compensation::original_of(&settler.pool, compensation_key)
+            .await?
+            .ok_or_else(|| {
+                SettleError::Ledger(LedgerError::NotApplicable(format!(
+                    "{} is not a compensation",
+                    sanitize_line(compensation_key)
+                )))
+            })?;
+        let original = settler.effect(&original_key).await?;
+        let amount = optional_money(original.amount_minor, original.currency.as_deref());
+        let dispatch = settler
+            .dispatch_compensation(&original, compensation_key, reason)
+            .await?;
+        Ok(compensation_report(
+            "send_compensation",
+            &original_key,
+            "existing",
+            compensation_key,
+            &amount,
+            dispatch,
+            None,
+        ))
     })
 }
 
@@ -466,7 +380,39 @@ pub(super) fn send<'a>(settler: &'a Settler, request: &'a Request) -> Running<'a
 pub(super) fn approve<'a>(settler: &'a Settler, request: &'a Request) -> Running<'a> {
     Box::pin(async move {
         let (op_key, seen) = one_effect(request)?;
-        settler.approve(op_key, seen, request.reason()).await
+        let reason = request.reason();
+        require_reason(reason, "approve")?;
+        let (effect, seen) = settler.look(op_key, seen).await?;
+        if effect.state == State::Succeeded {
+            settler.check_sendable(&effect, reason)?;
+        }
+        let approval =
+            compensation::approve(&settler.pool, op_key, seen, &settler.operator, reason).await?;
+        let amount = optional_money(effect.amount_minor, effect.currency.as_deref());
+        let dispatch = settler
+            .dispatch_compensation(&effect, &approval.compensation_key, reason)
+            .await?;
+        let mut report = compensation_report(
+            "approve",
+            op_key,
+            "created",
+            &approval.compensation_key,
+            &amount,
+            dispatch,
+            Some(approval.audit_seq),
+        );
+        let what = match &approval.duplicate_ref {
+            Some(duplicate_ref) => format!("the reversal of the duplicate {duplicate_ref} of"),
+            None => "the compensation".to_string(),
+        };
+        report.summary = sanitize_line(&format!(
+            "approved {what} {} requested by {}; {}",
+            op_key, approval.requested_by, report.summary
+        ));
+        if let Some(map) = report.detail.as_object_mut() {
+            map.insert("requested_by".into(), json!(approval.requested_by));
+        }
+        Ok(report)
     })
 }
 
@@ -474,6 +420,18 @@ pub(super) fn approve<'a>(settler: &'a Settler, request: &'a Request) -> Running
 pub(super) fn reject<'a>(settler: &'a Settler, request: &'a Request) -> Running<'a> {
     Box::pin(async move {
         let (op_key, seen) = one_effect(request)?;
-        settler.reject(op_key, seen, request.reason()).await
+        let reason = request.reason();
+        require_reason(reason, "reject")?;
+        let (_, seen) = settler.look(op_key, seen).await?;
+        let rejection =
+            compensation::reject(&settler.pool, op_key, seen, &settler.operator, reason).await?;
+        Ok(Settled::new(
+            format!(
+                "rejected the compensation of {op_key} requested by {} (audit #{})",
+                rejection.requested_by, rejection.audit_seq
+            ),
+            json!({ "action": "reject", "op_key": op_key, "status": rejection.status,
+                    "requested_by": rejection.requested_by, "audit_seq": rejection.audit_seq }),
+        ))
     })
 }

@@ -62,54 +62,6 @@ impl Settler {
         Ok(name)
     }
 
-    pub(super) async fn escalate(
-        &self,
-        op_key: &str,
-        seen: Option<i64>,
-        sink: Option<&str>,
-        reason: &str,
-    ) -> Result<Settled, SettleError> {
-        require_reason(reason, "escalate")?;
-        let sink = self.choose_sink(sink)?;
-        let (_, seen) = self.look(op_key, seen).await?;
-        let started =
-            escalations::escalate(&self.pool, op_key, seen, &self.operator, reason, &sink).await?;
-        crash_point("after_escalation_recorded");
-        // A first attempt right away; failures are retried by the background loop.
-        let delivery = if matches!(started.state.as_str(), "open" | "failed") {
-            self.deliver_pass(Some(&started.escalation_key))
-                .await?
-                .into_iter()
-                .next()
-        } else {
-            None
-        };
-        let delivered = match &delivery {
-            Some(outcome) if outcome.delivered => format!("delivered to {}", outcome.sink),
-            Some(outcome) => format!(
-                "delivery to {} failed ({}), retried in the background",
-                outcome.sink,
-                outcome.error.as_deref().unwrap_or("?")
-            ),
-            None => format!("{} at {}", started.state, started.sink_name),
-        };
-        let opening = if started.status == "existing" {
-            "already escalated"
-        } else {
-            "escalated"
-        };
-        Ok(Settled::new(
-            format!(
-                "{opening} {op_key} as {} ({}): {delivered}",
-                started.escalation_key, started.decision
-            ),
-            json!({ "action": "escalate", "op_key": op_key, "status": started.status,
-                    "escalation_key": started.escalation_key, "sink": started.sink_name,
-                    "decision": started.decision, "decision_needed": started.decision_needed,
-                    "audit_seq": started.audit_seq, "delivery": delivery }),
-        ))
-    }
-
     /// One pass of the background delivery loop: delivers every escalation
     /// that is due, and returns how many were delivered.
     pub async fn deliver_due_escalations(&self) -> Result<usize, SettleError> {
@@ -136,59 +88,6 @@ impl Settler {
             .max()
             .unwrap_or_default();
         slowest * 2 + Duration::from_secs(30)
-    }
-
-    /// Escalates every `(op_key, version seen)`, each in its own
-    /// transaction with its audit entry, then delivers what was opened in
-    /// passes; what a pass cannot deliver the background loop retries.
-    pub(super) async fn escalate_many(
-        &self,
-        targets: &[(String, i64)],
-        sink: Option<&str>,
-        reason: &str,
-    ) -> Result<Settled, SettleError> {
-        require_reason(reason, "escalate")?;
-        let sink = self.choose_sink(sink)?;
-        let (mut tally, mut already) = (Tally::default(), 0usize);
-        let mut opened = Vec::new();
-        for (op_key, seen) in targets {
-            let started =
-                escalations::escalate(&self.pool, op_key, *seen, &self.operator, reason, &sink)
-                    .await;
-            match tally.counted(op_key, started) {
-                Some(started) if started.status == "existing" => already += 1,
-                Some(started) => {
-                    tally.done += 1;
-                    opened.push(started.escalation_key);
-                }
-                None => {}
-            }
-        }
-        let mut delivered = 0usize;
-        for escalation_key in &opened {
-            let outcome = self.deliver_pass(Some(escalation_key)).await?;
-            delivered += outcome.iter().filter(|o| o.delivered).count();
-        }
-        let Tally {
-            done,
-            skipped,
-            failed,
-            ..
-        } = tally;
-        Ok(Settled::new(
-            format!(
-                "escalate to {}: {done} of {} escalated ({delivered} delivered, the rest retried in \
-                 the background), {already} already escalated, {skipped} skipped (changed since or \
-                 no longer applicable), {failed} failed{}",
-                sanitize_line(&sink),
-                targets.len(),
-                tally.first_failure()
-            ),
-            json!({
-                "action": "escalate", "sink": sink, "done": done, "delivered": delivered,
-                "already": already, "skipped": skipped, "failed": failed,
-            }),
-        ))
     }
 
     async fn deliver_pass(
@@ -276,117 +175,6 @@ impl Settler {
             state: recorded.state,
         })
     }
-
-    /// Acknowledges (`resolve = false`) or resolves every escalation
-    /// named, one after the other, each in its own transaction with its
-    /// audit entry and its sink told: a failure stops nothing else. One
-    /// already in the state asked for, resolved since or gone is skipped.
-    pub(super) async fn close_escalations(
-        &self,
-        escalation_keys: &[String],
-        reason: &str,
-        resolve: bool,
-    ) -> Result<Settled, SettleError> {
-        let verb = if resolve { "resolve" } else { "acknowledge" };
-        require_reason(reason, verb)?;
-        let mut tally = Tally::default();
-        // Each one acted on and the state it is in now, for a console to
-        // show before its next read.
-        let mut states = Vec::new();
-        for escalation_key in escalation_keys {
-            let closed = match self.close_escalation(escalation_key, reason, resolve).await {
-                Ok(settled) => Ok(settled),
-                Err(SettleError::Ledger(error)) => Err(error),
-                Err(other) => Err(crate::ledger::LedgerError::Database(other.to_string())),
-            };
-            let Some(settled) = tally.counted(escalation_key, closed) else {
-                continue;
-            };
-            let state = settled.detail["state"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string();
-            if settled.detail["status"] == "changed" {
-                tally.done += 1;
-            } else {
-                tally.skipped += 1;
-            }
-            states.push(json!([escalation_key, state]));
-        }
-        let Tally {
-            done,
-            skipped,
-            failed,
-            ..
-        } = tally;
-        let already = if resolve {
-            "resolved"
-        } else {
-            "acknowledged or resolved"
-        };
-        Ok(Settled::new(
-            format!(
-                "{verb}: {done} of {} escalations done, {skipped} skipped (already {already}, or \
-                 gone), {failed} failed{}",
-                escalation_keys.len(),
-                tally.first_failure()
-            ),
-            json!({ "action": verb, "done": done, "skipped": skipped, "failed": failed,
-                    "states": states }),
-        ))
-    }
-
-    pub(super) async fn close_escalation(
-        &self,
-        escalation_key: &str,
-        reason: &str,
-        resolve: bool,
-    ) -> Result<Settled, SettleError> {
-        let (verb, done) = if resolve {
-            ("resolve", "resolved")
-        } else {
-            ("acknowledge", "acknowledged")
-        };
-        require_reason(reason, verb)?;
-        let closed = escalations::close_escalation(
-            &self.pool,
-            escalation_key,
-            &self.operator,
-            reason,
-            resolve,
-        )
-        .await?;
-        // Committed; telling the sink is best effort and reported, not fatal.
-        let sink_told = if closed.status == "changed" {
-            match self.sink(&closed.sink) {
-                Ok(sink) => {
-                    let closing = if resolve {
-                        Closing::Resolved
-                    } else {
-                        Closing::Acknowledged
-                    };
-                    match sink.close(escalation_key, closing, &self.operator).await {
-                        Ok(told) => json!(told),
-                        Err(error) => json!({ "error": error.to_string() }),
-                    }
-                }
-                Err(problem) => json!({ "error": problem }),
-            }
-        } else {
-            json!(false)
-        };
-        let summary = if closed.status == "changed" {
-            format!("{done} escalation {escalation_key} of {}", closed.op_key)
-        } else {
-            format!("escalation {escalation_key} is already {}", closed.state)
-        };
-        Ok(Settled::new(
-            summary,
-            json!({ "action": verb, "escalation_key": escalation_key, "op_key": closed.op_key,
-                    "status": closed.status, "state": closed.state, "sink": closed.sink,
-                    "sink_told": sink_told, "audit_seq": closed.audit_seq }),
-        ))
-    }
 }
 
 /// Hand an effect, or every item of a pane, to a person: the row of
@@ -396,12 +184,10 @@ pub(super) fn run<'a>(settler: &'a Settler, request: &'a Request) -> Running<'a>
         let sink = request.answers.sink.as_deref();
         match &request.subject {
             Subject::Effect { op_key, seen } => {
-                settler
-                    .escalate(op_key, *seen, sink, request.reason())
-                    .await
+                escalate_one(settler, op_key, *seen, sink, request.reason()).await
             }
             Subject::Pane { targets } => {
-                settler.escalate_many(targets, sink, request.reason()).await
+                escalate_each(settler, targets, sink, request.reason()).await
             }
             Subject::Escalation { .. } | Subject::Escalations { .. } => Err(request.unfit()),
         }
@@ -422,16 +208,238 @@ fn close<'a>(settler: &'a Settler, request: &'a Request, resolve: bool) -> Runni
     Box::pin(async move {
         match &request.subject {
             Subject::Escalation { escalation_key } => {
-                settler
-                    .close_escalation(escalation_key, request.reason(), resolve)
-                    .await
+                close_one(settler, escalation_key, request.reason(), resolve).await
             }
             Subject::Escalations { escalation_keys } => {
-                settler
-                    .close_escalations(escalation_keys, request.reason(), resolve)
-                    .await
+                close_each(settler, escalation_keys, request.reason(), resolve).await
             }
             Subject::Effect { .. } | Subject::Pane { .. } => Err(request.unfit()),
         }
     })
+}
+
+async fn escalate_one(
+    settler: &Settler,
+    op_key: &str,
+    seen: Option<i64>,
+    sink: Option<&str>,
+    reason: &str,
+) -> Result<Settled, SettleError> {
+    require_reason(reason, "escalate")?;
+    let sink = settler.choose_sink(sink)?;
+    let (_, seen) = settler.look(op_key, seen).await?;
+    let started = escalations::escalate(
+        &settler.pool,
+        op_key,
+        seen,
+        &settler.operator,
+        reason,
+        &sink,
+    )
+    .await?;
+    crash_point("after_escalation_recorded");
+    // A first attempt right away; failures are retried by the background loop.
+    let delivery = if matches!(started.state.as_str(), "open" | "failed") {
+        settler
+            .deliver_pass(Some(&started.escalation_key))
+            .await?
+            .into_iter()
+            .next()
+    } else {
+        None
+    };
+    let delivered = match &delivery {
+        Some(outcome) if outcome.delivered => format!("delivered to {}", outcome.sink),
+        Some(outcome) => format!(
+            "delivery to {} failed ({}), retried in the background",
+            outcome.sink,
+            outcome.error.as_deref().unwrap_or("?")
+        ),
+        None => format!("{} at {}", started.state, started.sink_name),
+    };
+    let opening = if started.status == "existing" {
+        "already escalated"
+    } else {
+        "escalated"
+    };
+    Ok(Settled::new(
+        format!(
+            "{opening} {op_key} as {} ({}): {delivered}",
+            started.escalation_key, started.decision
+        ),
+        json!({ "action": "escalate", "op_key": op_key, "status": started.status,
+                "escalation_key": started.escalation_key, "sink": started.sink_name,
+                "decision": started.decision, "decision_needed": started.decision_needed,
+                "audit_seq": started.audit_seq, "delivery": delivery }),
+    ))
+}
+
+/// Escalates every `(op_key, version seen)`, each in its own
+/// transaction with its audit entry, then delivers what was opened in
+/// passes; what a pass cannot deliver the background loop retries.
+async fn escalate_each(
+    settler: &Settler,
+    targets: &[(String, i64)],
+    sink: Option<&str>,
+    reason: &str,
+) -> Result<Settled, SettleError> {
+    require_reason(reason, "escalate")?;
+    let sink = settler.choose_sink(sink)?;
+    let (mut tally, mut already) = (Tally::default(), 0usize);
+    let mut opened = Vec::new();
+    for (op_key, seen) in targets {
+        let started = escalations::escalate(
+            &settler.pool,
+            op_key,
+            *seen,
+            &settler.operator,
+            reason,
+            &sink,
+        )
+        .await;
+        match tally.counted(op_key, started) {
+            Some(started) if started.status == "existing" => already += 1,
+            Some(started) => {
+                tally.done += 1;
+                opened.push(started.escalation_key);
+            }
+            None => {}
+        }
+    }
+    let mut delivered = 0usize;
+    for escalation_key in &opened {
+        let outcome = settler.deliver_pass(Some(escalation_key)).await?;
+        delivered += outcome.iter().filter(|o| o.delivered).count();
+    }
+    let Tally {
+        done,
+        skipped,
+        failed,
+        ..
+    } = tally;
+    Ok(Settled::new(
+        format!(
+            "escalate to {}: {done} of {} escalated ({delivered} delivered, the rest retried in \
+             the background), {already} already escalated, {skipped} skipped (changed since or \
+             no longer applicable), {failed} failed{}",
+            sanitize_line(&sink),
+            targets.len(),
+            tally.first_failure()
+        ),
+        json!({
+            "action": "escalate", "sink": sink, "done": done, "delivered": delivered,
+            "already": already, "skipped": skipped, "failed": failed,
+        }),
+    ))
+}
+
+/// Acknowledges (`resolve = false`) or resolves every escalation
+/// named, one after the other, each in its own transaction with its
+/// audit entry and its sink told: a failure stops nothing else. One
+/// already in the state asked for, resolved since or gone is skipped.
+async fn close_each(
+    settler: &Settler,
+    escalation_keys: &[String],
+    reason: &str,
+    resolve: bool,
+) -> Result<Settled, SettleError> {
+    let verb = if resolve { "resolve" } else { "acknowledge" };
+    require_reason(reason, verb)?;
+    let mut tally = Tally::default();
+    // Each one acted on and the state it is in now, for a console to
+    // show before its next read.
+    let mut states = Vec::new();
+    for escalation_key in escalation_keys {
+        let closed = match close_one(settler, escalation_key, reason, resolve).await {
+            Ok(settled) => Ok(settled),
+            Err(SettleError::Ledger(error)) => Err(error),
+            Err(other) => Err(crate::ledger::LedgerError::Database(other.to_string())),
+        };
+        let Some(settled) = tally.counted(escalation_key, closed) else {
+            continue;
+        };
+        let state = settled.detail["state"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        if settled.detail["status"] == "changed" {
+            tally.done += 1;
+        } else {
+            tally.skipped += 1;
+        }
+        states.push(json!([escalation_key, state]));
+    }
+    let Tally {
+        done,
+        skipped,
+        failed,
+        ..
+    } = tally;
+    let already = if resolve {
+        "resolved"
+    } else {
+        "acknowledged or resolved"
+    };
+    Ok(Settled::new(
+        format!(
+            "{verb}: {done} of {} escalations done, {skipped} skipped (already {already}, or \
+             gone), {failed} failed{}",
+            escalation_keys.len(),
+            tally.first_failure()
+        ),
+        json!({ "action": verb, "done": done, "skipped": skipped, "failed": failed,
+                "states": states }),
+    ))
+}
+
+async fn close_one(
+    settler: &Settler,
+    escalation_key: &str,
+    reason: &str,
+    resolve: bool,
+) -> Result<Settled, SettleError> {
+    let (verb, done) = if resolve {
+        ("resolve", "resolved")
+    } else {
+        ("acknowledge", "acknowledged")
+    };
+    require_reason(reason, verb)?;
+    let closed = escalations::close_escalation(
+        &settler.pool,
+        escalation_key,
+        &settler.operator,
+        reason,
+        resolve,
+    )
+    .await?;
+    // Committed; telling the sink is best effort and reported, not fatal.
+    let sink_told = if closed.status == "changed" {
+        match settler.sink(&closed.sink) {
+            Ok(sink) => {
+                let closing = if resolve {
+                    Closing::Resolved
+                } else {
+                    Closing::Acknowledged
+                };
+                match sink.close(escalation_key, closing, &settler.operator).await {
+                    Ok(told) => json!(told),
+                    Err(error) => json!({ "error": error.to_string() }),
+                }
+            }
+            Err(problem) => json!({ "error": problem }),
+        }
+    } else {
+        json!(false)
+    };
+    let summary = if closed.status == "changed" {
+        format!("{done} escalation {escalation_key} of {}", closed.op_key)
+    } else {
+        format!("escalation {escalation_key} is already {}", closed.state)
+    };
+    Ok(Settled::new(
+        summary,
+        json!({ "action": verb, "escalation_key": escalation_key, "op_key": closed.op_key,
+                "status": closed.status, "state": closed.state, "sink": closed.sink,
+                "sink_told": sink_told, "audit_seq": closed.audit_seq }),
+    ))
 }

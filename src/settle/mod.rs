@@ -413,7 +413,10 @@ impl Settler {
             let gate = gate.clone();
             tasks.spawn(async move {
                 let _permit = gate.acquire_owned().await;
-                let result = settler.reconcile(&op_key, Some(seen)).await;
+                let result = settler
+                    .reconcile_effect(&op_key, Some(seen))
+                    .await
+                    .map(|reconciled| reconciled.settled);
                 (index, BulkItem { op_key, result })
             });
         }

@@ -29,14 +29,6 @@ pub struct Reconciled {
 }
 
 impl Settler {
-    pub(super) async fn reconcile(
-        &self,
-        op_key: &str,
-        seen: Option<i64>,
-    ) -> Result<Settled, SettleError> {
-        Ok(self.reconcile_effect(op_key, seen).await?.settled)
-    }
-
     /// Asks the provider about one effect and records the finding; refused
     /// like any writing request when read-only.
     pub async fn reconcile_effect(
@@ -180,7 +172,9 @@ fn report(
 pub(super) fn run<'a>(settler: &'a Settler, request: &'a Request) -> Running<'a> {
     Box::pin(async move {
         match &request.subject {
-            Subject::Effect { op_key, seen } => settler.reconcile(op_key, *seen).await,
+            Subject::Effect { op_key, seen } => {
+                Ok(settler.reconcile_effect(op_key, *seen).await?.settled)
+            }
             Subject::Pane { targets } => Ok(bulk_settled(
                 &settler.reconcile_many(targets.clone()).await?,
             )),
