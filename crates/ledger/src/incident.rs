@@ -6,12 +6,15 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
 
+use super::panes::Pane;
 use super::{LedgerError, LedgerPool};
 
-/// An item that entered a pane in the span (`ledger.pane_entries`).
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct PaneEntryRow {
-    pub pane: String,
+/// An item that entered a pane in the span (`ledger.pane_entries`), as of
+/// the span's end once [`PaneEntry::as_of`] has cut it there.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, sqlx::FromRow)]
+pub struct PaneEntry {
+    #[sqlx(try_from = "String")]
+    pub pane: Pane,
     pub effect_id: i64,
     pub op_key: String,
     pub target: String,
@@ -19,8 +22,29 @@ pub struct PaneEntryRow {
     pub amount_minor: Option<i64>,
     pub currency: Option<String>,
     pub entered_at: DateTime<Utc>,
+    /// When it left the pane, if it did by the end of the span.
     pub resolved_at: Option<DateTime<Utc>>,
+    /// What it became: a state, or `dispatched` for a deadline reset.
     pub resolved_to: Option<String>,
+    /// Entry to resolution, or to the end of the span while still open.
+    #[sqlx(skip)]
+    pub duration_ms: i64,
+}
+
+impl PaneEntry {
+    /// As of `until`: a resolution after it is not one yet.
+    pub fn as_of(mut self, until: DateTime<Utc>) -> PaneEntry {
+        if self.resolved_at.is_some_and(|at| at > until) {
+            self.resolved_at = None;
+            self.resolved_to = None;
+        }
+        self.duration_ms = (self.resolved_at.unwrap_or(until) - self.entered_at).num_milliseconds();
+        self
+    }
+
+    pub fn is_open(&self) -> bool {
+        self.resolved_at.is_none()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
@@ -61,8 +85,8 @@ pub struct Span<'a> {
 pub async fn pane_entries(
     pool: &LedgerPool,
     span: Span<'_>,
-) -> Result<Vec<PaneEntryRow>, LedgerError> {
-    Ok(sqlx::query_as::<_, PaneEntryRow>(
+) -> Result<Vec<PaneEntry>, LedgerError> {
+    Ok(sqlx::query_as::<_, PaneEntry>(
         "select pane, effect_id, op_key, target, action, amount_minor, currency, entered_at,
                 resolved_at, resolved_to
            from ledger.pane_entries($1, $2, $3, $4)",

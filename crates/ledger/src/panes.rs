@@ -56,6 +56,14 @@ impl fmt::Display for Pane {
     }
 }
 
+/// A pane's name as the ledger's functions write it.
+impl TryFrom<String> for Pane {
+    type Error = LedgerError;
+    fn try_from(name: String) -> Result<Self, Self::Error> {
+        name.parse().map_err(LedgerError::Database)
+    }
+}
+
 impl FromStr for Pane {
     type Err = String;
     fn from_str(text: &str) -> Result<Self, Self::Err> {

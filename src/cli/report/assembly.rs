@@ -41,30 +41,7 @@ impl ReportScope {
     }
 }
 
-/// One item that entered a pane in the range.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct PaneEntry {
-    pub pane: Pane,
-    pub effect_id: i64,
-    pub op_key: String,
-    pub target: String,
-    pub action: String,
-    pub amount_minor: Option<i64>,
-    pub currency: Option<String>,
-    pub entered_at: DateTime<Utc>,
-    /// When it left the pane, if it did by the end of the range.
-    pub resolved_at: Option<DateTime<Utc>>,
-    /// What it became: a state, or `dispatched` for a deadline reset.
-    pub resolved_to: Option<String>,
-    /// Entry to resolution, or to the end of the range while still open.
-    pub duration_ms: i64,
-}
-
-impl PaneEntry {
-    pub fn is_open(&self) -> bool {
-        self.resolved_at.is_none()
-    }
-}
+pub use crate::ledger::incident::PaneEntry;
 
 /// Per pane: how many entered, were resolved by the end, and how long that took.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -182,7 +159,7 @@ pub async fn build(
             action_like: action_like.as_deref(),
         };
         for row in incident::pane_entries(pool, span).await? {
-            entries.push(entry(row, scope.until)?);
+            entries.push(row.as_of(scope.until));
         }
         reconciliations.extend(incident::reconciliations(pool, span).await?);
         operator_actions.extend(incident::operator_actions(pool, span).await?);
@@ -233,29 +210,6 @@ pub async fn build(
 fn fraction(scope: &ReportScope, read_until: DateTime<Utc>) -> f64 {
     let total = (scope.until - scope.since).num_milliseconds().max(1) as f64;
     ((read_until - scope.since).num_milliseconds() as f64 / total).clamp(0.0, 1.0)
-}
-
-/// An entry as of the end of the range: a resolution after it is not one yet.
-fn entry(row: incident::PaneEntryRow, until: DateTime<Utc>) -> Result<PaneEntry, LedgerError> {
-    let pane: Pane = row.pane.parse().map_err(LedgerError::Database)?;
-    let (resolved_at, resolved_to) = match row.resolved_at {
-        Some(at) if at <= until => (Some(at), row.resolved_to),
-        _ => (None, None),
-    };
-    let duration_ms = (resolved_at.unwrap_or(until) - row.entered_at).num_milliseconds();
-    Ok(PaneEntry {
-        pane,
-        effect_id: row.effect_id,
-        op_key: row.op_key,
-        target: row.target,
-        action: row.action,
-        amount_minor: row.amount_minor,
-        currency: row.currency,
-        entered_at: row.entered_at,
-        resolved_at,
-        resolved_to,
-        duration_ms,
-    })
 }
 
 /// Per pane, in the panes' order.
