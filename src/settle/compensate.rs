@@ -6,7 +6,6 @@
 
 use serde_json::{Value, json};
 
-use super::verbs::Subject;
 use super::{Request, Running, SettleError, Settled, Settler, require_reason};
 use crate::adapters::provider::{
     CompensationAnswer, CompensationOutcome, EffectQuery, Prepared, Provider,
@@ -229,12 +228,7 @@ fn compensation_report(
 
 /// The effect a verb of one effect is about; refused for any other subject.
 fn one_effect(request: &Request) -> Result<(&str, Option<i64>), SettleError> {
-    match &request.subject {
-        Subject::Effect { op_key, seen } => Ok((op_key, *seen)),
-        Subject::Pane { .. } | Subject::Escalation { .. } | Subject::Escalations { .. } => {
-            Err(request.unfit())
-        }
-    }
+    request.effect().ok_or_else(|| request.unfit())
 }
 
 /// The row of [`super::verbs::COMPENSATE`]: a new effect with its own

@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::json;
 
-use super::verbs::Subject;
 use super::{Request, Running, SettleError, Settled, Settler, Tally, require_reason};
 use crate::adapters::RetryConfig;
 use crate::adapters::sink::Closing;
@@ -182,14 +181,12 @@ impl Settler {
 pub(super) fn run<'a>(settler: &'a Settler, request: &'a Request) -> Running<'a> {
     Box::pin(async move {
         let sink = request.answers.sink.as_deref();
-        match &request.subject {
-            Subject::Effect { op_key, seen } => {
-                escalate_one(settler, op_key, *seen, sink, request.reason()).await
-            }
-            Subject::Pane { targets } => {
-                escalate_each(settler, targets, sink, request.reason()).await
-            }
-            Subject::Escalation { .. } | Subject::Escalations { .. } => Err(request.unfit()),
+        if let Some((op_key, seen)) = request.effect() {
+            escalate_one(settler, op_key, seen, sink, request.reason()).await
+        } else if let Some(targets) = request.pane() {
+            escalate_each(settler, targets, sink, request.reason()).await
+        } else {
+            Err(request.unfit())
         }
     })
 }
@@ -206,14 +203,12 @@ pub(super) fn resolve<'a>(settler: &'a Settler, request: &'a Request) -> Running
 
 fn close<'a>(settler: &'a Settler, request: &'a Request, resolve: bool) -> Running<'a> {
     Box::pin(async move {
-        match &request.subject {
-            Subject::Escalation { escalation_key } => {
-                close_one(settler, escalation_key, request.reason(), resolve).await
-            }
-            Subject::Escalations { escalation_keys } => {
-                close_each(settler, escalation_keys, request.reason(), resolve).await
-            }
-            Subject::Effect { .. } | Subject::Pane { .. } => Err(request.unfit()),
+        if let Some(escalation_key) = request.escalation() {
+            close_one(settler, escalation_key, request.reason(), resolve).await
+        } else if let Some(escalation_keys) = request.escalations() {
+            close_each(settler, escalation_keys, request.reason(), resolve).await
+        } else {
+            Err(request.unfit())
         }
     })
 }

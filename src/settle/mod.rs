@@ -161,6 +161,38 @@ impl Request {
         }
     }
 
+    /// The effect and the version seen, when the request is about one.
+    pub(crate) fn effect(&self) -> Option<(&str, Option<i64>)> {
+        match &self.subject {
+            Subject::Effect { op_key, seen } => Some((op_key, *seen)),
+            _ => None,
+        }
+    }
+
+    /// Every `(op_key, version seen)`, when the request is about a pane.
+    pub(crate) fn pane(&self) -> Option<&[(String, i64)]> {
+        match &self.subject {
+            Subject::Pane { targets } => Some(targets),
+            _ => None,
+        }
+    }
+
+    /// The escalation's key, when the request is about one.
+    pub(crate) fn escalation(&self) -> Option<&str> {
+        match &self.subject {
+            Subject::Escalation { escalation_key } => Some(escalation_key),
+            _ => None,
+        }
+    }
+
+    /// Every escalation's key, when the request is about a view of them.
+    pub(crate) fn escalations(&self) -> Option<&[String]> {
+        match &self.subject {
+            Subject::Escalations { escalation_keys } => Some(escalation_keys),
+            _ => None,
+        }
+    }
+
     /// Why, as the operator gave it.
     pub(crate) fn reason(&self) -> &str {
         &self.answers.reason

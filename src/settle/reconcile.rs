@@ -9,7 +9,6 @@ use std::time::Instant;
 use serde_json::{Value, json};
 
 use super::finding::{Assessment, assess};
-use super::verbs::Subject;
 use super::{Request, Running, SettleError, Settled, Settler, bulk_settled};
 use crate::adapters::provider::{EffectQuery, Provider};
 use crate::ledger::State;
@@ -171,14 +170,14 @@ fn report(
 /// [`super::verbs::RECONCILE`].
 pub(super) fn run<'a>(settler: &'a Settler, request: &'a Request) -> Running<'a> {
     Box::pin(async move {
-        match &request.subject {
-            Subject::Effect { op_key, seen } => {
-                Ok(settler.reconcile_effect(op_key, *seen).await?.settled)
-            }
-            Subject::Pane { targets } => Ok(bulk_settled(
-                &settler.reconcile_many(targets.clone()).await?,
-            )),
-            Subject::Escalation { .. } | Subject::Escalations { .. } => Err(request.unfit()),
+        if let Some((op_key, seen)) = request.effect() {
+            Ok(settler.reconcile_effect(op_key, seen).await?.settled)
+        } else if let Some(targets) = request.pane() {
+            Ok(bulk_settled(
+                &settler.reconcile_many(targets.to_vec()).await?,
+            ))
+        } else {
+            Err(request.unfit())
         }
     })
 }
