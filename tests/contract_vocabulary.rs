@@ -183,16 +183,13 @@ async fn every_audited_write_a_person_makes_is_a_row_of_the_verb_table_or_the_le
             write.function
         );
         if write.role.starts_with("effect_") {
-            let may: bool = sqlx::query_scalar(
-                "select has_function_privilege($1, p.oid, 'execute') from pg_proc p
-                  join pg_namespace n on n.oid = p.pronamespace
-                 where n.nspname || '.' || p.proname = $2",
-            )
-            .bind(write.role)
-            .bind(write.function)
-            .fetch_one(&db.pool)
-            .await
-            .unwrap();
+            let may: bool =
+                sqlx::query_scalar("select has_function_privilege($1, to_regproc($2), 'execute')")
+                    .bind(write.role)
+                    .bind(write.function)
+                    .fetch_one(&db.pool)
+                    .await
+                    .unwrap();
             assert!(may, "{} may not call {}", write.role, write.function);
         }
         let mut words: Vec<&str> = write
