@@ -1907,3 +1907,123 @@ async fn one_call_begins_and_claims_and_a_rejected_call_is_told_what_it_changed(
     );
     assert_eq!(effect(pool, key).await.state, State::Succeeded);
 }
+
+/// What an effect's history, attempts and lease say of it: the same whether
+/// it was begun and claimed in one call or in two.
+async fn as_recorded(pool: &LedgerPool, op_key: &str) -> Vec<String> {
+    sqlx::query_scalar(
+        "select format('version %s %s -> %s by %s (%s), reason %s, dispatched %s, due %s', h.version,
+                       h.from_state, h.state, h.actor, h.db_role, h.reason, h.dispatched_at is not null,
+                       h.deadline_at - coalesce(h.dispatched_at, e.created_at))
+           from ledger.effect_history h join ledger.effects e on e.id = h.effect_id
+          where e.op_key = $1
+         union all
+         select format('row version %s, creation stored %s, latest in row %s, dispatched by %s as %s',
+                       e.version, e.creation_version_stored, e.latest_version_in_row, e.dispatched_by,
+                       e.dispatched_role)
+           from ledger.effects e where e.op_key = $1
+         union all
+         select format('attempt %s by %s, request %s', a.kind, a.requested_by, a.request_id)
+           from ledger.attempts a where a.op_key = $1
+         union all
+         select format('lease %s for %s', w.lease, w.worker)
+           from ledger.worker_leases w join ledger.effects e on e.id = w.effect_id where e.op_key = $1
+         order by 1",
+    )
+    .bind(op_key)
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+/// A new key begun and dispatched in one call is written once — inserted
+/// claimed, not inserted and then updated — and reads exactly as one begun
+/// and claimed in two calls: two versions, one dispatch attempt, its lease.
+#[tokio::test]
+async fn a_new_key_claimed_as_it_is_begun_is_written_once_and_reads_as_two_calls() {
+    let db = common::test_db().await;
+    let pool = &db.pool;
+    let mut one_call = refund("refund:INV-995:v1", "invoice:INV-995");
+    one_call.request_id = Some("req-1".into());
+    let mut two_calls = refund("refund:INV-996:v1", "invoice:INV-996");
+    two_calls.request_id = Some("req-1".into());
+    let lease = Some(std::time::Duration::from_secs(30));
+
+    let mut transaction = pool.begin().await.unwrap();
+    let started = begin_and_dispatch(&mut transaction, &one_call, "worker-1", false, lease)
+        .await
+        .unwrap()
+        .expect("the caller's own key");
+    let (inserted, updated): (i64, i64) = sqlx::query_as(
+        "select n_tup_ins, n_tup_upd from pg_stat_xact_user_tables
+          where schemaname = 'ledger' and relname = 'effects'",
+    )
+    .fetch_one(&mut transaction)
+    .await
+    .unwrap();
+    transaction.commit().await.unwrap();
+    assert_eq!(started.begun.decision, Decision::Proceed);
+    assert!(started.dispatched);
+    assert_eq!(started.heartbeat_lease, lease);
+    assert_eq!((inserted, updated), (1, 0), "one write of the row");
+
+    begin_effect(pool, &two_calls).await.unwrap();
+    sqlx::query(
+        "select * from ledger.mark_dispatched(op_key => $1, request_id => 'req-1', worker => 'worker-1',
+                                              heartbeat_lease => interval '30 seconds')",
+    )
+    .bind(&two_calls.op_key)
+    .execute(pool)
+    .await
+    .unwrap();
+
+    let once = as_recorded(pool, &one_call.op_key).await;
+    assert_eq!(once, as_recorded(pool, &two_calls.op_key).await);
+    assert_eq!(
+        version_states(pool, &one_call.op_key).await,
+        ["pending", "pending"]
+    );
+    assert!(
+        once.contains(&"attempt dispatch by worker-1, request req-1".to_string()),
+        "{once:?}"
+    );
+
+    // The completion after it is the third version, as after two calls.
+    for key in [&one_call.op_key, &two_calls.op_key] {
+        complete_effect(
+            pool,
+            key,
+            Outcome::Succeeded,
+            &done("re_1", json!({"refund_id": "re_1"})),
+        )
+        .await
+        .unwrap();
+    }
+    assert_eq!(
+        version_states(pool, &one_call.op_key).await,
+        version_states(pool, &two_calls.op_key).await
+    );
+    assert_eq!(effect(pool, &one_call.op_key).await.version, 3);
+}
+
+/// Only a claim made as the key is created may insert an effect at version
+/// 2: a row written by hand at 2 would give it a history nobody made.
+#[tokio::test]
+async fn an_effect_inserted_at_version_two_that_is_no_claim_is_refused() {
+    let db = common::test_db().await;
+    let refused = sqlx::query(
+        "insert into ledger.effects (op_key, action, target, params, params_hash, requested_by,
+                                     owner_role, state, pending_window, deadline_at, version)
+         values ('k-2', 'refund', 'invoice:1', '{}', ledger.params_hash('{}'), 'agent-7', session_user,
+                 'pending', interval '5 minutes', now() + interval '5 minutes', 2)",
+    )
+    .execute(&db.pool)
+    .await
+    .expect_err("a version 2 that was never claimed");
+    assert!(
+        refused
+            .to_string()
+            .contains("at 2 only when claimed as it is created"),
+        "{refused}"
+    );
+}

@@ -24,6 +24,8 @@ declare
     ignored text;
     answer ledger.begin_answer;
     claim record;
+    claimed_effect ledger.effects;
+    lease interval;
     refused_answer constant ledger.dispatch_answer :=
         ('refused', null, null, null, false, null, null, null)::ledger.dispatch_answer;
 begin
@@ -33,19 +35,20 @@ begin
                                        begin_and_dispatch.request_id) then
         return refused_answer;
     end if;
-    answer := ledger.begin_effect(
+    answer := ledger.begin_checked(
         op_key => begin_and_dispatch.op_key, action => begin_and_dispatch.action,
         target => begin_and_dispatch.target, params => begin_and_dispatch.params,
         requested_by => begin_and_dispatch.requested_by, pending_window => begin_and_dispatch.pending_window,
         amount_minor => begin_and_dispatch.amount_minor, currency => begin_and_dispatch.currency,
         provider => begin_and_dispatch.provider, approval_ref => begin_and_dispatch.approval_ref,
         approval_version => begin_and_dispatch.approval_version, request_id => begin_and_dispatch.request_id,
-        during => begin_and_dispatch.during);
+        during => begin_and_dispatch.during,
+        claim => begin_and_dispatch.dispatch, worker => begin_and_dispatch.worker);
     if answer.decision is null or answer.decision = 'refused' then
         return refused_answer;
     end if;
     -- Another caller of this login made the key while this one asked.
-    if begin_and_dispatch.as_requester and answer.decision not in ('proceed', 'overlap')
+    if begin_and_dispatch.as_requester and answer.decision not in ('proceed', 'claimed', 'overlap')
        and ledger.refused_to_requester(begin_and_dispatch.op_key, begin_and_dispatch.requested_by,
                                        begin_and_dispatch.request_id) then
         if answer.decision = 'retry' then
@@ -56,6 +59,21 @@ begin
                 target => begin_and_dispatch.target);
         end if;
         return refused_answer;
+    end if;
+    -- A new key, claimed as it was created: the rest of claim_dispatch's
+    -- work, its attempt and the lease.
+    if answer.decision = 'claimed' then
+        claimed_effect.id := answer.effect_id;
+        claimed_effect.op_key := begin_and_dispatch.op_key;
+        perform ledger.record_attempt(claimed_effect, 'dispatch', begin_and_dispatch.worker,
+                                      begin_and_dispatch.request_id, null);
+        if begin_and_dispatch.heartbeat_lease is not null then
+            -- Refused, it undoes the claim with everything else: one statement.
+            perform ledger.check_lease(begin_and_dispatch.heartbeat_lease);
+            lease := ledger.lease_in_force(lower(btrim(begin_and_dispatch.action)), begin_and_dispatch.heartbeat_lease);
+            perform ledger.start_lease(answer.effect_id, begin_and_dispatch.worker, lease);
+        end if;
+        return ('proceed', answer.effect_id, answer.state, null, true, null, null, lease)::ledger.dispatch_answer;
     end if;
     if answer.decision in ('proceed', 'retry') and begin_and_dispatch.dispatch then
         select c.claimed, c.state, c.refused, c.lease_in_force into claim

@@ -103,6 +103,29 @@ begin
         end if;
         new.state_since := now();
         new.updated_at := now();
+        -- Claimed as it is created (begin_and_dispatch on a new key): one
+        -- write for what begin and claim write in two, and the same two
+        -- versions, both the row's own — the creation from its creation
+        -- columns, the claim from the row. Only when that is exactly what
+        -- the two writes would have made.
+        if new.version = 2 then
+            if not (new.state = 'pending' and new.created_at = now() and new.dispatched_at = now()
+                    and new.deadline_at = now() + new.pending_window
+                    and num_nulls(new.external_ref, new.failure_reason, new.retryable, new.late_result_at,
+                                  new.attention, new.settled_at, new.held_by, new.duplicates_acknowledged_at,
+                                  new.error_class, new.retry_not_before) = 10
+                    and ledger.current_actor() = new.requested_by
+                    and new.owner_role = session_user::text
+                    and new.dispatched_role = session_user::text
+                    and nullif(current_setting('ledger.reason', true), '') is null) then
+                raise exception 'ledger: effect % is created at version 1, or at 2 only when claimed as it is created by its requester''s login',
+                    new.op_key
+                    using errcode = 'check_violation';
+            end if;
+            new.creation_version_stored := false;
+            new.latest_version_in_row := true;
+            return new;
+        end if;
         new.latest_version_in_row := false;
         -- The version an effect is created with is a row of its own only
         -- when the row's creation columns cannot say it (0001): created

@@ -5,6 +5,11 @@
 -- created here. Each branch is a function of its own, called only when it
 -- is taken: nearly every call is a new key, pending, which this function
 -- answers alone, with its one insert (a function call costs every writer).
+-- A caller that dispatches at once (begin_and_dispatch) says `claim`: such a
+-- new key is then inserted claimed by `worker` — one write, not an insert
+-- and an update — and answered 'claimed' instead of 'proceed'; its caller
+-- records the dispatch attempt and starts the lease, as claim_dispatch does.
+-- Any other answer has claimed nothing.
 create or replace function ledger.open_effect(
     op_key           text,
     action           text,
@@ -18,7 +23,9 @@ create or replace function ledger.open_effect(
     approval_ref     text     default null,
     approval_version integer  default null,
     request_id       text     default null,
-    during           tstzrange default null
+    during           tstzrange default null,
+    claim            boolean  default false,
+    worker           text     default null
 ) returns ledger.begin_answer
 language plpgsql
 as $$
@@ -115,7 +122,8 @@ begin
         insert into ledger.effects as e (
             op_key, action, target, params, params_hash, amount_minor, currency, provider,
             requested_by, owner_role, approval_ref, approval_version, request_id, state, pending_window,
-            deadline_at, held_by, during, double_candidate)
+            deadline_at, held_by, during, double_candidate,
+            version, dispatched_at, dispatched_by, dispatched_role)
         select
             open_effect.op_key, open_effect.action, open_effect.target, offered_params, offered_hash,
             open_effect.amount_minor, upper(open_effect.currency), open_effect.provider,
@@ -130,7 +138,13 @@ begin
             -- second effect of this target and action can begin meanwhile.
             exists (select 1 from ledger.effects x
                      where x.target = open_effect.target and x.action = open_effect.action)
-            or coalesce(open_effect.amount_minor > ledger.approved_amount(offered_params), false)
+            or coalesce(open_effect.amount_minor > ledger.approved_amount(offered_params), false),
+            -- Claimed as it is created: version 2, as begin and a claim
+            -- would leave it (the guard checks it is exactly that).
+            case when claiming then 2 else 1 end,
+            case when claiming then now() end,
+            case when claiming then open_effect.worker end,
+            case when claiming then session_user end
           from (select 1) one
           -- A held effect points at the open one actually in the way: the
           -- oldest pending or unknown one, else the oldest held one (what
@@ -144,6 +158,9 @@ begin
                  order by (h.state = 'held'), h.created_at
                  limit 1) holder
             on refusal is null and (policy.exclusive_per_target or policy.conflicts_by_time_range)
+          -- Only the plain new key is claimed here: pending, on the first try.
+          cross join lateral (select open_effect.claim and first_try and holder.holder_id is null
+                                     as claiming) claimed
          -- On the first try these two are what the full path would have
          -- found; after it, they find what a racing caller made meanwhile.
          -- The conflict clause alone would not do for a taken key: the
@@ -158,7 +175,8 @@ begin
         -- A new key, pending, on the first try: what nearly every call is,
         -- answered by one condition.
         if found and created.state = 'pending' and first_try then
-            return ('proceed', created.id, created.state, null::jsonb)::ledger.begin_answer;
+            return (case when open_effect.claim then 'claimed' else 'proceed' end,
+                    created.id, created.state, null::jsonb)::ledger.begin_answer;
         end if;
         if found then
             return ledger.answer_new_key(created.id, created.state, created.held_by, created.target,
@@ -172,4 +190,4 @@ begin
 end
 $$;
 
-revoke all on function ledger.open_effect(text,text,text,jsonb,text,interval,bigint,text,text,text,integer,text,tstzrange) from public;
+revoke all on function ledger.open_effect(text,text,text,jsonb,text,interval,bigint,text,text,text,integer,text,tstzrange,boolean,text) from public;
