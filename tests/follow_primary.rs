@@ -189,3 +189,53 @@ async fn a_server_that_ends_the_connection_or_stops_taking_writes_is_out_of_reac
     let sorted = LedgerError::from_sqlx(lost);
     assert!(sorted.is_connection(), "{sorted:?}");
 }
+
+/// A pooled connection idle for a second or more is asked whether its
+/// server is still there before it is handed out, so one the server ended
+/// meanwhile costs no call; one used within the second is handed out as it
+/// is (asking every time was a round trip on every writer call), and a
+/// call on it that meets a server gone is an error that says so.
+#[tokio::test]
+async fn a_connection_idle_a_second_is_asked_before_use_and_a_busy_one_is_not() {
+    let db = common::test_db().await;
+    let mut settings = ConnectSettings::new(db.url.clone());
+    settings.max_connections = 1;
+    let pool = ledger::connect(&settings).await.unwrap();
+    let backend = || async {
+        sqlx::query_scalar::<_, i32>("select pg_backend_pid()")
+            .fetch_one(&pool)
+            .await
+    };
+    let admin = &db.pool;
+    let end = |pid: i32| async move {
+        // Waits until it is gone, so the next call meets a closed connection.
+        let ended: bool = sqlx::query_scalar("select pg_terminate_backend($1, 5000)")
+            .bind(pid)
+            .fetch_one(admin)
+            .await
+            .unwrap();
+        assert!(ended);
+    };
+
+    let first = backend().await.unwrap();
+    // The pool asks a connection as it takes it back (in a task of its
+    // own): that is over before this one is ended, idle in the pool.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    end(first).await;
+    let lost = backend()
+        .await
+        .expect_err("a connection used a moment ago is not asked first");
+    assert!(
+        ledger::LedgerError::from_sqlx(lost).is_connection(),
+        "the error says the connection is gone"
+    );
+
+    let second = backend().await.unwrap();
+    assert_ne!(second, first, "a new connection after the lost one");
+    end(second).await;
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let third = backend()
+        .await
+        .expect("a connection idle a second is asked, and replaced when its server ended it");
+    assert_ne!(third, second);
+}

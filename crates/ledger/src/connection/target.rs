@@ -6,6 +6,14 @@ use sqlx::{Connection, Executor, PgConnection, Row};
 
 use crate::LedgerError;
 
+/// A connection idle this long is asked whether its server is still there
+/// before it is handed out; one used more recently is handed out as it is
+/// (the pool asked it as it took it back). Asking every time cost a round
+/// trip before every call, on the writer's path too; a server gone within
+/// the second fails that one call, whose error sends the pool looking for
+/// the server again, as a failed ask would.
+const ASKED_AFTER_IDLE: Duration = Duration::from_secs(1);
+
 /// What stands between effectwatch and the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Pooler {
@@ -77,6 +85,15 @@ impl ConnectSettings {
         Ok(PgPoolOptions::new()
             .max_connections(self.max_connections)
             .acquire_timeout(self.connect_timeout)
+            .test_before_acquire(false)
+            .before_acquire(|connection, taken| {
+                Box::pin(async move {
+                    if taken.idle_for >= ASKED_AFTER_IDLE {
+                        connection.ping().await?;
+                    }
+                    Ok(true)
+                })
+            })
             .connect_lazy_with(self.options_for(url, pooler)?))
     }
 }
