@@ -6,10 +6,12 @@
 //!
 //! cargo bench --bench gateway
 //! EW_GATEWAY_ROUNDS (default 8) and EW_GATEWAY_CALLS (per round, default 40)
-//! make it longer; DATABASE_URL picks the server, else a private cluster
+//! make it longer; EW_GATEWAY_PAUSE_MS spaces the calls as a model's turns
+//! do (default 0: back to back); DATABASE_URL picks the server, else a private cluster
 //! with durable settings is started. EW_GATEWAY_EARLIER names an earlier
-//! build of effectwatch whose gateway runs in the same rounds, on the same
-//! ledger, for a before-and-after in one run.
+//! build of effectwatch whose gateway runs in the same rounds, on a ledger
+//! of its own that build migrated (its SQL, not this one's), for a
+//! before-and-after in one run.
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -98,9 +100,19 @@ async fn listening(args: &[String]) -> Result<(tokio::process::Child, String), S
     Err(format!("{args:?} ended without listening"))
 }
 
+/// A model between two tool calls: thinking, not calling. Zero (the
+/// default) sends each call the moment the last one is answered.
+fn pause_between_calls() -> Duration {
+    Duration::from_millis(setting("EW_GATEWAY_PAUSE_MS", 0) as u64)
+}
+
 async fn timed_calls(client: &Client, orders: &[String]) -> Result<Vec<Duration>, String> {
     let mut took = Vec::with_capacity(orders.len());
+    let pause = pause_between_calls();
     for order in orders {
+        if !pause.is_zero() {
+            tokio::time::sleep(pause).await;
+        }
         let started = Instant::now();
         let answer = client
             .call_tool(refund(order))
@@ -235,8 +247,28 @@ async fn run() -> Result<(), String> {
     let earlier_binary = std::env::var("EW_GATEWAY_EARLIER")
         .ok()
         .filter(|path| !path.trim().is_empty());
+    // The earlier gateway on a ledger of its own, migrated by that build:
+    // its SQL is then the earlier SQL too, not this build's.
+    let earlier_database = format!("{database}_earlier");
     let earlier = match &earlier_binary {
-        Some(program) => Some(stdio_client_of(program, &gateway_args).await?),
+        Some(program) => {
+            migrate::create_database_if_missing(&admin, &earlier_database)
+                .await
+                .map_err(|error| error.to_string())?;
+            let earlier_url =
+                effectwatch::connection::url_with_database(&admin_url, &earlier_database);
+            let migrated = std::process::Command::new(program)
+                .args(["--database-url", &earlier_url, "migrate"])
+                .stdout(Stdio::null())
+                .status()
+                .map_err(|error| format!("migrating with {program}: {error}"))?;
+            if !migrated.success() {
+                return Err(format!("{program} migrate failed: {migrated}"));
+            }
+            let mut args = gateway_args.clone();
+            args[1] = earlier_url;
+            Some(stdio_client_of(program, &args).await?)
+        }
         None => None,
     };
     let warm: Vec<String> = (0..20).map(|n| format!("WARM-{n}")).collect();
@@ -319,8 +351,10 @@ async fn run() -> Result<(), String> {
     }
 
     println!(
-        "\n## The MCP gateway: added latency per call ({} rounds × {} calls, fsync={fsync})\n",
-        rounds, per_round
+        "\n## The MCP gateway: added latency per call ({} rounds × {} calls, {} ms between calls, fsync={fsync})\n",
+        rounds,
+        per_round,
+        pause_between_calls().as_millis()
     );
     println!("| path | p50 | p99 | calls/s, 1 client |");
     println!("|---|---:|---:|---:|");
@@ -386,11 +420,13 @@ async fn run() -> Result<(), String> {
         let _ = earlier.cancel().await;
     }
     pool.close().await;
-    let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "drop database if exists \"{database}\" with (force)"
-    )))
-    .execute(&admin)
-    .await;
+    for database in [&database, &earlier_database] {
+        let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "drop database if exists \"{database}\" with (force)"
+        )))
+        .execute(&admin)
+        .await;
+    }
     if let Some(cluster) = cluster {
         let _ = cluster.stop();
     }
