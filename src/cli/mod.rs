@@ -70,6 +70,18 @@ pub struct Cli {
     pub command: Option<Command>,
 }
 
+impl Cli {
+    /// A gateway over stdio: the one agent that started it is its only
+    /// client, and its calls come one after another.
+    pub fn serves_one_agent_over_stdio(&self) -> bool {
+        matches!(
+            &self.command,
+            Some(Command::Ledger(LedgerCommand::Gateway(gateway)))
+                if gateway.command.is_none() && gateway.listen.is_none()
+        )
+    }
+}
+
 /// What only the console reads, given before `watch` or after it; kept
 /// out of the other subcommands' help, where it would mean nothing.
 #[derive(Debug, Clone, Default, Args)]
@@ -270,4 +282,40 @@ pub enum Format {
 
 fn parse_pane(text: &str) -> Result<Pane, String> {
     text.parse()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::Parser;
+
+    fn parsed(words: &[&str]) -> Cli {
+        Cli::try_parse_from(std::iter::once("effectwatch").chain(words.iter().copied()))
+            .unwrap_or_else(|error| panic!("{words:?}: {error}"))
+    }
+
+    #[test]
+    fn only_a_gateway_over_stdio_is_taken_to_serve_one_agent() {
+        let stdio = [
+            "gateway",
+            "--policy",
+            "p.toml",
+            "--upstream",
+            "tools",
+            "--stdio",
+        ];
+        assert!(parsed(&stdio).serves_one_agent_over_stdio());
+        let http = [
+            "gateway",
+            "--policy",
+            "p.toml",
+            "--listen",
+            "127.0.0.1:8931",
+            "--upstream",
+            "tools",
+        ];
+        assert!(!parsed(&http).serves_one_agent_over_stdio());
+        assert!(!parsed(&[]).serves_one_agent_over_stdio());
+        assert!(!parsed(&["migrate"]).serves_one_agent_over_stdio());
+    }
 }
