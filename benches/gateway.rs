@@ -229,18 +229,22 @@ async fn run() -> Result<(), String> {
     .iter()
     .map(|word| word.to_string())
     .collect();
-    let mut gateway_args: Vec<String> = [
-        "--database-url",
-        &url,
-        "gateway",
-        "--policy",
-        &policy.display().to_string(),
-        "--upstream",
-    ]
-    .iter()
-    .map(|word| word.to_string())
-    .collect();
-    gateway_args.extend(tools.iter().cloned());
+    let gateway_args_on = |url: &str| -> Vec<String> {
+        let mut args: Vec<String> = [
+            "--database-url",
+            url,
+            "gateway",
+            "--policy",
+            &policy.display().to_string(),
+            "--upstream",
+        ]
+        .iter()
+        .map(|word| word.to_string())
+        .collect();
+        args.extend(tools.iter().cloned());
+        args
+    };
+    let gateway_args = gateway_args_on(&url);
 
     let direct = stdio_client(&tools[1..]).await?;
     let through = stdio_client(&gateway_args).await?;
@@ -257,17 +261,16 @@ async fn run() -> Result<(), String> {
                 .map_err(|error| error.to_string())?;
             let earlier_url =
                 effectwatch::connection::url_with_database(&admin_url, &earlier_database);
-            let migrated = std::process::Command::new(program)
+            let migrated = tokio::process::Command::new(program)
                 .args(["--database-url", &earlier_url, "migrate"])
                 .stdout(Stdio::null())
                 .status()
+                .await
                 .map_err(|error| format!("migrating with {program}: {error}"))?;
             if !migrated.success() {
                 return Err(format!("{program} migrate failed: {migrated}"));
             }
-            let mut args = gateway_args.clone();
-            args[1] = earlier_url;
-            Some(stdio_client_of(program, &args).await?)
+            Some(stdio_client_of(program, &gateway_args_on(&earlier_url)).await?)
         }
         None => None,
     };

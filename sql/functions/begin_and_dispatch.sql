@@ -70,7 +70,7 @@ begin
         if begin_and_dispatch.heartbeat_lease is not null then
             -- Refused, it undoes the claim with everything else: one statement.
             perform ledger.check_lease(begin_and_dispatch.heartbeat_lease);
-            lease := ledger.lease_in_force(lower(btrim(begin_and_dispatch.action)), begin_and_dispatch.heartbeat_lease);
+            lease := ledger.lease_in_force(ledger.action_name(begin_and_dispatch.action), begin_and_dispatch.heartbeat_lease);
             perform ledger.start_lease(answer.effect_id, begin_and_dispatch.worker, lease);
         end if;
         return ('proceed', answer.effect_id, answer.state, null, true, null, null, lease)::ledger.dispatch_answer;

@@ -75,15 +75,13 @@ begin
            and not exists (select 1 from ledger.key_tombstones t
                             where t.op_key = begin_checked.op_key
                               and t.material_hash = ledger.material_hash(
-                                  ledger.params_hash(offered), lower(btrim(begin_checked.action)), begin_checked.target,
+                                  ledger.params_hash(offered), ledger.action_name(begin_checked.action), begin_checked.target,
                                   begin_checked.amount_minor, upper(begin_checked.currency), begin_checked.provider,
                                   begin_checked.during)) then
             offered := by_value;
         end if;
     end if;
-    -- Actions are names, compared as written lower-case and trimmed: Refund
-    -- and " refund" are refund, under refund's policy.
-    answer := ledger.open_effect(begin_checked.op_key, lower(btrim(begin_checked.action)), begin_checked.target,
+    answer := ledger.open_effect(begin_checked.op_key, ledger.action_name(begin_checked.action), begin_checked.target,
                                  offered, begin_checked.requested_by, begin_checked.pending_window,
                                  begin_checked.amount_minor, begin_checked.currency, begin_checked.provider,
                                  begin_checked.approval_ref, begin_checked.approval_version,

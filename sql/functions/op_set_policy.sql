@@ -34,8 +34,7 @@ begin
     if coalesce(btrim(op_set_policy.action), '') = '' then
         raise exception 'ledger: which action''s policy?' using errcode = 'invalid_parameter_value';
     end if;
-    -- As begin_effect names actions.
-    op_set_policy.action := lower(btrim(op_set_policy.action));
+    op_set_policy.action := ledger.action_name(op_set_policy.action);
     -- The ledger's own action: its compensations of effects on one target
     -- must not hold each other, carry no booking range and name the
     -- ledger's own approvals. Settings that would stop every compensation

@@ -8,7 +8,7 @@ as $$
     with recorded as (
         select e.* from ledger.effects e where e.op_key = rejected_differences.op_key
     ), terms(position, field, was, now) as (
-        select 1, 'action', to_jsonb(r.action), to_jsonb(lower(btrim(rejected_differences.action))) from recorded r
+        select 1, 'action', to_jsonb(r.action), to_jsonb(ledger.action_name(rejected_differences.action)) from recorded r
         union all
         select 2, 'target', to_jsonb(r.target), to_jsonb(rejected_differences.target) from recorded r
         union all
